@@ -1,0 +1,256 @@
+package topology
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/rankgate/rankgate/configs"
+)
+
+// Catalog is the offline table of MIG profiles per GPU model. It is data
+// (configs/mig-profiles.yaml) and is used only where the machine cannot be
+// asked: pasted nvidia-smi outputs and cluster-level reasoning.
+type Catalog struct {
+	Version string     `json:"version"`
+	Models  []GPUModel `json:"models"`
+}
+
+// GPUModel is one GPU model's MIG geometry.
+type GPUModel struct {
+	Name         string   `json:"name"`
+	Match        []string `json:"match"`
+	MemoryMiB    uint64   `json:"memoryMiB"`
+	SMs          int      `json:"sms"`
+	Slices       int      `json:"slices"`
+	MemorySlices int      `json:"memorySlices"`
+	Profiles     []Profile `json:"profiles"`
+}
+
+// Profile is one GPU-instance profile of a model.
+type Profile struct {
+	Name         string `json:"name"`
+	Slices       int    `json:"slices"`
+	SMs          int    `json:"sms"`
+	MemoryMiB    uint64 `json:"memoryMiB"`
+	MaxInstances int    `json:"maxInstances"`
+	Starts       []int  `json:"starts"`
+	Size         int    `json:"size"`
+}
+
+// DefaultCatalog parses the embedded catalog. The embedded file is tested, so
+// a failure here is a build defect.
+func DefaultCatalog() *Catalog {
+	c, err := ParseCatalog(configs.MIGProfiles)
+	if err != nil {
+		panic(fmt.Sprintf("embedded MIG catalog is invalid: %v", err))
+	}
+	return c
+}
+
+// ParseCatalog decodes and validates a catalog file strictly.
+func ParseCatalog(data []byte) (*Catalog, error) {
+	var c Catalog
+	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+		return nil, fmt.Errorf("MIG profile catalog: %w", err)
+	}
+	if c.Version != SnapshotVersion {
+		return nil, fmt.Errorf("MIG profile catalog: version %q is not supported (want %q)", c.Version, SnapshotVersion)
+	}
+	for _, m := range c.Models {
+		if m.Name == "" || len(m.Match) == 0 || m.Slices <= 0 || m.MemorySlices <= 0 {
+			return nil, fmt.Errorf("MIG profile catalog: model %q needs name, match, slices and memorySlices", m.Name)
+		}
+		for _, p := range m.Profiles {
+			if _, _, err := ParseProfileName(p.Name); err != nil {
+				return nil, fmt.Errorf("MIG profile catalog: model %s: %w", m.Name, err)
+			}
+			if p.Slices <= 0 || p.Slices > m.Slices || p.Size <= 0 || len(p.Starts) == 0 || p.MaxInstances <= 0 {
+				return nil, fmt.Errorf("MIG profile catalog: model %s profile %s has an invalid geometry", m.Name, p.Name)
+			}
+			for _, s := range p.Starts {
+				if s < 0 || s+p.Size > m.MemorySlices {
+					return nil, fmt.Errorf("MIG profile catalog: model %s profile %s placement %d+%d exceeds %d slices", m.Name, p.Name, s, p.Size, m.MemorySlices)
+				}
+			}
+		}
+	}
+	return &c, nil
+}
+
+// Model returns the model whose match string is the longest substring of the
+// product name ("NVIDIA GH200 480GB" is a GH200, not an H200).
+func (c *Catalog) Model(productName string) (*GPUModel, bool) {
+	name := strings.ToUpper(productName)
+	var best *GPUModel
+	bestLen := 0
+	for i := range c.Models {
+		for _, m := range c.Models[i].Match {
+			if len(m) > bestLen && strings.Contains(name, strings.ToUpper(m)) {
+				best, bestLen = &c.Models[i], len(m)
+			}
+		}
+	}
+	return best, best != nil
+}
+
+// ModelByName returns the model with that catalog name (e.g. "A100-80GB").
+func (c *Catalog) ModelByName(name string) (*GPUModel, bool) {
+	for i := range c.Models {
+		if strings.EqualFold(c.Models[i].Name, name) {
+			return &c.Models[i], true
+		}
+	}
+	return nil, false
+}
+
+// Profile returns the model's profile by name; a "1c.3g.40gb" compute
+// instance name resolves to its GPU-instance profile "3g.40gb".
+func (m *GPUModel) Profile(name string) (*Profile, bool) {
+	name = GIProfileName(name)
+	for i := range m.Profiles {
+		if m.Profiles[i].Name == name {
+			return &m.Profiles[i], true
+		}
+	}
+	return nil, false
+}
+
+// GIProfileName strips a compute-instance prefix and a "+me" suffix kept as
+// is: "1c.3g.40gb" -> "3g.40gb".
+func GIProfileName(name string) string {
+	name = strings.TrimSpace(strings.ToLower(name))
+	if i := strings.Index(name, "c."); i > 0 && strings.Count(name, ".") >= 2 {
+		if _, err := strconv.Atoi(name[:i]); err == nil {
+			return name[i+2:]
+		}
+	}
+	return name
+}
+
+// ParseProfileName splits "3g.40gb" (optionally "1c.3g.40gb", "+me",
+// "+gfx") into its compute slices and nominal memory in GB.
+func ParseProfileName(name string) (slices int, memGB int, err error) {
+	n := GIProfileName(name)
+	if i := strings.IndexByte(n, '+'); i >= 0 {
+		n = n[:i]
+	}
+	g, mem, ok := strings.Cut(n, "g.")
+	if !ok || !strings.HasSuffix(mem, "gb") {
+		return 0, 0, fmt.Errorf("%q is not a MIG profile name like 3g.40gb", name)
+	}
+	slices, err1 := strconv.Atoi(g)
+	memGB, err2 := strconv.Atoi(strings.TrimSuffix(mem, "gb"))
+	if err1 != nil || err2 != nil || slices <= 0 || slices > 8 || memGB <= 0 || memGB > 4096 {
+		return 0, 0, fmt.Errorf("%q is not a MIG profile name like 3g.40gb", name)
+	}
+	return slices, memGB, nil
+}
+
+// InferProfile names the profile of a MIG device of the given model from its
+// SM count (0 unknown) and memory. It returns false when nothing fits or
+// when more than one profile fits (1g.20gb and 2g.20gb have the same memory;
+// without SMs they cannot be told apart).
+func (m *GPUModel) InferProfile(sms int, memMiB uint64) (string, bool) {
+	if memMiB == 0 {
+		return "", false
+	}
+	var cands []Profile
+	for _, p := range m.Profiles {
+		if math.Abs(float64(memMiB)-float64(p.MemoryMiB)) > 0.08*float64(p.MemoryMiB) {
+			continue
+		}
+		if sms > 0 && p.SMs > 0 && sms != p.SMs {
+			continue
+		}
+		cands = append(cands, p)
+	}
+	if len(cands) != 1 {
+		return "", false
+	}
+	return cands[0].Name, true
+}
+
+// Layout is a MIG layout in mig-parted's vocabulary: profile -> count.
+type Layout map[string]int
+
+// String renders the layout as mig-parted writes it, sorted.
+func (l Layout) String() string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q: %d", k, l[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Fits reports whether the layout can be placed on one GPU of this model:
+// every profile known, instance limits kept, and a placement exists with no
+// two instances sharing a memory slice and compute slices within the total.
+func (m *GPUModel) Fits(l Layout) bool {
+	var want []*Profile
+	compute := 0
+	for name, n := range l {
+		if n == 0 {
+			continue
+		}
+		p, ok := m.Profile(name)
+		if n < 0 || !ok || n > p.MaxInstances {
+			return false
+		}
+		for i := 0; i < n; i++ {
+			want = append(want, p)
+		}
+		compute += n * p.Slices
+	}
+	if compute > m.Slices {
+		return false
+	}
+	// Largest first keeps the search small; at most 7 instances.
+	sort.Slice(want, func(i, j int) bool { return want[i].Size > want[j].Size })
+	used := make([]bool, m.MemorySlices)
+	var place func(k int) bool
+	place = func(k int) bool {
+		if k == len(want) {
+			return true
+		}
+		p := want[k]
+		for _, s := range p.Starts {
+			free := true
+			for x := s; x < s+p.Size; x++ {
+				if used[x] {
+					free = false
+					break
+				}
+			}
+			if !free {
+				continue
+			}
+			for x := s; x < s+p.Size; x++ {
+				used[x] = true
+			}
+			if place(k + 1) {
+				return true
+			}
+			for x := s; x < s+p.Size; x++ {
+				used[x] = false
+			}
+		}
+		return false
+	}
+	return place(0)
+}
