@@ -1,0 +1,133 @@
+// Package app is the rankgate command line: one file per subcommand, one
+// exit point (Main), and Run for tests.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// Version is set at build time with -ldflags "-X .../app.Version=...".
+var Version = "dev"
+
+// Streams are the process's standard streams, swappable in tests.
+type Streams struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// ExitError carries an exit code out of a command. Commands return it; Run
+// turns it into the process exit code.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// exitf builds an ExitError with a formatted message.
+func exitf(code int, format string, args ...any) error {
+	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
+}
+
+// silentExit is an ExitError whose message was already printed (a report).
+func silentExit(code int) error { return &ExitError{Code: code} }
+
+// Main runs rankgate with the process's arguments and exits.
+func Main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Run executes one rankgate command line and returns its exit code.
+func Run(ctx context.Context, streams Streams, args []string) int {
+	a := &App{Streams: streams, Log: zap.NewNop()}
+	root := a.newRootCommand()
+	root.SetArgs(args)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.Err)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		if ee.Err != nil {
+			fmt.Fprintf(streams.Err, "rankgate: %v\n", ee.Err)
+		}
+		return ee.Code
+	}
+	// Cobra's own errors: unknown flags, wrong argument counts.
+	fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
+	return preflight.ExitUsage
+}
+
+// App is the state shared by subcommands: streams, logger and loaded config.
+type App struct {
+	Streams Streams
+	Log     *zap.Logger
+	Config  *Config
+}
+
+func (a *App) newRootCommand() *cobra.Command {
+	var configFile, logLevel string
+	root := &cobra.Command{
+		Use:   "rankgate",
+		Short: "Prove that every rank of a distributed GPU job can work with the others",
+		Long: `rankgate checks, before a PyTorchJob or MPIJob starts training, that every
+rank's GPU or MIG device can work with the others, and fails fast with a
+reason a person can act on.`,
+		Version:       Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := LoadConfig(cmd, configFile)
+			if err != nil {
+				return &ExitError{Code: preflight.ExitUsage, Err: err}
+			}
+			a.Config = cfg
+			log, err := newLogger(a.Streams.Err, cfg.LogLevel, cfg.LogFormat)
+			if err != nil {
+				return &ExitError{Code: preflight.ExitUsage, Err: err}
+			}
+			a.Log = log
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (YAML, version rankgate.io/v1); env RANKGATE_CONFIG")
+	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn, error (default warn)")
+	root.PersistentFlags().String("log-format", "", "log format: console or json (default console)")
+	root.AddCommand(
+		a.newPreflightCommand(),
+		a.newInspectCommand(),
+	)
+	for _, add := range extraCommands {
+		root.AddCommand(add(a))
+	}
+	return root
+}
+
+// extraCommands lets subcommands in other files register themselves without
+// editing the root (launch, diagnose, controller, init).
+var extraCommands []func(*App) *cobra.Command

@@ -1,0 +1,181 @@
+package preflight
+
+import (
+	"fmt"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/rankgate/rankgate/configs"
+	"github.com/rankgate/rankgate/topology"
+)
+
+// DriverTable is the known-bad driver table (configs/known-bad-drivers.yaml).
+type DriverTable struct {
+	Version string        `json:"version"`
+	Entries []DriverEntry `json:"entries"`
+}
+
+// DriverEntry is one known-bad driver condition.
+type DriverEntry struct {
+	ID        string   `json:"id"`
+	Drivers   []string `json:"drivers"`
+	Condition string   `json:"condition"`
+	Severity  Severity `json:"severity"`
+	Problem   string   `json:"problem"`
+	Fix       string   `json:"fix"`
+	Source    string   `json:"source"`
+}
+
+// NodeShape is what a driver condition is matched against. Both preflight
+// (from an inventory) and diagnose (from node labels) can fill it.
+type NodeShape struct {
+	Driver string
+	// HasMIG and HasFull: at least one MIG-enabled GPU / one GPU with MIG
+	// off. Both true is the "mixed" shape.
+	HasMIG  bool
+	HasFull bool
+	// Products are the GPU product names; Profiles the MIG profiles present.
+	Products []string
+	Profiles []string
+}
+
+// ShapeOf derives the node shape from an inventory.
+func ShapeOf(inv *topology.Inventory) NodeShape {
+	s := NodeShape{Driver: inv.DriverVersion}
+	seen := map[string]bool{}
+	for _, g := range inv.GPUs {
+		switch {
+		case g.MIGCurrent == topology.ModeEnabled || len(g.MIGDevices) > 0:
+			s.HasMIG = true
+		case g.MIGCurrent == topology.ModeDisabled || g.MIGCurrent == topology.ModeUnsupported:
+			s.HasFull = true
+		}
+		s.Products = append(s.Products, g.Name)
+		for _, m := range g.MIGDevices {
+			p := topology.GIProfileName(m.Profile)
+			if p != "" && !seen[p] {
+				seen[p] = true
+				s.Profiles = append(s.Profiles, p)
+			}
+		}
+	}
+	return s
+}
+
+// DefaultDriverTable parses the embedded table; it is tested, so a failure
+// is a build defect.
+func DefaultDriverTable() *DriverTable {
+	t, err := ParseDriverTable(configs.KnownBadDrivers)
+	if err != nil {
+		panic(fmt.Sprintf("embedded known-bad driver table is invalid: %v", err))
+	}
+	return t
+}
+
+// ParseDriverTable decodes and validates a table strictly.
+func ParseDriverTable(data []byte) (*DriverTable, error) {
+	var t DriverTable
+	if err := yaml.UnmarshalStrict(data, &t); err != nil {
+		return nil, fmt.Errorf("known-bad driver table: %w", err)
+	}
+	if t.Version != topology.SnapshotVersion {
+		return nil, fmt.Errorf("known-bad driver table: version %q is not supported (want %q)", t.Version, topology.SnapshotVersion)
+	}
+	for _, e := range t.Entries {
+		if e.ID == "" || len(e.Drivers) == 0 || e.Fix == "" || e.Source == "" {
+			return nil, fmt.Errorf("known-bad driver table: entry %q needs id, drivers, fix and source", e.ID)
+		}
+		if e.Severity != SeverityWarn && e.Severity != SeverityFail {
+			return nil, fmt.Errorf("known-bad driver table: entry %s: severity %q must be warn or fail", e.ID, e.Severity)
+		}
+		if _, err := parseCondition(e.Condition); err != nil {
+			return nil, fmt.Errorf("known-bad driver table: entry %s: %w", e.ID, err)
+		}
+	}
+	return &t, nil
+}
+
+type condition struct {
+	any, mixed     bool
+	model, profile string
+}
+
+func parseCondition(s string) (condition, error) {
+	switch s {
+	case "any":
+		return condition{any: true}, nil
+	case "mig-mixed-with-full":
+		return condition{mixed: true}, nil
+	}
+	var c condition
+	for _, f := range strings.Fields(s) {
+		k, v, ok := strings.Cut(f, ":")
+		switch {
+		case ok && k == "model" && v != "":
+			c.model = v
+		case ok && k == "profile" && v != "":
+			c.profile = v
+		default:
+			return c, fmt.Errorf("condition %q: want any, mig-mixed-with-full or model:<name> [profile:<profile>]", s)
+		}
+	}
+	if c.model == "" {
+		return c, fmt.Errorf("condition %q: want any, mig-mixed-with-full or model:<name> [profile:<profile>]", s)
+	}
+	return c, nil
+}
+
+// Match returns the entries that apply to a node shape.
+func (t *DriverTable) Match(s NodeShape) []DriverEntry {
+	var out []DriverEntry
+	for _, e := range t.Entries {
+		if !driverListed(e.Drivers, s.Driver) {
+			continue
+		}
+		c, _ := parseCondition(e.Condition)
+		switch {
+		case c.any:
+		case c.mixed:
+			if !(s.HasMIG && s.HasFull) {
+				continue
+			}
+		default:
+			if !containsFold(s.Products, c.model) {
+				continue
+			}
+			if c.profile != "" && !containsExact(s.Profiles, c.profile) {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func driverListed(list []string, v string) bool {
+	for _, d := range list {
+		if d == "*" || (v != "" && d == v) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsFold(list []string, sub string) bool {
+	for _, s := range list {
+		if strings.Contains(strings.ToUpper(s), strings.ToUpper(sub)) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsExact(list []string, v string) bool {
+	for _, s := range list {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
