@@ -121,6 +121,7 @@ reason a person can act on.`,
 	root.AddCommand(
 		a.newPreflightCommand(),
 		a.newInspectCommand(),
+		a.newDemoCommand(),
 	)
 	for _, add := range extraCommands {
 		root.AddCommand(add(a))

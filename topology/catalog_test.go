@@ -1,0 +1,171 @@
+package topology
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultCatalogParses(t *testing.T) {
+	c := DefaultCatalog()
+	require.Len(t, c.Models, 7)
+	for _, m := range c.Models {
+		for _, p := range m.Profiles {
+			require.True(t, m.Fits(Layout{p.Name: p.MaxInstances}), "%s: %d x %s must fit", m.Name, p.MaxInstances, p.Name)
+			require.False(t, m.Fits(Layout{p.Name: p.MaxInstances + 1}), "%s: %d x %s must not fit", m.Name, p.MaxInstances+1, p.Name)
+		}
+	}
+}
+
+func TestModelMatch(t *testing.T) {
+	c := DefaultCatalog()
+	for name, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3":   "H100-80GB",
+		"NVIDIA A100-SXM4-80GB":   "A100-80GB",
+		"NVIDIA A100 80GB PCIe":   "A100-80GB",
+		"NVIDIA A100-SXM4-40GB":   "A100-40GB",
+		"NVIDIA A100-PCIE-40GB":   "A100-40GB",
+		"NVIDIA GH200 480GB":      "GH200-96GB",
+		"NVIDIA H200":             "H200-141GB",
+		"NVIDIA H200 141GB HBM3e": "H200-141GB",
+		"NVIDIA B200":             "B200-180GB",
+		"NVIDIA A30":              "A30-24GB",
+	} {
+		m, ok := c.Model(name)
+		require.True(t, ok, name)
+		require.Equal(t, want, m.Name, name)
+	}
+	_, ok := c.Model("NVIDIA L40S")
+	require.False(t, ok)
+}
+
+func TestInferProfile(t *testing.T) {
+	c := DefaultCatalog()
+	h100, _ := c.ModelByName("H100-80GB")
+	a100, _ := c.ModelByName("A100-80GB")
+	for _, tc := range []struct {
+		m      *GPUModel
+		sms    int
+		mem    uint64
+		want   string
+		wantOK bool
+	}{
+		{h100, 60, 40448, "3g.40gb", true},
+		{h100, 0, 40448, "", false}, // 3g.40gb and 4g.40gb share memory
+		{h100, 64, 40448, "4g.40gb", true},
+		{h100, 32, 20096, "2g.20gb", true},
+		{h100, 26, 20096, "1g.20gb", true},
+		{h100, 0, 9984, "1g.10gb", true},
+		{a100, 14, 19968, "1g.20gb", true},
+		{a100, 28, 19968, "2g.20gb", true},
+		{a100, 0, 19968, "", false},
+		{a100, 0, 0, "", false},
+		{a100, 0, 555, "", false},
+	} {
+		t.Run(fmt.Sprintf("%s/%d/%d", tc.m.Name, tc.sms, tc.mem), func(t *testing.T) {
+			got, ok := tc.m.InferProfile(tc.sms, tc.mem)
+			require.Equal(t, tc.wantOK, ok)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestFitsPlacement(t *testing.T) {
+	a100, _ := DefaultCatalog().ModelByName("A100-40GB")
+	for _, tc := range []struct {
+		l    Layout
+		want bool
+	}{
+		{Layout{"1g.5gb": 7}, true},
+		{Layout{"3g.20gb": 2}, true},
+		{Layout{"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 2}, true},
+		{Layout{"4g.20gb": 1, "3g.20gb": 1}, true},
+		{Layout{"4g.20gb": 1, "3g.20gb": 1, "1g.5gb": 1}, false}, // 8 compute slices
+		{Layout{"7g.40gb": 1, "1g.5gb": 1}, false},
+		{Layout{"2g.10gb": 3, "1g.5gb": 1}, true},
+		{Layout{"1g.10gb": 4}, true},
+		{Layout{"1g.10gb": 4, "1g.5gb": 1}, false}, // memory slices exhausted
+		{Layout{"9g.99gb": 1}, false},
+		{Layout{"1g.5gb": -1}, false},
+		{Layout{"1g.5gb": 0, "7g.40gb": 1}, true},
+	} {
+		require.Equal(t, tc.want, a100.Fits(tc.l), tc.l.String())
+	}
+}
+
+func TestParseProfileName(t *testing.T) {
+	for in, want := range map[string][2]int{"3g.40gb": {3, 40}, "1c.3g.71gb": {3, 71}, "1g.10gb+me": {1, 10}, "7g.141gb": {7, 141}} {
+		s, g, err := ParseProfileName(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, [2]int{s, g}, in)
+	}
+	for _, bad := range []string{"", "full", "3g", "g.40gb", "0g.1gb", "3g.40", "99g.1gb", "3g.-1gb"} {
+		_, _, err := ParseProfileName(bad)
+		require.Error(t, err, bad)
+	}
+}
+
+// TestCatalogAgainstGoNVMLMocks cross-checks the offline catalog with the
+// GPU-instance profile tables go-nvml ships in its mock servers: every
+// profile the mock offers for a model must exist in the catalog with the
+// same number of compute slices and maximum instances, and placements must
+// agree. SM counts are compared where both sides state one; go-nvml's mock
+// tables simplify some H100/H200 SM counts, so differences are logged as
+// data to review, not asserted.
+func TestCatalogAgainstGoNVMLMocks(t *testing.T) {
+	c := DefaultCatalog()
+	for _, cfg := range []gpus.Config{gpus.A100_SXM4_40GB, gpus.A100_SXM4_80GB, gpus.A30_PCIE_24GB, gpus.H100_SXM5_80GB, gpus.H200_SXM5_141GB, gpus.B200_SXM5_180GB} {
+		t.Run(cfg.Name, func(t *testing.T) {
+			m, ok := c.Model(cfg.Name)
+			require.True(t, ok, "catalog has no model for %q", cfg.Name)
+			for id, info := range cfg.MIGProfiles.GpuInstanceProfiles {
+				if id == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || id == nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
+					continue // +me variants: one per GPU, not in the catalog
+				}
+				var p *Profile
+				for i := range m.Profiles {
+					q := &m.Profiles[i]
+					memRatio := float64(info.MemorySizeMB) / float64(q.MemoryMiB)
+					if q.Slices == int(info.SliceCount) && memRatio > 0.9 && memRatio < 1.1 {
+						p = q
+					}
+				}
+				require.NotNil(t, p, "mock profile id %d (%d slices, %d MB) missing from catalog model %s", id, info.SliceCount, info.MemorySizeMB, m.Name)
+				require.Equal(t, int(info.InstanceCount), p.MaxInstances, "%s max instances", p.Name)
+				if placements, ok := cfg.MIGProfiles.GpuInstancePlacements[id]; ok {
+					var starts []int
+					size := 0
+					for _, pl := range placements {
+						starts = append(starts, int(pl.Start))
+						size = int(pl.Size)
+					}
+					if memorySliceMock(cfg) {
+						require.Equal(t, p.Size, size, "%s placement size", p.Name)
+						require.ElementsMatch(t, starts, p.Starts, "%s placements", p.Name)
+					} else if size != p.Size {
+						t.Logf("placement of %s %s: catalog %v size %d (memory slices, as nvidia-smi mig -lgipp prints), go-nvml mock %v size %d (compute slices)", m.Name, p.Name, p.Starts, p.Size, starts, size)
+					}
+				}
+				if p.SMs != 0 && int(info.MultiprocessorCount) != p.SMs {
+					t.Logf("SM count differs for %s %s: catalog %d (public sources), go-nvml mock %d", m.Name, p.Name, p.SMs, info.MultiprocessorCount)
+				}
+			}
+		})
+	}
+}
+
+// memorySliceMock reports whether a go-nvml mock table places GPU instances
+// in memory slices (8 on A100-class GPUs, as real drivers do). The H100,
+// H200 and B200 mocks place them in compute slices (a 7g instance of size
+// 7), a simplification; their placements are not compared.
+func memorySliceMock(cfg gpus.Config) bool {
+	for _, pl := range cfg.MIGProfiles.GpuInstancePlacements[nvml.GPU_INSTANCE_PROFILE_7_SLICE] {
+		if pl.Size == 8 {
+			return true
+		}
+	}
+	return cfg.MIGProfiles.GpuInstancePlacements[nvml.GPU_INSTANCE_PROFILE_7_SLICE] == nil
+}
