@@ -23,12 +23,12 @@ type Catalog struct {
 
 // GPUModel is one GPU model's MIG geometry.
 type GPUModel struct {
-	Name         string   `json:"name"`
-	Match        []string `json:"match"`
-	MemoryMiB    uint64   `json:"memoryMiB"`
-	SMs          int      `json:"sms"`
-	Slices       int      `json:"slices"`
-	MemorySlices int      `json:"memorySlices"`
+	Name         string    `json:"name"`
+	Match        []string  `json:"match"`
+	MemoryMiB    uint64    `json:"memoryMiB"`
+	SMs          int       `json:"sms"`
+	Slices       int       `json:"slices"`
+	MemorySlices int       `json:"memorySlices"`
 	Profiles     []Profile `json:"profiles"`
 }
 
