@@ -168,7 +168,9 @@ func profileRules(in RankInput, devs []topology.Device) []Finding {
 			}
 		}
 	}
-	if len(devs) > 1 {
+	// MIG mixed with full GPUs is MIG_MIXED_WITH_FULL's finding, not a
+	// second one here.
+	if len(devs) > 1 && !mixedKinds(devs) {
 		type shape struct {
 			profile string
 			sms     int
@@ -363,4 +365,13 @@ func orDefault(s, d string) string {
 		return d
 	}
 	return s
+}
+
+func mixedKinds(ds []topology.Device) bool {
+	for _, d := range ds {
+		if d.Kind != ds[0].Kind {
+			return true
+		}
+	}
+	return false
 }
