@@ -1,0 +1,55 @@
+# rankgate build, test and release targets. `make help` lists them.
+SHELL := /usr/bin/env bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X github.com/rankgate/rankgate/cmd/rankgate/app.Version=$(VERSION)
+BIN := bin/rankgate
+IMAGE ?= rankgate:$(VERSION)
+FUZZTIME ?= 30s
+BENCHTIME ?= 1s
+
+.PHONY: help build test test-unit lint bench fuzz image e2e demo device-smoke clean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build bin/rankgate (cgo on: go-nvml dlopens libnvidia-ml at run time)
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rankgate
+
+demo: ## the embedded-sample preflight the README starts with
+	$(GO) run ./cmd/rankgate demo
+
+test: test-binaries ## the whole suite: unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 40m ./...
+
+test-unit: ## tests that need no API server binaries
+	RANKGATE_SKIP_ENVTEST=1 $(GO) test -count=1 ./...
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: ## benchmarks of every package (see README for the numbers)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+fuzz: ## run every fuzzer for FUZZTIME each
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; done
+
+e2e: test-binaries ## end-to-end gang scenarios on a real API server
+	$(GO) test -count=1 -run 'E2E' -v ./integrations/...
+
+image: ## container image (needs a Docker engine)
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+device-smoke: ## build the binary for the GPU machine's smoke run (hack/device-smoke.sh)
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o .device/rankgate ./cmd/rankgate
+	cp hack/device-smoke.sh .device/
+
+clean:
+	rm -rf bin/rankgate .device
+
+-include hack/envtest.mk
