@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Device smoke run: real NVML through rankgate on a GPU machine. It needs no
+# Go toolchain there: `make device-smoke` builds .device/rankgate here, and
+# the device tool carries .device to the machine. It only reads: it never
+# changes GPU settings (MIG mode included).
+#
+#   bash .device/device-smoke.sh          # writes to $OUT (or ./smoke-out)
+set -u
+bin=${RANKGATE_BIN:-.device/rankgate}
+out=${OUT:-smoke-out}
+mkdir -p "$out"
+log="$out/smoke-log.txt"
+: >"$log"
+run() { # name, then the command; stdout to $out/name, status and time to the log
+  local name=$1; shift
+  local t0=$(date +%s.%N)
+  "$@" >"$out/$name" 2>>"$log"
+  local rc=$?
+  printf '%-28s rc=%d %.3fs  %s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" "$*" >>"$log"
+}
+{ uname -a; nvidia-smi --version 2>&1 | head -5; } >>"$log"
+run smi-L.txt nvidia-smi -L
+run smi-q-x.xml nvidia-smi -q -x
+run smi-topo-m.txt nvidia-smi topo -m
+run inspect.json "$bin" inspect -o json
+run preflight.json "$bin" preflight -o json --termination-log "$out/termination.txt"
+# Offline import of the same node's nvidia-smi outputs: compare with NVML.
+run import.json "$bin" inspect -o json --inventory "$out/smi-L.txt" --inventory "$out/smi-q-x.xml" --inventory "$out/smi-topo-m.txt"
+{ echo "--- human preflight"; "$bin" preflight 2>&1; echo "rc=$?"; echo "--- inspect"; "$bin" inspect 2>&1; } >>"$log"
+# Peak RSS of one live preflight (GNU time when present).
+if command -v /usr/bin/time >/dev/null; then /usr/bin/time -v "$bin" preflight -o json 2>&1 >/dev/null | grep -E 'Maximum resident|Elapsed' >>"$log"; fi
+rm -f "$out/termination.txt"
+ls -la "$out" >>"$log"
