@@ -13,10 +13,10 @@ log="$out/smoke-log.txt"
 : >"$log"
 run() { # name, then the command; stdout to $out/name, status and time to the log
   local name=$1; shift
-  local t0=$(date +%s.%N)
+  local t0=$EPOCHREALTIME
   "$@" >"$out/$name" 2>>"$log"
   local rc=$?
-  printf '%-28s rc=%d %.3fs  %s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" "$*" >>"$log"
+  awk -v n="$name" -v rc="$rc" -v a="$t0" -v b="$EPOCHREALTIME" -v c="$*" 'BEGIN{printf "%-16s rc=%d %.3fs  %s\n", n, rc, b-a, c}' >>"$log"
 }
 { uname -a; nvidia-smi --version 2>&1 | head -5; } >>"$log"
 run smi-L.txt nvidia-smi -L
