@@ -1,0 +1,287 @@
+package preflight
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Gang rule IDs: a public vocabulary (README). Never rename one.
+const (
+	RuleGangIncomplete        = "GANG_INCOMPLETE"
+	RuleRankFailed            = "RANK_PREFLIGHT_FAILED"
+	RuleGangMIGMixedWithFull  = "GANG_MIG_MIXED_WITH_FULL"
+	RuleGangMIGSpansGPUs      = "GANG_MIG_SPANS_GPUS"
+	RuleGangProfileMismatch   = "GANG_PROFILE_MISMATCH"
+	RuleGangDriverMismatch    = "GANG_DRIVER_MISMATCH"
+	RuleGangSplitPodsSameNode = "GANG_SPLIT_PODS_SAME_NODE"
+	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
+	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
+)
+
+// RankReport is what one rank sends the controller: who it is, where it
+// runs, and its own preflight report (whose Devices name its devices).
+type RankReport struct {
+	Rank              int    `json:"rank"`
+	Pod               string `json:"pod"`
+	Node              string `json:"node"`
+	DriverVersion     string `json:"driverVersion,omitempty"`
+	CUDADriverVersion string `json:"cudaDriverVersion,omitempty"`
+	Report            Report `json:"report"`
+}
+
+// GangInput is a whole job's reports.
+type GangInput struct {
+	Job string
+	// Expected is the number of ranks the job spec asks for.
+	Expected int
+	Ranks    []RankReport
+}
+
+// GangRules decides for the whole job. Ranks are identified by Rank; a
+// later report of the same rank replaces an earlier one.
+func GangRules(in GangInput) Report {
+	byRank := map[int]RankReport{}
+	for _, r := range in.Ranks {
+		byRank[r.Rank] = r
+	}
+	ranks := make([]RankReport, 0, len(byRank))
+	for _, r := range byRank {
+		ranks = append(ranks, r)
+	}
+	sort.Slice(ranks, func(i, j int) bool { return ranks[i].Rank < ranks[j].Rank })
+
+	var f []Finding
+	if in.Expected > 0 && len(ranks) < in.Expected {
+		var missing []int
+		for i := 0; i < in.Expected; i++ {
+			if _, ok := byRank[i]; !ok {
+				missing = append(missing, i)
+			}
+		}
+		f = append(f, Finding{
+			Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing,
+			Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s", len(ranks), in.Expected, intList(missing)),
+			Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
+		})
+	}
+	for _, r := range ranks {
+		if !r.Report.Failed() {
+			continue
+		}
+		var why []string
+		for _, x := range r.Report.Findings {
+			if x.Severity == SeverityFail {
+				why = append(why, x.Rule)
+			}
+		}
+		f = append(f, Finding{
+			Rule: RuleRankFailed, Severity: SeverityFail, Ranks: []int{r.Rank}, Pods: []string{r.Pod}, Nodes: []string{r.Node},
+			Message:     fmt.Sprintf("rank %d (pod %s on %s) failed its own preflight: %s", r.Rank, r.Pod, r.Node, strings.Join(why, ", ")),
+			Remediation: "read that rank's report (its init container's termination message) and fix its devices",
+		})
+	}
+
+	type dev struct {
+		rank int
+		DeviceSummary
+	}
+	var migs, fulls []dev
+	owner := map[string][]int{}
+	for _, r := range ranks {
+		for _, d := range r.Report.Devices {
+			x := dev{r.Rank, d}
+			if d.Kind == "mig" {
+				migs = append(migs, x)
+			} else {
+				fulls = append(fulls, x)
+			}
+			owner[r.Node+"/"+d.ID] = append(owner[r.Node+"/"+d.ID], r.Rank)
+		}
+	}
+	if len(migs) > 0 && len(fulls) > 0 {
+		f = append(f, Finding{
+			Rule: RuleGangMIGMixedWithFull, Severity: SeverityFail, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
+			Message: fmt.Sprintf("ranks %s run on MIG devices and ranks %s on full GPUs; NCCL between them has no P2P and the MIG ranks pace the job",
+				intList(ranksOf(migs, func(d dev) int { return d.rank })), intList(ranksOf(fulls, func(d dev) int { return d.rank }))),
+			Remediation: "request the same resource (one nvidia.com/mig-<profile>, or nvidia.com/gpu) in every replica spec",
+		})
+	}
+	// MIG ranks: all on one physical GPU (one node), the only placement with a
+	// fast path (shared memory).
+	parents := map[string][]int{}
+	for _, d := range migs {
+		key := d.GPUUUID
+		if key == "" {
+			key = fmt.Sprintf("%s GPU %d", nodeOf(ranks, d.rank), d.GPU)
+		}
+		parents[key] = append(parents[key], d.rank)
+	}
+	if len(parents) > 1 {
+		var parts []string
+		for _, k := range sortedKeys(parents) {
+			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(parents[k]))))
+		}
+		f = append(f, Finding{
+			Rule: RuleGangMIGSpansGPUs, Severity: SeverityFail, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
+			Message:     fmt.Sprintf("the job's MIG devices sit on %d physical GPUs (%s); MIG has no P2P/NVLink, so NCCL falls back to sockets or hangs in init", len(parents), strings.Join(parts, "; ")),
+			Remediation: "place every rank on a MIG instance of one physical GPU (one node), or use full GPUs",
+		})
+	} else if len(parents) == 1 && len(dedupe(ranksOf(migs, func(d dev) int { return d.rank }))) > 1 {
+		f = append(f, Finding{
+			Rule: RuleGangMIGSharedGPU, Severity: SeverityInfo, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
+			Message:     "all MIG ranks share one physical GPU: NCCL sees every rank on the same GPU and uses shared memory, never NVLink/NVLS",
+			Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.31+) and keep NCCL_NVLS_ENABLE=0",
+		})
+	}
+	// Same shape everywhere.
+	shapes := map[string][]int{}
+	for _, r := range ranks {
+		for _, d := range r.Report.Devices {
+			s := d.Profile
+			if d.SMs > 0 {
+				s += fmt.Sprintf(" (%d SMs)", d.SMs)
+			}
+			shapes[s] = append(shapes[s], r.Rank)
+		}
+	}
+	if len(shapes) > 1 && !(len(migs) > 0 && len(fulls) > 0) {
+		var parts []string
+		for _, k := range sortedKeys(shapes) {
+			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(shapes[k]))))
+		}
+		f = append(f, Finding{
+			Rule: RuleGangProfileMismatch, Severity: SeverityFail, Ranks: allRanks(ranks),
+			Message:     "ranks run on devices of different shapes; the smallest paces every collective: " + strings.Join(parts, "; "),
+			Remediation: "give every rank the same profile (same SMs, not only the same memory) or the same GPU model",
+		})
+	}
+	drivers := map[string][]int{}
+	for _, r := range ranks {
+		if r.DriverVersion == "" {
+			continue
+		}
+		k := "driver " + r.DriverVersion
+		if r.CUDADriverVersion != "" {
+			k += " / CUDA " + r.CUDADriverVersion
+		}
+		drivers[k] = append(drivers[k], r.Rank)
+	}
+	if len(drivers) > 1 {
+		var parts []string
+		for _, k := range sortedKeys(drivers) {
+			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(drivers[k])))
+		}
+		f = append(f, Finding{
+			Rule: RuleGangDriverMismatch, Severity: SeverityWarn, Ranks: allRanks(ranks),
+			Message:     "ranks run on different drivers: " + strings.Join(parts, "; "),
+			Remediation: "pin the job to nodes of one driver version (node selector on nvidia.com/cuda.driver-version.full)",
+		})
+	}
+	for _, k := range sortedKeys(owner) {
+		if rs := dedupe(owner[k]); len(rs) > 1 {
+			f = append(f, Finding{
+				Rule: RuleGangDuplicateDevice, Severity: SeverityFail, Ranks: rs, Devices: []string{k[strings.IndexByte(k, '/')+1:]},
+				Message:     fmt.Sprintf("ranks %s were given the same device %s (time-slicing or MPS replicas); NCCL refuses it with 'Duplicate GPU detected'", intList(rs), k),
+				Remediation: "do not run ranks of one job on replicas of one shared GPU; request whole devices",
+			})
+		}
+	}
+	// Ranks on one node in different pods: NCCL sees them as separate hosts
+	// (no P2P, no SHM) and goes through the network.
+	podsByNode := map[string]map[string][]int{}
+	for _, r := range ranks {
+		if r.Node == "" || len(r.Report.Devices) == 0 || r.Report.Devices[0].Kind == "mig" {
+			continue
+		}
+		if podsByNode[r.Node] == nil {
+			podsByNode[r.Node] = map[string][]int{}
+		}
+		podsByNode[r.Node][r.Pod] = append(podsByNode[r.Node][r.Pod], r.Rank)
+	}
+	for _, node := range sortedKeys(podsByNode) {
+		pods := podsByNode[node]
+		if len(pods) < 2 {
+			continue
+		}
+		var rs []int
+		var ps []string
+		for _, p := range sortedKeys(pods) {
+			rs = append(rs, pods[p]...)
+			ps = append(ps, p)
+		}
+		sort.Ints(rs)
+		f = append(f, Finding{
+			Rule: RuleGangSplitPodsSameNode, Severity: SeverityWarn, Ranks: rs, Pods: ps, Nodes: []string{node},
+			Message:     fmt.Sprintf("ranks %s share node %s but sit in %d pods; NCCL cannot use P2P/NVLink or shared memory across pods and goes through the network", intList(rs), node, len(pods)),
+			Remediation: "run one pod per node with all its GPUs (nproc-per-node = GPUs), or give the pods hostIPC",
+		})
+	}
+	return NewReport(in.Job, f)
+}
+
+func nodeOf(ranks []RankReport, rank int) string {
+	for _, r := range ranks {
+		if r.Rank == rank {
+			return r.Node
+		}
+	}
+	return ""
+}
+
+func ranksOf[T any](xs []T, rank func(T) int) []int {
+	var out []int
+	for _, x := range xs {
+		out = append(out, rank(x))
+	}
+	return dedupe(out)
+}
+
+func allRanks(rs []RankReport) []int {
+	out := make([]int, len(rs))
+	for i, r := range rs {
+		out[i] = r.Rank
+	}
+	return out
+}
+
+func dedupe(xs []int) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// intList renders ranks compactly: "0-3,5".
+func intList(xs []int) string {
+	xs = dedupe(xs)
+	var parts []string
+	for i := 0; i < len(xs); {
+		j := i
+		for j+1 < len(xs) && xs[j+1] == xs[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", xs[i], xs[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(xs[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,75 @@
+package preflight
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func rank(i int, node, pod string, devs ...DeviceSummary) RankReport {
+	return RankReport{Rank: i, Node: node, Pod: pod, DriverVersion: "580.65.06", CUDADriverVersion: "13.0",
+		Report: Report{Verdict: VerdictPass, Findings: []Finding{}, Devices: devs}}
+}
+
+func full(gpu int, node string) DeviceSummary {
+	return DeviceSummary{ID: fmt.Sprintf("GPU-%s-%d", node, gpu), Kind: "gpu", GPU: gpu, GPUUUID: fmt.Sprintf("GPU-%s-%d", node, gpu), Profile: "full", SMs: 132}
+}
+
+func migDev(gpuUUID string, i int, profile string, sms int) DeviceSummary {
+	return DeviceSummary{ID: fmt.Sprintf("MIG-%s-%d", gpuUUID, i), Kind: "mig", GPUUUID: gpuUUID, Profile: profile, SMs: sms}
+}
+
+func TestGangRules(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		expected int
+		ranks    []RankReport
+		want     []string
+		verdict  Verdict
+	}{
+		{"four full GPUs, one pod per node", 4, []RankReport{
+			rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2")),
+			rank(2, "n3", "ml/j-2", full(0, "n3")), rank(3, "n4", "ml/j-3", full(0, "n4"))}, nil, VerdictPass},
+		{"MIG ranks on one GPU", 2, []RankReport{
+			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.35gb", 26)), rank(1, "n1", "ml/j-1", migDev("GPU-a", 1, "1g.35gb", 26))},
+			[]string{"GANG_MIG_SHARED_GPU/info"}, VerdictPass},
+		{"MIG ranks on two GPUs", 2, []RankReport{
+			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "3g.40gb", 60)), rank(1, "n1", "ml/j-1", migDev("GPU-b", 0, "3g.40gb", 60))},
+			[]string{"GANG_MIG_SPANS_GPUS/fail"}, VerdictFail},
+		{"MIG mixed with full", 2, []RankReport{
+			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "3g.40gb", 60)), rank(1, "n2", "ml/j-1", full(0, "n2"))},
+			[]string{"GANG_MIG_MIXED_WITH_FULL/fail"}, VerdictFail},
+		{"same memory different SMs", 2, []RankReport{
+			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.20gb", 26)), rank(1, "n1", "ml/j-1", migDev("GPU-a", 1, "2g.20gb", 32))},
+			[]string{"GANG_PROFILE_MISMATCH/fail", "GANG_MIG_SHARED_GPU/info"}, VerdictFail},
+		{"missing ranks", 4, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(2, "n2", "ml/j-2", full(0, "n2"))},
+			[]string{"GANG_INCOMPLETE/fail"}, VerdictFail},
+		{"split pods on one node", 2, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n1", "ml/j-1", full(1, "n1"))},
+			[]string{"GANG_SPLIT_PODS_SAME_NODE/warn"}, VerdictWarn},
+		{"duplicate device", 2, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n1", "ml/j-0", full(0, "n1"))},
+			[]string{"GANG_DUPLICATE_DEVICE/fail"}, VerdictFail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := GangRules(GangInput{Job: "ml/j", Expected: tc.expected, Ranks: tc.ranks})
+			if tc.want == nil {
+				require.Empty(t, r.Findings)
+			} else {
+				require.ElementsMatch(t, tc.want, rules(r))
+			}
+			require.Equal(t, tc.verdict, r.Verdict)
+		})
+	}
+}
+
+func TestGangRankFailureAndDrivers(t *testing.T) {
+	bad := rank(1, "n2", "ml/j-1", full(0, "n2"))
+	bad.DriverVersion = "570.133.20"
+	bad.Report = NewReport("", []Finding{{Rule: RuleNVLinkDown, Severity: SeverityFail, Message: "x"}})
+	bad.Report.Devices = []DeviceSummary{full(0, "n2")}
+	r := GangRules(GangInput{Job: "ml/j", Expected: 2, Ranks: []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), bad}})
+	require.ElementsMatch(t, []string{"RANK_PREFLIGHT_FAILED/fail", "GANG_DRIVER_MISMATCH/warn"}, rules(r))
+	require.Contains(t, r.Findings[0].Message, "NVLINK_DOWN")
+	require.Equal(t, "GANG_INCOMPLETE", GangRules(GangInput{Expected: 3}).Findings[0].Rule)
+	require.Equal(t, "0-3,5,7-8", intList([]int{8, 0, 1, 2, 3, 5, 7, 3}))
+}
