@@ -1,0 +1,163 @@
+// Package nvmlsource discovers a node's GPU inventory live through NVML
+// (go-nvml's nvml.Interface), so tests inject go-nvml's mock servers (see the
+// nvmltest sub-package) and production uses the driver's libnvidia-ml.so.1.
+//
+// Every NVML call runs under its own deadline (WithCallTimeout). NVML calls
+// can block forever on a wedged GPU, and a blocked cgo call cannot be
+// interrupted, so each call runs on a worker goroutine and discovery waits for
+// it with a timer. When the deadline passes, discovery stops at once and
+// returns a *topology.DiscoveryError of class CALL_HUNG (rule NVML_CALL_HUNG,
+// Hung true) that names the call and the device. The worker goroutine, stuck
+// in the driver, is abandoned: it leaks until the call returns, if ever. The
+// process can still exit (os.Exit and returning from main do not wait for
+// goroutines); NVML is then left initialized, because Shutdown would queue
+// behind the stuck call.
+//
+// NVML return codes become *topology.DiscoveryError values with a class per
+// failure kind (see Classes), a message and a remediation a person can act
+// on. ERROR_NOT_SUPPORTED is an answer, never a failure: the field stays
+// unknown, or the capability is reported absent.
+package nvmlsource
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/rankgate/rankgate/topology"
+)
+
+// Default deadlines.
+const (
+	DefaultCallTimeout = 5 * time.Second
+	// DefaultInitTimeout is longer than a call: without persistence mode,
+	// nvmlInit brings up every GPU, about 1-3 s each.
+	DefaultInitTimeout = 60 * time.Second
+)
+
+// Logger is the little logging this package does: why a field stayed
+// unknown, what was skipped. The binary adapts its real logger to it.
+type Logger interface {
+	Debugf(format string, args ...any)
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Debugf(string, ...any) {}
+
+type options struct {
+	callTimeout time.Duration
+	initTimeout time.Duration
+	log         Logger
+	calls       *atomic.Int64
+}
+
+// Option configures a Source.
+type Option func(*options)
+
+// WithCallTimeout sets the deadline of each NVML call (default 5 s). A
+// context deadline that comes sooner wins.
+func WithCallTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.callTimeout = d
+		}
+	}
+}
+
+// WithInitTimeout sets the deadline of nvmlInit (default 60 s, see
+// DefaultInitTimeout). A context deadline that comes sooner wins.
+func WithInitTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.initTimeout = d
+		}
+	}
+}
+
+// WithLogger sets the debug logger; the default discards.
+func WithLogger(l Logger) Option {
+	return func(o *options) {
+		if l != nil {
+			o.log = l
+		}
+	}
+}
+
+// WithCallCounter adds the number of NVML calls each discovery makes
+// (Init and Shutdown included) to c. Benchmarks and tests use it to check
+// that discovery stays linear in GPUs, MIG devices and GPU pairs.
+func WithCallCounter(c *atomic.Int64) Option {
+	return func(o *options) { o.calls = c }
+}
+
+// Source discovers the inventory through NVML. It is safe for concurrent
+// use; each Inventory call initializes and shuts down NVML around its work.
+type Source struct {
+	lib  nvml.Interface
+	opts options
+}
+
+var _ topology.Source = (*Source)(nil)
+
+// New returns a Source over lib: nvml.New() in production, a mock in tests.
+func New(lib nvml.Interface, opts ...Option) *Source {
+	o := options{
+		callTimeout: DefaultCallTimeout,
+		initTimeout: DefaultInitTimeout,
+		log:         nopLogger{},
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return &Source{lib: lib, opts: o}
+}
+
+// NewDefault returns a Source over the system's NVML. The library
+// (libnvidia-ml.so.1) is opened at the first Inventory call, not here: on a
+// machine without it, Inventory fails with class LIBRARY_NOT_FOUND.
+func NewDefault(opts ...Option) *Source {
+	return New(nvml.New(), opts...)
+}
+
+// Inventory initializes NVML, reads the node's GPUs, MIG devices, NVLinks
+// and GPU pairs, and shuts NVML down. The hostname is left to the caller.
+// Errors are *topology.DiscoveryError, except a cancelled ctx, which is
+// returned wrapped.
+func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
+	c := newCaller(ctx, s.opts.callTimeout, s.opts.calls)
+	defer c.close()
+
+	r, err := callInit(c, s.opts.initTimeout, s.lib.Init)
+	if err != nil {
+		return nil, err
+	}
+	if r != nvml.SUCCESS {
+		return nil, classify(op{fn: "nvmlInit", gpu: -1, mig: -1, peer: -1, arg: -1}, r)
+	}
+	inv, err := s.discover(c)
+	s.shutdown(c)
+	if err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// shutdown ends the NVML session unless a call hung: Shutdown would wait
+// behind it, and the caller is better served by a prompt error.
+func (s *Source) shutdown(c *caller) {
+	if c.stuck {
+		s.opts.log.Debugf("nvml: skipping nvmlShutdown after a hung call; NVML stays initialized")
+		return
+	}
+	o := op{fn: "nvmlShutdown", gpu: -1, mig: -1, peer: -1, arg: -1}
+	r, err := callRet(c, o, s.lib.Shutdown)
+	switch {
+	case err != nil:
+		s.opts.log.Debugf("nvml: %v", err)
+	case r != nvml.SUCCESS:
+		s.opts.log.Debugf("nvml: %s returned %s", o, r.Error())
+	}
+}
