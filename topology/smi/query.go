@@ -1,0 +1,276 @@
+package smi
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// `nvidia-smi -q` is an indented tree of "Key : value" lines and section
+// names, one top-level "GPU <bus id>" section per GPU:
+//
+//	GPU 00000000:00:09.0
+//	    Product Name                   : NVIDIA H100 80GB HBM3
+//	    MIG Mode
+//	        Current                    : Enabled
+//	    MIG Device
+//	        Index                      : 0
+//	        GPU Instance ID            : 2
+//	        Device Attributes
+//	            Shared
+//	                Multiprocessor count : 60
+//	        Shared FB Memory Usage
+//	            Total                  : 40448 MiB
+//
+// Older drivers nest the MIG Device blocks in "MIG Devices" and call the
+// memory block "FB Memory Usage"; both are read. Sections nvidia-smi adds
+// over time are skipped. -q names GPUs by bus ID only: the GPU index is the
+// position in the output (nvidia-smi lists GPUs in index order), or the
+// `-i` list of the prompt line when there is one; an output of selected
+// GPUs without its prompt line is numbered from 0, unless another input
+// names the same bus ID or UUID.
+
+// splitKV splits "Product Name   : NVIDIA H100"; a line without ": " is a
+// section name. "GPU 00000000:00:09.0" is a section: its colons are not
+// followed by a space.
+func splitKV(t string) (key, val string, ok bool) {
+	i := strings.Index(t, ": ")
+	if i < 0 {
+		if strings.HasSuffix(t, ":") && !strings.HasSuffix(t, "::") {
+			return strings.TrimSpace(t[:len(t)-1]), "", true
+		}
+		return "", "", false
+	}
+	return strings.TrimSpace(t[:i]), strings.TrimSpace(t[i+2:]), true
+}
+
+func indentOf(l string) int {
+	n := 0
+	for _, c := range l {
+		switch c {
+		case ' ':
+			n++
+		case '\t':
+			n += 4
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func parseQuery(s section, r *report) error {
+	args, _ := s.args()
+	idxs := cmdIndices(args)
+	var stack []frame
+	var g *gpuFact
+	var mig *migFact
+	migDepth := -1
+	pos := 0
+	closeMIG := func() {
+		if mig == nil {
+			return
+		}
+		if mig.index < 0 {
+			mig.index = len(g.migs)
+		}
+		g.migs = append(g.migs, *mig)
+		mig, migDepth = nil, -1
+	}
+	for k, l := range s.body() {
+		if isBlank(l) {
+			continue
+		}
+		i := s.first + k
+		ind := indentOf(l)
+		t := strings.TrimSpace(l)
+		key, val, isKV := splitKV(t)
+		for len(stack) > 0 && stack[len(stack)-1].indent >= ind {
+			if len(stack)-1 == migDepth {
+				closeMIG()
+			}
+			stack = stack[:len(stack)-1]
+		}
+		if ind == 0 || len(stack) == 0 {
+			closeMIG()
+			g = nil
+			switch {
+			case !isKV && strings.HasPrefix(t, "GPU "):
+				if pos >= maxGPUs {
+					return s.errAt(i, "too many GPUs")
+				}
+				bus, err := normBusID(strings.TrimPrefix(t, "GPU "))
+				if err != nil {
+					return s.errAt(i, err.Error())
+				}
+				g = newGPUFact(s, i, pos)
+				g.weakIndex = true
+				if pos < len(idxs) {
+					g.index, g.weakIndex = idxs[pos], false
+				}
+				g.busID = bus
+				r.addGPU(g)
+				pos++
+			case isKV && key == "Driver Version":
+				r.driver, r.infoLine = versionOrEmpty(val), lineNo(i)
+			case isKV && key == "CUDA Version":
+				r.cuda = versionOrEmpty(val)
+			}
+			if !isKV {
+				stack = append(stack, frame{ind, t})
+			}
+			if msg, ok := smiFailure(t); ok {
+				return s.errAt(i, msg)
+			}
+			continue
+		}
+		if g == nil {
+			if !isKV {
+				stack = append(stack, frame{ind, t})
+			}
+			continue
+		}
+		if !isKV {
+			stack = append(stack, frame{ind, t})
+			if t == "MIG Device" && mig == nil {
+				if len(g.migs) >= maxMIGDevices {
+					return s.errAt(i, "too many MIG devices")
+				}
+				m := newMIGFact(s, i)
+				mig, migDepth = &m, len(stack)-1
+			}
+			continue
+		}
+		var err error
+		if mig != nil {
+			err = queryMIGField(mig, stack[migDepth+1:], key, val)
+		} else {
+			err = queryGPUField(g, stack[1:], key, val)
+		}
+		if err != nil {
+			return s.errAt(i, fmt.Sprintf("%s: %v", key, err))
+		}
+	}
+	if g != nil {
+		closeMIG()
+	}
+	if pos == 0 {
+		return s.errAt(s.first, "the nvidia-smi -q output lists no GPU")
+	}
+	return nil
+}
+
+func versionOrEmpty(v string) string {
+	if isVersion(v) {
+		return v
+	}
+	return ""
+}
+
+// frame is an open section of the -q tree.
+type frame struct {
+	indent int
+	name   string
+}
+
+// sectionPath joins the names of open sections: "MIG Mode",
+// "Device Attributes/Shared".
+func sectionPath(fs []frame) string {
+	switch len(fs) {
+	case 0:
+		return ""
+	case 1:
+		return fs[0].name
+	}
+	out := make([]string, len(fs))
+	for i, f := range fs {
+		out[i] = f.name
+	}
+	return strings.Join(out, "/")
+}
+
+func queryGPUField(g *gpuFact, path []frame, key, val string) error {
+	p := sectionPath(path)
+	switch {
+	case p == "" && key == "Product Name":
+		g.name = val
+	case p == "" && (key == "GPU UUID" || key == "UUID"):
+		if val == "N/A" {
+			return nil
+		}
+		u, err := parseUUID(val, "GPU-")
+		if err != nil {
+			return err
+		}
+		g.uuid = u
+	case p == "" && key == "Persistence Mode":
+		g.persistence = parseOnOff(val)
+	case p == "MIG Mode" && (key == "Current" || key == "Pending"):
+		mode, ok := parseMIGMode(val)
+		if !ok {
+			return fmt.Errorf("%q is not Enabled, Disabled or N/A", clip(val))
+		}
+		if key == "Current" {
+			g.migCurrent = mode
+		} else {
+			g.migPending = mode
+		}
+	case p == "PCI" && key == "Bus Id":
+		b, err := normBusID(val)
+		if err != nil {
+			return err
+		}
+		if g.busID != "" && b != g.busID {
+			return fmt.Errorf("bus ID %s differs from the GPU's %s", b, g.busID)
+		}
+		g.busID = b
+	case p == "FB Memory Usage" && key == "Total":
+		n, _, err := parseMiB(val)
+		if err != nil {
+			return err
+		}
+		g.memMiB = n
+	case (p == "" || p == "PCI") && (key == "NUMA Node" || key == "NUMA Affinity" || key == "NUMA Node ID"):
+		if n, err := strconv.Atoi(val); err == nil && n >= 0 && n < 1<<16 {
+			g.numa = &n
+		}
+	}
+	return nil
+}
+
+func queryMIGField(m *migFact, path []frame, key, val string) error {
+	p := sectionPath(path)
+	num := func(max int) (int, bool, error) {
+		if val == "N/A" {
+			return 0, false, nil
+		}
+		n, err := parseIndex(val, max)
+		return n, err == nil, err
+	}
+	var err error
+	var n int
+	var ok bool
+	switch {
+	case p == "" && key == "Index":
+		if n, ok, err = num(maxMIGDevices); ok {
+			m.index = n
+		}
+	case p == "" && key == "GPU Instance ID":
+		if n, ok, err = num(maxInstanceID); ok {
+			m.gi = n
+		}
+	case p == "" && key == "Compute Instance ID":
+		if n, ok, err = num(maxInstanceID); ok {
+			m.ci = n
+		}
+	case strings.HasPrefix(p, "Device Attributes") && key == "Multiprocessor count":
+		if n, ok, err = num(1024); ok {
+			m.sms = n
+		}
+	case (p == "Shared FB Memory Usage" || p == "FB Memory Usage") && key == "Total":
+		var v uint64
+		v, _, err = parseMiB(val)
+		m.memMiB = v
+	}
+	return err
+}

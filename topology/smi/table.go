@@ -1,0 +1,307 @@
+package smi
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The plain `nvidia-smi` output is a set of boxes: a header with the driver
+// and CUDA versions, one block per GPU whose rows line up with the column
+// header rows above them, then "MIG devices:" and "Processes:" boxes:
+//
+//	| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+//	| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+//	|                                         |                        |               MIG M. |
+//	|=========================================+========================+======================|
+//	|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:09.0 Off |                   On |
+//	| N/A   42C    P0             98W /  700W |      59MiB /  81559MiB |     N/A      Default |
+//	|                                         |                        |              Enabled |
+//
+// Column widths changed between drivers and names are cut to fit ("NVIDIA
+// A100 80G..."), so cells are found by the header text above them, not by
+// position. Without a MIG-capable GPU the "MIG M." row is absent.
+
+type tableState int
+
+const (
+	tNone tableState = iota
+	tGPUHeader
+	tGPUData
+	tMIGHeader
+	tMIGData
+	tProcesses
+)
+
+// cellPos locates a header cell: its row within a GPU block and its column.
+type cellPos struct{ row, col int }
+
+func cells(t string) []string {
+	p := strings.Split(t, "|")
+	if len(p) < 2 {
+		return nil
+	}
+	p = p[1:]
+	if strings.HasSuffix(t, "|") {
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+func isRule(t string) bool {
+	return strings.HasPrefix(t, "+") || strings.HasPrefix(t, "|-") || strings.HasPrefix(t, "|=")
+}
+
+func parseTable(s section, r *report) error {
+	state := tNone
+	seenBox := false
+	var hdr [][]string
+	var bus, mem, mig cellPos
+	row := 0
+	var cur *gpuFact
+	byIndex := map[int]*gpuFact{}
+	gpuFor := func(i, line int) *gpuFact {
+		if g := byIndex[i]; g != nil {
+			return g
+		}
+		g := r.addGPU(newGPUFact(s, line, i))
+		byIndex[i] = g
+		return g
+	}
+	find := func(label string) cellPos {
+		for ri, rc := range hdr {
+			for ci, c := range rc {
+				if strings.Contains(c, label) {
+					return cellPos{ri, ci}
+				}
+			}
+		}
+		return cellPos{-1, -1}
+	}
+	for k, l := range s.body() {
+		i := s.first + k
+		t := strings.TrimSpace(l)
+		if isBlank(l) {
+			if state != tNone {
+				state = tNone
+			}
+			continue
+		}
+		if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
+			if msg, ok := smiFailure(t); ok {
+				return s.errAt(i, msg)
+			}
+			if !seenBox {
+				continue // the timestamp line above the boxes
+			}
+			return s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
+		}
+		seenBox = true
+		c := cells(t)
+		switch {
+		case strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version:"):
+			if err := tableVersions(s, i, t, r); err != nil {
+				return err
+			}
+			continue
+		case strings.Contains(t, "MIG devices:"):
+			state = tMIGHeader
+			continue
+		case strings.Contains(t, "Processes:"):
+			state = tProcesses
+			continue
+		case state == tNone && strings.Contains(t, "Bus-Id"):
+			state, hdr = tGPUHeader, [][]string{c}
+			continue
+		}
+		switch state {
+		case tGPUHeader:
+			if strings.HasPrefix(t, "|=") {
+				state, row = tGPUData, 0
+				bus, mem, mig = find("Bus-Id"), find("Memory-Usage"), find("MIG M.")
+				continue
+			}
+			if !isRule(t) {
+				hdr = append(hdr, c)
+			}
+		case tGPUData:
+			if isRule(t) {
+				row = 0
+				continue
+			}
+			if row >= len(hdr) {
+				return s.errAt(i, "a GPU block has more rows than the column header")
+			}
+			if row == 0 {
+				g, err := tableGPU(s, i, c, bus)
+				if err != nil {
+					return err
+				}
+				if byIndex[g.index] != nil {
+					return s.errAt(i, fmt.Sprintf("GPU %d is listed twice", g.index))
+				}
+				cur = r.addGPU(g)
+				byIndex[g.index] = g
+			}
+			if cur == nil {
+				return s.errAt(i, "GPU row before any GPU")
+			}
+			if row == mem.row && mem.col < len(c) {
+				v, err := tableMemTotal(c[mem.col])
+				if err != nil {
+					return s.errAt(i, "memory: "+err.Error())
+				}
+				cur.memMiB = v
+			}
+			if row == mig.row && mig.col < len(c) {
+				mode, ok := parseMIGMode(c[mig.col])
+				if !ok {
+					return s.errAt(i, fmt.Sprintf("MIG mode %q is not Enabled, Disabled or N/A", clip(strings.TrimSpace(c[mig.col]))))
+				}
+				cur.migCurrent = mode
+			}
+			row++
+		case tMIGHeader:
+			if strings.HasPrefix(t, "|=") {
+				state = tMIGData
+			}
+		case tMIGData:
+			if isRule(t) || len(c) == 0 || strings.TrimSpace(c[0]) == "" {
+				continue // separators and BAR1 continuation rows
+			}
+			if strings.Contains(t, "No MIG devices found") {
+				continue
+			}
+			if err := tableMIG(s, i, c, gpuFor); err != nil {
+				return err
+			}
+		}
+	}
+	if len(r.gpus) == 0 && r.driver == "" {
+		return s.errAt(s.first, "the nvidia-smi table lists no GPU")
+	}
+	return nil
+}
+
+// tableVersions reads "| NVIDIA-SMI 590.48.01  Driver Version: 590.48.01  CUDA Version: 13.1 |".
+func tableVersions(s section, i int, t string, r *report) error {
+	val := func(key string) string {
+		_, v, ok := strings.Cut(t, key)
+		if !ok {
+			return ""
+		}
+		f := strings.Fields(strings.Trim(v, "| "))
+		if len(f) == 0 || f[0] == "N/A" {
+			return ""
+		}
+		return f[0]
+	}
+	r.driver, r.cuda, r.infoLine = val("Driver Version:"), val("CUDA Version:"), lineNo(i)
+	for _, v := range []string{r.driver, r.cuda} {
+		if v != "" && !isVersion(v) {
+			return s.errAt(i, fmt.Sprintf("%q is not a version", clip(v)))
+		}
+	}
+	return nil
+}
+
+// isVersion accepts "590.48.01", "13.1".
+func isVersion(v string) bool {
+	if v == "" || v[0] == '.' || v[len(v)-1] == '.' || len(v) > 32 {
+		return false
+	}
+	for _, c := range v {
+		if c != '.' && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// tableGPU reads the first row of a GPU block.
+func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
+	if len(c) == 0 {
+		return nil, s.errAt(i, "empty GPU row")
+	}
+	f := strings.Fields(c[0])
+	if len(f) < 2 {
+		return nil, s.errAt(i, "a GPU row starts with the GPU index and name")
+	}
+	idx, err := parseIndex(f[0], maxGPUs)
+	if err != nil {
+		return nil, s.errAt(i, "GPU index: "+err.Error())
+	}
+	g := newGPUFact(s, i, idx)
+	name := f[1:]
+	switch last := f[len(f)-1]; last {
+	case "On", "Off":
+		g.persistence = parseOnOff(last)
+		name = f[1 : len(f)-1]
+	case "WDDM", "TCC", "N/A":
+		name = f[1 : len(f)-1]
+	}
+	g.name = strings.Join(name, " ")
+	if bus.row == 0 && bus.col >= 0 && bus.col < len(c) {
+		if bf := strings.Fields(c[bus.col]); len(bf) > 0 {
+			if g.busID, err = normBusID(bf[0]); err != nil {
+				return nil, s.errAt(i, err.Error())
+			}
+		}
+	}
+	return g, nil
+}
+
+// tableMemTotal reads the total of "59MiB /  81559MiB".
+func tableMemTotal(v string) (uint64, error) {
+	_, total, ok := strings.Cut(v, "/")
+	if !ok {
+		if strings.TrimSpace(v) == "N/A" || strings.TrimSpace(v) == "" {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("%q is not used / total", clip(strings.TrimSpace(v)))
+	}
+	n, _, err := parseMiB(total)
+	return n, err
+}
+
+// tableMIG reads a "MIG devices:" row: GPU, GI, CI, MIG device index,
+// memory used / total, SM count.
+func tableMIG(s section, i int, c []string, gpuFor func(i, line int) *gpuFact) error {
+	f := strings.Fields(c[0])
+	if len(f) != 4 {
+		return s.errAt(i, "a MIG device row starts with GPU, GI ID, CI ID and MIG device index")
+	}
+	var v [4]int
+	for k, max := range [4]int{maxGPUs, maxInstanceID, maxInstanceID, maxMIGDevices} {
+		n, err := parseIndex(f[k], max)
+		if err != nil {
+			return s.errAt(i, "MIG device row: "+err.Error())
+		}
+		v[k] = n
+	}
+	m := newMIGFact(s, i)
+	m.gi, m.ci, m.index = v[1], v[2], v[3]
+	if len(c) > 1 {
+		n, err := tableMemTotal(c[1])
+		if err != nil {
+			return s.errAt(i, "MIG device memory: "+err.Error())
+		}
+		m.memMiB = n
+	}
+	if len(c) > 2 {
+		if sf := strings.Fields(c[2]); len(sf) > 0 && sf[0] != "N/A" {
+			n, err := parseIndex(sf[0], 1024)
+			if err != nil {
+				return s.errAt(i, "MIG device SM count: "+err.Error())
+			}
+			m.sms = n
+		}
+	}
+	g := gpuFor(v[0], i)
+	for _, o := range g.migs {
+		if o.index == m.index {
+			return s.errAt(i, fmt.Sprintf("MIG device %d:%d is listed twice", v[0], m.index))
+		}
+	}
+	g.migs = append(g.migs, m)
+	return nil
+}
