@@ -1,0 +1,265 @@
+package schedule
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/topology"
+)
+
+// Engine judges workloads against clusters. It holds only read-only data
+// (MIG catalog, known-bad drivers), so one Engine serves concurrent calls.
+type Engine struct {
+	catalog *topology.Catalog
+	drivers *preflight.DriverTable
+	// maxNames bounds the node and pod names quoted in one message.
+	maxNames int
+}
+
+// Option configures an Engine.
+type Option func(*Engine)
+
+// WithCatalog replaces the embedded MIG profile catalog.
+func WithCatalog(c *topology.Catalog) Option { return func(e *Engine) { e.catalog = c } }
+
+// WithDriverTable replaces the embedded known-bad driver table.
+func WithDriverTable(t *preflight.DriverTable) Option { return func(e *Engine) { e.drivers = t } }
+
+// New returns an Engine with the embedded data tables unless replaced.
+func New(opts ...Option) *Engine {
+	e := &Engine{maxNames: 5}
+	for _, o := range opts {
+		o(e)
+	}
+	if e.catalog == nil {
+		e.catalog = topology.DefaultCatalog()
+	}
+	if e.drivers == nil {
+		e.drivers = preflight.DefaultDriverTable()
+	}
+	return e
+}
+
+// Cluster is a snapshot prepared for judging: per-node free capacity and
+// GPU facts are computed once, then any number of workloads are judged
+// against it. It is read-only after NewCluster and safe for concurrent
+// Diagnose calls.
+type Cluster struct {
+	nodes []nodeInfo
+	// Resources are interned: alloc and free are dense rows of len(res).
+	res     map[string]int
+	resName []string
+	alloc   []int64 // len(nodes)*len(res)
+	free    []int64
+	byName  map[string]int
+	// LabelErrors lists nodes whose GPU labels could not be read; those
+	// nodes are judged as if the labels were absent.
+	LabelErrors []error
+}
+
+type migState uint8
+
+const (
+	migOK migState = iota
+	migPending
+	migFailed
+)
+
+type nodeInfo struct {
+	node  *Node
+	gpu   GPU
+	model *topology.GPUModel // nil: not in the catalog
+	state migState
+	tgt   target
+	shape preflight.NodeShape
+	// driver entries matching the node, by severity.
+	badFail, badWarn []preflight.DriverEntry
+	// gpuAlloc is the sum of the node's allocatable GPU resources.
+	gpuAlloc int64
+}
+
+// NodeCount is the number of nodes in the snapshot.
+func (c *Cluster) NodeCount() int { return len(c.nodes) }
+
+// NewCluster prepares nodes for judging. The nodes are referenced, not
+// copied: do not change them while the Cluster is in use.
+func (e *Engine) NewCluster(nodes []Node) *Cluster {
+	c := &Cluster{
+		nodes:  make([]nodeInfo, len(nodes)),
+		res:    map[string]int{},
+		byName: make(map[string]int, len(nodes)),
+	}
+	intern := func(name string) {
+		if _, ok := c.res[name]; !ok {
+			c.res[name] = len(c.resName)
+			c.resName = append(c.resName, name)
+		}
+	}
+	models := map[string]*topology.GPUModel{}
+	for i := range nodes {
+		n := &nodes[i]
+		c.byName[n.Name] = i
+		for r := range n.Allocatable {
+			intern(r)
+		}
+		for r := range n.Capacity {
+			intern(r)
+		}
+		g, err := ParseGPULabels(n.Labels)
+		if err != nil {
+			c.LabelErrors = append(c.LabelErrors, fmt.Errorf("node %s: %w", n.Name, err))
+		}
+		ni := nodeInfo{node: n, gpu: g}
+		base := g.BaseProduct()
+		m, seen := models[base]
+		if !seen {
+			m = e.modelOf(base)
+			models[base] = m
+		}
+		ni.model = m
+		switch {
+		case g.MIGConfigState == MIGStateFailed:
+			ni.state = migFailed
+		case g.MIGConfigState == MIGStatePending || g.MIGConfigState == MIGStateRebooting || g.PausedForMIGChange:
+			ni.state = migPending
+		}
+		ni.tgt = targetOf(g.MIGConfig, m)
+		ni.shape = shapeOf(n, g)
+		for _, d := range e.drivers.Match(ni.shape) {
+			if d.Severity == preflight.SeverityFail {
+				ni.badFail = append(ni.badFail, d)
+			} else {
+				ni.badWarn = append(ni.badWarn, d)
+			}
+		}
+		c.nodes[i] = ni
+	}
+	nr := len(c.resName)
+	c.alloc = make([]int64, len(nodes)*nr)
+	c.free = make([]int64, len(nodes)*nr)
+	for i := range nodes {
+		n := &nodes[i]
+		row := i * nr
+		for r, v := range n.Allocatable {
+			j := c.res[r]
+			c.alloc[row+j] = v
+			c.free[row+j] = v - n.Used[r]
+			if IsGPUResource(r) && v > 0 {
+				c.nodes[i].gpuAlloc += v
+			}
+		}
+	}
+	return c
+}
+
+func (e *Engine) modelOf(product string) *topology.GPUModel {
+	if product == "" {
+		return nil
+	}
+	if m, ok := e.catalog.Model(product); ok {
+		return m
+	}
+	// GFD writes spaces as dashes; the catalog matches either way.
+	if m, ok := e.catalog.Model(strings.ReplaceAll(product, "-", " ")); ok {
+		return m
+	}
+	return nil
+}
+
+// shapeOf fills the known-bad-driver shape from labels and resources.
+func shapeOf(n *Node, g GPU) preflight.NodeShape {
+	s := preflight.NodeShape{Driver: g.Driver}
+	if g.Product != "" {
+		s.Products = []string{g.BaseProduct()}
+	}
+	seen := map[string]bool{}
+	addProfile := func(p string) {
+		if !seen[p] {
+			seen[p] = true
+			s.Profiles = append(s.Profiles, p)
+		}
+	}
+	for p, l := range g.MIGProfiles {
+		if l.Count > 0 {
+			s.HasMIG = true
+			addProfile(p)
+		}
+	}
+	for _, rl := range []Resources{n.Capacity, n.Allocatable} {
+		for r, v := range rl {
+			if p, ok := MIGProfileOf(r); ok && v > 0 {
+				s.HasMIG = true
+				addProfile(p)
+			}
+		}
+	}
+	if sp := g.SingleProfile(); sp != "" {
+		s.HasMIG = true
+		addProfile(sp)
+	} else if !g.Invalid() {
+		if n.Capacity[ResourceGPU] > 0 || n.Allocatable[ResourceGPU] > 0 {
+			s.HasFull = true
+		}
+	}
+	if g.Invalid() {
+		s.HasMIG = true
+	}
+	sort.Strings(s.Profiles)
+	return s
+}
+
+// allocOf and freeOf read the dense rows; an unknown resource is 0.
+func (c *Cluster) allocOf(node, res int) int64 {
+	if res < 0 {
+		return 0
+	}
+	return c.alloc[node*len(c.resName)+res]
+}
+
+func (c *Cluster) freeOf(node, res int) int64 {
+	if res < 0 {
+		return 0
+	}
+	return c.free[node*len(c.resName)+res]
+}
+
+func (c *Cluster) resIndex(name string) int {
+	if i, ok := c.res[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// kindOf says what nvidia.com/gpu means on a node: a full GPU, or under the
+// single strategy a MIG instance of one profile.
+func (n *nodeInfo) gpuMeaning() string {
+	if p := n.gpu.SingleProfile(); p != "" {
+		return "MIG " + p
+	}
+	return "full GPU"
+}
+
+// migDescribe is the node's MIG setup for messages.
+func (n *nodeInfo) migDescribe() string {
+	parts := []string{"mig.strategy=" + orUnset(n.gpu.Strategy), "mig.config=" + orUnset(n.gpu.MIGConfig)}
+	return strings.Join(parts, ", ")
+}
+
+// describe is a short description of a node's GPUs for messages.
+func (n *nodeInfo) describe() string {
+	var parts []string
+	if m := n.model; m != nil {
+		parts = append(parts, m.Name)
+	} else if p := n.gpu.BaseProduct(); p != "" {
+		parts = append(parts, p)
+	}
+	if n.gpu.Strategy != "" {
+		parts = append(parts, "mig.strategy="+n.gpu.Strategy)
+	}
+	if n.gpu.MIGConfig != "" {
+		parts = append(parts, "mig.config="+n.gpu.MIGConfig)
+	}
+	return strings.Join(parts, ", ")
+}
