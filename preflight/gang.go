@@ -17,6 +17,7 @@ const (
 	RuleGangSplitPodsSameNode = "GANG_SPLIT_PODS_SAME_NODE"
 	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
 	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
+	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
 )
 
 // RankReport is what one rank sends the controller: who it is, where it
@@ -36,6 +37,21 @@ type GangInput struct {
 	// Expected is the number of ranks the job spec asks for.
 	Expected int
 	Ranks    []RankReport
+	// Missing says, for ranks that have not reported, what their pods are
+	// doing (from the cluster); GANG_INCOMPLETE quotes it. Ranks marked
+	// Unplaceable fail the gang with GANG_RANK_UNPLACEABLE even when
+	// Expected is 0 (an early decision).
+	Missing map[int]MissingRank
+}
+
+// MissingRank is what the pod of a rank that has not reported is doing.
+type MissingRank struct {
+	Pod  string `json:"pod,omitempty"`
+	Node string `json:"node,omitempty"`
+	// State in words: "Pending, unschedulable: 0/3 nodes are available: ...".
+	State string `json:"state"`
+	// Unplaceable: no node of the cluster could ever hold the pod.
+	Unplaceable bool `json:"unplaceable,omitempty"`
 }
 
 // GangRules decides for the whole job. Ranks are identified by Rank; a
@@ -59,10 +75,26 @@ func GangRules(in GangInput) Report {
 				missing = append(missing, i)
 			}
 		}
+		pods, nodes, states := describeMissing(in.Missing, missing)
 		f = append(f, Finding{
-			Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing,
-			Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s", len(ranks), in.Expected, intList(missing)),
+			Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing, Pods: pods, Nodes: nodes,
+			Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(ranks), in.Expected, intList(missing), states),
 			Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
+		})
+	}
+	var unplaceable []int
+	for i, m := range in.Missing {
+		if _, reported := byRank[i]; m.Unplaceable && !reported {
+			unplaceable = append(unplaceable, i)
+		}
+	}
+	if len(unplaceable) > 0 {
+		sort.Ints(unplaceable)
+		pods, nodes, states := describeMissing(in.Missing, unplaceable)
+		f = append(f, Finding{
+			Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: unplaceable, Pods: pods, Nodes: nodes,
+			Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", intList(unplaceable), states),
+			Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
 		})
 	}
 	for _, r := range ranks {
@@ -218,6 +250,33 @@ func GangRules(in GangInput) Report {
 		})
 	}
 	return NewReport(in.Job, f)
+}
+
+// describeMissing renders the pods of missing ranks: their names, nodes, and
+// "; rank 3 (pod p): state" lines.
+func describeMissing(m map[int]MissingRank, ranks []int) (pods, nodes []string, text string) {
+	var b strings.Builder
+	for _, i := range ranks {
+		x, ok := m[i]
+		if !ok {
+			continue
+		}
+		if x.Pod != "" {
+			pods = append(pods, x.Pod)
+		}
+		if x.Node != "" {
+			nodes = append(nodes, x.Node)
+		}
+		fmt.Fprintf(&b, "; rank %d", i)
+		switch {
+		case x.Pod != "" && x.Node != "":
+			fmt.Fprintf(&b, " (pod %s on %s)", x.Pod, x.Node)
+		case x.Pod != "":
+			fmt.Fprintf(&b, " (pod %s)", x.Pod)
+		}
+		fmt.Fprintf(&b, ": %s", x.State)
+	}
+	return pods, nodes, b.String()
 }
 
 func nodeOf(ranks []RankReport, rank int) string {

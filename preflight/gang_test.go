@@ -73,3 +73,27 @@ func TestGangRankFailureAndDrivers(t *testing.T) {
 	require.Equal(t, "GANG_INCOMPLETE", GangRules(GangInput{Expected: 3}).Findings[0].Rule)
 	require.Equal(t, "0-3,5,7-8", intList([]int{8, 0, 1, 2, 3, 5, 7, 3}))
 }
+
+func TestGangMissingRanks(t *testing.T) {
+	in := GangInput{Job: "ml/j", Expected: 3, Ranks: []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1"))},
+		Missing: map[int]MissingRank{
+			1: {Pod: "j-worker-0", Node: "n2", State: "Running, init container rankgate has not reported"},
+			2: {Pod: "j-worker-1", State: "Pending, unschedulable: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."},
+		}}
+	r := GangRules(in)
+	require.Equal(t, []string{"GANG_INCOMPLETE/fail"}, rules(r))
+	f := r.Findings[0]
+	require.Equal(t, []int{1, 2}, f.Ranks)
+	require.Equal(t, []string{"j-worker-0", "j-worker-1"}, f.Pods)
+	require.Contains(t, f.Message, "rank 1 (pod j-worker-0 on n2): Running")
+	require.Contains(t, f.Message, "rank 2 (pod j-worker-1): Pending, unschedulable: 0/3 nodes")
+
+	// An early decision: the rank that can never be placed fails the gang
+	// before the deadline, without GANG_INCOMPLETE.
+	in.Expected = 0
+	in.Missing = map[int]MissingRank{2: {Pod: "j-worker-1", State: "no node advertises nvidia.com/mig-3g.40gb", Unplaceable: true}}
+	r = GangRules(in)
+	require.Equal(t, []string{"GANG_RANK_UNPLACEABLE/fail"}, rules(r))
+	require.Equal(t, []int{2}, r.Findings[0].Ranks)
+	require.Contains(t, r.Findings[0].Message, "no node advertises")
+}
