@@ -91,7 +91,8 @@ func (c *Constraints) tolerates(t Taint) bool {
 	return false
 }
 
-// tolerates follows k8s.io/api/core/v1 Toleration.ToleratesTaint.
+// tolerates follows k8s.io/api/core/v1 Toleration.ToleratesTaint with
+// comparison operators enabled.
 func (tol Toleration) tolerates(t Taint) bool {
 	if tol.Effect != "" && tol.Effect != t.Effect {
 		return false
@@ -104,6 +105,18 @@ func (tol Toleration) tolerates(t Taint) bool {
 		return tol.Value == t.Value
 	case "Exists":
 		return true
+	case "Lt", "Gt":
+		// Alpha in Kubernetes 1.35 (TaintTolerationComparisonOperators):
+		// the API server accepts them only with the gate on.
+		tv, err1 := strconv.ParseInt(tol.Value, 10, 64)
+		nv, err2 := strconv.ParseInt(t.Value, 10, 64)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		if tol.Operator == "Lt" {
+			return nv < tv
+		}
+		return nv > tv
 	}
 	return false
 }

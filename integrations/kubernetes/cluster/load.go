@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+)
+
+// InputError is bad input in a file: it names the file, the document (and
+// List item) and the object. diagnose exits 2 on it.
+type InputError struct {
+	File   string
+	Doc    int // 1-based document in the file
+	Item   int // 1-based item in a List, 0 if not in a List
+	Object string
+	Err    error
+}
+
+func (e *InputError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	fmt.Fprintf(&b, ": document %d", e.Doc)
+	if e.Item > 0 {
+		fmt.Fprintf(&b, ", item %d", e.Item)
+	}
+	if e.Object != "" {
+		fmt.Fprintf(&b, " (%s)", e.Object)
+	}
+	return b.String() + ": " + e.Err.Error()
+}
+
+func (e *InputError) Unwrap() error { return e.Err }
+
+// LoadStats counts what a load read and skipped.
+type LoadStats struct {
+	Objects int
+	// Skipped counts objects of kinds diagnose does not use, by
+	// "apiVersion kind".
+	Skipped map[string]int
+}
+
+func (s *LoadStats) skip(apiVersion, kind string) {
+	if s.Skipped == nil {
+		s.Skipped = map[string]int{}
+	}
+	s.Skipped[apiVersion+" "+kind]++
+}
+
+// LoadFile reads one file ("-" is r) into b.
+func LoadFile(b *Builder, path string, stdin io.Reader, stats *LoadStats) error {
+	if path == "-" {
+		return Load(b, "(stdin)", stdin, stats)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return &InputError{File: path, Doc: 0, Err: err}
+	}
+	defer f.Close()
+	return Load(b, path, f, stats)
+}
+
+// Load reads Kubernetes objects as `kubectl get -o yaml|json` prints them:
+// single objects, Lists (v1 List, NodeList, PodList, PyTorchJobList,
+// MPIJobList) and multi-document YAML. Nodes, Pods, PyTorchJobs
+// (kubeflow.org/v1) and MPIJobs (kubeflow.org/v2beta1) go into b; other
+// kinds are counted in stats and skipped.
+func Load(b *Builder, name string, r io.Reader, stats *LoadStats) error {
+	if stats == nil {
+		stats = &LoadStats{}
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 64<<10)
+	for doc := 1; ; doc++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return &InputError{File: name, Doc: doc, Err: fmt.Errorf("not valid YAML or JSON: %w", err)}
+		}
+		raw = bytes.TrimSpace(raw)
+		if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+			continue
+		}
+		if err := loadObject(b, raw, stats); err != nil {
+			var ie *InputError
+			if errors.As(err, &ie) {
+				ie.File, ie.Doc = name, doc
+				return ie
+			}
+			return &InputError{File: name, Doc: doc, Err: err}
+		}
+	}
+}
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func (t *typeMeta) object() string {
+	s := t.Kind
+	if t.Metadata.Namespace != "" {
+		return s + " " + t.Metadata.Namespace + "/" + t.Metadata.Name
+	}
+	if t.Metadata.Name != "" {
+		return s + " " + t.Metadata.Name
+	}
+	return s
+}
+
+func loadObject(b *Builder, raw json.RawMessage, stats *LoadStats) error {
+	if raw[0] != '{' {
+		return errors.New("not a Kubernetes object: expected a mapping with apiVersion and kind")
+	}
+	var tm typeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		return fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	if tm.APIVersion == "" || tm.Kind == "" {
+		return errors.New("not a Kubernetes object: apiVersion or kind is missing (diagnose reads `kubectl get -o yaml` or `-o json` output)")
+	}
+	if strings.HasSuffix(tm.Kind, "List") {
+		if !listKind(tm.APIVersion, tm.Kind) {
+			stats.skip(tm.APIVersion, tm.Kind)
+			return nil
+		}
+		for i, item := range tm.Items {
+			item = bytes.TrimSpace(item)
+			if len(item) == 0 || item[0] != '{' {
+				return &InputError{Item: i + 1, Err: errors.New("list item is not an object")}
+			}
+			var itm typeMeta
+			if err := json.Unmarshal(item, &itm); err != nil {
+				return &InputError{Item: i + 1, Err: err}
+			}
+			if itm.Kind == "" {
+				// Typed lists (NodeList, PodList) may omit item kinds.
+				itm.APIVersion, itm.Kind = tm.APIVersion, strings.TrimSuffix(tm.Kind, "List")
+			}
+			if err := loadOne(b, &itm, item, stats); err != nil {
+				return &InputError{Item: i + 1, Object: itm.object(), Err: err}
+			}
+		}
+		return nil
+	}
+	if err := loadOne(b, &tm, raw, stats); err != nil {
+		return &InputError{Object: tm.object(), Err: err}
+	}
+	return nil
+}
+
+func listKind(apiVersion, kind string) bool {
+	switch apiVersion + " " + kind {
+	case "v1 List", "v1 NodeList", "v1 PodList", "kubeflow.org/v1 PyTorchJobList", "kubeflow.org/v2beta1 MPIJobList":
+		return true
+	}
+	return false
+}
+
+func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) error {
+	stats.Objects++
+	switch tm.APIVersion + " " + tm.Kind {
+	case "v1 Node":
+		var n corev1.Node
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return err
+		}
+		return b.AddNode(&n)
+	case "v1 Pod":
+		var p corev1.Pod
+		if err := json.Unmarshal(raw, &p); err != nil {
+			return err
+		}
+		return b.AddPod(&p)
+	case "kubeflow.org/v1 PyTorchJob":
+		var j kftraining.PyTorchJob
+		if err := json.Unmarshal(raw, &j); err != nil {
+			return err
+		}
+		return addJob(b, &j)
+	case "kubeflow.org/v2beta1 MPIJob":
+		var j mpiv2.MPIJob
+		if err := json.Unmarshal(raw, &j); err != nil {
+			return err
+		}
+		return addJob(b, &j)
+	}
+	stats.skip(tm.APIVersion, tm.Kind)
+	return nil
+}
+
+func addJob(b *Builder, obj kubeflow.Object) error {
+	j, err := kubeflow.FromObject(obj)
+	if err != nil {
+		return err
+	}
+	return b.AddJob(j)
+}
