@@ -1,11 +1,3 @@
-// Package smi builds a topology.Inventory from nvidia-smi outputs as people
-// paste them into bug reports: `nvidia-smi -L`, the plain `nvidia-smi`
-// table, `-q`, `-q -x`, `topo -m`, `topo -p2p`, and `mig -lgi/-lgip/-lci`.
-//
-// Pasted text is outside input: every parser returns a
-// *topology.InputError naming the file and line of what it cannot read, and
-// none may panic (each has a fuzz test). Several outputs of one node combine
-// into one inventory; outputs that disagree are an error naming both files.
 package smi
 
 import (
@@ -146,11 +138,12 @@ func (s section) skip() bool {
 	return true
 }
 
-// isBlank reports whether a line carries nothing: empty, or a markdown code
-// fence around the paste.
+// isBlank reports whether a line carries nothing: empty, a markdown code
+// fence around the paste, or a "#" comment or heading. No nvidia-smi output
+// starts a line with "#".
 func isBlank(l string) bool {
 	t := strings.TrimSpace(l)
-	return t == "" || strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")
+	return t == "" || strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~") || strings.HasPrefix(t, "#")
 }
 
 // promptCommand recognises a shell prompt line ("$ nvidia-smi -L",
@@ -193,7 +186,16 @@ func promptCommand(line string) (string, bool) {
 		if !promptPrefix(t[:i]) {
 			return "", false
 		}
-		return strings.TrimSpace(t[i+1:]), true
+		cmd := strings.TrimSpace(t[i+1:])
+		if c == '#' && i == 0 {
+			// A bare "# ..." is a root prompt or a comment ("# GPU
+			// topology" above a paste): unless it runs nvidia-smi, what
+			// follows is read by its content.
+			if _, ok := smiArgs(cmd); !ok {
+				return "", true
+			}
+		}
+		return cmd, true
 	}
 	return "", false
 }

@@ -21,7 +21,7 @@ type Input struct {
 
 // Bounds that keep hostile input from making huge inventories.
 const (
-	maxGPUs       = 1024
+	maxGPUs       = 256
 	maxMIGDevices = 64
 	maxInstanceID = 1 << 16
 )

@@ -565,7 +565,11 @@ func TestDetect(t *testing.T) {
 			require.Equal(t, tc.want, k)
 		})
 	}
-	_, err := Detect([]byte("Mem:  64G\n"))
+	// A markdown heading above a paste is not a command.
+	k, err := Detect([]byte("# GPU topology\n\n\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPHB\t0-7\nGPU1\tPHB\t X \t0-7\n"))
+	require.NoError(t, err)
+	require.Equal(t, KindTopoMatrix, k)
+	_, err = Detect([]byte("Mem:  64G\n"))
 	var ie *topology.InputError
 	require.ErrorAs(t, err, &ie)
 	require.Contains(t, err.Error(), "expected the output of one of")
@@ -581,6 +585,7 @@ func TestPromptCommand(t *testing.T) {
 		"nvidia-smi -q":                             "nvidia-smi -q",
 		`PS C:\Users\me> nvidia-smi`:                "nvidia-smi",
 		"user@host:~$":                              "",
+		"# GPU topology":                            "",
 	} {
 		got, ok := promptCommand(line)
 		require.True(t, ok, line)

@@ -10,40 +10,84 @@ import (
 )
 
 // `nvidia-smi -q -x` is the -q tree as XML under <nvidia_smi_log>, with a
-// DOCTYPE naming a DTD that is never fetched. Only the elements the model
-// needs are decoded; the rest (the long <supported_clocks> lists above all)
-// are skipped. Like -q it names GPUs by bus ID (<gpu id="...">), so GPU
-// indices come from the position or the prompt's -i list.
+// DOCTYPE naming a DTD that is never fetched. One pass of RawToken keeps the
+// text of the few elements the model needs and checks that tags match; the
+// rest (the long <supported_clocks> lists above all) costs no decoding,
+// which keeps a 100 KB document in a few milliseconds. Like -q it names GPUs
+// by bus ID (<gpu id="...">), so GPU indices come from the position or the
+// prompt's -i list.
 
+// xmlGPU holds the text of the elements read from one <gpu>.
 type xmlGPU struct {
-	ID          string `xml:"id,attr"`
-	ProductName string `xml:"product_name"`
-	UUID        string `xml:"uuid"`
-	Persistence string `xml:"persistence_mode"`
-	MIGCurrent  string `xml:"mig_mode>current_mig"`
-	MIGPending  string `xml:"mig_mode>pending_mig"`
-	MIGDevices  []struct {
-		Index string `xml:"index"`
-		GI    string `xml:"gpu_instance_id"`
-		CI    string `xml:"compute_instance_id"`
-		SMs   string `xml:"device_attributes>shared>multiprocessor_count"`
-		Mem   string `xml:"fb_memory_usage>total"`
-	} `xml:"mig_devices>mig_device"`
-	BusID   string `xml:"pci>pci_bus_id"`
-	FBTotal string `xml:"fb_memory_usage>total"`
-	// Not in the DTDs seen so far; read if a driver adds it.
-	NUMA string `xml:"numa_node"`
+	ID, ProductName, UUID, Persistence string
+	MIGCurrent, MIGPending             string
+	BusID, FBTotal                     string
+	// NUMA is not in the DTDs seen so far; read if a driver adds it.
+	NUMA       string
+	MIGDevices []xmlMIG
+}
+
+type xmlMIG struct {
+	Index, GI, CI, SMs, Mem string
+}
+
+// field returns where the text of the element at path (below <gpu>) goes,
+// or nil.
+func (x *xmlGPU) field(path []string) *string {
+	switch len(path) {
+	case 1:
+		switch path[0] {
+		case "product_name":
+			return &x.ProductName
+		case "uuid":
+			return &x.UUID
+		case "persistence_mode":
+			return &x.Persistence
+		case "numa_node":
+			return &x.NUMA
+		}
+	case 2:
+		switch path[0] + "/" + path[1] {
+		case "mig_mode/current_mig":
+			return &x.MIGCurrent
+		case "mig_mode/pending_mig":
+			return &x.MIGPending
+		case "pci/pci_bus_id":
+			return &x.BusID
+		case "fb_memory_usage/total":
+			return &x.FBTotal
+		}
+	}
+	if len(path) < 3 || path[0] != "mig_devices" || path[1] != "mig_device" || len(x.MIGDevices) == 0 {
+		return nil
+	}
+	m := &x.MIGDevices[len(x.MIGDevices)-1]
+	rest := path[2:]
+	switch {
+	case len(rest) == 1 && rest[0] == "index":
+		return &m.Index
+	case len(rest) == 1 && rest[0] == "gpu_instance_id":
+		return &m.GI
+	case len(rest) == 1 && rest[0] == "compute_instance_id":
+		return &m.CI
+	case len(rest) == 2 && rest[0] == "fb_memory_usage" && rest[1] == "total":
+		return &m.Mem
+	case len(rest) == 3 && rest[0] == "device_attributes" && rest[1] == "shared" && rest[2] == "multiprocessor_count":
+		return &m.SMs
+	}
+	return nil
 }
 
 func parseQueryXML(s section, r *report) error {
 	args, _ := s.args()
 	idxs := cmdIndices(args)
-	d := xml.NewDecoder(strings.NewReader(s.text()))
+	text := s.text()
+	d := xml.NewDecoder(strings.NewReader(text))
 	d.Entity = xml.HTMLEntity
 	d.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }
 	// Lines of the decoder count from the section's first line.
 	errAt := func(line int, msg string) error { return s.errAt(s.first+max(line, 1)-1, msg) }
-	syntax := func(err error) error {
+	bad := func(err error) error {
 		var se *xml.SyntaxError
 		if errors.As(err, &se) {
 			return errAt(se.Line, "not well-formed `nvidia-smi -q -x` XML: "+se.Msg)
@@ -51,71 +95,103 @@ func parseQueryXML(s section, r *report) error {
 		line, _ := d.InputPos()
 		return errAt(line, "not well-formed `nvidia-smi -q -x` XML: "+err.Error())
 	}
-	inRoot := false
-	pos := 0
+	var (
+		stack   []string // open elements, root first
+		x       *xmlGPU
+		gpuLine int
+		pos     int
+		driver  string
+		cuda    string
+		infoAt  int
+	)
 	for {
-		tok, err := d.Token()
+		tok, err := d.RawToken()
 		if err == io.EOF {
-			if !inRoot {
+			if len(stack) == 0 {
 				return s.errAt(s.first, "no <nvidia_smi_log> element")
 			}
-			return errAt(strings.Count(s.text(), "\n")+1, "the XML ends before </nvidia_smi_log>")
+			return errAt(strings.Count(text, "\n")+1, "the XML ends before </nvidia_smi_log>")
 		}
 		if err != nil {
-			return syntax(err)
+			return bad(err)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
 			line, _ := d.InputPos()
-			if !inRoot {
-				if t.Name.Local != "nvidia_smi_log" {
-					return errAt(line, fmt.Sprintf("root element is <%s>, want <nvidia_smi_log>", clip(t.Name.Local)))
-				}
-				inRoot = true
-				continue
+			name := t.Name.Local
+			if len(stack) == 0 && name != "nvidia_smi_log" {
+				return errAt(line, fmt.Sprintf("root element is <%s>, want <nvidia_smi_log>", clip(name)))
 			}
-			var err error
-			switch t.Name.Local {
-			case "driver_version":
-				var v string
-				if err = d.DecodeElement(&v, &t); err == nil {
-					r.driver, r.infoLine = versionOrEmpty(strings.TrimSpace(v)), lineNo(s.first+line-1)
-				}
-			case "cuda_version":
-				var v string
-				if err = d.DecodeElement(&v, &t); err == nil {
-					r.cuda = versionOrEmpty(strings.TrimSpace(v))
-				}
-			case "gpu":
+			if len(stack) >= 64 {
+				return errAt(line, "elements nest too deep")
+			}
+			stack = append(stack, name)
+			switch {
+			case len(stack) == 2 && name == "gpu":
 				if pos >= maxGPUs {
 					return errAt(line, "too many GPUs")
 				}
-				var x xmlGPU
-				if err = d.DecodeElement(&x, &t); err == nil {
-					g := newGPUFact(s, s.first+line-1, pos)
-					g.weakIndex = true
-					if pos < len(idxs) {
-						g.index, g.weakIndex = idxs[pos], false
+				x, gpuLine = &xmlGPU{}, line
+				for _, a := range t.Attr {
+					if a.Name.Local == "id" {
+						x.ID = a.Value
 					}
-					if msg := xmlFacts(g, &x); msg != "" {
-						return errAt(line, msg)
-					}
-					r.addGPU(g)
-					pos++
 				}
-			default:
-				err = d.Skip()
-			}
-			if err != nil {
-				return syntax(err)
+			case x != nil && len(stack) == 4 && stack[2] == "mig_devices" && name == "mig_device":
+				if len(x.MIGDevices) >= maxMIGDevices {
+					return errAt(line, "too many MIG devices")
+				}
+				x.MIGDevices = append(x.MIGDevices, xmlMIG{})
 			}
 		case xml.EndElement:
-			// The root's end: what follows is not ours to read.
-			if pos == 0 {
+			if len(stack) == 0 || stack[len(stack)-1] != t.Name.Local {
 				line, _ := d.InputPos()
-				return errAt(line, "the nvidia-smi -q -x output lists no GPU")
+				return errAt(line, fmt.Sprintf("not well-formed `nvidia-smi -q -x` XML: </%s> closes no open element", clip(t.Name.Local)))
 			}
-			return nil
+			if len(stack) == 2 && x != nil {
+				g := newGPUFact(s, s.first+gpuLine-1, pos)
+				g.weakIndex = true
+				if pos < len(idxs) {
+					g.index, g.weakIndex = idxs[pos], false
+				}
+				if msg := xmlFacts(g, x); msg != "" {
+					return errAt(gpuLine, msg)
+				}
+				r.addGPU(g)
+				pos++
+				x = nil
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				// The root's end: what follows is not ours to read.
+				if pos == 0 {
+					line, _ := d.InputPos()
+					return errAt(line, "the nvidia-smi -q -x output lists no GPU")
+				}
+				r.driver, r.cuda, r.infoLine = versionOrEmpty(strings.TrimSpace(driver)), versionOrEmpty(strings.TrimSpace(cuda)), infoAt
+				return nil
+			}
+		case xml.CharData:
+			var dst *string
+			switch {
+			case len(stack) == 2 && stack[1] == "driver_version":
+				dst = &driver
+				line, _ := d.InputPos()
+				infoAt = lineNo(s.first + line - 1)
+			case len(stack) == 2 && stack[1] == "cuda_version":
+				dst = &cuda
+			case x != nil && len(stack) > 2:
+				dst = x.field(stack[2:])
+			}
+			if dst != nil {
+				// Values are short; text split by comments or CDATA
+				// would otherwise be joined in quadratic time.
+				if len(*dst)+len(t) > 1024 {
+					line, _ := d.InputPos()
+					return errAt(line, fmt.Sprintf("<%s> text is too long", clip(stack[len(stack)-1])))
+				}
+				*dst += string(t)
+			}
 		}
 	}
 }

@@ -1,0 +1,145 @@
+package smi
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rankgate/rankgate/topology"
+)
+
+// Every parser reads pasted text, so each has a fuzzer. Seeds are all the
+// nvidia-smi fixtures and variants, whatever their kind: a parser must
+// refuse another kind's output with an InputError, not panic. Crashers
+// found by `go test -fuzz` are kept in testdata/fuzz as regression seeds.
+
+func seeds(f *testing.F) [][]byte {
+	f.Helper()
+	var out [][]byte
+	for _, pattern := range []string{filepath.Join(sharedDir, "*"), filepath.Join("testdata", "*.txt")} {
+		files, err := filepath.Glob(pattern)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			// The 100 KB 8-GPU -q adds no shape the small ones lack,
+			// and minimizing its mutants stalls the fuzzer.
+			if len(data) <= 32<<10 {
+				out = append(out, data)
+			}
+		}
+	}
+	return out
+}
+
+// mustBeInputError fails on errors of any other type: callers rely on the
+// type to tell bad input (exit code 2) from other failures.
+func mustBeInputError(t *testing.T, err error) {
+	t.Helper()
+	var ie *topology.InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("error is %T, want *topology.InputError: %v", err, err)
+	}
+	if ie.Line < 0 {
+		t.Fatalf("negative line in %v", err)
+	}
+}
+
+var fuzzCatalog = topology.DefaultCatalog()
+
+// fuzzParser runs one parser on the whole input, then the merge.
+func fuzzParser(f *testing.F, kind Kind) {
+	for _, s := range seeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := splitDoc(string(data))
+		s := section{d: d, end: len(d.lines)}
+		r := &report{file: "fuzz", kind: kind}
+		if err := parseSection(kind, s, r, "fuzz-topo-p2p-rw.txt"); err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		b := &builder{cat: fuzzCatalog, links: map[[2]int]*linkState{}}
+		if err := b.add(r); err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		inv, err := b.finish()
+		if err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		inv.Normalize()
+		_ = inv.Validate()
+	})
+}
+
+func FuzzList(f *testing.F)       { fuzzParser(f, KindList) }
+func FuzzTopoMatrix(f *testing.F) { fuzzParser(f, KindTopoMatrix) }
+func FuzzTopoP2P(f *testing.F)    { fuzzParser(f, KindTopoP2P) }
+func FuzzQuery(f *testing.F)      { fuzzParser(f, KindQuery) }
+func FuzzQueryXML(f *testing.F)   { fuzzParser(f, KindQueryXML) }
+func FuzzMIGLGI(f *testing.F)     { fuzzParser(f, KindMIGLGI) }
+func FuzzMIGLGIP(f *testing.F)    { fuzzParser(f, KindMIGLGIP) }
+func FuzzMIGLCI(f *testing.F)     { fuzzParser(f, KindMIGLCI) }
+func FuzzTable(f *testing.F)      { fuzzParser(f, KindTable) }
+
+func FuzzDetect(f *testing.F) {
+	for _, s := range seeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k, err := Detect(data)
+		if err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		if k == "" {
+			t.Fatal("no kind and no error")
+		}
+	})
+}
+
+// FuzzImport runs the whole path: sections, detection, parsing, merging,
+// and the inventory's own checks.
+func FuzzImport(f *testing.F) {
+	for _, s := range seeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		inv, err := Import([]Input{{Name: "fuzz-p2p-rw.txt", Data: data}}, fuzzCatalog)
+		if err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		if err := inv.Validate(); err != nil {
+			t.Fatalf("Import returned an invalid inventory: %v", err)
+		}
+	})
+}
+
+// FuzzMerge imports two outputs together, where the matching of GPUs and
+// MIG devices across outputs is exercised.
+func FuzzMerge(f *testing.F) {
+	all := seeds(f)
+	for i := range all {
+		f.Add(all[i], all[(i+1)%len(all)])
+		f.Add(all[i], all[(i+3)%len(all)])
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		inv, err := Import([]Input{{Name: "a-p2p-r.txt", Data: a}, {Name: "b-p2p-w.txt", Data: b}}, fuzzCatalog)
+		if err != nil {
+			mustBeInputError(t, err)
+			return
+		}
+		if err := inv.Validate(); err != nil {
+			t.Fatalf("Import returned an invalid inventory: %v", err)
+		}
+	})
+}
