@@ -18,6 +18,10 @@ const (
 	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
 	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
 	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
+	// RuleRankEnvironment is what `rankgate init` reports for its rank when
+	// it could not check its devices at all (NVML or driver failure, exit 3
+	// or 4), so that the gang fails at once instead of at its deadline.
+	RuleRankEnvironment = "RANK_ENVIRONMENT_FAILED"
 )
 
 // RankReport is what one rank sends the controller: who it is, where it

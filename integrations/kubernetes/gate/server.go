@@ -1,0 +1,250 @@
+package gate
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Backend decides. The controller implements it; tests use fakes. Errors
+// that are not *Error become 503 Unavailable.
+type Backend interface {
+	// Report records (or re-records) the rank's report, then waits up to
+	// wait for the verdict. id is authenticated and speaks for req's pod.
+	Report(ctx context.Context, id Identity, req *ReportRequest, wait time.Duration) (*Response, error)
+	// Verdict waits up to wait for the verdict of id's job without
+	// reporting.
+	Verdict(ctx context.Context, id Identity, wait time.Duration) (*Response, error)
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Addr to listen on (host:port) unless Listener is set.
+	Addr     string
+	Listener net.Listener
+	// GetCertificate serves the TLS certificate (certwatcher's, so that
+	// rotated certificates are picked up). Nil serves plain HTTP: tests only.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	Auth           Authenticator
+	Backend        Backend
+	// MaxWait caps a long poll (default 30s).
+	MaxWait time.Duration
+	Log     logr.Logger
+	// Observe, if set, is called once per request (for metrics).
+	Observe func(endpoint, code string, d time.Duration)
+}
+
+// Server is the gate's HTTPS server. It runs on every controller replica:
+// the Backend answers NotLeader on replicas that do not hold the gangs.
+type Server struct {
+	opts ServerOptions
+
+	mu      sync.Mutex
+	ln      net.Listener
+	serving chan struct{}
+}
+
+// NewServer builds a server; Start listens and serves.
+func NewServer(opts ServerOptions) *Server {
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = 30 * time.Second
+	}
+	return &Server{opts: opts, serving: make(chan struct{})}
+}
+
+// NeedLeaderElection: the gate answers on every replica (controller-runtime
+// manager.LeaderElectionRunnable).
+func (s *Server) NeedLeaderElection() bool { return false }
+
+// Addr is the address the server listens on, once it does (nil before).
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Serving is closed once the listener is open.
+func (s *Server) Serving() <-chan struct{} { return s.serving }
+
+// Listen opens the listener now (Start does it if not done), so callers can
+// learn the port before serving.
+func (s *Server) Listen() (net.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return s.ln.Addr(), nil
+	}
+	ln := s.opts.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.opts.Addr); err != nil {
+			return nil, fmt.Errorf("gate: listen on %s: %w", s.opts.Addr, err)
+		}
+	}
+	s.ln = ln
+	return ln.Addr(), nil
+}
+
+// Start serves until ctx ends (controller-runtime manager.Runnable).
+func (s *Server) Start(ctx context.Context) error {
+	if _, err := s.Listen(); err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	ln := s.ln
+	if s.opts.GetCertificate != nil {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.opts.GetCertificate, NextProtos: []string{"h2", "http/1.1"}}
+		ln = tls.NewListener(ln, srv.TLSConfig)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	close(s.serving)
+	s.opts.Log.Info("gate serving", "addr", s.ln.Addr().String(), "tls", s.opts.GetCertificate != nil)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("gate: %w", err)
+	case <-ctx.Done():
+	}
+	// Long polls end with ctx (BaseContext); give them a moment to answer.
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	return nil
+}
+
+// Handler is the HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+PathReport, s.handleReport)
+	mux.HandleFunc("GET "+PathVerdict, s.handleVerdict)
+	return mux
+}
+
+const maxBody = 1 << 20
+
+func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	resp, err := s.report(r)
+	s.answer(w, "report", start, resp, err)
+}
+
+func (s *Server) report(r *http.Request) (*Response, error) {
+	wait, err := s.wait(r)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	var req ReportRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	if err := dec.Decode(&req); err != nil {
+		return nil, Errorf(CodeBadRequest, "decoding report: %v", err)
+	}
+	if err := req.Validate(); err != nil {
+		return nil, Errorf(CodeBadRequest, "%v", err)
+	}
+	if err := CheckPod(id, req.Namespace, req.Pod); err != nil {
+		return nil, err
+	}
+	return s.opts.Backend.Report(r.Context(), id, &req, wait)
+}
+
+func (s *Server) handleVerdict(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	resp, err := s.verdict(r)
+	s.answer(w, "verdict", start, resp, err)
+}
+
+func (s *Server) verdict(r *http.Request) (*Response, error) {
+	wait, err := s.wait(r)
+	if err != nil {
+		return nil, err
+	}
+	id, err := s.authenticate(r)
+	if err != nil {
+		return nil, err
+	}
+	q := r.URL.Query()
+	if err := CheckPod(id, q.Get("namespace"), q.Get("pod")); err != nil {
+		return nil, err
+	}
+	return s.opts.Backend.Verdict(r.Context(), id, wait)
+}
+
+func (s *Server) wait(r *http.Request) (time.Duration, error) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, Errorf(CodeBadRequest, "wait=%q is not a duration like 30s", v)
+	}
+	return min(d, s.opts.MaxWait), nil
+}
+
+func (s *Server) authenticate(r *http.Request) (Identity, error) {
+	h := r.Header.Get("Authorization")
+	token, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		token = ""
+	}
+	return s.opts.Auth.Authenticate(r.Context(), strings.TrimSpace(token))
+}
+
+func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time, resp *Response, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	code := "OK"
+	if err != nil {
+		var ge *Error
+		if !errors.As(err, &ge) {
+			ge = Errorf(CodeUnavailable, "%v", err)
+		}
+		code = ge.Code
+		if ge.Retryable() {
+			ra := ge.RetryAfter
+			if ra <= 0 {
+				ra = time.Second
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(int((ra+time.Second-1)/time.Second)))
+		}
+		status := ge.HTTPStatus
+		if status == 0 {
+			status = statusOf(ge.Code)
+		}
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(ErrorBody{APIVersion: APIVersion, Code: ge.Code, Message: ge.Message})
+		if status >= 500 {
+			s.opts.Log.V(1).Info("gate request failed", "endpoint", endpoint, "code", ge.Code, "message", ge.Message)
+		} else {
+			s.opts.Log.Info("gate request refused", "endpoint", endpoint, "code", ge.Code, "message", ge.Message)
+		}
+	} else {
+		resp.APIVersion = APIVersion
+		_ = json.NewEncoder(w).Encode(resp)
+	}
+	if s.opts.Observe != nil {
+		s.opts.Observe(endpoint, code, time.Since(start))
+	}
+}

@@ -1,0 +1,154 @@
+// Package gate is the wire protocol between `rankgate init` (one per rank
+// pod) and `rankgate controller`: an HTTPS JSON API where a rank reports its
+// own preflight and long-polls for the job-wide (gang) verdict.
+//
+// Endpoints (all JSON, all authenticated by a projected service-account
+// token with audience "rankgate" in `Authorization: Bearer`):
+//
+//	POST /v1/report?wait=30s   body ReportRequest  -> Response
+//	GET  /v1/verdict?namespace=NS&pod=POD&wait=30s -> Response
+//
+// Both answer 200 with State "waiting" (ask again) or "decided" (Verdict
+// set). A report is idempotent: a rank sends it again on every poll, which is
+// what makes a controller restart lose nothing. Errors are ErrorBody with a
+// stable Code; Retryable codes come with HTTP 503 and Retry-After.
+//
+// docs/controller.md documents the protocol for authors of other clients.
+package gate
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// APIVersion names this version of the wire format. A server refuses
+// requests of another version.
+const APIVersion = "gate.rankgate.io/v1"
+
+// Audience is the token audience the controller accepts by default.
+const Audience = "rankgate"
+
+// Paths of the API.
+const (
+	PathReport  = "/v1/report"
+	PathVerdict = "/v1/verdict"
+)
+
+// ReportRequest is one rank's report: the pod it speaks for and its own
+// preflight report. The controller takes the rank number, the job and the
+// node from the pod object, not from here.
+type ReportRequest struct {
+	APIVersion string `json:"apiVersion"`
+	Namespace  string `json:"namespace"`
+	Pod        string `json:"pod"`
+	// Node is the host name as the rank sees it; informational (the
+	// controller uses the pod's spec.nodeName when it is set).
+	Node              string           `json:"node,omitempty"`
+	DriverVersion     string           `json:"driverVersion,omitempty"`
+	CUDADriverVersion string           `json:"cudaDriverVersion,omitempty"`
+	Report            preflight.Report `json:"report"`
+}
+
+// Validate checks the fields a server needs.
+func (r *ReportRequest) Validate() error {
+	switch {
+	case r.APIVersion != APIVersion:
+		return fmt.Errorf("apiVersion %q is not supported (want %q)", r.APIVersion, APIVersion)
+	case r.Namespace == "" || r.Pod == "":
+		return fmt.Errorf("namespace and pod are required")
+	case r.Report.Verdict != preflight.VerdictPass && r.Report.Verdict != preflight.VerdictWarn && r.Report.Verdict != preflight.VerdictFail:
+		return fmt.Errorf("report.verdict %q: want pass, warn or fail", r.Report.Verdict)
+	}
+	return nil
+}
+
+// State of a rank's job as the gate sees it.
+type State string
+
+// States.
+const (
+	// StateWaiting: the gang is not decided yet; report or poll again.
+	StateWaiting State = "waiting"
+	// StateDecided: Verdict holds the job-wide verdict.
+	StateDecided State = "decided"
+)
+
+// Response answers both endpoints.
+type Response struct {
+	APIVersion string `json:"apiVersion"`
+	State      State  `json:"state"`
+	// Job is "<namespace>/<kind>/<name>".
+	Job  string `json:"job"`
+	Rank int    `json:"rank"`
+	// Expected ranks (from the job spec) and how many have reported.
+	Expected int `json:"expected"`
+	Reported int `json:"reported"`
+	// Deadline is when the gang fails if ranks are still missing; zero when
+	// the first report is not recorded yet.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Verdict is the gang report, set when State is decided.
+	Verdict   *preflight.Report `json:"verdict,omitempty"`
+	DecidedAt *time.Time        `json:"decidedAt,omitempty"`
+	// Action is what the controller did to the job on a fail verdict:
+	// suspend, delete or annotate.
+	Action string `json:"action,omitempty"`
+}
+
+// Error codes (ErrorBody.Code): a stable vocabulary for clients.
+const (
+	CodeBadRequest      = "BadRequest"      // 400: malformed request; do not retry
+	CodeUnauthenticated = "Unauthenticated" // 401: no or invalid token
+	CodeForbidden       = "Forbidden"       // 403: the token is not the reporting pod's
+	CodeNotARank        = "NotARank"        // 422: the pod is not a rank of a gated job
+	CodeNotOptedIn      = "NotOptedIn"      // 422: the job is not opted in to the gate
+	CodeNotLeader       = "NotLeader"       // 503: this replica does not hold the gangs; retry
+	CodeUnavailable     = "Unavailable"     // 503: starting, or the API server failed; retry
+)
+
+// Error is an API error, both as the server returns it and as the client
+// reads it.
+type Error struct {
+	// HTTPStatus is not serialised; the status line carries it.
+	HTTPStatus int    `json:"-"`
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+	// RetryAfter is a hint for retryable errors.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("gate: %s: %s", e.Code, e.Message) }
+
+// Retryable reports whether asking again may succeed.
+func (e *Error) Retryable() bool {
+	return e.HTTPStatus == http.StatusServiceUnavailable || e.HTTPStatus == http.StatusTooManyRequests ||
+		e.HTTPStatus >= 500 || e.Code == CodeNotLeader || e.Code == CodeUnavailable
+}
+
+// Errorf builds an *Error with the HTTP status of its code.
+func Errorf(code string, format string, args ...any) *Error {
+	return &Error{HTTPStatus: statusOf(code), Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+func statusOf(code string) int {
+	switch code {
+	case CodeBadRequest:
+		return http.StatusBadRequest
+	case CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
+	case CodeNotARank, CodeNotOptedIn:
+		return http.StatusUnprocessableEntity
+	}
+	return http.StatusServiceUnavailable
+}
+
+// ErrorBody is the JSON body of every non-200 answer.
+type ErrorBody struct {
+	APIVersion string `json:"apiVersion"`
+	Code       string `json:"code"`
+	Message    string `json:"message"`
+}
