@@ -57,7 +57,7 @@ func writeInventory(a *App, inv *topology.Inventory) {
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Index, dash(g.UUID), dash(g.Name), num(g.SMs), mib(g.MemoryMiB), dash(mig), dash(g.PCIBusID))
 		for _, m := range g.MIGDevices {
-			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%s\t%s\tGI %d CI %d\t\n", g.Index, m.Index, dash(m.UUID), dash(m.Profile), num(m.SMs), mib(m.MemoryMiB), m.GPUInstanceID, m.ComputeInstanceID)
+			fmt.Fprintf(tw, "  %d:%d\t%s\t%s\t%s\t%s\tGI %s CI %s\t\n", g.Index, m.Index, dash(m.UUID), dash(m.Profile), num(m.SMs), mib(m.MemoryMiB), id(m.GPUInstanceID), id(m.ComputeInstanceID))
 		}
 	}
 	tw.Flush()
@@ -91,4 +91,12 @@ func mib(n uint64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%d MiB", n)
+}
+
+// id renders a GI/CI ID; -1 means the source did not say.
+func id(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprint(n)
 }
