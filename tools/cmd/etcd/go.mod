@@ -1,3 +1,6 @@
+// etcd for tests, in its own module: k8s.io/kubernetes v1.37.2 (tools/go.mod)
+// requires go.etcd.io/etcd/server/v3 v3.7.0, so in one module with it minimal
+// version selection would build etcd 3.7.0, not the pinned v3.6.16.
 module github.com/rankgate/rankgate/tools/cmd/etcd
 
 go 1.26.8
