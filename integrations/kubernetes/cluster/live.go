@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+)
+
+// Live reads the model from an API server. Pods are listed page by page
+// and folded into the Builder, so memory stays bounded by the model, not
+// by the number of pods.
+type Live struct {
+	Core    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// PageSize of pod and node lists (default 500).
+	PageSize int64
+}
+
+// NewLive builds clients from a rest config.
+func NewLive(cfg *rest.Config) (*Live, error) {
+	core, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Live{Core: core, Dynamic: dyn}, nil
+}
+
+// NotFoundError: the named object does not exist (or its kind is not
+// served). diagnose exits 2 on it; other API errors are environment
+// failures (exit 3).
+type NotFoundError struct{ What string }
+
+func (e *NotFoundError) Error() string { return e.What + " not found" }
+
+func (l *Live) pageSize() int64 {
+	if l.PageSize > 0 {
+		return l.PageSize
+	}
+	return 500
+}
+
+// LoadCluster adds every node and every unfinished pod to b.
+func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
+	opts := metav1.ListOptions{Limit: l.pageSize()}
+	for {
+		nodes, err := l.Core.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list nodes: %w", err)
+		}
+		for i := range nodes.Items {
+			if err := b.AddNode(&nodes.Items[i]); err != nil {
+				return fmt.Errorf("node %s: %w", nodes.Items[i].Name, err)
+			}
+		}
+		if opts.Continue = nodes.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	opts = metav1.ListOptions{Limit: l.pageSize(), FieldSelector: "status.phase!=Succeeded,status.phase!=Failed"}
+	for {
+		pods, err := l.Core.CoreV1().Pods("").List(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("list pods: %w", err)
+		}
+		for i := range pods.Items {
+			if err := b.AddPod(&pods.Items[i]); err != nil {
+				p := &pods.Items[i]
+				return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+			}
+		}
+		if opts.Continue = pods.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	return nil
+}
+
+// Job gets a PyTorchJob or MPIJob. kind is "PyTorchJob", "MPIJob" (any
+// case) or "" to try both; a name that both kinds use is an error asking
+// for the kind.
+func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.Job, error) {
+	type cand struct {
+		gvr  schema.GroupVersionResource
+		kind string
+	}
+	var cands []cand
+	switch strings.ToLower(kind) {
+	case "pytorchjob", "pytorchjobs":
+		cands = []cand{{kubeflow.PyTorchJobGVR, "PyTorchJob"}}
+	case "mpijob", "mpijobs":
+		cands = []cand{{kubeflow.MPIJobGVR, "MPIJob"}}
+	case "":
+		cands = []cand{{kubeflow.PyTorchJobGVR, "PyTorchJob"}, {kubeflow.MPIJobGVR, "MPIJob"}}
+	default:
+		return nil, fmt.Errorf("kind %q: want PyTorchJob or MPIJob", kind)
+	}
+	var found []kubeflow.Job
+	for _, c := range cands {
+		u, err := l.Dynamic.Resource(c.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get %s %s/%s: %w", c.kind, namespace, name, err)
+		}
+		j, err := kubeflow.FromUnstructured(u)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, j)
+	}
+	switch len(found) {
+	case 0:
+		what := "PyTorchJob or MPIJob"
+		if len(cands) == 1 {
+			what = cands[0].kind
+		}
+		return nil, &NotFoundError{What: fmt.Sprintf("%s %s/%s (or its CRD is not installed)", what, namespace, name)}
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("both a PyTorchJob and an MPIJob are named %s/%s: say which with --kind", namespace, name)
+}
+
+// Pod gets one pod.
+func (l *Live) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p, err := l.Core.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, &NotFoundError{What: fmt.Sprintf("pod %s/%s", namespace, name)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+	}
+	return p, nil
+}
+
+// JobOfPod returns the Kubeflow job a pod belongs to, if any.
+func (l *Live) JobOfPod(ctx context.Context, p *corev1.Pod) (kubeflow.Job, bool, error) {
+	ref := jobOf(p)
+	if ref == "" {
+		return nil, false, nil
+	}
+	kind, name, _ := strings.Cut(ref, "/")
+	j, err := l.Job(ctx, p.Namespace, name, kind)
+	var nf *NotFoundError
+	if errors.As(err, &nf) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return j, true, nil
+}
