@@ -1,0 +1,204 @@
+package launcher
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
+
+// Transport is the class of path NCCL connects two ranks over, slowest
+// first: the network (NET/Socket, NET/IB, plugins, CollNet), shared host
+// memory (SHM), direct GPU access (P2P over NVLink or PCIe, NVLS).
+type Transport string
+
+// Transport classes.
+const (
+	TransportUnknown Transport = ""
+	TransportNet     Transport = "net"
+	TransportSHM     Transport = "shm"
+	TransportP2P     Transport = "p2p"
+)
+
+func (t Transport) speed() int {
+	switch t {
+	case TransportNet:
+		return 1
+	case TransportSHM:
+		return 2
+	case TransportP2P:
+		return 3
+	}
+	return 0
+}
+
+// ParseTransport reads a --expect-transport value.
+func ParseTransport(s string) (Transport, error) {
+	switch t := Transport(strings.ToLower(strings.TrimSpace(s))); t {
+	case TransportUnknown, TransportNet, TransportSHM, TransportP2P:
+		return t, nil
+	}
+	return "", fmt.Errorf("transport %q: want p2p, shm or net", s)
+}
+
+// classifyTransport maps what follows "via " in a channel line to its class.
+func classifyTransport(name []byte) Transport {
+	switch {
+	case bytes.HasPrefix(name, []byte("P2P")), bytes.HasPrefix(name, []byte("NVLS")):
+		return TransportP2P
+	case bytes.HasPrefix(name, []byte("SHM")):
+		return TransportSHM
+	case bytes.HasPrefix(name, []byte("NET")), bytes.HasPrefix(name, []byte("COLLNET")):
+		return TransportNet
+	}
+	return TransportUnknown
+}
+
+// fatalPattern is a line that means NCCL init (or the rank's CUDA set-up)
+// has failed and will not recover: waiting for the init deadline would
+// only waste the time. The strings are NCCL's own (src/init.cc,
+// src/include/checks.h, ncclGetErrorString) and PyTorch's wrappers of them.
+type fatalPattern struct {
+	match       []byte
+	remediation string
+}
+
+var fatalPatterns = []fatalPattern{
+	// NCCL < 2.30: two ranks of one communicator on the same GPU (two
+	// processes given the same GPU, or MIG instances of one GPU without
+	// NCCL's MIG support).
+	{match: []byte("Duplicate GPU detected"), remediation: "two ranks of the job use the same GPU: give every local process its own GPU " +
+		"(torchrun --nproc-per-node must not exceed the devices; each process must call torch.cuda.set_device(LOCAL_RANK)); " +
+		"ranks on MIG instances of one GPU need NCCL 2.30+ with NCCL_MULTI_RANK_GPU_ENABLE=1"},
+	// NCCL >= 2.30 (NVIDIA/nccl#1716): same situation.
+	{match: []byte("Multiple Ranks are using the same GPU"), remediation: "ranks share a GPU or a MIG partition: give each rank its own device, or, for ranks on MIG instances of one GPU, " +
+		"set NCCL_MULTI_RANK_GPU_ENABLE=1 (and NCCL_NVLS_ENABLE=0)"},
+	{match: []byte("multiple ranks using the same NVML device"), remediation: "NVLS cannot work with several ranks on one physical GPU (MIG): set NCCL_NVLS_ENABLE=0, and NCCL_MULTI_RANK_GPU_ENABLE=1 for ranks on MIG instances of one GPU"},
+	{match: []byte("Mismatched NCCL version detected"), remediation: "every rank must run the same NCCL version: use one container image for all replicas"},
+	{match: []byte("NCCL WARN Cuda failure"), remediation: "a CUDA call inside NCCL failed: check the device with `rankgate preflight` and the node's dmesg for Xid errors"},
+	{match: []byte("no socket interface found"), remediation: "NCCL found no usable network interface: check NCCL_SOCKET_IFNAME against the pod's interfaces"},
+	{match: []byte("No usable listening interface found"), remediation: "NCCL found no usable network interface: check NCCL_SOCKET_IFNAME against the pod's interfaces"},
+	{match: []byte("unhandled cuda error"), remediation: "a CUDA call failed during NCCL init; the NCCL WARN lines above name it"},
+	{match: []byte("ncclUnhandledCudaError"), remediation: "a CUDA call failed during NCCL init; the NCCL WARN lines above name it"},
+	{match: []byte("unhandled system error"), remediation: "a system call failed during NCCL init (sockets, shared memory, InfiniBand); the NCCL WARN lines above name it"},
+	{match: []byte("ncclSystemError"), remediation: "a system call failed during NCCL init (sockets, shared memory, InfiniBand); the NCCL WARN lines above name it"},
+	{match: []byte("internal error - please report"), remediation: "NCCL hit an internal error; the NCCL WARN lines above name it"},
+	{match: []byte("ncclInternalError"), remediation: "NCCL hit an internal error; the NCCL WARN lines above name it"},
+	{match: []byte("ncclInvalidUsage"), remediation: "NCCL refused the set-up (often ranks sharing a GPU); the NCCL WARN lines above name it"},
+	{match: []byte("ncclInvalidArgument"), remediation: "NCCL refused an argument; the NCCL WARN lines above name it"},
+	{match: []byte("remote process exited or there was a network error"), remediation: "another rank died during init: read that rank's log"},
+	{match: []byte("ncclRemoteError"), remediation: "another rank died during init: read that rank's log"},
+	// CUDA enumerates one MIG device per process (pytorch/pytorch#130181,
+	// mlcommons/training#442): the second local rank's set_device fails.
+	{match: []byte("invalid device ordinal"), remediation: "the process asked for a GPU it cannot see; with MIG a process sees only one MIG device, " +
+		"so start one process per MIG device with its own CUDA_VISIBLE_DEVICES=<MIG UUID>, and keep --nproc-per-node within the devices"},
+}
+
+// fatalAnchors find the fatal lines that carry no "NCCL": a CUDA error a
+// rank hits when it asks for a device it cannot see. Such a rank fails at
+// start-up, so these anchors are searched for only in the first
+// fatalScanBudget bytes of each stream: searching text for words whose
+// first letter is common costs more than the NCCL anchor.
+var fatalAnchors = [][]byte{[]byte("device ordinal")}
+
+const fatalScanBudget = 64 << 20
+
+// matchFatal finds the fatal pattern in a line. NCCL's INFO lines never
+// are fatal (its fatal messages are WARN lines and error strings), which
+// keeps the common case to one search.
+func matchFatal(line []byte) *fatalPattern {
+	if bytes.Contains(line, tokNCCLInfo) {
+		return nil
+	}
+	for i := range fatalPatterns {
+		p := &fatalPatterns[i]
+		if bytes.Contains(line, p.match) {
+			return p
+		}
+	}
+	return nil
+}
+
+var (
+	tokNCCL         = []byte("NCCL")
+	tokNCCLInfo     = []byte("NCCL INFO ")
+	tokInitComplete = []byte("Init COMPLETE")
+	tokInitStart    = []byte("Init START")
+	tokVia          = []byte(" via ")
+	tokChannel      = []byte("Channel ")
+	tokCollNet      = []byte("CollNet ")
+	tokComm         = []byte("comm ")
+	tokNVLSChannels = []byte(" nvls channels")
+	tokNNodes       = []byte(" nNodes ")
+	tokLocalRanks   = []byte(" localRanks ")
+	tokRank         = []byte(" rank ")
+	tokNRanks       = []byte(" nranks ")
+	tokNRanks2      = []byte(" nRanks ")
+)
+
+// intAfter parses the decimal number that follows tok in line; -1 if none.
+func intAfter(line, tok []byte) int {
+	i := bytes.Index(line, tok)
+	if i < 0 {
+		return -1
+	}
+	return atoi(line[i+len(tok):])
+}
+
+// atoi parses the leading digits of b; -1 if there are none.
+func atoi(b []byte) int {
+	n, digits := 0, 0
+	for _, c := range b {
+		if c < '0' || c > '9' || digits > 9 {
+			break
+		}
+		n = n*10 + int(c-'0')
+		digits++
+	}
+	if digits == 0 {
+		return -1
+	}
+	return n
+}
+
+// procKey finds the "host:pid" of an NCCL log line: NCCL prefixes every
+// line with "host:pid:tid [cudaDev] " (after an optional timestamp). It
+// returns nil when the line has no such prefix.
+func procKey(line []byte) []byte {
+	// The first " [<digits>]" ends the host:pid:tid token.
+	for off := 0; ; {
+		i := bytes.Index(line[off:], []byte(" ["))
+		if i < 0 {
+			return nil
+		}
+		i += off
+		j := i + 2
+		for j < len(line) && line[j] >= '0' && line[j] <= '9' {
+			j++
+		}
+		if j > i+2 && j < len(line) && line[j] == ']' {
+			tok := line[:i]
+			if sp := bytes.LastIndexByte(tok, ' '); sp >= 0 {
+				tok = tok[sp+1:]
+			}
+			// host:pid:tid -> host:pid
+			if c := bytes.LastIndexByte(tok, ':'); c > 0 && bytes.IndexByte(tok[:c], ':') >= 0 {
+				return tok[:c]
+			}
+			return nil
+		}
+		off = i + 2
+	}
+}
+
+// transportName returns the word after " via " in a channel line.
+func transportName(line []byte) []byte {
+	i := bytes.Index(line, tokVia)
+	if i < 0 {
+		return nil
+	}
+	name := line[i+len(tokVia):]
+	if sp := bytes.IndexAny(name, " \t"); sp >= 0 {
+		name = name[:sp]
+	}
+	return name
+}
