@@ -1,0 +1,242 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/topology"
+)
+
+func init() { extraCommands = append(extraCommands, (*App).newInitCommand) }
+
+// defaultTokenFile is where the example manifests mount the projected
+// service-account token (audience rankgate).
+const defaultTokenFile = "/var/run/secrets/rankgate/token"
+
+func (a *App) newInitCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Init container of a rank pod: preflight, report to the controller, wait for the gang verdict",
+		Long: `init runs in an init container of every rank pod of an opted-in PyTorchJob
+or MPIJob. It checks this rank's devices (the same rules as preflight),
+sends its report to the rankgate controller's gate over HTTPS, authenticated
+by a projected service-account token with audience rankgate, and waits for
+the verdict on the whole job. While the gate is unreachable it retries with
+backoff until --timeout.
+
+Exit 0 the gang passed (warnings allowed), 1 the gang or this rank failed,
+2 bad flags or input (or the job is not opted in), 3 environment failure
+(NVML or driver error, token or CA missing, gate refused the token),
+4 no verdict before --timeout. On failure the reason goes to
+--termination-log (Kubernetes: /dev/termination-log).`,
+		Example: `  # in a pod (POD_NAME and POD_NAMESPACE from the downward API)
+  rankgate init --gate-url https://rankgate-gate.rankgate-system.svc:443 \
+    --ca-file /var/run/rankgate/ca.crt --termination-log /dev/termination-log
+  # a simulated rank off a GPU node
+  rankgate init --gate-url https://127.0.0.1:8443 --ca-file ca.crt --token-file tok \
+    --pod-name job-worker-0 --pod-namespace ml --sample a100-full --devices 0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runInit(cmd.Context()) },
+	}
+	addPreflightFlags(cmd)
+	f := cmd.Flags()
+	f.String("gate-url", "", "the controller's gate, https://HOST:PORT (required)")
+	f.String("ca-file", "", "PEM CA of the gate's certificate (default: system roots)")
+	f.String("token-file", defaultTokenFile, "projected service-account token with audience rankgate")
+	f.String("pod-name", "", "this pod's name (default $POD_NAME, from the downward API)")
+	f.String("pod-namespace", "", "this pod's namespace (default $POD_NAMESPACE)")
+	f.Duration("timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
+	f.Duration("poll", 30*time.Second, "long-poll wait of each request to the gate")
+	_ = f.MarkHidden("poll")
+	return cmd
+}
+
+func (a *App) runInit(ctx context.Context) error {
+	format := a.Config.String("output")
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	pod := firstNonEmpty(a.Config.String("pod-name"), os.Getenv("POD_NAME"))
+	ns := firstNonEmpty(a.Config.String("pod-namespace"), os.Getenv("POD_NAMESPACE"))
+	if pod == "" || ns == "" {
+		return exitf(preflight.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
+	}
+	gateURL := a.Config.String("gate-url")
+	if u, err := url.Parse(gateURL); gateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return exitf(preflight.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
+	}
+	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: a.Config.String("ca-file"), TokenFile: a.Config.String("token-file")})
+	if err != nil {
+		return a.initFail(preflight.ExitEnvironment, "rankgate init: %v", err)
+	}
+	timeout := a.Config.Duration("timeout")
+	if timeout <= 0 {
+		return exitf(preflight.ExitUsage, "--timeout must be positive")
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	log := a.Log.With(zap.String("pod", ns+"/"+pod))
+
+	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
+	r, inv, err := a.initPreflight(ctx)
+	if err != nil {
+		var ee *ExitError
+		if !errors.As(err, &ee) || ee.Code == preflight.ExitUsage {
+			return err
+		}
+		// This rank cannot check its devices: tell the gate so the gang
+		// fails now rather than at its deadline, then exit with our own code.
+		req.Node = nodeName()
+		req.Report = preflight.NewReport(req.Node, []preflight.Finding{{
+			Rule: preflight.RuleRankEnvironment, Severity: preflight.SeverityFail,
+			Message:     fmt.Sprintf("rank pod %s/%s could not check its devices (rankgate init exit %d): %v", ns, pod, ee.Code, orText(ee.Err, "see its init container's log and termination message")),
+			Remediation: "fix the node's driver or NVML access (kubectl logs POD -c rankgate-init), then resume the job",
+		}})
+		short, stop := context.WithTimeout(ctx, 20*time.Second)
+		_, rerr := client.Await(short, req, gate.AwaitOptions{Poll: 5 * time.Second})
+		stop()
+		if rerr != nil {
+			log.Warn("could not tell the gate about this rank's failure", zap.Error(rerr))
+		}
+		return err
+	}
+	req.Report = r
+	req.Node = inv.Hostname
+	req.DriverVersion = inv.DriverVersion
+	req.CUDADriverVersion = inv.CUDADriverVersion
+	if format == formatText || r.Failed() {
+		if err := a.printReport(r, format); err != nil {
+			return err
+		}
+	}
+
+	waitCtx := ctx
+	if r.Failed() {
+		// Our own verdict is known: report it so the gang fails at once,
+		// but do not wait long for the answer.
+		var stop context.CancelFunc
+		waitCtx, stop = context.WithTimeout(ctx, 30*time.Second)
+		defer stop()
+	}
+	started := time.Now()
+	announced := false
+	resp, err := client.Await(waitCtx, req, gate.AwaitOptions{
+		Poll: a.Config.Duration("poll"),
+		OnRetry: func(err error, delay time.Duration) {
+			log.Warn("gate not answering; retrying", zap.String("gate", gateURL), zap.Duration("in", delay), zap.Error(err))
+		},
+		OnWaiting: func(w *gate.Response) {
+			if !announced {
+				announced = true
+				fmt.Fprintf(a.Streams.Err, "rankgate init: %s rank %d reported; waiting for the gang (%d of %d ranks so far)\n", w.Job, w.Rank, w.Reported, w.Expected)
+			}
+			log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
+		},
+	})
+	if r.Failed() {
+		reason := r.Reason(terminationMessageMax)
+		if err == nil && resp.Verdict != nil {
+			fmt.Fprintf(a.Streams.Err, "rankgate init: gang verdict for %s: %s\n", resp.Job, resp.Verdict.Verdict)
+		} else {
+			log.Warn("the gate did not confirm this rank's failure", zap.Error(err))
+		}
+		a.writeTerminationLog(reason)
+		return silentExit(preflight.ExitFail)
+	}
+	if err != nil {
+		return a.awaitError(err, timeout, time.Since(started))
+	}
+	v := *resp.Verdict
+	if format == formatText {
+		fmt.Fprintf(a.Streams.Out, "\ngang verdict for %s (rank %d of %d):\n", resp.Job, resp.Rank, resp.Expected)
+	}
+	if err := a.printReport(v, format); err != nil {
+		return err
+	}
+	if v.Failed() {
+		reason := fmt.Sprintf("gang verdict fail for %s", resp.Job)
+		if resp.Action != "" {
+			reason += fmt.Sprintf(" (job action: %s)", resp.Action)
+		}
+		a.writeTerminationLog(reason + ": " + v.Reason(terminationMessageMax))
+		return silentExit(preflight.ExitFail)
+	}
+	return nil
+}
+
+// awaitError maps a failed wait to the exit-code contract.
+func (a *App) awaitError(err error, timeout, waited time.Duration) error {
+	var ge *gate.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return a.initFail(preflight.ExitTimeout, "no gang verdict within --timeout %s (waited %s): %v", timeout, waited.Round(time.Second), err)
+	case errors.Is(err, context.Canceled):
+		return a.initFail(preflight.ExitEnvironment, "interrupted while waiting for the gang verdict: %v", err)
+	case errors.As(err, &ge) && (ge.Code == gate.CodeBadRequest || ge.Code == gate.CodeNotARank || ge.Code == gate.CodeNotOptedIn):
+		return a.initFail(preflight.ExitUsage, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
+	case errors.As(err, &ge):
+		return a.initFail(preflight.ExitEnvironment, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
+	}
+	return a.initFail(preflight.ExitEnvironment, "%v", err)
+}
+
+// initFail writes the reason to the termination log and exits with code.
+func (a *App) initFail(code int, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	a.writeTerminationLog(msg)
+	return &ExitError{Code: code, Err: errors.New(msg)}
+}
+
+// initPreflight runs the rank rules like preflight does, and also returns
+// the inventory: its driver versions go into the report to the gate.
+func (a *App) initPreflight(ctx context.Context) (preflight.Report, *topology.Inventory, error) {
+	drivers := preflight.DefaultDriverTable()
+	if p := a.Config.String("known-bad-drivers"); p != "" {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
+		}
+		if drivers, err = preflight.ParseDriverTable(data); err != nil {
+			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+		}
+	}
+	alloc, err := a.allocation(ctx)
+	if err != nil {
+		return preflight.Report{}, nil, err
+	}
+	inv, cat, err := a.loadInventory(ctx)
+	if err != nil {
+		return preflight.Report{}, nil, err
+	}
+	r := preflight.RankRules(preflight.RankInput{
+		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
+		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
+	})
+	r.Subject = subject(inv, alloc)
+	return r, inv, nil
+}
+
+func firstNonEmpty(xs ...string) string {
+	for _, x := range xs {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
+}
+
+func orText(err error, def string) string {
+	if err == nil {
+		return def
+	}
+	return err.Error()
+}

@@ -1,0 +1,269 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+var _ gate.Backend = (*Controller)(nil)
+
+// rankOf is a reporting pod resolved to its job and rank.
+type rankOf struct {
+	pod  *corev1.Pod
+	job  job
+	rank int
+}
+
+// Report implements gate.Backend.
+func (c *Controller) Report(ctx context.Context, id gate.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
+	r, err := c.resolve(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := c.decided(r.job); ok {
+		return c.answerDecided(r, d), nil
+	}
+	g := c.ensureGang(r.job)
+	node := r.pod.Spec.NodeName
+	if node == "" {
+		node = req.Node
+	}
+	rr := preflight.RankReport{
+		Rank: r.rank, Pod: r.pod.Name, Node: node,
+		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
+	}
+	now := time.Now()
+	c.startClock(g, now)
+	isNew, decide, why := g.add(rr, string(r.pod.UID), now)
+	if isNew {
+		metricWaiting.Inc()
+	}
+	c.log.V(1).Info("rank reported", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
+	if decide {
+		go c.decide(g, why, nil)
+	}
+	g.wait(ctx, wait)
+	return g.response(r.rank), nil
+}
+
+// Verdict implements gate.Backend.
+func (c *Controller) Verdict(ctx context.Context, id gate.Identity, wait time.Duration) (*gate.Response, error) {
+	r, err := c.resolve(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := c.decided(r.job); ok {
+		return c.answerDecided(r, d), nil
+	}
+	g := c.ensureGang(r.job)
+	g.wait(ctx, wait)
+	return g.response(r.rank), nil
+}
+
+func (c *Controller) answerDecided(r rankOf, d *decision) *gate.Response {
+	resp := &gate.Response{Job: jobKey(r.job), Rank: r.rank, Expected: r.job.ExpectedRanks()}
+	fillDecided(resp, d)
+	return resp
+}
+
+// decided returns the job's verdict: the in-memory gang's, else the one
+// recorded on the job (by this or an earlier leader).
+func (c *Controller) decided(j job) (*decision, bool) {
+	c.mu.Lock()
+	g := c.gangs[j.Object().GetUID()]
+	c.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		d := g.verdict
+		g.mu.Unlock()
+		if d != nil {
+			return d, true
+		}
+	}
+	return recordedDecision(j.Object())
+}
+
+// resolve finds the authenticated pod, its job and its rank, refusing what
+// is not a rank of an opted-in job.
+func (c *Controller) resolve(ctx context.Context, id gate.Identity) (rankOf, error) {
+	if !c.leader.Load() {
+		return rankOf{}, &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, RetryAfter: time.Second,
+			Message: fmt.Sprintf("replica %s is not the leader; the gate service may route to any replica, retry", c.opts.Identity)}
+	}
+	if !c.synced.Load() {
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "controller starting: caches not synced")
+	}
+	pod := &corev1.Pod{}
+	if err := c.getFresh(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.Pod}, pod, id.PodUID); err != nil {
+		if apierrors.IsNotFound(err) {
+			return rankOf{}, gate.Errorf(gate.CodeForbidden, "pod %s/%s does not exist", id.Namespace, id.Pod)
+		}
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s: %v", id.Namespace, id.Pod, err)
+	}
+	if string(pod.UID) != id.PodUID {
+		return rankOf{}, gate.Errorf(gate.CodeForbidden, "the token was issued to an earlier pod named %s/%s (uid %s, now %s)", id.Namespace, id.Pod, id.PodUID, pod.UID)
+	}
+	kind, name, uid, ok := ownerJob(pod)
+	if !ok {
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a PyTorchJob or MPIJob", pod.Namespace, pod.Name)
+	}
+	k, _ := kindByName(kind)
+	if !c.watches(k) {
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s is not installed or not watched by this controller", kind)
+	}
+	obj := k.New()
+	if err := c.getFresh(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: name}, obj, uid); err != nil {
+		if apierrors.IsNotFound(err) {
+			return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s %s/%s of pod %s does not exist", kind, pod.Namespace, name, pod.Name)
+		}
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "reading %s %s/%s: %v", kind, pod.Namespace, name, err)
+	}
+	if string(obj.GetUID()) != uid {
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s belongs to an earlier %s named %s", pod.Namespace, pod.Name, kind, name)
+	}
+	j := k.Wrap(obj)
+	if in, err := c.optedIn(ctx, obj); err != nil {
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
+	} else if !in {
+		return rankOf{}, gate.Errorf(gate.CodeNotOptedIn, "%s %s/%s is not opted in to the gate: label it (or its namespace) %s=enabled, or remove the rankgate init container", kind, pod.Namespace, name, KeyGate)
+	}
+	rt, idx, err := podReplica(pod)
+	if err != nil {
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%v", err)
+	}
+	rank, err := j.Rank(rt, idx)
+	if err != nil {
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s: %v", pod.Namespace, pod.Name, err)
+	}
+	return rankOf{pod: pod, job: j, rank: rank}, nil
+}
+
+// getFresh reads from the cache and falls back to the API server when the
+// cache does not have the object yet or has an older one (uid differs).
+func (c *Controller) getFresh(ctx context.Context, key types.NamespacedName, obj client.Object, wantUID string) error {
+	err := c.client.Get(ctx, key, obj)
+	if err == nil && (wantUID == "" || string(obj.GetUID()) == wantUID) {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return c.api.Get(ctx, key, obj)
+}
+
+func (c *Controller) watches(k jobKind) bool {
+	for _, w := range c.kinds {
+		if w.GVK == k.GVK {
+			return true
+		}
+	}
+	return false
+}
+
+// optedIn: the job's own setting wins, then its namespace's label.
+func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error) {
+	s := gateSetting(o)
+	if enabled(s) {
+		return true, nil
+	}
+	if disabled(s) {
+		return false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: o.GetNamespace()}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading namespace %s: %w", o.GetNamespace(), err)
+	}
+	return enabled(ns.Labels[KeyGate]), nil
+}
+
+// ensureGang returns the job's gang, creating it (and arming its deadline
+// when the job records a first report) if needed.
+func (c *Controller) ensureGang(j job) *gang {
+	o := j.Object()
+	c.mu.Lock()
+	g := c.gangs[o.GetUID()]
+	if g == nil {
+		timeout, err := jobTimeout(o, c.opts.GangTimeout)
+		if err != nil {
+			c.log.Info("ignoring bad annotation", "job", jobKey(j), "error", err.Error())
+		}
+		g = newGang(j, timeout)
+		c.gangs[g.uid] = g
+		c.byName[g.key] = g.uid
+		metricGangs.Inc()
+	}
+	c.mu.Unlock()
+	if at, err := time.Parse(time.RFC3339Nano, o.GetAnnotations()[KeyFirstReport]); err == nil {
+		g.mu.Lock()
+		g.firstRecorded = true
+		g.mu.Unlock()
+		c.startClock(g, at)
+	}
+	return g
+}
+
+// startClock sets the gang's first-report time (the earliest known) and
+// arms the deadline; the first time it records the time on the job so that
+// a restarted controller keeps the same deadline.
+func (c *Controller) startClock(g *gang, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.verdict != nil {
+		return
+	}
+	if !g.firstAt.IsZero() && !at.Before(g.firstAt) {
+		return
+	}
+	g.firstAt = at
+	deadline := at.Add(g.timeout)
+	// After a restart, give waiting ranks time to re-send before missing
+	// ranks are declared missing.
+	if since := c.leaderSince.Load(); since > 0 {
+		if grace := time.Unix(0, since).Add(c.opts.ResendGrace); deadline.Before(grace) {
+			deadline = grace
+		}
+	}
+	g.deadline = deadline
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.timer = time.AfterFunc(time.Until(deadline), func() { c.decide(g, trigDeadline, nil) })
+	if !g.firstRecorded {
+		g.firstRecorded = true
+		go c.recordFirstReport(g, at)
+	}
+}
+
+// forget drops a gang (job deleted, opted out, or re-gated).
+func (c *Controller) forget(key string) {
+	c.mu.Lock()
+	uid, ok := c.byName[key]
+	var g *gang
+	if ok {
+		g = c.gangs[uid]
+		delete(c.gangs, uid)
+		delete(c.byName, key)
+	}
+	c.mu.Unlock()
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Unlock()
+	g.close()
+}

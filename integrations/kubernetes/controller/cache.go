@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The informer caches keep only what the controller reads: with 20,000 pods
+// and 5,000 nodes, full objects would cost hundreds of MB. Objects from the
+// cache are therefore incomplete and must never be written back with
+// Update; the controller only Patches, computing the patch from two copies
+// of the same trimmed object.
+
+// gpuResourcePrefix: the only resources the controller looks at.
+const gpuResourcePrefix = "nvidia.com/"
+
+// cacheOptions returns the trimmed cache configuration for the kinds in use.
+func cacheOptions(kinds []jobKind) cache.Options {
+	hasJob, _ := labels.NewRequirement(LabelJobName, selection.Exists, nil)
+	by := map[client.Object]cache.ByObject{
+		// Only Kubeflow replica pods: those carry the job-name label.
+		&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasJob), Transform: trimPod},
+		&corev1.Node{}:      {Transform: trimNode},
+		&corev1.Namespace{}: {Transform: trimNamespace},
+	}
+	for _, k := range kinds {
+		strip := k.Strip
+		by[k.New()] = cache.ByObject{Transform: func(i any) (any, error) {
+			if o, ok := i.(client.Object); ok {
+				o.SetManagedFields(nil)
+				strip(o)
+			}
+			return i, nil
+		}}
+	}
+	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+func keepPrefixed(m map[string]string, prefixes ...string) map[string]string {
+	var out map[string]string
+	for k, v := range m {
+		for _, p := range prefixes {
+			if strings.HasPrefix(k, p) {
+				if out == nil {
+					out = make(map[string]string, 4)
+				}
+				out[k] = v
+				break
+			}
+		}
+	}
+	return out
+}
+
+func trimMeta(m metav1.ObjectMeta, labelPrefixes ...string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+		Labels: keepPrefixed(m.Labels, labelPrefixes...), OwnerReferences: m.OwnerReferences,
+	}
+}
+
+func gpuList(rl corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for k, v := range rl {
+		if strings.HasPrefix(string(k), gpuResourcePrefix) {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func trimContainers(cs []corev1.Container) []corev1.Container {
+	var out []corev1.Container
+	for _, c := range cs {
+		req, lim := gpuList(c.Resources.Requests), gpuList(c.Resources.Limits)
+		if req == nil && lim == nil {
+			continue
+		}
+		out = append(out, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}})
+	}
+	return out
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// trimPod keeps identity, rank labels, owner, node, GPU requests, phase,
+// the PodScheduled condition and init container states.
+func trimPod(i any) (any, error) {
+	p, ok := i.(*corev1.Pod)
+	if !ok {
+		return unwrapTombstone(i, trimPod)
+	}
+	out := &corev1.Pod{
+		ObjectMeta: trimMeta(p.ObjectMeta, "training.kubeflow.org/", "rankgate.io/"),
+		Spec: corev1.PodSpec{
+			NodeName: p.Spec.NodeName, ServiceAccountName: p.Spec.ServiceAccountName,
+			Containers: trimContainers(p.Spec.Containers), InitContainers: trimContainers(p.Spec.InitContainers),
+		},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason, Message: clip(p.Status.Message, 256)},
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: clip(c.Message, 512)}}
+		}
+	}
+	for _, s := range p.Status.InitContainerStatuses {
+		t := corev1.ContainerStatus{Name: s.Name, Ready: s.Ready, RestartCount: s.RestartCount}
+		switch {
+		case s.State.Waiting != nil:
+			t.State.Waiting = &corev1.ContainerStateWaiting{Reason: s.State.Waiting.Reason, Message: clip(s.State.Waiting.Message, 256)}
+		case s.State.Running != nil:
+			t.State.Running = &corev1.ContainerStateRunning{StartedAt: s.State.Running.StartedAt}
+		case s.State.Terminated != nil:
+			t.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.State.Terminated.ExitCode, Reason: s.State.Terminated.Reason, Message: clip(s.State.Terminated.Message, 256)}
+		}
+		out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, t)
+	}
+	return out, nil
+}
+
+// trimNode keeps GPU labels, GPU allocatable, schedulability and Ready.
+func trimNode(i any) (any, error) {
+	n, ok := i.(*corev1.Node)
+	if !ok {
+		return unwrapTombstone(i, trimNode)
+	}
+	out := &corev1.Node{
+		ObjectMeta: trimMeta(n.ObjectMeta, gpuResourcePrefix),
+		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable},
+		Status:     corev1.NodeStatus{Allocatable: gpuList(n.Status.Allocatable)},
+	}
+	out.OwnerReferences = nil
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
+		}
+	}
+	return out, nil
+}
+
+// trimNamespace keeps the opt-in label.
+func trimNamespace(i any) (any, error) {
+	ns, ok := i.(*corev1.Namespace)
+	if !ok {
+		return unwrapTombstone(i, trimNamespace)
+	}
+	out := &corev1.Namespace{ObjectMeta: trimMeta(ns.ObjectMeta, "rankgate.io/")}
+	out.OwnerReferences = nil
+	return out, nil
+}
+
+func unwrapTombstone(i any, f func(any) (any, error)) (any, error) {
+	if t, ok := i.(toolscache.DeletedFinalStateUnknown); ok {
+		o, err := f(t.Obj)
+		if err != nil {
+			return nil, err
+		}
+		t.Obj = o
+		return t, nil
+	}
+	return i, nil
+}

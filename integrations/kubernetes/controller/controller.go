@@ -1,0 +1,359 @@
+// Package controller is `rankgate controller`: it watches opted-in
+// PyTorchJobs and MPIJobs and their pods, serves the gate API (package
+// gate) to their ranks, decides one gang verdict per job with
+// preflight.GangRules, records it on the job, and acts on a failure
+// (suspend, delete, or annotate only).
+//
+// Only the leader (controller-runtime leader election) holds gangs; other
+// replicas answer the gate with NotLeader and ranks retry. Gang state is in
+// memory but nothing is lost on a restart: verdicts and the time of a gang's
+// first report are recorded on the job, and waiting ranks re-send their
+// reports on every poll.
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+)
+
+// Options configure the controller. Zero values take the defaults noted.
+type Options struct {
+	// Config reaches the API server. Its QPS/Burst are raised to QPS/Burst.
+	Config *rest.Config
+	Scheme *runtime.Scheme // default: Scheme()
+	QPS    float32         // default 200
+	Burst  int             // default 400
+
+	// GateAddr is the gate's listen address (default ":8443"), unless
+	// GateListener is given.
+	GateAddr     string
+	GateListener net.Listener
+	// CertDir holds tls.crt and tls.key for the gate (watched for
+	// rotation). Insecure serves plain HTTP instead: tests only.
+	CertDir  string
+	Insecure bool
+	// Audience of the tokens ranks present (default "rankgate").
+	Audience string
+	// MaxWait caps a rank's long poll (default 30s).
+	MaxWait time.Duration
+	// GangTimeout: how long after the first report of a gang the missing
+	// ranks fail it (default 10m; per job: annotation rankgate.io/gang-timeout).
+	GangTimeout time.Duration
+	// ResendGrace: after becoming leader, how long to wait for ranks to
+	// re-send their reports before a deadline may fail a gang (default
+	// MaxWait + 5s).
+	ResendGrace time.Duration
+	// OnFail: suspend (default), delete or annotate.
+	OnFail string
+
+	MetricsAddr string // default ":8080"; "0" disables
+	HealthAddr  string // default ":8081"; "0" disables
+
+	LeaderElection          bool
+	LeaderElectionID        string // default "rankgate-controller"
+	LeaderElectionNamespace string // default: the pod's namespace
+	LeaseDuration           time.Duration
+	RenewDeadline           time.Duration
+	RetryPeriod             time.Duration
+
+	// Identity names this replica in rankgate.io/decided-by (default the
+	// host name).
+	Identity string
+	Log      logr.Logger
+}
+
+func (o *Options) defaults() error {
+	if o.Config == nil {
+		return errors.New("controller: no API server config")
+	}
+	if o.Scheme == nil {
+		o.Scheme = Scheme()
+	}
+	if o.QPS == 0 {
+		o.QPS = 200
+	}
+	if o.Burst == 0 {
+		o.Burst = 400
+	}
+	if o.GateAddr == "" {
+		o.GateAddr = ":8443"
+	}
+	if o.Audience == "" {
+		o.Audience = gate.Audience
+	}
+	if o.MaxWait <= 0 {
+		o.MaxWait = 30 * time.Second
+	}
+	if o.GangTimeout <= 0 {
+		o.GangTimeout = 10 * time.Minute
+	}
+	if o.ResendGrace <= 0 {
+		o.ResendGrace = o.MaxWait + 5*time.Second
+	}
+	if o.OnFail == "" {
+		o.OnFail = ActionSuspend
+	}
+	if !ValidAction(o.OnFail) {
+		return fmt.Errorf("on-fail %q: want suspend, delete or annotate", o.OnFail)
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = ":8080"
+	}
+	if o.HealthAddr == "" {
+		o.HealthAddr = ":8081"
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = "rankgate-controller"
+	}
+	if o.Identity == "" {
+		o.Identity, _ = os.Hostname()
+	}
+	if !o.Insecure && o.CertDir == "" {
+		return errors.New("controller: --cert-dir is required (tls.crt and tls.key for the gate's HTTPS)")
+	}
+	return nil
+}
+
+// Controller is one replica of `rankgate controller`.
+type Controller struct {
+	opts   Options
+	log    logr.Logger
+	mgr    manager.Manager
+	client client.Client // cached reads, writes
+	api    client.Reader // uncached reads
+	rec    events.EventRecorder
+	gate   *gate.Server
+	kinds  []jobKind
+
+	leader      atomic.Bool
+	synced      atomic.Bool
+	leaderSince atomic.Int64 // unix nanos
+
+	mu     sync.Mutex
+	gangs  map[types.UID]*gang
+	byName map[string]types.UID // namespace/kind/name -> the job's UID
+
+	decisions atomic.Int64
+}
+
+// New builds the manager, the caches, the reconcilers and the gate.
+func New(opts Options) (*Controller, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	registerMetrics()
+	cfg := rest.CopyConfig(opts.Config)
+	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}}
+
+	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.kinds = kinds
+
+	mopts := manager.Options{
+		Scheme:                        opts.Scheme,
+		Logger:                        opts.Log,
+		Cache:                         cacheOptions(kinds),
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:        opts.HealthAddr,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              opts.LeaderElectionID,
+		LeaderElectionNamespace:       opts.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptrDuration(10 * time.Second),
+	}
+	if opts.HealthAddr == "0" {
+		mopts.HealthProbeBindAddress = "0"
+	}
+	if opts.LeaseDuration > 0 {
+		mopts.LeaseDuration = ptrDuration(opts.LeaseDuration)
+	}
+	if opts.RenewDeadline > 0 {
+		mopts.RenewDeadline = ptrDuration(opts.RenewDeadline)
+	}
+	if opts.RetryPeriod > 0 {
+		mopts.RetryPeriod = ptrDuration(opts.RetryPeriod)
+	}
+	mgr, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("controller: manager: %w", err)
+	}
+	c.mgr = mgr
+	c.client = mgr.GetClient()
+	c.api = mgr.GetAPIReader()
+	c.rec = mgr.GetEventRecorder("rankgate-controller")
+
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	if !opts.Insecure {
+		cw, err := certwatcher.New(filepath.Join(opts.CertDir, "tls.crt"), filepath.Join(opts.CertDir, "tls.key"))
+		if err != nil {
+			return nil, fmt.Errorf("controller: gate certificate in %s: %w", opts.CertDir, err)
+		}
+		if err := mgr.Add(cw); err != nil {
+			return nil, err
+		}
+		getCert = cw.GetCertificate
+	}
+	c.gate = gate.NewServer(gate.ServerOptions{
+		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
+		Auth:    gate.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
+		Backend: c, MaxWait: opts.MaxWait, Log: c.log.WithName("gate"), Observe: observeRequest,
+	})
+	if err := mgr.Add(c.gate); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(manager.RunnableFunc(c.watchLeadership)); err != nil {
+		return nil, err
+	}
+	if err := c.setupReconcilers(); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("caches", func(*http.Request) error {
+		if !c.synced.Load() {
+			return errors.New("informer caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("gate", func(*http.Request) error {
+		select {
+		case <-c.gate.Serving():
+			return nil
+		default:
+			return errors.New("gate not listening")
+		}
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start runs until ctx ends or the manager fails (for example when this
+// replica loses its lease).
+func (c *Controller) Start(ctx context.Context) error { return c.mgr.Start(ctx) }
+
+// GateAddr opens the gate's listener if needed and returns its address.
+func (c *Controller) GateAddr() (net.Addr, error) { return c.gate.Listen() }
+
+// Decisions counts the verdicts this replica decided and recorded itself
+// (adopted ones not included).
+func (c *Controller) Decisions() int64 { return c.decisions.Load() }
+
+// IsLeader reports whether this replica holds the gangs.
+func (c *Controller) IsLeader() bool { return c.leader.Load() }
+
+// watchLeadership runs on every replica; it marks this one leader once
+// elected, and caches synced.
+func (c *Controller) watchLeadership(ctx context.Context) error {
+	go func() {
+		if c.mgr.GetCache().WaitForCacheSync(ctx) {
+			c.synced.Store(true)
+		}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-c.mgr.Elected():
+	}
+	c.leaderSince.Store(time.Now().UnixNano())
+	c.leader.Store(true)
+	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
+	<-ctx.Done()
+	c.leader.Store(false)
+	return nil
+}
+
+// installedKinds keeps the job kinds whose CRDs the API server serves.
+func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) ([]jobKind, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mapper, err := newMapper(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	var out []jobKind
+	for _, k := range jobKinds {
+		if _, err := mapper.RESTMapping(k.GVK.GroupKind(), k.GVK.Version); err != nil {
+			if meta.IsNoMatchError(err) {
+				log.Info("job kind not served by the API server; not watched", "kind", k.GVK.String())
+				continue
+			}
+			return nil, fmt.Errorf("controller: discovering %s: %w", k.GVK, err)
+		}
+		if !scheme.Recognizes(k.GVK) {
+			return nil, fmt.Errorf("controller: scheme lacks %s", k.GVK)
+		}
+		out = append(out, k)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("controller: neither PyTorchJob (kubeflow.org/v1) nor MPIJob (kubeflow.org/v2beta1) is installed; install the Kubeflow training operator or MPI operator first")
+	}
+	return out, nil
+}
+
+// Scheme has the built-in kinds, PyTorchJob and MPIJob.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(kubeflowv1.AddToScheme(s))
+	utilruntime.Must(mpiv2beta1.AddToScheme(s))
+	return s
+}
+
+func newMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
+	return apiutil.NewDynamicRESTMapper(cfg, hc)
+}
+
+func ptrDuration(d time.Duration) *time.Duration { return &d }
+
+// nodeReady reads a trimmed node's Ready condition.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -1,0 +1,171 @@
+package controller
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/rankgate/rankgate/preflight"
+)
+
+func ptJob(master bool, workers int32) pytorchJob {
+	specs := map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(workers)}}
+	if master {
+		specs[kubeflowv1.PyTorchJobReplicaTypeMaster] = &kubeflowv1.ReplicaSpec{} // replicas default 1
+	}
+	return pytorchJob{&kubeflowv1.PyTorchJob{Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: specs}}}
+}
+
+func mpJob(workers int32, launcherWorks bool) mpiJob {
+	return mpiJob{&mpiv2beta1.MPIJob{Spec: mpiv2beta1.MPIJobSpec{
+		RunLauncherAsWorker: ptr.To(launcherWorks),
+		MPIReplicaSpecs: map[mpiv2beta1.MPIReplicaType]*mpiv2beta1.ReplicaSpec{
+			mpiv2beta1.MPIReplicaTypeLauncher: {Replicas: ptr.To(int32(1))},
+			mpiv2beta1.MPIReplicaTypeWorker:   {Replicas: ptr.To(workers)},
+		}}}}
+}
+
+func TestRanks(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		job      job
+		expected int
+		pods     map[string]int // "type/index" -> rank, -1 refused
+	}{
+		{"PyTorchJob master+3", ptJob(true, 3), 4, map[string]int{"master/0": 0, "worker/0": 1, "worker/2": 3, "worker/3": -1, "master/1": -1, "ps/0": -1}},
+		{"PyTorchJob workers only", ptJob(false, 2), 2, map[string]int{"worker/0": 0, "worker/1": 1, "master/0": -1}},
+		{"MPIJob", mpJob(4, false), 4, map[string]int{"worker/0": 0, "worker/3": 3, "launcher/0": -1, "worker/4": -1}},
+		{"MPIJob launcher as worker", mpJob(2, true), 3, map[string]int{"launcher/0": 0, "worker/1": 1, "worker/2": 2, "worker/0": -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.expected, tc.job.ExpectedRanks())
+			for pod, want := range tc.pods {
+				typ, idx, _ := strings.Cut(pod, "/")
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelReplicaType: strings.ToUpper(typ[:1]) + typ[1:], LabelReplicaIndex: idx}}}
+				rt, i, err := podReplica(p)
+				require.NoError(t, err)
+				got, err := tc.job.Rank(rt, i)
+				if want < 0 {
+					require.Error(t, err, pod)
+					continue
+				}
+				require.NoError(t, err, pod)
+				require.Equal(t, want, got, pod)
+			}
+		})
+	}
+	_, _, err := podReplica(&corev1.Pod{})
+	require.ErrorContains(t, err, LabelReplicaType)
+}
+
+func TestSuspend(t *testing.T) {
+	j := ptJob(true, 1)
+	require.False(t, j.Suspended())
+	j.SetSuspend(true)
+	require.True(t, *j.Spec.RunPolicy.Suspend)
+	m := mpJob(1, false)
+	m.SetSuspend(true)
+	require.True(t, m.Suspended())
+}
+
+func TestDecisionRoundTrip(t *testing.T) {
+	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: preflight.NewReport("", nil)}}})
+	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend}
+	ann := decisionAnnotations(d, "replica-a")
+	require.Equal(t, "fail", ann[KeyVerdict])
+	require.Equal(t, "GANG_INCOMPLETE", ann[KeyRules])
+	require.Equal(t, "suspend", ann[KeyAction])
+	require.Contains(t, ann[KeyReason], "missing ranks 1")
+
+	j := ptJob(true, 1)
+	j.Annotations = ann
+	got, ok := recordedDecision(j)
+	require.True(t, ok)
+	require.Equal(t, d.Report, got.Report)
+	require.True(t, got.DecidedAt.Equal(d.DecidedAt))
+	require.Equal(t, ActionSuspend, got.Action)
+
+	// Edited by hand: verdict and reason survive.
+	j.Annotations[KeyReport] = "{"
+	got, ok = recordedDecision(j)
+	require.True(t, ok)
+	require.Equal(t, preflight.VerdictFail, got.Report.Verdict)
+	j.Annotations[KeyVerdict] = "maybe"
+	_, ok = recordedDecision(j)
+	require.False(t, ok)
+}
+
+func TestCompactReportBounded(t *testing.T) {
+	var f []preflight.Finding
+	for i := 0; i < 2000; i++ {
+		f = append(f, preflight.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: preflight.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
+	}
+	s := compactReport(preflight.NewReport("big", f))
+	require.LessOrEqual(t, len(s), maxReportLen)
+	var r preflight.Report
+	require.NoError(t, json.Unmarshal([]byte(s), &r))
+	require.Equal(t, preflight.VerdictFail, r.Verdict)
+	require.NotEmpty(t, r.Findings)
+}
+
+func TestOptInAndOverrides(t *testing.T) {
+	j := ptJob(true, 1)
+	require.Equal(t, "", gateSetting(j))
+	j.Labels = map[string]string{KeyGate: "Enabled"}
+	require.True(t, enabled(gateSetting(j)))
+	j.Labels = nil
+	j.Annotations = map[string]string{KeyGate: "disabled", KeyGangTimeout: "90s", KeyOnFail: "delete"}
+	require.True(t, disabled(gateSetting(j)))
+	d, err := jobTimeout(j, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, d)
+	require.Equal(t, ActionDelete, jobAction(j, ActionSuspend))
+	j.Annotations[KeyGangTimeout] = "soon"
+	j.Annotations[KeyOnFail] = "explode"
+	d, err = jobTimeout(j, time.Minute)
+	require.Error(t, err)
+	require.Equal(t, time.Minute, d)
+	require.Equal(t, ActionSuspend, jobAction(j, ActionSuspend))
+}
+
+func TestTrimPod(t *testing.T) {
+	gpu := corev1.ResourceList{"nvidia.com/mig-3g.40gb": resource.MustParse("1"), corev1.ResourceCPU: resource.MustParse("8")}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "j-worker-0", Namespace: "ml", UID: "u",
+			Labels:        map[string]string{LabelJobName: "j", "app": "x"},
+			Annotations:   map[string]string{"big": strings.Repeat("a", 4096)},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+		Spec: corev1.PodSpec{NodeName: "n1", Containers: []corev1.Container{
+			{Name: "train", Image: "img", Command: []string{"python"}, Env: []corev1.EnvVar{{Name: "A", Value: "B"}}, Resources: corev1.ResourceRequirements{Limits: gpu}},
+			{Name: "sidecar", Image: "img"},
+		}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{
+			{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}, {Type: corev1.PodReady, Status: corev1.ConditionFalse}}},
+	}
+	out, err := trimPod(p)
+	require.NoError(t, err)
+	tp := out.(*corev1.Pod)
+	require.Equal(t, map[string]string{LabelJobName: "j"}, tp.Labels)
+	require.Nil(t, tp.Annotations)
+	require.Nil(t, tp.ManagedFields)
+	require.Len(t, tp.Spec.Containers, 1)
+	require.Equal(t, corev1.ResourceList{"nvidia.com/mig-3g.40gb": resource.MustParse("1")}, tp.Spec.Containers[0].Resources.Limits)
+	require.Empty(t, tp.Spec.Containers[0].Image)
+	require.Len(t, tp.Status.Conditions, 1)
+	require.Equal(t, "n1", tp.Spec.NodeName)
+
+	// never placeable: the most any node has.
+	capa := &gpuCapacity{max: map[corev1.ResourceName]resource.Quantity{"nvidia.com/gpu": resource.MustParse("8")}}
+	require.Equal(t, "no node advertises nvidia.com/mig-3g.40gb", capa.neverFits(tp))
+	capa.max["nvidia.com/mig-3g.40gb"] = resource.MustParse("2")
+	require.Equal(t, "", capa.neverFits(tp))
+}

@@ -1,0 +1,439 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// decidedGangTTL: how long a decided gang stays in memory for late polls;
+// after that the verdict is served from the job's annotations.
+const decidedGangTTL = 10 * time.Minute
+
+// decide runs the gang rules once, records the verdict on the job (with
+// the fail action in the same write), then answers every waiting rank. It
+// is safe to call concurrently and repeatedly: only the first call decides,
+// and a verdict already on the job (an earlier leader's) is adopted, never
+// decided again.
+func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.MissingRank) {
+	g.mu.Lock()
+	if g.deciding || g.verdict != nil || g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.deciding = true
+	ranks := g.rankListLocked()
+	expected, first, last := g.expected, g.firstAt, g.lastAt
+	g.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in := preflight.GangInput{Job: g.key, Ranks: ranks}
+	switch why {
+	case trigComplete:
+		in.Expected = expected
+	case trigDeadline:
+		in.Expected = expected
+		in.Missing = c.missingRanks(ctx, g, ranks, false)
+		last = time.Time{}
+	case trigUnplaceable:
+		in.Missing = missing
+		last = time.Time{}
+	case trigEarlyFail:
+		last = time.Time{}
+	}
+	report := preflight.GangRules(in)
+	report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
+	if why != trigComplete && why != trigDeadline && !report.Failed() {
+		// A partial view that no longer fails (a rank re-sent a passing
+		// report): keep waiting.
+		g.mu.Lock()
+		g.deciding = false
+		g.mu.Unlock()
+		return
+	}
+	d := &decision{Report: report, DecidedAt: time.Now()}
+	rec, wrote, obj, err := c.record(ctx, g, d)
+	if err != nil {
+		metricAPIErrors.WithLabelValues("verdict").Inc()
+		c.log.Error(err, "recording verdict; retrying", "job", g.key)
+		g.mu.Lock()
+		g.deciding = false
+		g.mu.Unlock()
+		time.AfterFunc(time.Second, func() { c.decide(g, why, missing) })
+		return
+	}
+	g.mu.Lock()
+	g.verdict = rec
+	g.deciding = false
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	close(g.done)
+	g.mu.Unlock()
+	g.close()
+	time.AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+
+	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
+	if !wrote {
+		log.Info("verdict already recorded on the job; adopted")
+		return
+	}
+	c.decisions.Add(1)
+	observeVerdict(rec.Report, first, last, rec.DecidedAt)
+	log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report))
+	if obj != nil {
+		c.emitEvent(obj, rec)
+		if rec.Report.Failed() && rec.Action == ActionDelete {
+			c.deleteJob(ctx, obj)
+		}
+	}
+}
+
+// forgetGang drops g if it is still the registered gang of its job.
+func (c *Controller) forgetGang(g *gang) {
+	c.mu.Lock()
+	cur := c.gangs[g.uid]
+	c.mu.Unlock()
+	if cur == g {
+		c.forget(g.key)
+	}
+}
+
+func rulesOf(r preflight.Report) string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.Rule)
+	}
+	return strings.Join(out, ",")
+}
+
+// record writes d onto the job with optimistic concurrency. If the job
+// already carries a verdict, that one is returned (adopted); if the job is
+// gone or replaced, d is returned unrecorded.
+func (c *Controller) record(ctx context.Context, g *gang, d *decision) (*decision, bool, client.Object, error) {
+	k, _ := kindByName(g.kind)
+	key := types.NamespacedName{Namespace: g.ns, Name: g.name}
+	var lastErr error
+	for attempt := 0; attempt < 10; attempt++ {
+		obj := k.New()
+		var err error
+		if attempt == 0 {
+			err = c.client.Get(ctx, key, obj)
+		} else {
+			err = c.api.Get(ctx, key, obj)
+		}
+		if apierrors.IsNotFound(err) {
+			return d, false, nil, nil
+		}
+		if err != nil {
+			return nil, false, nil, err
+		}
+		if obj.GetUID() != g.uid {
+			return d, false, nil, nil
+		}
+		if rec, ok := recordedDecision(obj); ok {
+			return rec, false, nil, nil
+		}
+		orig := obj.DeepCopyObject().(client.Object)
+		if d.Report.Failed() {
+			d.Action = jobAction(obj, c.opts.OnFail)
+			if d.Action == ActionSuspend {
+				k.Wrap(obj).SetSuspend(true)
+			}
+		}
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		for k, v := range decisionAnnotations(d, c.opts.Identity) {
+			ann[k] = v
+		}
+		obj.SetAnnotations(ann)
+		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case err == nil:
+			return d, true, obj, nil
+		case apierrors.IsConflict(err):
+			lastErr = err
+			continue
+		case apierrors.IsNotFound(err):
+			return d, false, nil, nil
+		default:
+			return nil, false, nil, err
+		}
+	}
+	return nil, false, nil, fmt.Errorf("job %s kept changing: %w", g.key, lastErr)
+}
+
+// recordFirstReport writes rankgate.io/first-report-at once, so that a
+// restarted controller keeps the gang's deadline.
+func (c *Controller) recordFirstReport(g *gang, at time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	k, _ := kindByName(g.kind)
+	for attempt := 0; attempt < 5; attempt++ {
+		obj := k.New()
+		err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj)
+		if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.uid) {
+			return
+		}
+		if err == nil {
+			if _, ok := obj.GetAnnotations()[KeyFirstReport]; ok {
+				return
+			}
+			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, KeyFirstReport, at.UTC().Format(time.RFC3339Nano))
+			if err = c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err == nil || apierrors.IsNotFound(err) {
+				return
+			}
+		}
+		metricAPIErrors.WithLabelValues("first-report").Inc()
+		c.log.V(1).Info("recording first report time; retrying", "job", g.key, "error", err.Error())
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
+}
+
+// emitEvent puts the verdict on the job as a Kubernetes Event.
+func (c *Controller) emitEvent(obj client.Object, d *decision) {
+	typ, reason := corev1.EventTypeNormal, "GangPassed"
+	note := summary(d.Report)
+	switch {
+	case d.Report.Failed():
+		typ, reason = corev1.EventTypeWarning, "GangFailed"
+		note = d.Report.Reason(0)
+		switch d.Action {
+		case ActionSuspend:
+			note = "job suspended: " + note
+		case ActionDelete:
+			note = "job deleted: " + note
+		}
+	case d.Report.Verdict == preflight.VerdictWarn:
+		reason = "GangPassedWithWarnings"
+	}
+	// events.k8s.io notes are limited to 1 kB.
+	if len(note) > 1000 {
+		note = note[:997] + "..."
+	}
+	c.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
+}
+
+func (c *Controller) deleteJob(ctx context.Context, obj client.Object) {
+	err := c.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: ptrUID(obj.GetUID())})
+	if err != nil && !apierrors.IsNotFound(err) {
+		metricAPIErrors.WithLabelValues("delete").Inc()
+		c.log.Error(err, "deleting failed job; the reconciler retries", "job", obj.GetNamespace()+"/"+obj.GetName())
+	}
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+// missingRanks describes the pods of the ranks that have not reported. With
+// onlyUnplaceable it returns only ranks whose pods can never be placed.
+func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank {
+	k, _ := kindByName(g.kind)
+	obj := k.New()
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
+		return nil
+	}
+	j := k.Wrap(obj)
+	have := map[int]bool{}
+	for _, r := range reported {
+		have[r.Rank] = true
+	}
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.InNamespace(g.ns), client.MatchingLabels{LabelJobName: g.name}); err != nil {
+		c.log.Error(err, "listing pods of missing ranks", "job", g.key)
+	}
+	out := map[int]preflight.MissingRank{}
+	var gpuFit *gpuCapacity
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if _, _, uid, ok := ownerJob(p); !ok || uid != string(g.uid) {
+			continue
+		}
+		rt, idx, err := podReplica(p)
+		if err != nil {
+			continue
+		}
+		rank, err := j.Rank(rt, idx)
+		if err != nil || have[rank] {
+			continue
+		}
+		m := preflight.MissingRank{Pod: p.Name, Node: p.Spec.NodeName, State: c.podState(ctx, p)}
+		if unschedulable(p) {
+			if gpuFit == nil {
+				gpuFit = c.gpuCapacity(ctx)
+			}
+			if why := gpuFit.neverFits(p); why != "" {
+				m.Unplaceable = true
+				m.State += "; " + why
+			}
+		}
+		if onlyUnplaceable && !m.Unplaceable {
+			continue
+		}
+		out[rank] = m
+	}
+	if onlyUnplaceable {
+		return out
+	}
+	for i := 0; i < g.expected; i++ {
+		if _, ok := out[i]; !ok && !have[i] {
+			out[i] = preflight.MissingRank{State: "no pod: the operator has not created it (quota, admission, or the job is suspended)"}
+		}
+	}
+	return out
+}
+
+// podState says in words what a rank's pod is doing.
+func (c *Controller) podState(ctx context.Context, p *corev1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return "terminating"
+	}
+	if p.Spec.NodeName == "" {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+				return fmt.Sprintf("Pending, not scheduled (%s): %s", cond.Reason, cond.Message)
+			}
+		}
+		return "Pending, not scheduled yet"
+	}
+	var s string
+	for _, st := range p.Status.InitContainerStatuses {
+		switch {
+		case st.State.Waiting != nil:
+			s = fmt.Sprintf("%s, init container %s waiting (%s)", p.Status.Phase, st.Name, st.State.Waiting.Reason)
+			if st.State.Waiting.Message != "" {
+				s += ": " + st.State.Waiting.Message
+			}
+		case st.State.Terminated != nil && st.State.Terminated.ExitCode != 0:
+			s = fmt.Sprintf("%s, init container %s exited %d (%s)", p.Status.Phase, st.Name, st.State.Terminated.ExitCode, st.State.Terminated.Reason)
+		case st.State.Running != nil:
+			s = fmt.Sprintf("%s, init container %s running but has not reported (can it reach the gate? see its log)", p.Status.Phase, st.Name)
+		}
+		if s != "" {
+			break
+		}
+	}
+	if s == "" {
+		phase := p.Status.Phase
+		if phase == "" {
+			phase = corev1.PodPending
+		}
+		s = fmt.Sprintf("%s on its node, has not reported", phase)
+	}
+	n := &corev1.Node{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: p.Spec.NodeName}, n); apierrors.IsNotFound(err) {
+		s += " (its node does not exist)"
+	} else if err == nil && !nodeReady(n) {
+		s += " (its node is NotReady)"
+	}
+	return s
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	if p.Spec.NodeName != "" {
+		return false
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// gpuCapacity is the largest allocatable amount of each GPU resource on
+// any schedulable node.
+type gpuCapacity struct {
+	max map[corev1.ResourceName]resource.Quantity
+}
+
+func (c *Controller) gpuCapacity(ctx context.Context) *gpuCapacity {
+	nodes := &corev1.NodeList{}
+	out := &gpuCapacity{max: map[corev1.ResourceName]resource.Quantity{}}
+	if err := c.client.List(ctx, nodes); err != nil {
+		return nil
+	}
+	for _, n := range nodes.Items {
+		if n.Spec.Unschedulable {
+			continue
+		}
+		for r, q := range n.Status.Allocatable {
+			if cur, ok := out.max[r]; !ok || q.Cmp(cur) > 0 {
+				out.max[r] = q
+			}
+		}
+	}
+	return out
+}
+
+// neverFits says why no node could ever hold p's GPU request ("" when
+// some node could).
+func (g *gpuCapacity) neverFits(p *corev1.Pod) string {
+	if g == nil {
+		return ""
+	}
+	var why []string
+	for r, want := range podGPURequest(p) {
+		have := g.max[r]
+		if have.Cmp(want) < 0 {
+			if have.IsZero() {
+				why = append(why, fmt.Sprintf("no node advertises %s", r))
+			} else {
+				why = append(why, fmt.Sprintf("it requests %s %s, the most any node has is %s", want.String(), r, have.String()))
+			}
+		}
+	}
+	sort.Strings(why)
+	return strings.Join(why, "; ")
+}
+
+// podGPURequest: per GPU resource, the larger of the app containers' sum
+// and any one init container (the scheduler's effective request).
+func podGPURequest(p *corev1.Pod) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	amount := func(c corev1.Container, r corev1.ResourceName) (resource.Quantity, bool) {
+		if q, ok := c.Resources.Limits[r]; ok {
+			return q, true
+		}
+		q, ok := c.Resources.Requests[r]
+		return q, ok
+	}
+	names := map[corev1.ResourceName]bool{}
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, c := range cs {
+			for r := range c.Resources.Limits {
+				names[r] = true
+			}
+			for r := range c.Resources.Requests {
+				names[r] = true
+			}
+		}
+	}
+	for r := range names {
+		var sum resource.Quantity
+		for _, c := range p.Spec.Containers {
+			if q, ok := amount(c, r); ok {
+				sum.Add(q)
+			}
+		}
+		for _, c := range p.Spec.InitContainers {
+			if q, ok := amount(c, r); ok && q.Cmp(sum) > 0 {
+				sum = q
+			}
+		}
+		out[r] = sum
+	}
+	return out
+}

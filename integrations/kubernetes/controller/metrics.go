@@ -1,0 +1,84 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// Metrics, served on the manager's metrics endpoint (--metrics-addr,
+// /metrics). Names and labels are documented in docs/controller.md.
+var (
+	metricVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rankgate_gang_verdicts_total",
+		Help: "Gang verdicts decided by this controller, by verdict (pass, warn, fail).",
+	}, []string{"verdict"})
+	metricVerdictRules = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rankgate_gang_verdict_rules_total",
+		Help: "Findings in decided gang verdicts, by rule ID and severity (one per verdict and rule).",
+	}, []string{"rule", "severity"})
+	metricDecision = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rankgate_gang_decision_seconds",
+		Help:    "Time from a gang's first rank report to its recorded verdict.",
+		Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1200, 3600},
+	})
+	metricLastReport = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rankgate_gang_last_report_to_verdict_seconds",
+		Help:    "Time from the report that completed a gang to its recorded verdict (the gate's own latency).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+	})
+	metricWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rankgate_ranks_waiting",
+		Help: "Ranks that reported and wait for their gang's verdict.",
+	})
+	metricGangs = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rankgate_gangs_open",
+		Help: "Gangs with at least one report and no verdict yet.",
+	})
+	metricRequests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "rankgate_gate_request_seconds",
+		Help:    "Gate API requests by endpoint and answer code (long polls included).",
+		Buckets: []float64{.005, .01, .05, .1, .5, 1, 5, 30, 60},
+	}, []string{"endpoint", "code"})
+	metricAPIErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "rankgate_job_update_errors_total",
+		Help: "Failed writes to jobs (verdict, action), by operation.",
+	}, []string{"op"})
+)
+
+var registerOnce sync.Once
+
+// registerMetrics adds the collectors to controller-runtime's registry once
+// per process (tests start several controllers).
+func registerMetrics() {
+	registerOnce.Do(func() {
+		crmetrics.Registry.MustRegister(metricVerdicts, metricVerdictRules, metricDecision, metricLastReport,
+			metricWaiting, metricGangs, metricRequests, metricAPIErrors)
+	})
+}
+
+func observeVerdict(r preflight.Report, first, last time.Time, at time.Time) {
+	metricVerdicts.WithLabelValues(string(r.Verdict)).Inc()
+	seen := map[string]bool{}
+	for _, f := range r.Findings {
+		k := f.Rule + "/" + string(f.Severity)
+		if !seen[k] {
+			seen[k] = true
+			metricVerdictRules.WithLabelValues(f.Rule, string(f.Severity)).Inc()
+		}
+	}
+	if !first.IsZero() {
+		metricDecision.Observe(at.Sub(first).Seconds())
+	}
+	if !last.IsZero() {
+		metricLastReport.Observe(at.Sub(last).Seconds())
+	}
+}
+
+func observeRequest(endpoint, code string, d time.Duration) {
+	metricRequests.WithLabelValues(endpoint, code).Observe(d.Seconds())
+}

@@ -1,0 +1,140 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// setupReconcilers registers one reconciler per installed job kind. They
+// run on the leader only and keep gangs in step with their jobs: arm the
+// deadline of a gang an earlier leader started, fail a gang at once when a
+// missing rank can never be placed, finish a delete action, re-gate a job a
+// person resumed after a fail, drop gangs of deleted jobs.
+func (c *Controller) setupReconcilers() error {
+	for _, k := range c.kinds {
+		k := k
+		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+			return c.reconcile(ctx, k, req)
+		})
+		podChanged := predicate.Funcs{
+			CreateFunc:  func(event.CreateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				o, ok1 := e.ObjectOld.(*corev1.Pod)
+				n, ok2 := e.ObjectNew.(*corev1.Pod)
+				return ok1 && ok2 && unschedulable(n) != unschedulable(o)
+			},
+		}
+		err := builder.ControllerManagedBy(c.mgr).
+			Named(k.GVK.Kind).
+			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
+			WithOptions(controllerOptions()).
+			Complete(r)
+		if err != nil {
+			return fmt.Errorf("controller: %s reconciler: %w", k.GVK.Kind, err)
+		}
+	}
+	// The pod, node and namespace informers start with the manager, not on
+	// the first gate request.
+	for _, o := range []client.Object{&corev1.Node{}, &corev1.Namespace{}} {
+		if _, err := c.mgr.GetCache().GetInformer(context.Background(), o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Request) (reconcile.Result, error) {
+	key := req.Namespace + "/" + k.GVK.Kind + "/" + req.Name
+	obj := k.New()
+	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.forget(key)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if in, err := c.optedIn(ctx, obj); err != nil {
+		return reconcile.Result{}, err
+	} else if !in {
+		c.forget(key)
+		return reconcile.Result{}, nil
+	}
+	c.mu.Lock()
+	if uid, ok := c.byName[key]; ok && uid != obj.GetUID() {
+		c.mu.Unlock()
+		c.forget(key) // the job was deleted and created again
+	} else {
+		c.mu.Unlock()
+	}
+	j := k.Wrap(obj)
+	if d, ok := recordedDecision(obj); ok {
+		if !d.Report.Failed() || obj.GetDeletionTimestamp() != nil {
+			return reconcile.Result{}, nil
+		}
+		switch d.Action {
+		case ActionDelete:
+			c.deleteJob(ctx, obj)
+		case ActionSuspend:
+			if !j.Suspended() {
+				return reconcile.Result{}, c.regate(ctx, key, obj)
+			}
+		}
+		return reconcile.Result{}, nil
+	}
+	if _, ok := obj.GetAnnotations()[KeyFirstReport]; !ok {
+		return reconcile.Result{}, nil
+	}
+	// A gang is running (possibly started before this leader): make sure
+	// its deadline is armed, and fail it now if a missing rank can never
+	// be placed.
+	g := c.ensureGang(j)
+	g.mu.Lock()
+	open := g.verdict == nil && !g.deciding
+	ranks := g.rankListLocked()
+	g.mu.Unlock()
+	if open {
+		if m := c.missingRanks(ctx, g, ranks, true); len(m) > 0 {
+			go c.decide(g, trigUnplaceable, m)
+		}
+	}
+	return reconcile.Result{}, nil
+}
+
+// regate clears a fail verdict from a job a person resumed (suspend set
+// back to false): its new pods form a new gang. The old verdict is kept
+// in rankgate.io/previous-verdict.
+func (c *Controller) regate(ctx context.Context, key string, obj client.Object) error {
+	a := obj.GetAnnotations()
+	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q}}}`,
+		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev)
+	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // a newer version is queued, or the job is gone
+		}
+		return err
+	}
+	c.forget(key)
+	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", prev)
+	return nil
+}
+
+func controllerOptions() crcontroller.Options {
+	// Several controllers may run in one process (tests, benchmarks).
+	return crcontroller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
+}
