@@ -66,8 +66,7 @@ type section struct {
 	end   int    // one past the last body line
 }
 
-// line returns the 1-based line number of body line i (an index into
-// d.lines).
+// lineNo turns an index into doc.lines into a 1-based line number.
 func lineNo(i int) int { return i + 1 }
 
 func splitDoc(text string) *doc {
@@ -105,7 +104,7 @@ func splitDoc(text string) *doc {
 	return d
 }
 
-// body returns the section's lines and the index of the first one.
+// body returns the section's lines; body()[k] is doc line s.first+k.
 func (s section) body() []string { return s.d.lines[s.first:s.end] }
 
 // text returns the section's body as one string, line ends included.

@@ -170,7 +170,7 @@ type gpuFact struct {
 	profiles []profileFact
 }
 
-func newGPUFact(_ section, i, index int) *gpuFact {
+func newGPUFact(i, index int) *gpuFact {
 	return &gpuFact{line: lineNo(i), index: index}
 }
 
@@ -196,7 +196,7 @@ type migFact struct {
 	placement *topology.Placement
 }
 
-func newMIGFact(_ section, i int) migFact {
+func newMIGFact(i int) migFact {
 	return migFact{line: lineNo(i), index: -1, gi: -1, ci: -1}
 }
 

@@ -75,7 +75,7 @@ func parseListGPU(s section, i int, t string) (*gpuFact, error) {
 	if err != nil {
 		return nil, s.errAt(i, "GPU index: "+err.Error())
 	}
-	g := newGPUFact(s, i, idx)
+	g := newGPUFact(i, idx)
 	desc = strings.TrimSpace(desc)
 	if j := strings.LastIndex(desc, "(UUID:"); j >= 0 {
 		u, ok := strings.CutSuffix(strings.TrimSpace(desc[j+len("(UUID:"):]), ")")
@@ -98,7 +98,7 @@ func parseListGPU(s section, i int, t string) (*gpuFact, error) {
 // parseListMIG reads "MIG 3g.40gb Device 0: (UUID: MIG-...)", legacy UUIDs
 // included.
 func parseListMIG(s section, i int, t, parent string) (migFact, error) {
-	m := newMIGFact(s, i)
+	m := newMIGFact(i)
 	f := strings.Fields(t)
 	if len(f) < 5 || f[0] != "MIG" || f[2] != "Device" || !strings.HasSuffix(f[3], ":") {
 		return m, s.errAt(i, "malformed MIG device line (want \"MIG <profile> Device N: (UUID: MIG-...)\")")

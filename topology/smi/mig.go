@@ -85,7 +85,7 @@ func migGPU(s section, r *report, i, line int) *gpuFact {
 			return g
 		}
 	}
-	g := r.addGPU(newGPUFact(s, line, i))
+	g := r.addGPU(newGPUFact(line, i))
 	g.migOn = true
 	return g
 }
@@ -136,7 +136,7 @@ func parseLGI(s section, r *report) error {
 			return s.errAt(i, fmt.Sprintf("GPU %d instance %d is listed twice", gpu, gi))
 		}
 		seen[[2]int{gpu, gi}] = true
-		m := newMIGFact(s, i)
+		m := newMIGFact(i)
 		m.kind, m.gi, m.profile = migGIWhole, gi, name
 		if len(f) == 6 {
 			if m.placement, err = parsePlacement(f[5]); err != nil {
@@ -186,7 +186,7 @@ func parseLCI(s section, r *report) error {
 			return s.errAt(i, fmt.Sprintf("GPU %d instance %d compute instance %d is listed twice", gpu, gi, ci))
 		}
 		seen[[3]int{gpu, gi, ci}] = true
-		m := newMIGFact(s, i)
+		m := newMIGFact(i)
 		m.kind, m.gi, m.ci, m.profile = migCI, gi, ci, name
 		g := migGPU(s, r, gpu, i)
 		if len(g.migs) >= maxMIGDevices {

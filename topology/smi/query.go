@@ -103,7 +103,7 @@ func parseQuery(s section, r *report) error {
 				if err != nil {
 					return s.errAt(i, err.Error())
 				}
-				g = newGPUFact(s, i, pos)
+				g = newGPUFact(i, pos)
 				g.weakIndex = true
 				if pos < len(idxs) {
 					g.index, g.weakIndex = idxs[pos], false
@@ -136,7 +136,7 @@ func parseQuery(s section, r *report) error {
 				if len(g.migs) >= maxMIGDevices {
 					return s.errAt(i, "too many MIG devices")
 				}
-				m := newMIGFact(s, i)
+				m := newMIGFact(i)
 				mig, migDepth = &m, len(stack)-1
 			}
 			continue

@@ -149,7 +149,7 @@ func parseQueryXML(s section, r *report) error {
 				return errAt(line, fmt.Sprintf("not well-formed `nvidia-smi -q -x` XML: </%s> closes no open element", clip(t.Name.Local)))
 			}
 			if len(stack) == 2 && x != nil {
-				g := newGPUFact(s, s.first+gpuLine-1, pos)
+				g := newGPUFact(s.first+gpuLine-1, pos)
 				g.weakIndex = true
 				if pos < len(idxs) {
 					g.index, g.weakIndex = idxs[pos], false

@@ -63,7 +63,7 @@ func parseTable(s section, r *report) error {
 		if g := byIndex[i]; g != nil {
 			return g
 		}
-		g := r.addGPU(newGPUFact(s, line, i))
+		g := r.addGPU(newGPUFact(line, i))
 		byIndex[i] = g
 		return g
 	}
@@ -230,7 +230,7 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 	if err != nil {
 		return nil, s.errAt(i, "GPU index: "+err.Error())
 	}
-	g := newGPUFact(s, i, idx)
+	g := newGPUFact(i, idx)
 	name := f[1:]
 	switch last := f[len(f)-1]; last {
 	case "On", "Off":
@@ -278,7 +278,7 @@ func tableMIG(s section, i int, c []string, gpuFor func(i, line int) *gpuFact) e
 		}
 		v[k] = n
 	}
-	m := newMIGFact(s, i)
+	m := newMIGFact(i)
 	m.gi, m.ci, m.index = v[1], v[2], v[3]
 	if len(c) > 1 {
 		n, err := tableMemTotal(c[1])

@@ -214,7 +214,7 @@ func parseTopoMatrix(s section, r *report) error {
 		if g < 0 {
 			continue
 		}
-		f := newGPUFact(s, m.rowAt[g], g)
+		f := newGPUFact(m.rowAt[g], g)
 		// Only when every trailing column has a value can they be told
 		// apart; an empty CPU affinity would shift the NUMA column.
 		if ex := m.extras[g]; numaCol >= 0 && len(ex) == len(m.trail) {
@@ -287,7 +287,7 @@ func parseTopoP2P(s section, r *report, name string) error {
 	}
 	for _, g := range m.gpus {
 		if g >= 0 {
-			r.addGPU(newGPUFact(s, m.rowAt[g], g))
+			r.addGPU(newGPUFact(m.rowAt[g], g))
 		}
 	}
 	return m.pairs(func(a, b int, ab, ba string, line int) error {
