@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,64 +15,42 @@ import (
 	"github.com/rankgate/rankgate/topology"
 )
 
-// caller runs NVML calls one at a time on a worker goroutine and waits for
-// each under a deadline. One caller serves one discovery. After a call
-// misses its deadline the worker is abandoned (it may never come back) and
-// every later call fails at once: discovery stops at the first hung call.
+// caller bounds every NVML call of one discovery by a deadline. The calls
+// run on a discovery goroutine of their own, one after the other; the
+// goroutine that asked for the inventory watches them (wait) and gives up
+// when the call in progress passes its deadline or the context ends. The
+// discovery goroutine is then abandoned: it may never come back from the
+// driver. If it does, it makes no further calls but nvmlShutdown, which
+// balances its nvmlInit, and exits.
+//
+// Watching costs a mutex and a clock read per call, not a goroutine switch:
+// the watcher wakes once per deadline, not once per call.
 type caller struct {
 	ctx     context.Context
 	timeout time.Duration
 	counter *atomic.Int64
 
-	work  chan func()
-	done  chan any // nil, or the value a call panicked with
-	timer *time.Timer
+	abandoned atomic.Bool
 
-	stuck    bool  // the worker is busy with a call we gave up on
-	stuckErr error // what to answer from then on
+	mu      sync.Mutex
+	inCall  bool
+	cur     op
+	started time.Time
+	limit   time.Duration // the current call's deadline, from started
 }
+
+// errAbandoned stops an abandoned discovery; nobody reads it.
+var errAbandoned = errors.New("nvml discovery abandoned")
 
 func newCaller(ctx context.Context, timeout time.Duration, counter *atomic.Int64) *caller {
-	c := &caller{
-		ctx:     ctx,
-		timeout: timeout,
-		counter: counter,
-		work:    make(chan func(), 1),
-		// Buffered so that a call that returns after we gave up on it
-		// does not block the worker forever.
-		done:  make(chan any, 1),
-		timer: time.NewTimer(time.Hour),
-	}
-	c.timer.Stop()
-	go worker(c.work, c.done)
-	return c
+	return &caller{ctx: ctx, timeout: timeout, counter: counter}
 }
 
-func worker(work <-chan func(), done chan<- any) {
-	for f := range work {
-		done <- run(f)
-	}
-}
-
-// run calls f and returns what it panicked with, if anything. A panic in a
-// binding (a mock's unset method, a handle of the wrong kind) becomes a
-// discovery error instead of killing an init container.
-func run(f func()) (p any) {
-	defer func() { p = recover() }()
-	f()
-	return nil
-}
-
-// close lets an idle worker exit; a stuck one exits when its call returns.
-func (c *caller) close() {
-	close(c.work)
-	c.timer.Stop()
-}
-
-// do runs f under min(timeout, the context's deadline).
-func (c *caller) do(o op, timeout time.Duration, f func()) error {
-	if c.stuck {
-		return c.stuckErr
+// do runs f, one NVML call, on the discovery goroutine under a deadline of
+// timeout that wait enforces.
+func (c *caller) do(o op, timeout time.Duration, f func()) (err error) {
+	if c.abandoned.Load() {
+		return errAbandoned
 	}
 	if err := c.ctx.Err(); err != nil {
 		return c.ctxErr(o, err, 0)
@@ -79,14 +58,19 @@ func (c *caller) do(o op, timeout time.Duration, f func()) error {
 	if c.counter != nil {
 		c.counter.Add(1)
 	}
-	start := time.Now()
-	c.work <- f
-	c.timer.Reset(timeout)
-	select {
-	case p := <-c.done:
-		c.timer.Stop()
+	c.mu.Lock()
+	c.inCall, c.cur, c.started, c.limit = true, o, time.Now(), timeout
+	c.mu.Unlock()
+	defer func() {
+		// A panic in a binding (a mock's unset method, a handle of the
+		// wrong kind) becomes a discovery error instead of killing an
+		// init container.
+		p := recover()
+		c.mu.Lock()
+		c.inCall = false
+		c.mu.Unlock()
 		if p != nil {
-			return &topology.DiscoveryError{
+			err = &topology.DiscoveryError{
 				Class:       ClassUnknown,
 				Op:          o.String(),
 				Message:     fmt.Sprintf("%sthe NVML binding panicked: %v", o.subject(), p),
@@ -94,16 +78,52 @@ func (c *caller) do(o op, timeout time.Duration, f func()) error {
 				Err:         fmt.Errorf("panic in %s: %v", o, p),
 			}
 		}
-		return nil
-	case <-c.timer.C:
-		c.stuck = true
-		c.stuckErr = hungError(o, time.Since(start), context.DeadlineExceeded)
-		return c.stuckErr
-	case <-c.ctx.Done():
-		c.timer.Stop()
-		c.stuck = true
-		c.stuckErr = c.ctxErr(o, c.ctx.Err(), time.Since(start))
-		return c.stuckErr
+	}()
+	f()
+	if c.abandoned.Load() {
+		return errAbandoned
+	}
+	return nil
+}
+
+type result struct {
+	inv *topology.Inventory
+	err error
+}
+
+// wait returns the discovery's result, or gives up on it when a call
+// passes its deadline or the context ends.
+func (c *caller) wait(res <-chan result) (*topology.Inventory, error) {
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case r := <-res:
+			return r.inv, r.err
+		case <-c.ctx.Done():
+			c.abandoned.Store(true)
+			c.mu.Lock()
+			o, waited := c.cur, time.Duration(0)
+			if c.inCall {
+				waited = time.Since(c.started)
+			}
+			c.mu.Unlock()
+			return nil, c.ctxErr(o, c.ctx.Err(), waited)
+		case <-timer.C:
+			c.mu.Lock()
+			inCall, o, waited, limit := c.inCall, c.cur, time.Since(c.started), c.limit
+			c.mu.Unlock()
+			switch {
+			case !inCall:
+				// Between calls: look again after a full deadline.
+				timer.Reset(c.timeout)
+			case waited >= limit:
+				c.abandoned.Store(true)
+				return nil, hungError(o, waited, context.DeadlineExceeded)
+			default:
+				timer.Reset(limit - waited)
+			}
+		}
 	}
 }
 
@@ -111,12 +131,13 @@ func (c *caller) ctxErr(o op, err error, waited time.Duration) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return hungError(o, waited, err)
 	}
-	return fmt.Errorf("nvml discovery stopped before %s: %w", o, err)
+	if o.fn == "" {
+		return fmt.Errorf("nvml discovery stopped: %w", err)
+	}
+	return fmt.Errorf("nvml discovery stopped at %s: %w", o, err)
 }
 
-// Typed helpers. Results are handed back only when the call completed; a
-// call we gave up on may still write its own locals later, which nobody
-// reads.
+// Typed helpers: they hand a call's results back only when it completed.
 
 func callRet(c *caller, o op, f func() nvml.Return) (nvml.Return, error) {
 	var r nvml.Return

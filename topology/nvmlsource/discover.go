@@ -527,16 +527,26 @@ func busKey(id string) string {
 	if err != nil {
 		return id
 	}
-	return fmt.Sprintf("%04x:%s", d, rest)
+	var digits [8]byte
+	hex := strconv.AppendUint(digits[:0], d, 16)
+	var buf [32]byte
+	b := buf[:0]
+	for range 4 - len(hex) {
+		b = append(b, '0')
+	}
+	b = append(append(append(b, hex...), ':'), rest...)
+	return string(b)
 }
 
 // cstr reads a NUL-terminated C string from NVML's fixed-size buffers.
 func cstr(b []int8) string {
+	n := 0
+	for n < len(b) && b[n] != 0 {
+		n++
+	}
 	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
+	sb.Grow(n)
+	for _, c := range b[:n] {
 		sb.WriteByte(byte(c))
 	}
 	return sb.String()

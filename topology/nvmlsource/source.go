@@ -4,14 +4,14 @@
 //
 // Every NVML call runs under its own deadline (WithCallTimeout). NVML calls
 // can block forever on a wedged GPU, and a blocked cgo call cannot be
-// interrupted, so each call runs on a worker goroutine and discovery waits for
-// it with a timer. When the deadline passes, discovery stops at once and
-// returns a *topology.DiscoveryError of class CALL_HUNG (rule NVML_CALL_HUNG,
-// Hung true) that names the call and the device. The worker goroutine, stuck
-// in the driver, is abandoned: it leaks until the call returns, if ever. The
-// process can still exit (os.Exit and returning from main do not wait for
-// goroutines); NVML is then left initialized, because Shutdown would queue
-// behind the stuck call.
+// interrupted, so the calls run on a goroutine of their own and Inventory
+// waits for them with a timer and the context. When a call passes its
+// deadline, Inventory returns at once a *topology.DiscoveryError of class
+// CALL_HUNG (rule NVML_CALL_HUNG, Hung true) that names the call and the
+// device; discovery stops at that call. The goroutine stuck in the driver is
+// abandoned: it leaks until the call returns, if ever, and then only shuts
+// NVML down and exits. The process can still exit (returning from main or
+// os.Exit does not wait for goroutines).
 //
 // NVML return codes become *topology.DiscoveryError values with a class per
 // failure kind (see Classes), a message and a remediation a person can act
@@ -21,6 +21,7 @@ package nvmlsource
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -128,31 +129,41 @@ func NewDefault(opts ...Option) *Source {
 // returned wrapped.
 func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
 	c := newCaller(ctx, s.opts.callTimeout, s.opts.calls)
-	defer c.close()
+	// Buffered: an abandoned discovery must be able to finish and exit.
+	res := make(chan result, 1)
+	go func() {
+		inv, err := s.run(c)
+		res <- result{inv, err}
+	}()
+	return c.wait(res)
+}
 
+// run is the discovery goroutine: Init, discovery, Shutdown.
+func (s *Source) run(c *caller) (*topology.Inventory, error) {
 	r, err := callInit(c, s.opts.initTimeout, s.lib.Init)
+	if errors.Is(err, errAbandoned) && r == nvml.SUCCESS {
+		s.shutdown(c) // a hung Init that came back after all
+	}
 	if err != nil {
 		return nil, err
 	}
 	if r != nvml.SUCCESS {
-		return nil, classify(op{fn: "nvmlInit", gpu: -1, mig: -1, peer: -1, arg: -1}, r)
+		return nil, classify(sysOp("nvmlInit"), r)
 	}
 	inv, err := s.discover(c)
 	s.shutdown(c)
-	if err != nil {
-		return nil, err
-	}
-	return inv, nil
+	return inv, err
 }
 
-// shutdown ends the NVML session unless a call hung: Shutdown would wait
-// behind it, and the caller is better served by a prompt error.
+// shutdown ends the NVML session. After a hung call it runs only once that
+// call came back, in the abandoned goroutine, with nobody waiting.
 func (s *Source) shutdown(c *caller) {
-	if c.stuck {
-		s.opts.log.Debugf("nvml: skipping nvmlShutdown after a hung call; NVML stays initialized")
+	if c.abandoned.Load() {
+		s.opts.log.Debugf("nvml: an abandoned discovery came back; shutting NVML down")
+		s.lib.Shutdown()
 		return
 	}
-	o := op{fn: "nvmlShutdown", gpu: -1, mig: -1, peer: -1, arg: -1}
+	o := sysOp("nvmlShutdown")
 	r, err := callRet(c, o, s.lib.Shutdown)
 	switch {
 	case err != nil:

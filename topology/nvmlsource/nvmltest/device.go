@@ -12,10 +12,8 @@ const nvswitchDeviceID = 0x1af110de
 // extendDevice sets the methods go-nvml's mock device lacks, or answers
 // too simply, on GPU i.
 func (s *Server) extendDevice(i int, d *server.Device) {
-	bus := s.gpuBus(i)
-	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
-		return pciInfo(bus, d.Config.PciDeviceId), nvml.SUCCESS
-	}
+	pci := pciInfo(s.gpuBus(i), d.Config.PciDeviceId)
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) { return pci, nvml.SUCCESS }
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
 		d.RLock()
 		cur := d.MigMode
@@ -167,7 +165,9 @@ type linkEnd struct {
 }
 
 // links lists GPU i's NVLinks and what each ends on.
-func (s *Server) links(i int) []linkEnd {
+func (s *Server) links(i int) []linkEnd { return s.linkTable[i] }
+
+func (s *Server) buildLinks(i int) []linkEnd {
 	switch s.cfg.nvlink {
 	case noNVLink:
 		return nil

@@ -141,6 +141,8 @@ type Server struct {
 	cfg  config
 	mock *server.Server
 	devs []*server.Device
+	// linkTable[i] is GPU i's NVLinks, fixed by the options.
+	linkTable [][]linkEnd
 
 	armed atomic.Bool // a fault or hang is set: hooks must look
 	calls atomic.Int64
@@ -190,6 +192,9 @@ func NewServer(t testing.TB, kind string, opts ...Option) *Server {
 	}
 	s.mock.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
 	s.hookInterface()
+	for i := range s.mock.Devices {
+		s.linkTable = append(s.linkTable, s.buildLinks(i))
+	}
 	for i, d := range s.mock.Devices {
 		sd := d.(*server.Device)
 		s.devs = append(s.devs, sd)
@@ -222,15 +227,31 @@ func (s *Server) GPU(i int) *server.Device {
 	return s.devs[i]
 }
 
-// Profiles lists the kind's GPU-instance profile names, smallest first.
+// Profiles lists the kind's GPU-instance profile names, smallest first (by
+// slices, then memory, then name).
 func (s *Server) Profiles() []string {
 	var out []string
 	for _, n := range s.spec.profiles {
 		out = append(out, n)
 	}
-	sort.Strings(out)
+	table := s.spec.gpu.MIGProfiles.GpuInstanceProfiles
+	info := func(n string) nvml.GpuInstanceProfileInfo { return table[s.profileIndex(n)] }
+	sort.Slice(out, func(i, j int) bool {
+		a, b := info(out[i]), info(out[j])
+		if a.SliceCount != b.SliceCount {
+			return a.SliceCount < b.SliceCount
+		}
+		if a.MemorySizeMB != b.MemorySizeMB {
+			return a.MemorySizeMB < b.MemorySizeMB
+		}
+		return out[i] < out[j]
+	})
 	return out
 }
+
+// ProfileName is the name of the GPU-instance profile with that index
+// (nvml.GPU_INSTANCE_PROFILE_*), or "" when the kind has none.
+func (s *Server) ProfileName(index int) string { return s.spec.profiles[index] }
 
 // ProfileInfo returns the mock table's entry for a GPU-instance profile
 // name ("3g.40gb"; a compute-instance prefix is ignored): what a test
