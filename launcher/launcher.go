@@ -109,6 +109,8 @@ type Result struct {
 	Started    bool
 	Ready      bool
 	ReadyAfter time.Duration
+	// Elapsed runs from CMD's start until its whole process group was gone.
+	Elapsed time.Duration
 	// Transports counts NCCL channel connections per transport name
 	// ("P2P/IPC", "NET/Socket/0", "SHM/direct/direct", "NVLS").
 	Transports map[string]int

@@ -393,6 +393,7 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 
 	r.supervise(ctx, waitCh, chld)
 	r.cleanup()
+	res.Elapsed = time.Since(r.startedAt)
 	r.drain(pumps)
 
 	res.Findings = r.findings
