@@ -74,7 +74,8 @@ type diag struct {
 }
 
 type setState struct {
-	ps  *PodSet
+	ps    *PodSet
+	label string // "Master (1 pod) + Worker (3 pods)"
 	req []int64 // per job resource
 	// now: nodes usable with their free capacity; later: nodes usable when
 	// empty, including nodes that a pending MIG change will give the shape.
@@ -105,17 +106,37 @@ func (e *Engine) Diagnose(c *Cluster, w Workload) Result {
 			}
 		}
 	}
+	// Pod sets with equal requests and constraints (a Master and its
+	// Workers, usually) are judged and packed as one class.
+	keys := map[string]int{}
 	for i := range w.PodSets {
 		ps := &w.PodSets[i]
 		if ps.Count <= 0 {
 			continue
 		}
-		s := setState{ps: ps, req: make([]int64, len(d.resName))}
+		label := fmt.Sprintf("%s (%s)", ps.Name, plural(ps.Count, "pod"))
+		k := podSetKey(ps)
+		if si, ok := keys[k]; ok {
+			s := &d.sets[si]
+			m := *s.ps
+			m.Name += " + " + ps.Name
+			m.Count += ps.Count
+			m.Bound += ps.Bound
+			m.Pods = append(append([]string(nil), m.Pods...), ps.Pods...)
+			if m.SchedulerMessage == "" {
+				m.SchedulerMessage = ps.SchedulerMessage
+			}
+			s.ps = &m
+			s.label += " + " + label
+			continue
+		}
+		s := setState{ps: ps, label: label, req: make([]int64, len(d.resName))}
 		for r, v := range ps.Requests {
 			if v > 0 {
 				s.req[pos[r]] = v
 			}
 		}
+		keys[k] = len(d.sets)
 		d.sets = append(d.sets, s)
 	}
 	for i := range d.sets {
@@ -385,13 +406,13 @@ func (d *diag) gpuNotOffered(si int, r string) {
 }
 
 func (d *diag) finding(si int, rule string, sev preflight.Severity, msg, fix string, nodes []int32) preflight.Finding {
-	f := preflight.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix}
+	f := preflight.Finding{Rule: rule, Severity: sev, Message: upperFirst(msg), Remediation: fix}
 	f.Nodes = d.nodeNames(nodes, 50)
 	if si >= 0 {
 		ps := d.sets[si].ps
 		f.Pods = limit(ps.Pods, 50)
 		if ps.SchedulerMessage != "" && sev != preflight.SeverityInfo {
-			f.Message += fmt.Sprintf(" The scheduler said: %q.", clip(ps.SchedulerMessage, 300))
+			f.Message += fmt.Sprintf(" The scheduler said: %q.", clip(ps.SchedulerMessage, 600))
 		}
 	}
 	return f
@@ -401,14 +422,27 @@ func (d *diag) setName(si int) string {
 	if si < 0 {
 		return "the job"
 	}
-	ps := d.sets[si].ps
 	if d.w.Kind == "Pod" {
 		return "the pod"
 	}
-	if ps.Count == 1 {
-		return fmt.Sprintf("%s (1 pod)", ps.Name)
+	return d.sets[si].label
+}
+
+func (d *diag) noun() string {
+	if d.w.Kind == "Pod" {
+		return "pod"
 	}
-	return fmt.Sprintf("%s (%d pods)", ps.Name, ps.Count)
+	return "job"
+}
+
+func podSetKey(ps *PodSet) string {
+	c := &ps.Constraints
+	var b strings.Builder
+	for _, k := range sortedKeys(ps.Requests) {
+		fmt.Fprintf(&b, "%s=%d,", k, ps.Requests[k])
+	}
+	fmt.Fprint(&b, "|", c.NodeName, "|", sortedMap(c.NodeSelector), "|", c.Affinity, "|", c.Tolerations)
+	return b.String()
 }
 
 // nodeConstraints: the shape exists but the pod's own rules exclude it.
@@ -741,7 +775,7 @@ func (d *diag) shortLayouts(si int, ns []int32) {
 			if have := d.c.allocOf(int(n), j); have < want {
 				short = append(short, n)
 				if len(parts) < d.e.maxNames {
-					parts = append(parts, fmt.Sprintf("%s advertises %d, mig.config=%s gives %d per GPU x %d GPUs = %d", ni.node.Name, have, ni.gpu.MIGConfig, per, ni.gpu.Count, want))
+					parts = append(parts, fmt.Sprintf("%s advertises %d, mig.config=%s gives %d per GPU x %s = %d", ni.node.Name, have, ni.gpu.MIGConfig, per, plural(ni.gpu.Count, "GPU"), want))
 				}
 			}
 		}
@@ -770,9 +804,9 @@ func (d *diag) multiPod() {
 			s.mig = true
 		}
 		if s.mig {
-			migSets = append(migSets, fmt.Sprintf("%s x%d: %s", s.ps.Name, s.ps.Count, fmtGPURequests(s.ps.Requests)))
+			migSets = append(migSets, fmt.Sprintf("%s: %s", s.label, fmtGPURequests(s.ps.Requests)))
 		} else {
-			fullSets = append(fullSets, s.ps.Name)
+			fullSets = append(fullSets, s.label)
 		}
 	}
 	if len(migSets) == 0 {
@@ -798,7 +832,10 @@ func (d *diag) gang() {
 		d.add(d.finding(-1, RuleSchedulable, preflight.SeverityInfo, "The workload has no pods to place.", "", nil))
 		return
 	}
-	groups := d.mergeSets()
+	groups := make([][]int, len(d.sets))
+	for i := range groups {
+		groups[i] = []int{i}
+	}
 	nres := len(d.resName)
 	c := d.c
 
@@ -867,28 +904,6 @@ func (d *diag) gang() {
 	d.waitCapacity(now, p, capNow)
 }
 
-// mergeSets groups pod sets with equal requests and constraints, so that a
-// Master and its Workers pack as one class of identical pods.
-func (d *diag) mergeSets() [][]int {
-	var groups [][]int
-	keys := map[string]int{}
-	for i := range d.sets {
-		k := setKey(&d.sets[i])
-		if gi, ok := keys[k]; ok {
-			groups[gi] = append(groups[gi], i)
-			continue
-		}
-		keys[k] = len(groups)
-		groups = append(groups, []int{i})
-	}
-	return groups
-}
-
-func setKey(s *setState) string {
-	c := &s.ps.Constraints
-	return fmt.Sprint(s.req, c.NodeName, sortedMap(c.NodeSelector), c.Affinity, c.Tolerations, s.now, s.later)
-}
-
 func (d *diag) className(cl class) string {
 	var names []string
 	for _, si := range cl.sets {
@@ -948,6 +963,9 @@ func (d *diag) schedulable(classes []class, p placement) {
 			d.className(cl), plural(cl.need, "pod"), d.classRequest(cl), plural(len(p.where[ci]), "node"), strings.Join(where, ", ")))
 	}
 	msg := "The whole job fits now, all pending pods at once: " + strings.Join(parts, "; ") + "."
+	if d.w.Kind == "Pod" && len(p.where) == 1 && len(p.where[0]) == 1 {
+		msg = fmt.Sprintf("The pod fits now: node %s has room for %s.", d.c.nodes[p.where[0][0].node].node.Name, d.classRequest(classes[0]))
+	}
 	fix := ""
 	var schedMsg string
 	for i := range d.sets {
@@ -956,7 +974,7 @@ func (d *diag) schedulable(classes []class, p placement) {
 		}
 	}
 	if schedMsg != "" {
-		msg += fmt.Sprintf(" Yet the scheduler said: %q.", clip(schedMsg, 300))
+		msg += fmt.Sprintf(" Yet the scheduler said: %q.", clip(schedMsg, 600))
 		fix = "rankgate models GPU and MIG resources, cpu, memory, pod counts, nodeSelector, required node affinity, taints and cordons. The cause is outside those: pod (anti-)affinity, topology spread, volumes, quotas, a gang scheduler's queue, or a scheduler that counts MIG resources wrongly (seen with mixed strategy); look at that scheduler's events."
 	}
 	d.lastPlacement = res
@@ -1009,8 +1027,8 @@ func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
 			d.className(cl), d.classRequest(cl), p.placed[ci], cl.need, len(cl.nodes), strings.Join(totals, ", "), why, d.busyNames(full, cl)))
 	}
 	d.add(d.finding(-1, RuleWaitCapacity, preflight.SeverityWarn,
-		"The job's shape exists and the whole job fits the cluster when it is empty, but not now: "+strings.Join(parts, "; ")+".",
-		"Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the job starts when all its pods fit at once. Nothing is wrong with its shape.", dedupe32(busy)))
+		fmt.Sprintf("The %s's shape exists and it fits the cluster when the cluster is empty, but not now: %s.", d.noun(), strings.Join(parts, "; ")),
+		fmt.Sprintf("Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the %s starts when all its pods fit at once. Nothing is wrong with its shape.", d.noun()), dedupe32(busy)))
 	var pending []int32
 	for i := range d.sets {
 		pending = append(pending, d.sets[i].pendingOnly...)

@@ -146,7 +146,7 @@ func TestDiagnoseRules(t *testing.T) {
 			job: pytorchJob("train", podSet("Worker", 1, mig("1g.10gb", 1))),
 			want: want{rule: RuleWaitCapacity, findings: map[string]preflight.Severity{
 				RuleMIGLayoutInvalid: preflight.SeverityWarn, RuleWaitCapacity: preflight.SeverityWarn},
-				contains: map[string][]string{RuleMIGLayoutInvalid: {"aks-a100 advertises 1, mig.config=all-1g.10gb gives 7 per GPU x 1 GPUs = 7"}}},
+				contains: map[string][]string{RuleMIGLayoutInvalid: {"aks-a100 advertises 1, mig.config=all-1g.10gb gives 7 per GPU x 1 GPU = 7"}}},
 		},
 		{
 			name: "MIG_RECONFIG_PENDING the layout that creates the shape is being applied",

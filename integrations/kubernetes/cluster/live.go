@@ -47,6 +47,12 @@ type NotFoundError struct{ What string }
 
 func (e *NotFoundError) Error() string { return e.What + " not found" }
 
+// ArgError: the request itself is wrong (an unknown kind, an ambiguous
+// name). diagnose exits 2 on it.
+type ArgError struct{ Msg string }
+
+func (e *ArgError) Error() string { return e.Msg }
+
 func (l *Live) pageSize() int64 {
 	if l.PageSize > 0 {
 		return l.PageSize
@@ -107,7 +113,7 @@ func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.
 	case "":
 		cands = []cand{{kubeflow.PyTorchJobGVR, "PyTorchJob"}, {kubeflow.MPIJobGVR, "MPIJob"}}
 	default:
-		return nil, fmt.Errorf("kind %q: want PyTorchJob or MPIJob", kind)
+		return nil, &ArgError{Msg: fmt.Sprintf("kind %q: want PyTorchJob or MPIJob", kind)}
 	}
 	var found []kubeflow.Job
 	for _, c := range cands {
@@ -134,7 +140,7 @@ func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.
 	case 1:
 		return found[0], nil
 	}
-	return nil, fmt.Errorf("both a PyTorchJob and an MPIJob are named %s/%s: say which with --kind", namespace, name)
+	return nil, &ArgError{Msg: fmt.Sprintf("both a PyTorchJob and an MPIJob are named %s/%s: say which with --kind", namespace, name)}
 }
 
 // Pod gets one pod.

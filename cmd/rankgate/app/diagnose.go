@@ -1,0 +1,316 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/topology"
+)
+
+func init() { extraCommands = append(extraCommands, (*App).newDiagnoseCommand) }
+
+// liveSource builds the API clients of live diagnose; tests replace it with
+// client-go fakes.
+var liveSource = func(kubeconfig, context string) (*cluster.Live, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = "rankgate-diagnose/" + Version
+	return cluster.NewLive(cfg)
+}
+
+func (a *App) newDiagnoseCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "diagnose (job|pod) NAMESPACE/NAME | diagnose --offline -f FILE...",
+		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
+		Long: `diagnose decides whether a PyTorchJob, MPIJob or GPU pod can ever be placed,
+all its pods at once, and says why not: the GPU or MIG shape it asks for
+exists on no node (SHAPE_MISMATCH, with the nearest shapes and their SMs),
+exists under the other MIG strategy (STRATEGY_MISMATCH), only after a MIG
+layout change (RECONFIGURABLE), or is excluded by the pod's own rules
+(NODE_CONSTRAINTS), or the whole gang is larger than the cluster
+(GANG_TOO_LARGE); or it only waits for busy devices (WAIT_CAPACITY) or a
+mig-manager change (MIG_RECONFIG_PENDING).
+
+Live, it reads the cluster through your kubeconfig (nodes, pods, the job).
+Offline, it reads 'kubectl get -o yaml' or '-o json' dumps (single objects,
+Lists, multi-document YAML) and judges every PyTorchJob and MPIJob in them
+and every GPU pod not yet bound.
+
+Exit 0: schedulable now or waiting; 1: hopeless as it is; 2: bad input or
+usage; 3: the API server could not be reached.`,
+		Example: `  rankgate diagnose job ml/llm-finetune
+  rankgate diagnose pod research/notebook-3g -o json
+  kubectl get nodes,pods,pytorchjobs -A -o yaml > dump.yaml
+  rankgate diagnose --offline -f dump.yaml
+  rankgate diagnose --offline -f nodes.json -f job.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !a.Config.Bool("offline") {
+				return exitf(preflight.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
+			}
+			return a.diagnoseOffline()
+		},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringP("output", "o", formatText, "output format: text or json")
+	pf.String("catalog", "", "MIG profile catalog file replacing the embedded one")
+	pf.String("known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
+	cmd.Flags().Bool("offline", false, "judge the objects in files instead of a live cluster")
+	cmd.Flags().StringArrayP("filename", "f", nil, "with --offline: a kubectl get -o yaml|json dump (repeatable; - for stdin)")
+
+	live := func(use, short string, run func(ctx context.Context, l *cluster.Live, ns, name string) error) *cobra.Command {
+		c := &cobra.Command{
+			Use:   use + " NAMESPACE/NAME",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				ns, name, ok := strings.Cut(args[0], "/")
+				if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+					return exitf(preflight.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
+				}
+				l, err := liveSource(a.Config.String("kubeconfig"), a.Config.String("context"))
+				if err != nil {
+					return exitf(preflight.ExitEnvironment, "kubeconfig: %v", err)
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), a.Config.Duration("request-timeout"))
+				defer cancel()
+				return run(ctx, l, ns, name)
+			},
+		}
+		c.Flags().String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
+		c.Flags().String("context", "", "kubeconfig context to use")
+		c.Flags().Duration("request-timeout", 2*time.Minute, "deadline for reading the cluster")
+		return c
+	}
+	jobCmd := live("job", "Diagnose a PyTorchJob or MPIJob on a live cluster", a.diagnoseLiveJob)
+	jobCmd.Flags().String("kind", "", "PyTorchJob or MPIJob, when both kinds use the name")
+	cmd.AddCommand(jobCmd, live("pod", "Diagnose a pod (its job when it belongs to one) on a live cluster", a.diagnoseLivePod))
+	return cmd
+}
+
+// engine builds the engine with the configured data tables.
+func (a *App) diagnoseEngine() (*schedule.Engine, error) {
+	var opts []schedule.Option
+	if p := a.Config.String("catalog"); p != "" {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, exitf(preflight.ExitUsage, "catalog: %v", err)
+		}
+		c, err := topology.ParseCatalog(data)
+		if err != nil {
+			return nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+		}
+		opts = append(opts, schedule.WithCatalog(c))
+	}
+	if p := a.Config.String("known-bad-drivers"); p != "" {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
+		}
+		t, err := preflight.ParseDriverTable(data)
+		if err != nil {
+			return nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+		}
+		opts = append(opts, schedule.WithDriverTable(t))
+	}
+	return schedule.New(opts...), nil
+}
+
+func (a *App) diagnoseOffline() error {
+	format := a.Config.String("output")
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+	files := a.Config.Strings("filename")
+	if len(files) == 0 {
+		return exitf(preflight.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
+	}
+	e, err := a.diagnoseEngine()
+	if err != nil {
+		return err
+	}
+	b := cluster.NewBuilder()
+	var stats cluster.LoadStats
+	for _, f := range files {
+		if err := cluster.LoadFile(b, f, a.Streams.In, &stats); err != nil {
+			return exitf(preflight.ExitUsage, "%v", err)
+		}
+	}
+	for _, k := range sortedCountKeys(stats.Skipped) {
+		a.Log.Info("skipped objects of a kind diagnose does not use", zap.String("kind", k), zap.Int("count", stats.Skipped[k]))
+	}
+	c := e.NewCluster(b.Nodes())
+	if len(c.LabelErrors) > 0 {
+		return exitf(preflight.ExitUsage, "%v", errors.Join(c.LabelErrors...))
+	}
+	ws, err := b.Workloads()
+	if err != nil {
+		return exitf(preflight.ExitUsage, "%v", err)
+	}
+	if len(ws) == 0 {
+		return exitf(preflight.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+	}
+	if n := b.OrphanNodes(); n > 0 {
+		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
+	}
+	if c.NodeCount() == 0 {
+		fmt.Fprintln(a.Streams.Err, "rankgate: warning: the files hold no Node: every workload is judged against an empty cluster (add `kubectl get nodes -o yaml` output)")
+	}
+	reports := make([]preflight.Report, 0, len(ws))
+	code := preflight.ExitPass
+	for _, w := range ws {
+		res := e.Diagnose(c, w)
+		reports = append(reports, withSuspended(res.Report, w))
+		code = max(code, res.ExitCode())
+	}
+	if err := writeReports(a.Streams.Out, reports, format); err != nil {
+		return err
+	}
+	if code != preflight.ExitPass {
+		return silentExit(code)
+	}
+	return nil
+}
+
+// writeReports prints several reports: text one after another, JSON as one
+// array (a single live report is printed as one object, like preflight's).
+func writeReports(w io.Writer, rs []preflight.Report, format string) error {
+	if format == formatJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rs)
+	}
+	for i, r := range rs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := writeReport(w, r, format); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func withSuspended(r preflight.Report, w schedule.Workload) preflight.Report {
+	if w.Suspended {
+		r.Subject += " (suspended: judged as if resumed)"
+	}
+	return r
+}
+
+func (a *App) diagnoseLiveJob(ctx context.Context, l *cluster.Live, ns, name string) error {
+	if err := checkFormat(a.Config.String("output")); err != nil {
+		return err
+	}
+	j, err := l.Job(ctx, ns, name, a.Config.String("kind"))
+	if err != nil {
+		return liveErr(err)
+	}
+	return a.judgeLive(ctx, l, j, nil)
+}
+
+func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name string) error {
+	if err := checkFormat(a.Config.String("output")); err != nil {
+		return err
+	}
+	p, err := l.Pod(ctx, ns, name)
+	if err != nil {
+		return liveErr(err)
+	}
+	if p.Spec.NodeName != "" {
+		r := preflight.NewReport("Pod "+ns+"/"+name, []preflight.Finding{{
+			Rule: schedule.RuleSchedulable, Severity: preflight.SeverityInfo,
+			Message: fmt.Sprintf("The pod is already bound to node %s (phase %s): the scheduler placed it. If it does not start, look at its events and at the node.", p.Spec.NodeName, p.Status.Phase),
+			Nodes:   []string{p.Spec.NodeName}, Pods: []string{ns + "/" + name},
+		}})
+		return a.printReport(r, a.Config.String("output"))
+	}
+	j, ok, err := l.JobOfPod(ctx, p)
+	if err != nil {
+		return liveErr(err)
+	}
+	if ok {
+		a.Log.Info("the pod belongs to a job: judging the whole job", zap.String("job", j.Kind()+" "+j.Namespace()+"/"+j.Name()))
+		return a.judgeLive(ctx, l, j, nil)
+	}
+	return a.judgeLive(ctx, l, nil, &podRef{ns, name})
+}
+
+type podRef struct{ ns, name string }
+
+func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
+	e, err := a.diagnoseEngine()
+	if err != nil {
+		return err
+	}
+	b := cluster.NewBuilder()
+	if err := l.LoadCluster(ctx, b); err != nil {
+		return liveErr(err)
+	}
+	c := e.NewCluster(b.Nodes())
+	for _, le := range c.LabelErrors {
+		// Live, one odd label must not block every diagnosis.
+		a.Log.Warn("GPU labels ignored", zap.Error(le))
+	}
+	var w schedule.Workload
+	if j != nil {
+		if err := b.AddJob(j); err != nil {
+			return exitf(preflight.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		if w, err = b.WorkloadFor(j); err != nil {
+			return exitf(preflight.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+	} else {
+		var ok bool
+		if w, ok = b.PodWorkload(pod.ns, pod.name); !ok {
+			return exitf(preflight.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
+		}
+	}
+	res := e.Diagnose(c, w)
+	if err := a.printReport(withSuspended(res.Report, w), a.Config.String("output")); err != nil {
+		return err
+	}
+	if code := res.ExitCode(); code != preflight.ExitPass {
+		return silentExit(code)
+	}
+	return nil
+}
+
+// liveErr maps API errors: a missing object or bad argument is exit 2,
+// anything else (unreachable, forbidden, timeout) exit 3.
+func liveErr(err error) error {
+	var nf *cluster.NotFoundError
+	var arg *cluster.ArgError
+	if errors.As(err, &nf) || errors.As(err, &arg) {
+		return exitf(preflight.ExitUsage, "%v", err)
+	}
+	return exitf(preflight.ExitEnvironment, "%v", err)
+}
+
+func sortedCountKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,203 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// The scenario dumps are built around the posted fixtures by the cluster
+// package's tests (one per verdict).
+var scenarioDir = filepath.Join("..", "..", "..", "integrations", "kubernetes", "cluster", "testdata", "scenarios")
+
+func TestDiagnoseOfflineScenarios(t *testing.T) {
+	exits := map[string]int{
+		"01-schedulable.yaml": 0, "02-wait-capacity.yaml": 0, "03-shape-mismatch.yaml": 1,
+		"04-strategy-mismatch.yaml": 1, "05-mig-layout-invalid.yaml": 1, "06-mig-reconfig-pending.yaml": 0,
+		"07-mig-reconfig-failed.yaml": 1, "08-driver-known-bad.yaml": 1, "09-gang-too-large.yaml": 1,
+		"10-node-constraints.yaml": 1, "11-stale-mig-resources.yaml": 1, "12-scheduler-disagrees.yaml": 0,
+		"13-mig-multi-pod.yaml": 0,
+	}
+	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
+	require.NoError(t, err)
+	require.Len(t, files, len(exits))
+	for _, f := range files {
+		name := filepath.Base(f)
+		t.Run(name, func(t *testing.T) {
+			code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", f)
+			require.Equal(t, exits[name], code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+			require.Empty(t, errOut)
+			golden(t, "diagnose-"+strings.TrimSuffix(name, ".yaml")+".golden", out)
+		})
+	}
+}
+
+func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(scenarioDir, "03-shape-mismatch.yaml"))
+	require.NoError(t, err)
+	var out, errb strings.Builder
+	code := Run(t.Context(), Streams{In: strings.NewReader(string(data)), Out: &out, Err: &errb},
+		[]string{"diagnose", "--offline", "-f", "-", "-o", "json"})
+	require.Equal(t, preflight.ExitFail, code, errb.String())
+	var rs []preflight.Report
+	require.NoError(t, json.Unmarshal([]byte(out.String()), &rs), out.String())
+	require.Len(t, rs, 1)
+	require.Equal(t, preflight.VerdictFail, rs[0].Verdict)
+	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
+	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "RECONFIGURABLE"}, ruleIDs(rs[0]))
+	require.Equal(t, []string{"dgx-a100-01", "dgx-a100-02"}, rs[0].Findings[2].Nodes)
+	require.Contains(t, rs[0].Findings[0].Pods, "ml/llm-finetune-worker-2")
+}
+
+func TestDiagnoseOfflineSeveralFiles(t *testing.T) {
+	// Nodes from one dump, the job from another: judged together.
+	dir := t.TempDir()
+	nodes := filepath.Join(dir, "nodes.yaml")
+	job := filepath.Join(dir, "job.yaml")
+	require.NoError(t, os.WriteFile(nodes, []byte(`apiVersion: v1
+kind: NodeList
+items:
+- metadata: {name: h100-1, labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/mig.strategy: none}}
+  status: {allocatable: {nvidia.com/gpu: "8", pods: "110", cpu: "128", memory: 2Ti}}
+`), 0o644))
+	require.NoError(t, os.WriteFile(job, []byte(`{"apiVersion":"kubeflow.org/v2beta1","kind":"MPIJob","metadata":{"name":"a","namespace":"hpc"},
+"spec":{"mpiReplicaSpecs":{"Launcher":{"replicas":1,"template":{"spec":{"containers":[{"name":"l"}]}}},
+"Worker":{"replicas":2,"template":{"spec":{"containers":[{"name":"w","resources":{"limits":{"nvidia.com/gpu":"4"}}}]}}}}}}`), 0o644))
+	code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", nodes, "-f", job)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "verdict: PASS  MPIJob hpc/a")
+	require.Contains(t, out, "Launcher (1 pod)")
+	require.Contains(t, out, "Worker (2 pods)")
+}
+
+func TestDiagnoseBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
+		return p
+	}
+	bad := write("bad.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: gpu-7}\nstatus: {allocatable: {nvidia.com/gpu: \"-3\"}}\n")
+	yamlErr := write("broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: [\n")
+	onlyNodes := write("nodes.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: a}\n")
+	badLabel := write("label.yaml", "apiVersion: v1\nkind: Node\nmetadata: {name: a, labels: {nvidia.com/gpu.count: eight}}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 1}}}]}\n")
+	tests := []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"diagnose"}, "diagnose needs 'job NAMESPACE/NAME'"},
+		{[]string{"diagnose", "--offline"}, "--offline needs at least one -f FILE"},
+		{[]string{"diagnose", "--offline", "-f", bad}, "bad.yaml: document 1 (Node gpu-7): status.allocatable nvidia.com/gpu is -3: must not be negative"},
+		{[]string{"diagnose", "--offline", "-f", yamlErr}, "broken.yaml: document 1: not valid YAML or JSON"},
+		{[]string{"diagnose", "--offline", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml: document 0: open"},
+		{[]string{"diagnose", "--offline", "-f", onlyNodes}, "nothing to diagnose"},
+		{[]string{"diagnose", "--offline", "-f", badLabel}, `node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`},
+		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "yaml"}, `output format "yaml"`},
+		{[]string{"diagnose", "job", "no-namespace"}, `"no-namespace": want NAMESPACE/NAME`},
+		{[]string{"diagnose", "job"}, "accepts 1 arg"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, errOut := run(t, nil, tc.args...)
+			require.Equal(t, preflight.ExitUsage, code, errOut)
+			require.Contains(t, errOut, tc.err)
+		})
+	}
+}
+
+// fakeLive serves objects from client-go fakes (unit tests only).
+func fakeLive(t *testing.T, objs ...runtime.Object) (*cluster.Live, *fake.Clientset) {
+	t.Helper()
+	var core, jobs []runtime.Object
+	for _, o := range objs {
+		if kubeflow.Supported(o.GetObjectKind().GroupVersionKind()) {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			require.NoError(t, err)
+			jobs = append(jobs, &unstructured.Unstructured{Object: u})
+			continue
+		}
+		core = append(core, o)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kubeflow.PyTorchJobGVR: "PyTorchJobList", kubeflow.MPIJobGVR: "MPIJobList",
+	}, jobs...)
+	cs := fake.NewSimpleClientset(core...)
+	return &cluster.Live{Core: cs, Dynamic: dyn}, cs
+}
+
+func useLive(t *testing.T, l *cluster.Live) {
+	old := liveSource
+	liveSource = func(kubeconfig, context string) (*cluster.Live, error) { return l, nil }
+	t.Cleanup(func() { liveSource = old })
+}
+
+func TestDiagnoseLive(t *testing.T) {
+	node := func(name string) runtime.Object {
+		return clustertest.MakeNode(name).Labels(map[string]string{
+			"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "1", "nvidia.com/mig.strategy": "mixed",
+			"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "success",
+		}).Allocatable("nvidia.com/mig-1g.10gb", "7").Obj()
+	}
+	job := kubeflowtest.MakePyTorchJob("llm", "ml").Master().Workers(3).Request("nvidia.com/mig-2g.20gb", "1").Obj()
+	pod := clustertest.MakePod("llm-worker-0", "ml").OwnedBy("kubeflow.org/v1", "PyTorchJob", "llm", "Worker").Request("nvidia.com/mig-2g.20gb", "1").Obj()
+	lone := clustertest.MakePod("notebook", "research").Request("nvidia.com/mig-1g.10gb", "1").Obj()
+	running := clustertest.MakePod("busy", "research").Request("nvidia.com/mig-1g.10gb", "1").Node("a100-1").Obj()
+	l, cs := fakeLive(t, node("a100-1"), node("a100-2"), job, pod, lone, running)
+	useLive(t, l)
+
+	code, out, errOut := run(t, nil, "diagnose", "job", "ml/llm")
+	require.Equal(t, preflight.ExitFail, code, errOut)
+	require.Contains(t, out, "verdict: FAIL  PyTorchJob ml/llm")
+	require.Contains(t, out, "SHAPE_MISMATCH")
+	require.Contains(t, out, "RECONFIGURABLE")
+
+	// A pod of the job: the whole job is judged.
+	code, out, _ = run(t, nil, "diagnose", "pod", "ml/llm-worker-0", "-o", "json")
+	require.Equal(t, preflight.ExitFail, code)
+	r := decodeReport(t, out)
+	require.Equal(t, "PyTorchJob ml/llm", r.Subject)
+
+	code, out, _ = run(t, nil, "diagnose", "pod", "research/notebook", "-o", "json")
+	require.Equal(t, 0, code)
+	r = decodeReport(t, out)
+	require.Equal(t, []string{"SCHEDULABLE"}, ruleIDs(r))
+
+	code, out, _ = run(t, nil, "diagnose", "pod", "research/busy")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "already bound to node a100-1")
+
+	code, _, errOut = run(t, nil, "diagnose", "job", "ml/missing")
+	require.Equal(t, preflight.ExitUsage, code)
+	require.Contains(t, errOut, "PyTorchJob or MPIJob ml/missing (or its CRD is not installed) not found")
+
+	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm", "--kind", "TFJob")
+	require.Equal(t, preflight.ExitUsage, code)
+	require.Contains(t, errOut, `kind "TFJob": want PyTorchJob or MPIJob`)
+
+	// The API server fails: environment error.
+	cs.PrependReactor("list", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm")
+	require.Equal(t, preflight.ExitEnvironment, code)
+	require.Contains(t, errOut, "list nodes: connection refused")
+}
+
+
