@@ -75,8 +75,8 @@ type diag struct {
 
 type setState struct {
 	ps    *PodSet
-	label string // "Master (1 pod) + Worker (3 pods)"
-	req []int64 // per job resource
+	label string  // "Master (1 pod) + Worker (3 pods)"
+	req   []int64 // per job resource
 	// now: nodes usable with their free capacity; later: nodes usable when
 	// empty, including nodes that a pending MIG change will give the shape.
 	now, later []int32

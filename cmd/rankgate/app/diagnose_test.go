@@ -199,5 +199,3 @@ func TestDiagnoseLive(t *testing.T) {
 	require.Equal(t, preflight.ExitEnvironment, code)
 	require.Contains(t, errOut, "list nodes: connection refused")
 }
-
-
