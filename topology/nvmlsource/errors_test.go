@@ -3,6 +3,7 @@ package nvmlsource_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -250,7 +251,7 @@ type recordingLogger struct {
 func (l *recordingLogger) Debugf(format string, args ...any) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, format)
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 }
 
 func TestLogger(t *testing.T) {
