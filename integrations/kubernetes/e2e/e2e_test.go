@@ -1,0 +1,293 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// A full-GPU rank: four NVLink-connected A100s of the embedded sample node,
+// checked with --require-p2p.
+var fullGPURank = []string{"--sample", "a100-full", "--devices", "0,1,2,3", "--require-p2p"}
+
+func decodeVerdict(t *testing.T, r *rank) preflight.Report {
+	t.Helper()
+	var rep preflight.Report
+	require.NoError(t, json.Unmarshal(r.stdout.Bytes(), &rep), r.String())
+	return rep
+}
+
+func rulesOf(r preflight.Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.Rule)
+	}
+	return out
+}
+
+// (a) A PyTorchJob of four ranks (Master + 3 Workers, one pod per node) on
+// full GPUs with P2P passes; every rank exits 0 with the same verdict.
+func TestE2EPassFullGPUs(t *testing.T) {
+	ns := newNamespace(t, "e2e-pass", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	job := pytorchJob(t, ns, "resnet", true, 3, nil)
+	pods := []*corev1.Pod{rankPod(t, job, "master", 0, "node-1", "")}
+	for i := 0; i < 3; i++ {
+		pods = append(pods, rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i+2), ""))
+	}
+	var ranks []*rank
+	for _, p := range pods {
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	for _, r := range ranks {
+		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
+		v := decodeVerdict(t, r)
+		require.Equal(t, preflight.VerdictPass, v.Verdict, r.String())
+		require.Contains(t, v.Subject, "4 of 4 ranks")
+	}
+	a := jobAnnotations(t, job)
+	require.Equal(t, "pass", a[controller.KeyVerdict])
+	require.NotEmpty(t, a[controller.KeyDecidedAt])
+	require.Empty(t, a[controller.KeyAction])
+	require.EqualValues(t, 1, c.Decisions())
+	require.Eventually(t, func() bool { return len(jobEvents(t, job)["GangPassed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
+
+	fresh := &kubeflowv1.PyTorchJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
+	require.False(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false))
+}
+
+// (b) An MPIJob whose two workers sit on MIG instances of different
+// physical GPUs fails: both ranks exit 1 with the reason in their
+// termination message, the job is suspended, annotated, and has an Event.
+func TestE2EMIGSpansGPUs(t *testing.T) {
+	ns := newNamespace(t, "e2e-mig", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	job := mpiJob(t, ns, "bert", 2)
+	p0 := rankPod(t, job, "worker", 0, "h100-node", "nvidia.com/mig-3g.40gb")
+	p1 := rankPod(t, job, "worker", 1, "h100-node", "nvidia.com/mig-3g.40gb")
+	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), "--sample", "h100-mig", "--devices", "0:0")
+	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), "--sample", "h100-mig", "--devices", "1:0")
+	for _, r := range []*rank{r0, r1} {
+		require.Equal(t, preflight.ExitFail, r.wait(t, time.Minute), r.String())
+		require.Contains(t, rulesOf(decodeVerdict(t, r)), preflight.RuleGangMIGSpansGPUs)
+		require.Contains(t, r.termination(), "GANG_MIG_SPANS_GPUS", r.String())
+		require.Contains(t, r.termination(), "job action: suspend")
+	}
+	fresh := &mpiv2beta1.MPIJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
+	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
+	a := fresh.Annotations
+	require.Equal(t, "fail", a[controller.KeyVerdict])
+	require.Equal(t, "suspend", a[controller.KeyAction])
+	require.Contains(t, a[controller.KeyRules], "GANG_MIG_SPANS_GPUS")
+	require.Contains(t, a[controller.KeyReason], "physical GPUs")
+	var rep preflight.Report
+	require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &rep))
+	require.Equal(t, preflight.VerdictFail, rep.Verdict)
+	require.Eventually(t, func() bool {
+		ev := jobEvents(t, job)["GangFailed"]
+		return len(ev) == 1 && strings.Contains(ev[0], "GANG_MIG_SPANS_GPUS") && strings.Contains(ev[0], "job suspended")
+	}, 10*time.Second, 100*time.Millisecond, "no GangFailed event")
+	require.EqualValues(t, 1, c.Decisions())
+}
+
+// (c) One rank never reports: at the gang deadline the job fails, naming
+// the missing rank and what its pod is doing (the scheduler's message).
+// A second job whose missing rank can never be placed fails at once.
+func TestE2EGangDeadline(t *testing.T) {
+	ns := newNamespace(t, "e2e-deadline", true)
+	gpuNode(t, "gpu-node-busy", "nvidia.com/gpu", 8)
+	c := startController(t, controller.Options{GangTimeout: 3 * time.Second, ResendGrace: time.Second})
+	job := pytorchJob(t, ns, "gpt", true, 2, nil)
+	p0 := rankPod(t, job, "master", 0, "node-1", "")
+	p1 := rankPod(t, job, "worker", 0, "node-2", "")
+	p2 := rankPod(t, job, "worker", 1, "", "")
+	markUnschedulable(t, p2, "0/5 nodes are available: 5 Insufficient nvidia.com/gpu.")
+	start := time.Now()
+	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
+	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
+	for _, r := range []*rank{r0, r1} {
+		require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
+		v := decodeVerdict(t, r)
+		require.Equal(t, []string{preflight.RuleGangIncomplete}, rulesOf(v), r.String())
+		f := v.Findings[0]
+		require.Equal(t, []int{2}, f.Ranks)
+		require.Equal(t, []string{p2.Name}, f.Pods)
+		require.Contains(t, f.Message, "Insufficient nvidia.com/gpu")
+		require.Contains(t, r.termination(), "missing ranks 2")
+	}
+	require.GreaterOrEqual(t, time.Since(start), 2500*time.Millisecond, "decided before the deadline")
+	a := jobAnnotations(t, job)
+	require.Equal(t, "fail", a[controller.KeyVerdict])
+	require.Contains(t, a[controller.KeyReason], p2.Name)
+
+	// A rank requesting a MIG profile no node advertises: fail at once,
+	// long before the deadline.
+	c.Stop(t)
+	c = startController(t, controller.Options{GangTimeout: time.Hour})
+	job2 := pytorchJob(t, ns, "llama", false, 2, nil)
+	q0 := rankPod(t, job2, "worker", 0, "node-1", "")
+	q1 := rankPod(t, job2, "worker", 1, "", "nvidia.com/mig-7g.80gb")
+	r := startRank(t, c.URL, q0, token(t, q0, gate.Audience), fullGPURank...)
+	require.Eventually(t, func() bool { return jobAnnotations(t, job2)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
+	markUnschedulable(t, q1, "0/5 nodes are available: 5 Insufficient nvidia.com/mig-7g.80gb.")
+	require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
+	v := decodeVerdict(t, r)
+	require.Equal(t, []string{preflight.RuleGangRankUnplaceable}, rulesOf(v), r.String())
+	require.Contains(t, v.Findings[0].Message, "no node advertises nvidia.com/mig-7g.80gb")
+}
+
+// (d) The controller restarts mid-gang: the waiting ranks re-send their
+// reports to the new replica, the verdict is reached once, and a later
+// replica serves the recorded verdict without deciding again.
+func TestE2EControllerRestart(t *testing.T) {
+	ns := newNamespace(t, "e2e-restart", true)
+	addr := freePort(t)
+	a := startController(t, controller.Options{GateAddr: addr, GangTimeout: time.Minute})
+	job := pytorchJob(t, ns, "vit", true, 3, nil)
+	var pods []*corev1.Pod
+	var toks []string
+	for i := 0; i < 4; i++ {
+		typ, idx := "worker", i-1
+		if i == 0 {
+			typ, idx = "master", 0
+		}
+		p := rankPod(t, job, typ, idx, fmt.Sprintf("node-%d", i), "")
+		pods = append(pods, p)
+		toks = append(toks, token(t, p, gate.Audience))
+	}
+	url := "https://" + addr
+	early := []*rank{startRank(t, url, pods[0], toks[0], fullGPURank...), startRank(t, url, pods[1], toks[1], fullGPURank...)}
+	require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
+	firstReport := jobAnnotations(t, job)[controller.KeyFirstReport]
+	time.Sleep(300 * time.Millisecond) // both early ranks in their long poll
+	a.Stop(t)
+	require.EqualValues(t, 0, a.Decisions())
+
+	b := startController(t, controller.Options{GateAddr: addr, GangTimeout: time.Minute})
+	late := []*rank{startRank(t, url, pods[2], toks[2], fullGPURank...), startRank(t, url, pods[3], toks[3], fullGPURank...)}
+	all := append(early, late...)
+	for _, r := range all {
+		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks(all))
+		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
+	}
+	require.EqualValues(t, 1, b.Decisions())
+	ann := jobAnnotations(t, job)
+	require.Equal(t, "pass", ann[controller.KeyVerdict])
+	require.Equal(t, firstReport, ann[controller.KeyFirstReport], "the deadline clock was restarted")
+	decidedAt := ann[controller.KeyDecidedAt]
+	require.Eventually(t, func() bool { return len(jobEvents(t, job)["GangPassed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
+	b.Stop(t)
+
+	// A third replica; rank 1's pod restarts its init container: it gets the
+	// recorded verdict and nothing is decided again.
+	c := startController(t, controller.Options{GateAddr: addr, GangTimeout: time.Minute})
+	again := startRank(t, url, pods[1], toks[1], fullGPURank...)
+	require.Equal(t, 0, again.wait(t, 30*time.Second), again.String())
+	require.EqualValues(t, 0, c.Decisions())
+	require.Equal(t, decidedAt, jobAnnotations(t, job)[controller.KeyDecidedAt])
+	time.Sleep(500 * time.Millisecond)
+	require.Len(t, jobEvents(t, job)["GangPassed"], 1)
+}
+
+// (e) A rank presenting another pod's token is rejected; so are a token
+// for another audience and a job that is not opted in.
+func TestE2ERejectsForeignToken(t *testing.T) {
+	ns := newNamespace(t, "e2e-token", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	job := pytorchJob(t, ns, "t5", false, 2, nil)
+	p0 := rankPod(t, job, "worker", 0, "node-1", "")
+	p1 := rankPod(t, job, "worker", 1, "node-2", "")
+
+	r := startRank(t, c.URL, p0, token(t, p1, gate.Audience), fullGPURank...)
+	require.Equal(t, preflight.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
+	require.Contains(t, r.termination(), gate.CodeForbidden)
+	require.Contains(t, r.termination(), "may only report for itself")
+
+	r = startRank(t, c.URL, p0, token(t, p0, "some-other-service"), fullGPURank...)
+	require.Equal(t, preflight.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
+	require.Contains(t, r.termination(), gate.CodeUnauthenticated)
+
+	// Nothing was recorded for the forged reports.
+	require.Empty(t, jobAnnotations(t, job)[controller.KeyFirstReport])
+
+	other := newNamespace(t, "e2e-not-opted-in", false)
+	job2 := pytorchJob(t, other, "t5", false, 1, nil)
+	q := rankPod(t, job2, "worker", 0, "node-1", "")
+	r = startRank(t, c.URL, q, token(t, q, gate.Audience), fullGPURank...)
+	require.Equal(t, preflight.ExitUsage, r.wait(t, 30*time.Second), r.String())
+	require.Contains(t, r.termination(), gate.CodeNotOptedIn)
+}
+
+// (f) The controller is unreachable when the ranks start: they retry with
+// backoff and pass once it is up.
+func TestE2EControllerUnreachableAtFirst(t *testing.T) {
+	ns := newNamespace(t, "e2e-unreachable", true)
+	job := mpiJob(t, ns, "gpt2", 2)
+	addr := freePort(t)
+	url := "https://" + addr
+	var ranks []*rank
+	for i := 0; i < 2; i++ {
+		p := rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i), "")
+		ranks = append(ranks, startRank(t, url, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	require.Eventually(t, func() bool {
+		return strings.Count(ranks[0].stderr.String(), "retrying") >= 2 && strings.Count(ranks[1].stderr.String(), "retrying") >= 2
+	}, 20*time.Second, 50*time.Millisecond, "ranks did not retry")
+	for _, r := range ranks {
+		require.True(t, r.running(), r.String())
+	}
+	startController(t, controller.Options{GateAddr: addr, GangTimeout: time.Minute})
+	for _, r := range ranks {
+		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
+	}
+	require.Equal(t, "pass", jobAnnotations(t, job)[controller.KeyVerdict])
+}
+
+// Two replicas with leader election: the one that is not the leader
+// answers NotLeader (ranks retry); when the leader goes away it takes over
+// and decides.
+func TestE2ELeaderElection(t *testing.T) {
+	ns := newNamespace(t, "e2e-leader", true)
+	le := controller.Options{GangTimeout: time.Minute, LeaderElection: true, LeaderElectionID: "rankgate-e2e-leader",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	a := le
+	a.Identity = "replica-a"
+	leader := startController(t, a)
+	require.Eventually(t, leader.IsLeader, 20*time.Second, 50*time.Millisecond)
+	b := le
+	b.Identity = "replica-b"
+	standby := startController(t, b)
+	time.Sleep(time.Second)
+	require.False(t, standby.IsLeader())
+
+	job := pytorchJob(t, ns, "moe", false, 2, nil)
+	p0 := rankPod(t, job, "worker", 0, "node-1", "")
+	p1 := rankPod(t, job, "worker", 1, "node-2", "")
+	r0 := startRank(t, standby.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
+	require.Eventually(t, func() bool { return strings.Contains(r0.stderr.String(), gate.CodeNotLeader) }, 20*time.Second, 50*time.Millisecond, r0.String())
+
+	leader.Stop(t) // releases the lease
+	require.Eventually(t, standby.IsLeader, 20*time.Second, 50*time.Millisecond)
+	r1 := startRank(t, standby.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
+	for _, r := range []*rank{r0, r1} {
+		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
+	}
+	require.EqualValues(t, 1, standby.Decisions())
+	require.Equal(t, "replica-b", jobAnnotations(t, job)[controller.KeyDecidedBy])
+}
