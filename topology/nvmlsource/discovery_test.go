@@ -199,80 +199,90 @@ func TestInventoryMIGLayouts(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := nvmltest.NewServer(t, tt.kind)
-			want := map[int][]string{}
-			for gpu, ps := range tt.layout {
-				if ps != nil {
-					want[gpu] = s.CreateMIG(gpu, ps...)
+		for _, ids := range []string{"mock profile IDs", "driver profile IDs"} {
+			t.Run(tt.name+"/"+ids, func(t *testing.T) {
+				var opts []nvmltest.Option
+				if ids == "driver profile IDs" {
+					opts = append(opts, nvmltest.WithDriverProfileIDs())
+				}
+				testMIGLayout(t, nvmltest.NewServer(t, tt.kind, opts...), tt.layout, tt.split)
+			})
+		}
+	}
+}
+
+func testMIGLayout(t *testing.T, s *nvmltest.Server, l layout, split map[int][]string) {
+	t.Helper()
+	want := map[int][]string{}
+	for gpu, ps := range l {
+		if ps != nil {
+			want[gpu] = s.CreateMIG(gpu, ps...)
+		}
+	}
+	for gpu, gc := range split {
+		want[gpu] = s.CreateGI(gpu, gc[0], gc[1:]...)
+	}
+	inv := mustDiscover(t, s)
+	total := 0
+	for i, g := range inv.GPUs {
+		uuids := want[i]
+		if uuids == nil {
+			require.Equal(t, topology.ModeDisabled, g.MIGCurrent, "GPU %d", i)
+			require.Empty(t, g.MIGDevices)
+			continue
+		}
+		require.Equal(t, topology.ModeEnabled, g.MIGCurrent, "GPU %d", i)
+		require.Len(t, g.MIGDevices, len(uuids), "GPU %d", i)
+		type slot struct{ start, size int }
+		placed := map[slot]int{}
+		for k, m := range g.MIGDevices {
+			total++
+			name := s.MIGName(uuids[k])
+			info := s.ProfileInfo(name)
+			require.Equal(t, k, m.Index)
+			require.Equal(t, uuids[k], m.UUID)
+			require.Equal(t, name, m.Profile, "MIG %d:%d", i, k)
+			require.Equal(t, s.ComputeSMs(name), m.SMs, "MIG %d:%d %s", i, k, name)
+			require.Equal(t, info.MemorySizeMB, m.MemoryMiB)
+			require.Equal(t, info.IsP2pSupported != 0, *m.P2PSupported)
+			require.GreaterOrEqual(t, m.GPUInstanceID, 0)
+			require.GreaterOrEqual(t, m.ComputeInstanceID, 0)
+			require.NotNil(t, m.Placement)
+			placed[slot{m.Placement.Start, m.Placement.Size}]++
+			_, _, err := topology.ParseProfileName(m.Profile)
+			require.NoError(t, err)
+		}
+		// Compute instances of one GPU instance share its
+		// placement; distinct GPU instances never overlap.
+		gis := map[int]topology.Placement{}
+		for _, m := range g.MIGDevices {
+			gis[m.GPUInstanceID] = *m.Placement
+		}
+		for a, pa := range gis {
+			for b, pb := range gis {
+				if a < b {
+					require.False(t, pa.Start < pb.Start+pb.Size && pb.Start < pa.Start+pa.Size,
+						"GPU %d: GIs %d %v and %d %v overlap", i, a, pa, b, pb)
 				}
 			}
-			for gpu, gc := range tt.split {
-				want[gpu] = s.CreateGI(gpu, gc[0], gc[1:]...)
-			}
-			inv := mustDiscover(t, s)
-			total := 0
-			for i, g := range inv.GPUs {
-				uuids := want[i]
-				if uuids == nil {
-					require.Equal(t, topology.ModeDisabled, g.MIGCurrent, "GPU %d", i)
-					require.Empty(t, g.MIGDevices)
-					continue
-				}
-				require.Equal(t, topology.ModeEnabled, g.MIGCurrent, "GPU %d", i)
-				require.Len(t, g.MIGDevices, len(uuids), "GPU %d", i)
-				type slot struct{ start, size int }
-				placed := map[slot]int{}
-				for k, m := range g.MIGDevices {
-					total++
-					name := s.MIGName(uuids[k])
-					info := s.ProfileInfo(name)
-					require.Equal(t, k, m.Index)
-					require.Equal(t, uuids[k], m.UUID)
-					require.Equal(t, name, m.Profile, "MIG %d:%d", i, k)
-					require.Equal(t, s.ComputeSMs(name), m.SMs, "MIG %d:%d %s", i, k, name)
-					require.Equal(t, info.MemorySizeMB, m.MemoryMiB)
-					require.Equal(t, info.IsP2pSupported != 0, *m.P2PSupported)
-					require.GreaterOrEqual(t, m.GPUInstanceID, 0)
-					require.GreaterOrEqual(t, m.ComputeInstanceID, 0)
-					require.NotNil(t, m.Placement)
-					placed[slot{m.Placement.Start, m.Placement.Size}]++
-					_, _, err := topology.ParseProfileName(m.Profile)
-					require.NoError(t, err)
-				}
-				// Compute instances of one GPU instance share its
-				// placement; distinct GPU instances never overlap.
-				gis := map[int]topology.Placement{}
-				for _, m := range g.MIGDevices {
-					gis[m.GPUInstanceID] = *m.Placement
-				}
-				for a, pa := range gis {
-					for b, pb := range gis {
-						if a < b {
-							require.False(t, pa.Start < pb.Start+pb.Size && pb.Start < pa.Start+pa.Size,
-								"GPU %d: GIs %d %v and %d %v overlap", i, a, pa, b, pb)
-						}
-					}
-				}
-			}
-			n := 0
-			for _, u := range want {
-				n += len(u)
-			}
-			require.Equal(t, n, total)
-			require.NoError(t, inv.Validate())
-			// Every MIG device resolves by UUID and by N:M.
-			for i, uuids := range want {
-				for k, u := range uuids {
-					d, err := inv.Resolve(u)
-					require.NoError(t, err)
-					require.Equal(t, topology.KindMIG, d.Kind)
-					d2, err := inv.Resolve(fmt.Sprintf("%d:%d", i, k))
-					require.NoError(t, err)
-					require.Equal(t, u, d2.ID())
-				}
-			}
-		})
+		}
+	}
+	n := 0
+	for _, u := range want {
+		n += len(u)
+	}
+	require.Equal(t, n, total)
+	require.NoError(t, inv.Validate())
+	// Every MIG device resolves by UUID and by N:M.
+	for i, uuids := range want {
+		for k, u := range uuids {
+			d, err := inv.Resolve(u)
+			require.NoError(t, err)
+			require.Equal(t, topology.KindMIG, d.Kind)
+			d2, err := inv.Resolve(fmt.Sprintf("%d:%d", i, k))
+			require.NoError(t, err)
+			require.Equal(t, u, d2.ID())
+		}
 	}
 }
 

@@ -114,6 +114,9 @@ func (s *Server) extendDevice(i int, d *server.Device) {
 		}
 		return s.p2pStatus(i, j, caps), nvml.SUCCESS
 	}
+	if s.cfg.driverIDs {
+		s.useDriverProfileIDs(d)
+	}
 	d.IsMigDeviceHandleFunc = func() (bool, nvml.Return) { return false, nvml.SUCCESS }
 	d.GetDeviceHandleFromMigDeviceHandleFunc = func() (nvml.Device, nvml.Return) {
 		return nil, nvml.ERROR_INVALID_ARGUMENT
@@ -231,4 +234,45 @@ func (s *Server) p2pStatus(i, j int, caps nvml.GpuP2PCapsIndex) nvml.GpuP2PStatu
 		return nvml.P2P_STATUS_CHIPSET_NOT_SUPPORTED
 	}
 	return nvml.P2P_STATUS_OK
+}
+
+// useDriverProfileIDs translates profile IDs at the device's API: out to
+// driver IDs, back in to the indices the mock uses inside.
+func (s *Server) useDriverProfileIDs(d *server.Device) {
+	info := d.GetGpuInstanceProfileInfoFunc
+	d.GetGpuInstanceProfileInfoFunc = func(idx int) (nvml.GpuInstanceProfileInfo, nvml.Return) {
+		p, r := info(idx)
+		if r == nvml.SUCCESS {
+			p.Id = driverProfileID[idx]
+		}
+		return p, r
+	}
+	places := d.GetGpuInstancePossiblePlacementsFunc
+	d.GetGpuInstancePossiblePlacementsFunc = func(p *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+		return places(toIndex(p))
+	}
+	create := d.CreateGpuInstanceFunc
+	d.CreateGpuInstanceFunc = func(p *nvml.GpuInstanceProfileInfo) (nvml.GpuInstance, nvml.Return) {
+		return create(toIndex(p))
+	}
+	createAt := d.CreateGpuInstanceWithPlacementFunc
+	d.CreateGpuInstanceWithPlacementFunc = func(p *nvml.GpuInstanceProfileInfo, at *nvml.GpuInstancePlacement) (nvml.GpuInstance, nvml.Return) {
+		return createAt(toIndex(p), at)
+	}
+	list := d.GetGpuInstancesFunc
+	d.GetGpuInstancesFunc = func(p *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+		return list(toIndex(p))
+	}
+}
+
+// toIndex copies a profile info with its driver ID turned back into the
+// mock's index.
+func toIndex(p *nvml.GpuInstanceProfileInfo) *nvml.GpuInstanceProfileInfo {
+	q := *p
+	for idx, id := range driverProfileID {
+		if id == p.Id {
+			q.Id = uint32(idx)
+		}
+	}
+	return &q
 }

@@ -319,6 +319,14 @@ func (s *Server) hookGI(gpu int, gi *server.GpuInstance) {
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
+	if s.cfg.driverIDs {
+		info := gi.GetInfoFunc
+		gi.GetInfoFunc = func() (nvml.GpuInstanceInfo, nvml.Return) {
+			i, r := info()
+			i.ProfileId = driverProfileID[int(i.ProfileId)]
+			return i, r
+		}
+	}
 	h := s.hookFor("GpuInstance", gpu)
 	hook0(h("GetInfo"), &gi.GetInfoFunc)
 	hook2(h("GetComputeInstanceProfileInfo"), &gi.GetComputeInstanceProfileInfoFunc)

@@ -60,7 +60,7 @@ func (s *Server) CreateGI(gpu int, giProfile string, ciProfiles ...string) []str
 	for _, gi := range existing {
 		p := d.Config.MIGProfiles.GpuInstanceProfiles[int(gi.Info.ProfileId)]
 		slices += int(p.SliceCount)
-		if gi.Info.ProfileId == info.Id {
+		if int(gi.Info.ProfileId) == idx {
 			same++
 		}
 		for x := gi.Info.Placement.Start; x < gi.Info.Placement.Start+gi.Info.Placement.Size; x++ {

@@ -105,6 +105,7 @@ type config struct {
 	nvlink    nvlinkMode
 	bridges   [][3]int
 	fullAttrs bool
+	driverIDs bool
 }
 
 // Option changes the server a kind builds.
@@ -130,6 +131,27 @@ func WithNVLinkBridge(a, b, n int) Option {
 // WithFullGPUAttributes makes full GPUs answer GetAttributes with their SM
 // count and memory, as a future driver might; today's answer NOT_SUPPORTED.
 func WithFullGPUAttributes() Option { return func(c *config) { c.fullAttrs = true } }
+
+// WithDriverProfileIDs makes GPU-instance profile IDs what drivers report
+// (nvidia-smi mig -lgip's ID column: 19 for 1g.5gb, 9 for 3g.20gb, 0 for
+// 7g.40gb) instead of the profile indices go-nvml's mocks reuse as IDs:
+// GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE) answers Id
+// 9, and a 3g GPU instance's GetInfo answers ProfileId 9. Code that mixes
+// up profile IDs and indices passes on the plain mocks and fails here. The
+// mock's own GI API (placements, creation, listing) accepts the IDs.
+func WithDriverProfileIDs() Option { return func(c *config) { c.driverIDs = true } }
+
+// driverProfileID maps profile indices to the IDs drivers give them
+// (testdata/fixtures/nvidia-smi/30: A100-40GB `nvidia-smi mig -lgip`).
+var driverProfileID = map[int]uint32{
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE:      19,
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20,
+	nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15,
+	nvml.GPU_INSTANCE_PROFILE_2_SLICE:      14,
+	nvml.GPU_INSTANCE_PROFILE_3_SLICE:      9,
+	nvml.GPU_INSTANCE_PROFILE_4_SLICE:      5,
+	nvml.GPU_INSTANCE_PROFILE_7_SLICE:      0,
+}
 
 // Server is an extended go-nvml mock server. Its methods fail the test on
 // misuse; they are not safe to call concurrently with each other, but the

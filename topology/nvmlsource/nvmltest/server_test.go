@@ -293,3 +293,20 @@ func TestMisuseFailsTheTest(t *testing.T) {
 		})
 	}
 }
+
+func TestDriverProfileIDs(t *testing.T) {
+	s := nvmltest.NewServer(t, nvmltest.DGXA100, nvmltest.WithDriverProfileIDs())
+	s.CreateMIG(0, "3g.20gb", "1g.5gb")
+	d := s.GPU(0)
+	info, r := d.GetGpuInstanceProfileInfo(nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	require.Equal(t, nvml.SUCCESS, r)
+	require.Equal(t, uint32(9), info.Id, "nvidia-smi's ID of 3g.20gb")
+	gis, r := d.GetGpuInstances(&info)
+	require.Equal(t, nvml.SUCCESS, r)
+	require.Len(t, gis, 1)
+	gi, _ := gis[0].GetInfo()
+	require.Equal(t, uint32(9), gi.ProfileId)
+	mig, _ := d.GetMigDeviceHandleByIndex(1)
+	attrs, _ := mig.GetAttributes()
+	require.Equal(t, uint32(14), attrs.MultiprocessorCount, "the mock's tables still answer")
+}
