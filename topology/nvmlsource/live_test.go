@@ -65,7 +65,7 @@ func TestLiveNVML(t *testing.T) {
 // laptop), discovery fails with LIBRARY_NOT_FOUND at Init.
 func TestDefaultWithoutLibrary(t *testing.T) {
 	if os.Getenv(liveEnv) != "" {
-		t.Skip("the NVML library is present")
+		t.Skip("live run: " + liveEnv + " is set")
 	}
 	_, err := nvmlsource.NewDefault().Inventory(context.Background())
 	if err == nil {
