@@ -26,9 +26,10 @@ import (
 // Watching costs a mutex and a clock read per call, not a goroutine switch:
 // the watcher wakes once per deadline, not once per call.
 type caller struct {
-	ctx     context.Context
-	timeout time.Duration
-	counter *atomic.Int64
+	ctx         context.Context
+	timeout     time.Duration
+	initTimeout time.Duration
+	counter     *atomic.Int64
 
 	abandoned atomic.Bool
 
@@ -42,8 +43,8 @@ type caller struct {
 // errAbandoned stops an abandoned discovery; nobody reads it.
 var errAbandoned = errors.New("nvml discovery abandoned")
 
-func newCaller(ctx context.Context, timeout time.Duration, counter *atomic.Int64) *caller {
-	return &caller{ctx: ctx, timeout: timeout, counter: counter}
+func newCaller(ctx context.Context, timeout, initTimeout time.Duration, counter *atomic.Int64) *caller {
+	return &caller{ctx: ctx, timeout: timeout, initTimeout: initTimeout, counter: counter}
 }
 
 // do runs f, one NVML call, on the discovery goroutine under a deadline of
@@ -53,7 +54,7 @@ func (c *caller) do(o op, timeout time.Duration, f func()) (err error) {
 		return errAbandoned
 	}
 	if err := c.ctx.Err(); err != nil {
-		return c.ctxErr(o, err, 0)
+		return ctxErr(o, false, err, 0)
 	}
 	if c.counter != nil {
 		c.counter.Add(1)
@@ -94,7 +95,8 @@ type result struct {
 // wait returns the discovery's result, or gives up on it when a call
 // passes its deadline or the context ends.
 func (c *caller) wait(res <-chan result) (*topology.Inventory, error) {
-	timer := time.NewTimer(c.timeout)
+	// The first call is nvmlInit.
+	timer := time.NewTimer(min(c.timeout, c.initTimeout))
 	defer timer.Stop()
 	for {
 		select {
@@ -103,12 +105,9 @@ func (c *caller) wait(res <-chan result) (*topology.Inventory, error) {
 		case <-c.ctx.Done():
 			c.abandoned.Store(true)
 			c.mu.Lock()
-			o, waited := c.cur, time.Duration(0)
-			if c.inCall {
-				waited = time.Since(c.started)
-			}
+			o, inCall, waited := c.cur, c.inCall, time.Since(c.started)
 			c.mu.Unlock()
-			return nil, c.ctxErr(o, c.ctx.Err(), waited)
+			return nil, ctxErr(o, inCall, c.ctx.Err(), waited)
 		case <-timer.C:
 			c.mu.Lock()
 			inCall, o, waited, limit := c.inCall, c.cur, time.Since(c.started), c.limit
@@ -127,14 +126,21 @@ func (c *caller) wait(res <-chan result) (*topology.Inventory, error) {
 	}
 }
 
-func (c *caller) ctxErr(o op, err error, waited time.Duration) error {
-	if errors.Is(err, context.DeadlineExceeded) {
+// ctxErr reports the end of the context. A deadline that passes during a
+// call is that call's deadline: the call hung. Otherwise (cancellation, or
+// a deadline between calls) the caller stopped discovery, and the error
+// wraps the context's.
+func ctxErr(o op, inCall bool, err error, waited time.Duration) error {
+	if inCall && errors.Is(err, context.DeadlineExceeded) {
 		return hungError(o, waited, err)
 	}
 	if o.fn == "" {
 		return fmt.Errorf("nvml discovery stopped: %w", err)
 	}
-	return fmt.Errorf("nvml discovery stopped at %s: %w", o, err)
+	if inCall {
+		return fmt.Errorf("nvml discovery stopped during %s: %w", o, err)
+	}
+	return fmt.Errorf("nvml discovery stopped near %s: %w", o, err)
 }
 
 // Typed helpers: they hand a call's results back only when it completed.
@@ -145,10 +151,9 @@ func callRet(c *caller, o op, f func() nvml.Return) (nvml.Return, error) {
 	return r, err
 }
 
-func callInit(c *caller, timeout time.Duration, f func() nvml.Return) (nvml.Return, error) {
+func callInit(c *caller, f func() nvml.Return) (nvml.Return, error) {
 	var r nvml.Return
-	o := op{fn: "nvmlInit", gpu: -1, mig: -1, peer: -1, arg: -1}
-	err := c.do(o, timeout, func() { r = f() })
+	err := c.do(sysOp("nvmlInit"), c.initTimeout, func() { r = f() })
 	return r, err
 }
 

@@ -157,6 +157,17 @@ func waitGoroutines(t *testing.T, n int) {
 	}
 }
 
+func TestInitTimeout(t *testing.T) {
+	s := nvmltest.NewServer(t, nvmltest.DGXA100)
+	s.Hang("Init")
+	start := time.Now()
+	_, err := discover(t, s, nvmlsource.WithInitTimeout(50*time.Millisecond)) // calls: 5 s
+	require.Less(t, time.Since(start), 2*time.Second)
+	de := discoveryError(t, err)
+	require.Equal(t, "nvmlInit()", de.Op)
+	require.True(t, de.Hung)
+}
+
 func TestContextDeadline(t *testing.T) {
 	s := nvmltest.NewServer(t, nvmltest.DGXA100)
 	s.Hang("GetName")
@@ -181,6 +192,15 @@ func TestContextCancelled(t *testing.T) {
 		var de *topology.DiscoveryError
 		require.False(t, errors.As(err, &de), "cancellation is the caller's, not the node's")
 		require.Zero(t, s.Calls())
+	})
+	t.Run("deadline already passed", func(t *testing.T) {
+		s := nvmltest.NewServer(t, nvmltest.DGXA100)
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		_, err := nvmlsource.New(s.Interface()).Inventory(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		var de *topology.DiscoveryError
+		require.False(t, errors.As(err, &de), "no call hung")
 	})
 	t.Run("during a call", func(t *testing.T) {
 		s := nvmltest.NewServer(t, nvmltest.DGXA100)

@@ -128,7 +128,7 @@ func NewDefault(opts ...Option) *Source {
 // Errors are *topology.DiscoveryError, except a cancelled ctx, which is
 // returned wrapped.
 func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
-	c := newCaller(ctx, s.opts.callTimeout, s.opts.calls)
+	c := newCaller(ctx, s.opts.callTimeout, s.opts.initTimeout, s.opts.calls)
 	// Buffered: an abandoned discovery must be able to finish and exit.
 	res := make(chan result, 1)
 	go func() {
@@ -140,7 +140,7 @@ func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
 
 // run is the discovery goroutine: Init, discovery, Shutdown.
 func (s *Source) run(c *caller) (*topology.Inventory, error) {
-	r, err := callInit(c, s.opts.initTimeout, s.lib.Init)
+	r, err := callInit(c, s.lib.Init)
 	if errors.Is(err, errAbandoned) && r == nvml.SUCCESS {
 		s.shutdown(c) // a hung Init that came back after all
 	}
