@@ -202,3 +202,37 @@ func transportName(line []byte) []byte {
 	}
 	return name
 }
+
+// ncclHidden says why NCCL's INFO/INIT lines would not reach rankgate, or
+// "" when they would.
+func ncclHidden(level, subsys, file string) string {
+	switch strings.ToUpper(strings.TrimSpace(level)) {
+	case "INFO", "TRACE":
+	case "":
+		return "NCCL_DEBUG is unset (NCCL prints no INFO lines)"
+	default:
+		return fmt.Sprintf("NCCL_DEBUG=%s", level)
+	}
+	switch file {
+	case "", "/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/proc/self/fd/2":
+	default:
+		return fmt.Sprintf("NCCL_DEBUG_FILE=%s sends NCCL's lines to a file", file)
+	}
+	if subsys = strings.ToUpper(strings.TrimSpace(subsys)); subsys == "" {
+		return "" // NCCL's default subsystems include INIT
+	}
+	if strings.HasPrefix(subsys, "^") {
+		for _, s := range strings.Split(subsys[1:], ",") {
+			if strings.TrimSpace(s) == "INIT" || strings.TrimSpace(s) == "ALL" {
+				return fmt.Sprintf("NCCL_DEBUG_SUBSYS=%s excludes INIT", subsys)
+			}
+		}
+		return ""
+	}
+	for _, s := range strings.Split(subsys, ",") {
+		if s = strings.TrimSpace(s); s == "INIT" || s == "ALL" {
+			return ""
+		}
+	}
+	return fmt.Sprintf("NCCL_DEBUG_SUBSYS=%s lacks INIT", subsys)
+}

@@ -69,10 +69,16 @@ func TestProcKeyAndTransportName(t *testing.T) {
 
 func TestClassifyTransport(t *testing.T) {
 	for name, want := range map[string]Transport{
-		"P2P/IPC": TransportP2P, "P2P/CUMEM/read": TransportP2P, "P2P/direct": TransportP2P, "NVLS": TransportP2P,
-		"SHM/direct/direct": TransportSHM,
-		"NET/Socket/0": TransportNet, "NET/IB/0/GDRDMA": TransportNet, "NET/Libfabric/0/GDRDMA": TransportNet, "COLLNET/IB/0": TransportNet,
-		"something": TransportUnknown,
+		"P2P/IPC":                TransportP2P,
+		"P2P/CUMEM/read":         TransportP2P,
+		"P2P/direct":             TransportP2P,
+		"NVLS":                   TransportP2P,
+		"SHM/direct/direct":      TransportSHM,
+		"NET/Socket/0":           TransportNet,
+		"NET/IB/0/GDRDMA":        TransportNet,
+		"NET/Libfabric/0/GDRDMA": TransportNet,
+		"COLLNET/IB/0":           TransportNet,
+		"something":              TransportUnknown,
 	} {
 		require.Equal(t, want, classifyTransport([]byte(name)), name)
 	}

@@ -17,17 +17,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 const fSetPipeSz = 1031 // F_SETPIPE_SZ
 
-// growPipe enlarges a pipe's kernel buffer so that CMD blocks less often
-// while rankgate forwards a chunk. Failure (a lower pipe-max-size) is fine.
-func growPipe(f *os.File, size int) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, fd, fSetPipeSz, uintptr(size))
-	})
-}
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 
@@ -143,5 +132,3 @@ func reapAdopted(skip int) {
 		}
 	}
 }
-
-const procSupported = true

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build linux
 
 package launcher
 
@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,8 +20,8 @@ import (
 )
 
 const (
-	// pumpBuf is the read size per stream; pipeSize the kernel buffer of
-	// CMD's pipes (F_SETPIPE_SZ, Linux' default pipe-max-size).
+	// pumpBuf is the most a pump moves at once; pipeSize the kernel
+	// buffer of CMD's pipes (F_SETPIPE_SZ, Linux' default pipe-max-size).
 	pumpBuf  = 256 << 10
 	pipeSize = 1 << 20
 	// drainIdle: once CMD's group is gone, a pipe that stays silent this
@@ -115,13 +114,11 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}
 	}
 	env := r.prepareEnv()
-	if r.opts.Subreaper && procSupported {
+	if r.opts.Subreaper {
 		if err := becomeSubreaper(); err != nil {
 			r.say(fmt.Sprintf("cannot become child subreaper (%v); processes that leave CMD's process group may outlive it", err))
 			r.opts.Subreaper = false
 		}
-	} else {
-		r.opts.Subreaper = false
 	}
 	return r.start(ctx, env)
 }
@@ -298,40 +295,6 @@ func (r *runner) prepareEnv() []string {
 	return env
 }
 
-// ncclHidden says why NCCL's INFO/INIT lines would not reach rankgate, or
-// "" when they would.
-func ncclHidden(level, subsys, file string) string {
-	switch strings.ToUpper(strings.TrimSpace(level)) {
-	case "INFO", "TRACE":
-	case "":
-		return "NCCL_DEBUG is unset (NCCL prints no INFO lines)"
-	default:
-		return fmt.Sprintf("NCCL_DEBUG=%s", level)
-	}
-	switch file {
-	case "", "/dev/stdout", "/dev/stderr", "/proc/self/fd/1", "/proc/self/fd/2":
-	default:
-		return fmt.Sprintf("NCCL_DEBUG_FILE=%s sends NCCL's lines to a file", file)
-	}
-	if subsys = strings.ToUpper(strings.TrimSpace(subsys)); subsys == "" {
-		return "" // NCCL's default subsystems include INIT
-	}
-	if strings.HasPrefix(subsys, "^") {
-		for _, s := range strings.Split(subsys[1:], ",") {
-			if strings.TrimSpace(s) == "INIT" || strings.TrimSpace(s) == "ALL" {
-				return fmt.Sprintf("NCCL_DEBUG_SUBSYS=%s excludes INIT", subsys)
-			}
-		}
-		return ""
-	}
-	for _, s := range strings.Split(subsys, ",") {
-		if s = strings.TrimSpace(s); s == "INIT" || s == "ALL" {
-			return ""
-		}
-	}
-	return fmt.Sprintf("NCCL_DEBUG_SUBSYS=%s lacks INIT", subsys)
-}
-
 // start runs CMD and supervises it to the end.
 func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	res := Result{Findings: r.findings}
@@ -345,20 +308,18 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	cmd.Dir = r.opts.Dir
 	cmd.Stdin = r.opts.Stdin
 	cmd.SysProcAttr = sysProcAttr()
-	outR, outW, err := os.Pipe()
+	outR, outW, err := newPipe()
 	if err != nil {
 		res.ExitCode = preflight.ExitEnvironment
 		return res, fmt.Errorf("stdout pipe: %w", err)
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := newPipe()
 	if err != nil {
-		outR.Close()
+		syscall.Close(outR)
 		outW.Close()
 		res.ExitCode = preflight.ExitEnvironment
 		return res, fmt.Errorf("stderr pipe: %w", err)
 	}
-	growPipe(outR, pipeSize)
-	growPipe(errR, pipeSize)
 	cmd.Stdout, cmd.Stderr = outW, errW
 
 	var chld chan os.Signal
@@ -371,8 +332,8 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		syscall.Close(outR)
+		syscall.Close(errR)
 		res.ExitCode = startErrorCode(err)
 		return res, fmt.Errorf("start %s: %w", argv[0], err)
 	}
@@ -590,7 +551,7 @@ func (r *runner) forward(sig os.Signal) {
 
 // drain waits for the pumps to reach the end of CMD's output. A pipe that
 // stays silent after the group is gone is held open by a process that
-// left it; it is closed so that rankgate can exit.
+// left it; its pump gives up so that rankgate can exit.
 func (r *runner) drain(pumps []*pump) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
@@ -601,7 +562,7 @@ func (r *runner) drain(pumps []*pump) {
 				done = true
 			case <-t.C:
 				if p.idle() > drainIdle {
-					p.src.Close()
+					p.abandon.Store(true)
 				}
 			}
 		}
@@ -731,54 +692,3 @@ func exitStatus(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// pump copies one of CMD's streams through and hands the chunk to the
-// scanner after it was written, so that scanning never delays output.
-type pump struct {
-	src  *os.File
-	dst  io.Writer
-	scan *lineScanner
-	mon  *monitor
-	done chan struct{}
-	werr error
-	seen int64
-	// inRead is the time (UnixNano) the current Read began; 0 outside Read.
-	inRead atomic.Int64
-}
-
-func newPump(src *os.File, dst io.Writer, m *monitor) *pump {
-	return &pump{src: src, dst: dst, scan: newLineScanner(m.line), mon: m, done: make(chan struct{})}
-}
-
-func (p *pump) run() {
-	defer close(p.done)
-	defer p.src.Close()
-	buf := make([]byte, pumpBuf)
-	for {
-		p.inRead.Store(time.Now().UnixNano())
-		n, err := p.src.Read(buf)
-		p.inRead.Store(0)
-		if n > 0 {
-			if _, werr := p.dst.Write(buf[:n]); werr != nil {
-				// Like a shell pipeline: the reader went away, so CMD's
-				// next write to this stream fails (EPIPE, SIGPIPE).
-				p.werr = werr
-				return
-			}
-			p.scan.scan(buf[:n], p.mon.mode(p.seen))
-			p.seen += int64(n)
-		}
-		if err != nil {
-			p.scan.flush(p.mon.mode(p.seen))
-			return
-		}
-	}
-}
-
-// idle is how long the pump has been waiting in Read.
-func (p *pump) idle() time.Duration {
-	t := p.inRead.Load()
-	if t == 0 {
-		return 0
-	}
-	return time.Since(time.Unix(0, t))
-}

@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !linux
 
 package launcher
 
@@ -9,7 +9,7 @@ import (
 	"github.com/rankgate/rankgate/preflight"
 )
 
-// Run needs process groups and POSIX signals.
+// Run needs Linux.
 func Run(context.Context, Options) (Result, error) {
-	return Result{ExitCode: preflight.ExitEnvironment}, errors.New("rankgate launch runs on Linux (and other Unix systems) only")
+	return Result{ExitCode: preflight.ExitEnvironment}, errors.New("rankgate launch runs on Linux only: it needs process groups, a child subreaper and tee(2)")
 }

@@ -144,6 +144,65 @@ func randomBytes(n int) []byte {
 	return out
 }
 
+// pipeSink is the read end of a pipe collected in the background: Stdout
+// and Stderr that are pipes take the tee(2) path.
+func pipeSink(t *testing.T) (*os.File, func() []byte) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	var got bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = got.ReadFrom(r)
+	}()
+	return w, func() []byte {
+		w.Close()
+		<-done
+		r.Close()
+		return got.Bytes()
+	}
+}
+
+func TestPassThroughIntoPipesIsByteExact(t *testing.T) {
+	const n = 4 << 20
+	out, stdout := pipeSink(t)
+	errw, stderr := pipeSink(t)
+	require.NotEqual(t, -1, fifoFD(out), "the tee path is under test")
+	r := launch(t, Options{Command: child(t, "write:"+strconv.Itoa(n), "writeerr:"+strconv.Itoa(n), "replay:"+fixture10, "err:partial line without newline"),
+		Stdout: out, Stderr: errw, InitTimeout: time.Minute, ExpectTransport: TransportP2P})
+	require.NoError(t, r.err)
+	require.Equal(t, 0, r.res.ExitCode)
+	want := append(randomBytes(n), readFixture(t, fixture10)...)
+	require.True(t, bytes.Equal(want, stdout()), "stdout differs")
+	// stderr: CMD's bytes, then rankgate's warning on a line of its own.
+	got := string(stderr())
+	require.True(t, strings.HasPrefix(got, string(randomBytes(n))), "stderr differs")
+	require.Contains(t, got, "rankgate: WARN TRANSPORT_FALLBACK")
+	require.Equal(t, map[string]int{"NET/Libfabric/0/GDRDMA": 24}, r.res.Transports, "the tee path scans too")
+}
+
+func TestClosedStdoutEndsCMDLikeAPipeline(t *testing.T) {
+	for _, tee := range []bool{false, true} {
+		t.Run("tee="+strconv.FormatBool(tee), func(t *testing.T) {
+			var out *os.File
+			if tee {
+				r, w, err := os.Pipe()
+				require.NoError(t, err)
+				r.Close() // the consumer is gone, like `| head` after its lines
+				out = w
+			} else {
+				f, err := os.Open(os.DevNull)
+				require.NoError(t, err) // read-only: every write fails
+				out = f
+			}
+			defer out.Close()
+			res := launch(t, Options{Command: child(t, "lines:100000000"), Stdout: out, InitTimeout: time.Minute})
+			require.Equal(t, 128+int(syscall.SIGPIPE), res.res.ExitCode, res.stderr)
+		})
+	}
+}
+
 func TestPassThroughLongLinesAndFixtures(t *testing.T) {
 	r := launch(t, Options{Command: child(t, "longline:3000000", "replay:"+fixture10, "replayerr:"+fixture20), InitTimeout: time.Minute})
 	require.NoError(t, r.err)
