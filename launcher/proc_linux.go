@@ -17,7 +17,6 @@ func sysProcAttr() *syscall.SysProcAttr {
 
 const fSetPipeSz = 1031 // F_SETPIPE_SZ
 
-
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 
 // becomeSubreaper makes orphaned descendants (a grandchild whose parent

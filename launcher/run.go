@@ -691,4 +691,3 @@ func exitStatus(ps *os.ProcessState) int {
 	}
 	return ps.ExitCode()
 }
-
