@@ -106,7 +106,32 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		return r.fail(f, exitCodeFor(f.Rule)), nil
 	}
 	if r.opts.MPIHostfile != "" {
-		if f, ok := r.checkHostfile(ctx); ok {
+		// A signal while the hosts are awaited ends the launch before CMD.
+		hctx, cancel := context.WithCancel(ctx)
+		got := make(chan os.Signal, 1)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case sig := <-r.opts.Signals:
+				got <- sig
+				cancel()
+			case <-stop:
+			}
+		}()
+		f, ok := r.checkHostfile(hctx)
+		close(stop)
+		cancel()
+		select {
+		case sig := <-got:
+			code := 128 + 15
+			if s, isSys := sig.(syscall.Signal); isSys {
+				code = 128 + int(s)
+			}
+			r.say(fmt.Sprintf("%v while waiting for the MPI hosts; CMD not started", sig))
+			return Result{ExitCode: code, Findings: r.findings}, nil
+		default:
+		}
+		if ok {
 			return r.fail(f, exitCodeFor(f.Rule)), nil
 		}
 		if ctx.Err() != nil {

@@ -1,0 +1,193 @@
+package app
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rankgate/rankgate/launcher"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/topology"
+)
+
+func init() { extraCommands = append(extraCommands, (*App).newLaunchCommand) }
+
+// launchSubreaper makes rankgate the reaper of CMD's orphans (see
+// launcher.Options.Subreaper). Tests that run launch inside the test
+// binary turn it off: there it would adopt every test's orphans.
+var launchSubreaper = true
+
+func (a *App) newLaunchCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "launch [flags] -- CMD [ARGS...]",
+		Short: "Run torchrun or mpirun behind the rank preflight and an NCCL init watchdog",
+		Long: `launch stands in front of the training command (torchrun, python, mpirun).
+It runs the rank preflight (skip with --no-preflight) and the pre-launch
+checks (torchrun's --nproc-per-node against the rank's devices; with
+--mpi-hostfile, every host reachable on the ssh port and enough slots for
+mpirun -np), then starts CMD in its own process group and passes its
+stdout and stderr through byte for byte while it watches them:
+
+  - NCCL init watchdog: CMD is ready when NCCL reports Init COMPLETE on
+    every local rank (or --ready-pattern matches a line, or --ready-file
+    appears). If not within --init-timeout, launch prints a diagnosis,
+    ends the process group and exits 4.
+  - A fatal NCCL or CUDA line during init (two ranks on one GPU, an
+    unhandled CUDA or system error, ...) ends it at once: exit 1.
+  - NCCL's transports are checked against --expect-transport (or what the
+    preflight implies): a slower path is a warning, a failure with
+    --strict-transport.
+
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's group; after
+--grace the group is killed. No process CMD started outlives launch.
+launch sets NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT when neither is set.
+Its own lines go to stderr, prefixed "rankgate: ".
+
+Exit: CMD's own code (128+N when signal N ended it), or 1 preflight or
+pre-launch check failed, fatal NCCL line, transport fallback with
+--strict-transport; 2 bad flags or hostfile; 3 environment failure;
+4 NCCL init deadline or MPI hosts unreachable; 126/127 CMD not executable /
+not found.`,
+		Example: `  # PyTorchJob container command
+  rankgate launch --termination-log /dev/termination-log -- \
+    torchrun --nproc-per-node=4 train.py --epochs 10
+
+  # MPIJob launcher: wait for the workers' sshd, then run mpirun
+  rankgate launch --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
+    mpirun -np 8 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS python train.py
+
+  # not NCCL: ready when the log says so
+  rankgate launch --no-preflight --ready-pattern '^Epoch 1/' --init-timeout 5m -- python train.py`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return a.runLaunch(cmd.Context(), args) },
+	}
+	addPreflightFlags(cmd)
+	f := cmd.Flags()
+	// Everything from CMD on is CMD's, with or without "--".
+	f.SetInterspersed(false)
+	f.Bool("no-preflight", false, "skip the rank preflight (the NCCL watchdog and pre-launch checks still run)")
+	f.Duration("init-timeout", launcher.DefaultInitTimeout, "NCCL init deadline from CMD's start; 0 turns the watchdog off")
+	f.Duration("grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when ending CMD's process group")
+	f.String("ready-pattern", "", "regular expression: CMD is ready when a line of its output matches (NCCL or not)")
+	f.String("ready-file", "", "CMD is ready when this file exists")
+	f.Int("local-ranks", 0, "processes that must report NCCL Init COMPLETE (default: torchrun --nproc-per-node, mpirun -np, else 1)")
+	f.String("expect-transport", "", "slowest acceptable NCCL path: p2p, shm or net (default: from the preflight)")
+	f.Bool("strict-transport", false, "make TRANSPORT_FALLBACK a failure (exit 1) instead of a warning")
+	f.String("mpi-hostfile", "", "MPI hostfile to check before CMD starts (MPIJob: /etc/mpi/hostfile)")
+	f.Int("ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
+	f.Duration("hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
+	return cmd
+}
+
+func (a *App) runLaunch(ctx context.Context, argv []string) error {
+	opts := launcher.Options{
+		Command:         argv,
+		Stdin:           a.Streams.In,
+		Stdout:          a.Streams.Out,
+		Stderr:          a.Streams.Err,
+		Grace:           a.Config.Duration("grace"),
+		InitTimeout:     a.Config.Duration("init-timeout"),
+		ReadyFile:       a.Config.String("ready-file"),
+		LocalRanks:      a.Config.Int("local-ranks"),
+		StrictTransport: a.Config.Bool("strict-transport"),
+		MPIHostfile:     a.Config.String("mpi-hostfile"),
+		SSHPort:         a.Config.Int("ssh-port"),
+		HostsTimeout:    a.Config.Duration("hosts-timeout"),
+		TerminationLog:  a.Config.String("termination-log"),
+		Subreaper:       launchSubreaper,
+	}
+	if p := a.Config.String("ready-pattern"); p != "" {
+		re, err := regexp.Compile(p)
+		if err != nil {
+			return exitf(preflight.ExitUsage, "--ready-pattern: %v", err)
+		}
+		opts.ReadyPattern = re
+	}
+	want, err := launcher.ParseTransport(a.Config.String("expect-transport"))
+	if err != nil {
+		return exitf(preflight.ExitUsage, "--expect-transport: %v", err)
+	}
+	opts.ExpectTransport = want
+	if opts.LocalRanks < 0 || opts.SSHPort <= 0 || opts.SSHPort > 65535 {
+		return exitf(preflight.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
+	}
+	format := a.Config.String("output")
+	if err := checkFormat(format); err != nil {
+		return err
+	}
+
+	// Subscribe before anything slow: a signal during the preflight or the
+	// host wait must not kill rankgate with CMD half set up.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	opts.Signals = sigs
+
+	if a.Config.Bool("no-preflight") {
+		devs, err := a.launchDevices()
+		if err != nil {
+			return err
+		}
+		opts.Devices = devs
+	} else {
+		r, err := a.rankPreflight(ctx)
+		if err != nil {
+			return err
+		}
+		// CMD's stdout stays CMD's: the report goes to stderr.
+		if err := writeReport(a.Streams.Err, r, format); err != nil {
+			return err
+		}
+		opts.Preflight = &r
+		opts.Devices = r.Devices
+		if opts.ExpectTransport == launcher.TransportUnknown {
+			opts.ExpectTransport = launcher.DeriveTransport(&r)
+			opts.ExpectDerived = opts.ExpectTransport != launcher.TransportUnknown
+		}
+	}
+	// Signals are forwarded through opts.Signals; the context's own
+	// cancellation on SIGINT/SIGTERM would send CMD a second one.
+	res, err := launcher.Run(context.WithoutCancel(ctx), opts)
+	if err != nil {
+		return &ExitError{Code: res.ExitCode, Err: err}
+	}
+	if res.ExitCode != 0 {
+		return silentExit(res.ExitCode)
+	}
+	return nil
+}
+
+// launchDevices finds the rank's devices without the preflight, for the
+// NPROC_EXCEEDS_DEVICES check: --devices, else NVIDIA_VISIBLE_DEVICES or
+// CUDA_VISIBLE_DEVICES. nil (check skipped) when they are unknown or
+// "all". Nothing slow: this runs on the start-up path.
+func (a *App) launchDevices() ([]preflight.DeviceSummary, error) {
+	var refs []string
+	if s := a.Config.String("devices"); s != "" {
+		var err error
+		if refs, err = topology.ParseDeviceList(s); err != nil {
+			return nil, exitf(preflight.ExitUsage, "--devices: %v", err)
+		}
+	} else {
+		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
+		if err != nil || !ok || alloc.All {
+			return nil, nil //nolint:nilerr // unknown devices only skip a check
+		}
+		refs = alloc.Refs
+	}
+	out := make([]preflight.DeviceSummary, 0, len(refs))
+	for _, r := range refs {
+		r = topology.StripSharing(r)
+		kind := string(topology.KindGPU)
+		if strings.HasPrefix(strings.ToUpper(r), "MIG-") || strings.Contains(r, ":") {
+			kind = string(topology.KindMIG)
+		}
+		out = append(out, preflight.DeviceSummary{ID: r, Kind: kind, GPU: -1})
+	}
+	return out, nil
+}
