@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/rankgate/rankgate/preflight/schedule"
+)
+
+// FuzzLoad feeds arbitrary bytes through the whole offline path: the
+// loader must either accept them or return an *InputError, never panic;
+// whatever it accepts, the engine must judge without panicking.
+//
+//	go test ./integrations/kubernetes/cluster -run '^$' -fuzz FuzzLoad -fuzztime 60s
+func FuzzLoad(f *testing.F) {
+	for _, s := range []string{multiDoc, "", "---\n", "null", "[]", "apiVersion: v1\nkind: List\nitems: [1]\n",
+		`{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"p"},"spec":{"containers":[{"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	files, _ := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
+	for _, p := range files {
+		data, err := os.ReadFile(p)
+		if err == nil {
+			f.Add(data)
+		}
+	}
+	e := schedule.New()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// A slow input crashes the worker, so the fuzzer keeps it.
+		watchdog := time.AfterFunc(10*time.Second, func() { panic("input took more than 10s") })
+		defer watchdog.Stop()
+		b := NewBuilder()
+		err := Load(b, "fuzz.yaml", bytes.NewReader(data), nil)
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("error is %T, want *InputError: %v", err, err)
+			}
+			return
+		}
+		c := e.NewCluster(b.Nodes())
+		ws, err := b.Workloads()
+		if err != nil {
+			return
+		}
+		for _, w := range ws {
+			res := e.Diagnose(c, w)
+			if res.Rule == "" {
+				t.Fatalf("no verdict for %s", w.Subject())
+			}
+		}
+	})
+}
