@@ -139,9 +139,12 @@ func (m *monitor) line(b []byte) {
 	if initPhase && m.readyRe != nil && m.readyRe.Match(b) {
 		m.markReady(fmt.Sprintf("--ready-pattern %q matched", m.readyRe.String()))
 	}
-	isNCCL := bytes.Contains(b, tokNCCL)
+	// NCCL's INFO lines never are fatal (its fatal messages are WARN lines
+	// and error strings): one search settles the common case.
+	info := bytes.Index(b, tokNCCLInfo)
+	isNCCL := info >= 0 || bytes.Contains(b, tokNCCL)
 	var fp *fatalPattern
-	if initPhase {
+	if initPhase && info < 0 {
 		fp = matchFatal(b)
 	}
 	if !isNCCL && fp == nil {
@@ -152,7 +155,9 @@ func (m *monitor) line(b []byte) {
 	m.remember(b)
 	if isNCCL {
 		m.sawNCCL = true
-		m.ncclLine(b)
+		if info >= 0 {
+			m.ncclLine(b, info)
+		}
 	}
 	if fp != nil && !m.fatalSent && !m.ready.Load() {
 		m.fatalSent = true
@@ -171,11 +176,11 @@ func (m *monitor) remember(b []byte) {
 	m.ringLen = min(m.ringLen+1, ringSize)
 }
 
-// ncclLine reads an NCCL INFO line. It tells the lines apart by where
+// ncclLine reads an NCCL INFO line ("NCCL INFO " at b[info]). It tells the lines apart by where
 // NCCL puts their words: "- Init COMPLETE" / "- Init START" at the end,
 // "Channel"/"CollNet ... via X" and "comm 0x... nNodes" at the start of the
 // message, "N nvls channels" in the channel summary.
-func (m *monitor) ncclLine(b []byte) {
+func (m *monitor) ncclLine(b []byte, info int) {
 	b = bytes.TrimRight(b, " \t")
 	switch {
 	case bytes.HasSuffix(b, tokInitComplete):
@@ -193,11 +198,7 @@ func (m *monitor) ncclLine(b []byte) {
 		}
 		return
 	}
-	i := bytes.Index(b, tokNCCLInfo)
-	if i < 0 {
-		return
-	}
-	msg := b[i+len(tokNCCLInfo):]
+	msg := b[min(info+len(tokNCCLInfo), len(b)):]
 	switch {
 	case bytes.HasPrefix(msg, tokChannel) || bytes.HasPrefix(msg, tokCollNet):
 		if name := transportName(msg); len(name) > 0 {

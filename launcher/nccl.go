@@ -102,13 +102,9 @@ var fatalAnchors = [][]byte{[]byte("device ordinal")}
 
 const fatalScanBudget = 64 << 20
 
-// matchFatal finds the fatal pattern in a line. NCCL's INFO lines never
-// are fatal (its fatal messages are WARN lines and error strings), which
-// keeps the common case to one search.
+// matchFatal finds the fatal pattern in a line that is not an NCCL INFO
+// line.
 func matchFatal(line []byte) *fatalPattern {
-	if bytes.Contains(line, tokNCCLInfo) {
-		return nil
-	}
 	for i := range fatalPatterns {
 		p := &fatalPatterns[i]
 		if bytes.Contains(line, p.match) {

@@ -5,6 +5,7 @@ package launcher
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -169,17 +170,39 @@ func TestPassThroughIntoPipesIsByteExact(t *testing.T) {
 	out, stdout := pipeSink(t)
 	errw, stderr := pipeSink(t)
 	require.NotEqual(t, -1, fifoFD(out), "the tee path is under test")
-	r := launch(t, Options{Command: child(t, "write:"+strconv.Itoa(n), "writeerr:"+strconv.Itoa(n), "replay:"+fixture10, "err:partial line without newline"),
-		Stdout: out, Stderr: errw, InitTimeout: time.Minute, ExpectTransport: TransportP2P})
+	// No watchdog: rankgate then prints nothing (its "ready" line would go
+	// between two of CMD's stderr chunks).
+	r := launch(t, Options{Command: child(t, "write:"+strconv.Itoa(n), "writeerr:"+strconv.Itoa(n), "replay:"+fixture10),
+		Stdout: out, Stderr: errw})
 	require.NoError(t, r.err)
 	require.Equal(t, 0, r.res.ExitCode)
 	want := append(randomBytes(n), readFixture(t, fixture10)...)
 	require.True(t, bytes.Equal(want, stdout()), "stdout differs")
-	// stderr: CMD's bytes, then rankgate's warning on a line of its own.
-	got := string(stderr())
-	require.True(t, strings.HasPrefix(got, string(randomBytes(n))), "stderr differs")
-	require.Contains(t, got, "rankgate: WARN TRANSPORT_FALLBACK")
+	gotErr := stderr()
+	require.True(t, bytes.Equal(randomBytes(n), gotErr), "stderr differs: len %d, %s", len(gotErr), firstDiff(randomBytes(n), gotErr))
 	require.Equal(t, map[string]int{"NET/Libfabric/0/GDRDMA": 24}, r.res.Transports, "the tee path scans too")
+}
+
+func TestRankgateLinesStartOnALineOfTheirOwn(t *testing.T) {
+	for _, tee := range []bool{false, true} {
+		t.Run("tee="+strconv.FormatBool(tee), func(t *testing.T) {
+			// CMD leaves a line unfinished on stderr, then a fatal NCCL line
+			// makes rankgate speak.
+			opts := Options{Command: []string{"sh", "-c", `printf 'partial' >&2; sleep 0.2; cat "$0"; exec sleep 30`, fixture40},
+				InitTimeout: time.Minute, Grace: 100 * time.Millisecond}
+			var get func() []byte
+			if tee {
+				opts.Stderr, get = pipeSink(t)
+			}
+			r := launch(t, opts)
+			require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+			got := r.stderr
+			if tee {
+				got = string(get())
+			}
+			require.True(t, strings.HasPrefix(got, "partial\nrankgate: FAIL NCCL_FATAL"), "%q", got)
+		})
+	}
 }
 
 func TestClosedStdoutEndsCMDLikeAPipeline(t *testing.T) {
@@ -564,4 +587,13 @@ func TestSignalsToRankgateReachTheGroup(t *testing.T) {
 	data, err := os.ReadFile(rec)
 	require.NoError(t, err)
 	require.Equal(t, "terminated\n", string(data))
+}
+
+// firstDiff describes where two byte strings part.
+func firstDiff(want, got []byte) string {
+	i := 0
+	for i < len(want) && i < len(got) && want[i] == got[i] {
+		i++
+	}
+	return fmt.Sprintf("first difference at %d: want %q, got %q", i, want[i:min(i+40, len(want))], got[i:min(i+200, len(got))])
 }
