@@ -175,15 +175,16 @@ func child(actions []string) {
 			}
 			writeRandom(w, n)
 			_ = w.Flush()
-		case "lines", "lineserr":
-			// lines:N writes N bytes of log-like text lines.
+		case "lines", "lineserr", "steps", "stepserr":
+			// lines:N writes N bytes of log-like text lines with an NCCL
+			// INFO line every 64 lines; steps:N the same without NCCL lines.
 			n, _ := strconv.ParseInt(arg, 10, 64)
 			f := os.Stdout
-			if verb == "lineserr" {
+			if strings.HasSuffix(verb, "err") {
 				f = os.Stderr
 			}
 			flush()
-			writeLines(f, n)
+			writeLines(f, n, strings.HasPrefix(verb, "lines"))
 		case "longline":
 			n, _ := strconv.Atoi(arg)
 			_, _ = stdout.WriteString(strings.Repeat("x", n) + " NCCL INFO long line end\n")
@@ -283,8 +284,8 @@ func writeRandom(w *bufio.Writer, n int64) {
 
 // writeLines writes n bytes of training-log-like lines with a NCCL INFO
 // line now and then, from one prepared 1 MiB block, in large writes.
-func writeLines(f *os.File, n int64) {
-	block := LogBlock()
+func writeLines(f *os.File, n int64, nccl bool) {
+	block := LogBlock(nccl)
 	for n > 0 {
 		k := min(int64(len(block)), n)
 		if _, err := f.Write(block[:k]); err != nil {
@@ -294,12 +295,12 @@ func writeLines(f *os.File, n int64) {
 	}
 }
 
-// LogBlock is 1 MiB of log text: step lines of ~90 bytes, one NCCL INFO
-// line per 64 lines.
-func LogBlock() []byte {
+// LogBlock is 1 MiB of training-log text: step lines of ~90 bytes and,
+// with nccl, an NCCL INFO line every 64 lines.
+func LogBlock(nccl bool) []byte {
 	var b strings.Builder
 	for i := 0; b.Len() < 1<<20; i++ {
-		if i%64 == 63 {
+		if nccl && i%64 == 63 {
 			fmt.Fprintf(&b, "node-0:%d:%d [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n", 100, 200)
 			continue
 		}
