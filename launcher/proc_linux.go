@@ -15,7 +15,10 @@ func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-const fSetPipeSz = 1031 // F_SETPIPE_SZ
+const (
+	fSetPipeSz = 1031 // F_SETPIPE_SZ
+	fGetPipeSz = 1032 // F_GETPIPE_SZ
+)
 
 const prSetChildSubreaper = 36 // PR_SET_CHILD_SUBREAPER
 

@@ -21,7 +21,8 @@ import (
 
 const (
 	// pumpBuf is the most a pump moves at once; pipeSize the kernel
-	// buffer of CMD's pipes (F_SETPIPE_SZ, Linux' default pipe-max-size).
+	// buffer of CMD's pipes and of destination pipes (F_SETPIPE_SZ, Linux'
+	// default pipe-max-size).
 	pumpBuf  = 256 << 10
 	pipeSize = 1 << 20
 	// drainIdle: once CMD's group is gone, a pipe that stays silent this

@@ -176,6 +176,10 @@ func TestPassThroughIntoPipesIsByteExact(t *testing.T) {
 		Stdout: out, Stderr: errw})
 	require.NoError(t, r.err)
 	require.Equal(t, 0, r.res.ExitCode)
+	// rankgate raised the destination pipe's buffer (one tee moves up to 1 MiB).
+	size, _, e := syscall.Syscall(syscall.SYS_FCNTL, out.Fd(), fGetPipeSz, 0)
+	require.Zero(t, e)
+	require.Equal(t, pipeSize, int(size))
 	want := append(randomBytes(n), readFixture(t, fixture10)...)
 	require.True(t, bytes.Equal(want, stdout()), "stdout differs")
 	gotErr := stderr()
