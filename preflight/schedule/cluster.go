@@ -53,7 +53,6 @@ type Cluster struct {
 	resName []string
 	alloc   []int64 // len(nodes)*len(res)
 	free    []int64
-	byName  map[string]int
 	// LabelErrors lists nodes whose GPU labels could not be read; those
 	// nodes are judged as if the labels were absent.
 	LabelErrors []error
@@ -87,9 +86,8 @@ func (c *Cluster) NodeCount() int { return len(c.nodes) }
 // copied: do not change them while the Cluster is in use.
 func (e *Engine) NewCluster(nodes []Node) *Cluster {
 	c := &Cluster{
-		nodes:  make([]nodeInfo, len(nodes)),
-		res:    map[string]int{},
-		byName: make(map[string]int, len(nodes)),
+		nodes: make([]nodeInfo, len(nodes)),
+		res:   map[string]int{},
 	}
 	intern := func(name string) {
 		if _, ok := c.res[name]; !ok {
@@ -98,9 +96,14 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 		}
 	}
 	models := map[string]*topology.GPUModel{}
+	type targetKey struct {
+		config string
+		model  *topology.GPUModel
+	}
+	targets := map[targetKey]target{}
+	badByShape := map[string][2][]preflight.DriverEntry{}
 	for i := range nodes {
 		n := &nodes[i]
-		c.byName[n.Name] = i
 		for r := range n.Allocatable {
 			intern(r)
 		}
@@ -125,15 +128,28 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 		case g.MIGConfigState == MIGStatePending || g.MIGConfigState == MIGStateRebooting || g.PausedForMIGChange:
 			ni.state = migPending
 		}
-		ni.tgt = targetOf(g.MIGConfig, m)
-		ni.shape = shapeOf(n, g)
-		for _, d := range e.drivers.Match(ni.shape) {
-			if d.Severity == preflight.SeverityFail {
-				ni.badFail = append(ni.badFail, d)
-			} else {
-				ni.badWarn = append(ni.badWarn, d)
-			}
+		// Fleets have few distinct configs and shapes: compute each once.
+		tk := targetKey{g.MIGConfig, m}
+		t, ok := targets[tk]
+		if !ok {
+			t = targetOf(g.MIGConfig, m)
+			targets[tk] = t
 		}
+		ni.tgt = t
+		ni.shape = shapeOf(n, g)
+		sk := fmt.Sprint(ni.shape.Driver, ni.shape.HasMIG, ni.shape.HasFull, ni.shape.Products, ni.shape.Profiles)
+		bad, ok := badByShape[sk]
+		if !ok {
+			for _, d := range e.drivers.Match(ni.shape) {
+				if d.Severity == preflight.SeverityFail {
+					bad[0] = append(bad[0], d)
+				} else {
+					bad[1] = append(bad[1], d)
+				}
+			}
+			badByShape[sk] = bad
+		}
+		ni.badFail, ni.badWarn = bad[0], bad[1]
 		c.nodes[i] = ni
 	}
 	nr := len(c.resName)

@@ -2,11 +2,11 @@ package cluster
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -18,22 +18,24 @@ import (
 type Builder struct {
 	nodes   []schedule.Node
 	nodeIdx map[string]int
-	// usage sums the requests of bound, unfinished pods per node name.
-	usage map[string]schedule.Resources
-	// pods keeps a short record of the pods that matter for judging:
-	// unbound pods, and bound pods that belong to a Kubeflow job.
+	// usage sums the requests of bound, unfinished pods per node name,
+	// per interned resource (resName).
+	usage   map[string][]int64
+	resName []string
+	scratch podScratch
+	// pods keeps a short record of every unbound pending pod.
 	pods []podRecord
+	// boundJob counts bound pods of Kubeflow jobs.
+	boundJob map[jobReplica]int
 	jobs []kubeflow.Job
 }
 
 type podRecord struct {
 	namespace, name string
-	// job: "Kind/name" from a controller owner reference or the Kubeflow
-	// job-name label ("/name" when only the label is known).
-	job         string
+	// jobKind and job name the Kubeflow job: from a controller owner
+	// reference, or from the job-name label (jobKind "").
+	jobKind, job string
 	replicaType string
-	bound       bool
-	// For unbound pods only:
 	requests    schedule.Resources
 	constraints schedule.Constraints
 	schedMsg    string
@@ -42,7 +44,18 @@ type podRecord struct {
 
 // NewBuilder returns an empty Builder.
 func NewBuilder() *Builder {
-	return &Builder{nodeIdx: map[string]int{}, usage: map[string]schedule.Resources{}}
+	return &Builder{nodeIdx: map[string]int{}, usage: map[string][]int64{}, boundJob: map[jobReplica]int{}}
+}
+
+// jobReplica keys the bound pods of one replica type of one job.
+type jobReplica struct {
+	namespace, kind, job string
+	// replicaType as the pod label spells it (lower case).
+	replicaType string
+}
+
+func (k jobReplica) of(j kubeflow.Job) bool {
+	return k.namespace == j.Namespace() && k.job == j.Name() && (k.kind == "" || k.kind == j.Kind())
 }
 
 // AddNode adds a node; a second node with the same name is an error.
@@ -69,22 +82,33 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return nil
 	}
-	job := jobOf(p)
+	jobKind, job := jobOf(p)
 	bound := p.Spec.NodeName != ""
 	if bound {
-		req, err := PodRequests(&p.Spec)
-		if err != nil {
+		// The hot path of large clusters: no allocation once warm.
+		if err := b.scratch.compute(&p.Spec); err != nil {
 			return err
 		}
-		u := b.usage[p.Spec.NodeName]
-		if u == nil {
-			u = make(schedule.Resources, len(req))
+		u, seen := b.usage[p.Spec.NodeName]
+		grown := false
+		for k, name := range b.scratch.total.names {
+			// A cluster has few resource names: a scan beats hashing.
+			j := slices.Index(b.resName, name)
+			if j < 0 {
+				j = len(b.resName)
+				b.resName = append(b.resName, name)
+			}
+			if j >= len(u) {
+				u = append(u, make([]int64, j+1-len(u))...)
+				grown = true
+			}
+			u[j] += b.scratch.total.vals[k]
+		}
+		if !seen || grown {
 			b.usage[p.Spec.NodeName] = u
 		}
-		addTo(u, req)
 		if job != "" {
-			b.pods = append(b.pods, podRecord{namespace: p.Namespace, name: p.Name, job: job,
-				replicaType: p.Labels[kubeflow.LabelReplicaType], bound: true})
+			b.boundJob[jobReplica{p.Namespace, jobKind, job, p.Labels[kubeflow.LabelReplicaType]}]++
 		}
 		return nil
 	}
@@ -96,7 +120,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		return err
 	}
 	b.pods = append(b.pods, podRecord{
-		namespace: p.Namespace, name: p.Name, job: job,
+		namespace: p.Namespace, name: p.Name, jobKind: jobKind, job: job,
 		replicaType: p.Labels[kubeflow.LabelReplicaType],
 		requests:    req, constraints: ConstraintsOf(&p.Spec),
 		schedMsg: schedulerMessage(p), gpu: hasGPU(req),
@@ -104,15 +128,17 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 	return nil
 }
 
-// jobOf names the Kubeflow job a pod belongs to, if any.
-func jobOf(p *corev1.Pod) string {
-	if ref := metav1.GetControllerOf(p); ref != nil && strings.HasPrefix(ref.APIVersion, "kubeflow.org/") {
-		return ref.Kind + "/" + ref.Name
+// jobOf names the Kubeflow job a pod belongs to, if any: kind and name
+// from a controller owner reference, or only the name from the job-name
+// label (the MPIJob launcher pod is owned by a batch Job).
+func jobOf(p *corev1.Pod) (kind, name string) {
+	for i := range p.OwnerReferences {
+		ref := &p.OwnerReferences[i]
+		if ref.Controller != nil && *ref.Controller && strings.HasPrefix(ref.APIVersion, "kubeflow.org/") {
+			return ref.Kind, ref.Name
+		}
 	}
-	if n := p.Labels[kubeflow.LabelJobName]; n != "" {
-		return "/" + n
-	}
-	return ""
+	return "", p.Labels[kubeflow.LabelJobName]
 }
 
 // AddJob adds a job after validating it.
@@ -135,7 +161,17 @@ func (b *Builder) Nodes() []schedule.Node {
 	out := make([]schedule.Node, len(b.nodes))
 	copy(out, b.nodes)
 	for i := range out {
-		out[i].Used = b.usage[out[i].Name]
+		u := b.usage[out[i].Name]
+		if len(u) == 0 {
+			continue
+		}
+		used := make(schedule.Resources, len(u))
+		for j, v := range u {
+			if v != 0 {
+				used[b.resName[j]] = v
+			}
+		}
+		out[i].Used = used
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -157,8 +193,7 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 	if r.namespace != j.Namespace() {
 		return false
 	}
-	kind, name, _ := strings.Cut(r.job, "/")
-	return name == j.Name() && (kind == "" || kind == j.Kind())
+	return r.job == j.Name() && (r.jobKind == "" || r.jobKind == j.Kind())
 }
 
 // WorkloadFor builds the workload of a job: one pod set per replica type,
@@ -169,14 +204,15 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	w := schedule.Workload{Kind: j.Kind(), Namespace: j.Namespace(), Name: j.Name(), Suspended: j.Suspended()}
 	for _, rs := range j.ReplicaSpecs() {
 		ps := schedule.PodSet{Name: rs.Type, Count: int(rs.Replicas)}
+		for k, n := range b.boundJob {
+			if k.of(j) && strings.EqualFold(k.replicaType, rs.Type) {
+				ps.Bound += n
+			}
+		}
 		var sample *podRecord
 		for i := range b.pods {
 			r := &b.pods[i]
 			if !r.belongsTo(j) || !strings.EqualFold(r.replicaType, rs.Type) {
-				continue
-			}
-			if r.bound {
-				ps.Bound++
 				continue
 			}
 			ps.Pods = append(ps.Pods, r.namespace+"/"+r.name)
@@ -231,20 +267,20 @@ func (b *Builder) Workloads() ([]schedule.Workload, error) {
 		if r.job == "" || owned(r) {
 			continue
 		}
-		key := r.namespace + "/" + r.job
+		key := r.namespace + "/" + r.jobKind + "/" + r.job
 		if _, ok := groups[key]; !ok {
 			order = append(order, key)
 		}
 		groups[key] = append(groups[key], r)
 	}
 	for _, key := range order {
-		if w, ok := workloadFromPods(groups[key]); ok {
+		if w, ok := b.workloadFromPods(groups[key]); ok {
 			out = append(out, w)
 		}
 	}
 	for i := range b.pods {
 		r := &b.pods[i]
-		if r.bound || r.job != "" || !r.gpu {
+		if r.job != "" || !r.gpu {
 			continue
 		}
 		out = append(out, schedule.Workload{Kind: "Pod", Namespace: r.namespace, Name: r.name, PodSets: []schedule.PodSet{{
@@ -258,8 +294,8 @@ func (b *Builder) Workloads() ([]schedule.Workload, error) {
 // workloadFromPods judges a job whose object is missing from the input by
 // the pods seen: one pod set per replica type. Only groups with an unbound
 // GPU pod are judged.
-func workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
-	kind, name, _ := strings.Cut(rs[0].job, "/")
+func (b *Builder) workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
+	kind, name := rs[0].jobKind, rs[0].job
 	if kind == "" {
 		kind = "Job"
 	}
@@ -274,14 +310,12 @@ func workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
 			if ps.Name == "" {
 				ps.Name = "pods"
 			}
+			ps.Bound = b.boundJob[jobReplica{r.namespace, r.jobKind, r.job, r.replicaType}]
+			ps.Count = ps.Bound
 			sets[r.replicaType] = ps
 			order = append(order, r.replicaType)
 		}
 		ps.Count++
-		if r.bound {
-			ps.Bound++
-			continue
-		}
 		judge = judge || r.gpu
 		ps.Pods = append(ps.Pods, r.namespace+"/"+r.name)
 		if ps.Requests == nil {
@@ -292,10 +326,7 @@ func workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
 		}
 	}
 	for _, k := range order {
-		// A replica type whose pods are all bound needs no placement.
-		if ps := sets[k]; ps.Requests != nil {
-			w.PodSets = append(w.PodSets, *ps)
-		}
+		w.PodSets = append(w.PodSets, *sets[k])
 	}
 	return w, judge
 }
@@ -305,7 +336,7 @@ func workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
 func (b *Builder) PodWorkload(namespace, name string) (schedule.Workload, bool) {
 	for i := range b.pods {
 		r := &b.pods[i]
-		if r.namespace == namespace && r.name == name && !r.bound {
+		if r.namespace == namespace && r.name == name {
 			return schedule.Workload{Kind: "Pod", Namespace: namespace, Name: name, PodSets: []schedule.PodSet{{
 				Name: name, Count: 1, Requests: r.requests, Constraints: r.constraints,
 				Pods: []string{namespace + "/" + name}, SchedulerMessage: r.schedMsg,

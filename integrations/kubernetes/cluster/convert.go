@@ -10,6 +10,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -47,7 +48,10 @@ func resources(field string, rl corev1.ResourceList) (schedule.Resources, error)
 
 func amount(field, name string, q resource.Quantity) (int64, error) {
 	if q.Sign() < 0 {
-		return 0, fmt.Errorf("%s %s is %s: must not be negative", field, name, q.String())
+		if field != "" {
+			field += " "
+		}
+		return 0, fmt.Errorf("%s%s is %s: must not be negative", field, name, qstr(q))
 	}
 	// Compare the quantity itself first: Value saturates at the int64 range.
 	var max int64
@@ -62,13 +66,38 @@ func amount(field, name string, q resource.Quantity) (int64, error) {
 		max = maxCount
 	}
 	if q.CmpInt64(max) > 0 {
-		return 0, fmt.Errorf("%s %s is %s: not a plausible amount (at most %d)", field, name, q.String(), max)
+		if field != "" {
+			field += " "
+		}
+		return 0, fmt.Errorf("%s%s is %s: not a plausible amount (at most %d)", field, name, qstr(q), max)
 	}
-	if name == string(corev1.ResourceCPU) {
-		return q.MilliValue(), nil
+	// Fast path without Value/MilliValue: they may convert the quantity in
+	// place, which moves every quantity read here to the heap.
+	if v, ok := q.AsInt64(); ok {
+		if name == string(corev1.ResourceCPU) {
+			return v * 1000, nil
+		}
+		return v, nil
 	}
-	return q.Value(), nil
+	return slowValue(q, name == string(corev1.ResourceCPU)), nil
 }
+
+// slowValue handles fractional and decimal quantities ("500m", "1.5").
+//
+//go:noinline
+func slowValue(q resource.Quantity, milli bool) int64 {
+	if milli {
+		return q.MilliValue()
+	}
+	return q.Value()
+}
+
+// qstr prints a quantity. String caches into the quantity, which would move
+// every quantity amount looks at to the heap; a copy taken only on the
+// error path keeps the hot path allocation-free.
+//
+//go:noinline
+func qstr(q resource.Quantity) string { return q.String() }
 
 // NodeFromCore converts a Node. GPU facts are read from its labels by the
 // engine; a malformed GFD label is reported by schedule.ParseGPULabels.
@@ -113,85 +142,153 @@ func NodeFromCore(n *corev1.Node) (schedule.Node, error) {
 // (the API server defaults them so; templates are not defaulted). It adds
 // "pods": 1 for node pod limits.
 func PodRequests(spec *corev1.PodSpec) (schedule.Resources, error) {
-	total := schedule.Resources{}
-	sidecars := schedule.Resources{}
-	initMax := schedule.Resources{}
-	for i := range spec.InitContainers {
-		c := &spec.InitContainers[i]
-		req, err := containerRequests(fmt.Sprintf("spec.initContainers[%s]", c.Name), c)
-		if err != nil {
-			return nil, err
-		}
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			addTo(sidecars, req)
-			continue
-		}
-		for k, v := range req {
-			if s := v + sidecars[k]; s > initMax[k] {
-				initMax[k] = s
-			}
-		}
-	}
-	for i := range spec.Containers {
-		c := &spec.Containers[i]
-		req, err := containerRequests(fmt.Sprintf("spec.containers[%s]", c.Name), c)
-		if err != nil {
-			return nil, err
-		}
-		addTo(total, req)
-	}
-	addTo(total, sidecars)
-	if spec.Resources != nil {
-		podLevel, err := resources("spec.resources.requests", withLimits(spec.Resources))
-		if err != nil {
-			return nil, err
-		}
-		for k, v := range podLevel {
-			total[k] = v
-		}
-	}
-	for k, v := range initMax {
-		if v > total[k] {
-			total[k] = v
-		}
-	}
-	over, err := resources("spec.overhead", spec.Overhead)
-	if err != nil {
+	var s podScratch
+	if err := s.compute(spec); err != nil {
 		return nil, err
 	}
-	addTo(total, over)
-	for k, v := range total {
-		if strings.HasPrefix(k, "nvidia.com/") && v > maxGPUResource {
-			return nil, fmt.Errorf("requests %s %d in one pod: not a plausible amount (at most %d)", k, v, maxGPUResource)
+	return s.total.resources(), nil
+}
+
+// acc is a small resource accumulator: a pod names few resources, so a
+// linear scan beats a map and allocates nothing once warm.
+type acc struct {
+	names []string
+	vals  []int64
+}
+
+func (a *acc) reset() { a.names, a.vals = a.names[:0], a.vals[:0] }
+
+func (a *acc) at(name string) int {
+	for i, n := range a.names {
+		if n == name {
+			return i
 		}
 	}
-	total[schedule.ResourcePods] = 1
-	return total, nil
+	a.names = append(a.names, name)
+	a.vals = append(a.vals, 0)
+	return len(a.names) - 1
 }
 
-func containerRequests(field string, c *corev1.Container) (schedule.Resources, error) {
-	return resources(field+".resources", withLimits(&c.Resources))
+func (a *acc) add(name string, v int64) { a.vals[a.at(name)] += v }
+
+func (a *acc) set(name string, v int64) { a.vals[a.at(name)] = v }
+
+func (a *acc) raise(name string, v int64) {
+	i := a.at(name)
+	a.vals[i] = max(a.vals[i], v)
 }
 
-// withLimits returns requests with limits filling the missing names.
-func withLimits(r *corev1.ResourceRequirements) corev1.ResourceList {
-	if len(r.Limits) == 0 {
-		return r.Requests
+func (a *acc) get(name string) int64 {
+	for i, n := range a.names {
+		if n == name {
+			return a.vals[i]
+		}
 	}
-	out := make(corev1.ResourceList, len(r.Requests)+len(r.Limits))
-	for k, v := range r.Limits {
-		out[k] = v
-	}
-	for k, v := range r.Requests {
-		out[k] = v
+	return 0
+}
+
+func (a *acc) resources() schedule.Resources {
+	out := make(schedule.Resources, len(a.names))
+	for i, n := range a.names {
+		out[n] = a.vals[i]
 	}
 	return out
 }
 
-func addTo(dst, src schedule.Resources) {
-	for k, v := range src {
-		dst[k] += v
+// podScratch holds the accumulators of one pod's request; reuse it.
+type podScratch struct{ total, sidecars, initMax, ctr acc }
+
+// compute leaves the effective request in s.total.
+func (s *podScratch) compute(spec *corev1.PodSpec) error {
+	s.total.reset()
+	s.sidecars.reset()
+	s.initMax.reset()
+	for i := range spec.InitContainers {
+		c := &spec.InitContainers[i]
+		if err := s.container("spec.initContainers", c); err != nil {
+			return err
+		}
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			for k, n := range s.ctr.names {
+				s.sidecars.add(n, s.ctr.vals[k])
+			}
+			continue
+		}
+		for k, n := range s.ctr.names {
+			s.initMax.raise(n, s.ctr.vals[k]+s.sidecars.get(n))
+		}
 	}
+	for i := range spec.Containers {
+		if err := s.container("spec.containers", &spec.Containers[i]); err != nil {
+			return err
+		}
+		for k, n := range s.ctr.names {
+			s.total.add(n, s.ctr.vals[k])
+		}
+	}
+	for k, n := range s.sidecars.names {
+		s.total.add(n, s.sidecars.vals[k])
+	}
+	if spec.Resources != nil {
+		s.ctr.reset()
+		if err := fill(&s.ctr, "spec.resources", spec.Resources); err != nil {
+			return err
+		}
+		for k, n := range s.ctr.names {
+			s.total.set(n, s.ctr.vals[k])
+		}
+	}
+	for k, n := range s.initMax.names {
+		s.total.raise(n, s.initMax.vals[k])
+	}
+	for name, q := range spec.Overhead {
+		v, err := amount("spec.overhead", string(name), q)
+		if err != nil {
+			return err
+		}
+		s.total.add(string(name), v)
+	}
+	for k, n := range s.total.names {
+		if strings.HasPrefix(n, "nvidia.com/") && s.total.vals[k] > maxGPUResource {
+			return fmt.Errorf("requests %s %d in one pod: not a plausible amount (at most %d)", n, s.total.vals[k], maxGPUResource)
+		}
+	}
+	s.total.set(schedule.ResourcePods, 1)
+	return nil
+}
+
+// container fills s.ctr with one container's requests.
+func (s *podScratch) container(list string, c *corev1.Container) error {
+	s.ctr.reset()
+	if err := fill(&s.ctr, "", &c.Resources); err != nil {
+		return fmt.Errorf("%s[%s].resources %w", list, c.Name, err)
+	}
+	return nil
+}
+
+// fill adds requests, and limits where a request is missing, to an empty
+// accumulator. With an empty field the error omits it, for the caller to
+// prefix.
+func fill(a *acc, field string, r *corev1.ResourceRequirements) error {
+	for name, q := range r.Requests {
+		v, err := amount(field, string(name), q)
+		if err != nil {
+			return err
+		}
+		a.add(string(name), v)
+	}
+	n := len(a.names) // names from this container's requests
+	for name, q := range r.Limits {
+		if slices.Contains(a.names[:n], string(name)) {
+			continue
+		}
+		v, err := amount(field, string(name), q)
+		if err != nil {
+			return err
+		}
+		a.add(string(name), v)
+	}
+	return nil
 }
 
 // ConstraintsOf reads a pod's placement rules.
@@ -242,6 +339,12 @@ func schedulerMessage(p *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+func addTo(dst, src schedule.Resources) {
+	for k, v := range src {
+		dst[k] += v
+	}
 }
 
 func hasGPU(r schedule.Resources) bool {

@@ -157,11 +157,10 @@ func (l *Live) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, er
 
 // JobOfPod returns the Kubeflow job a pod belongs to, if any.
 func (l *Live) JobOfPod(ctx context.Context, p *corev1.Pod) (kubeflow.Job, bool, error) {
-	ref := jobOf(p)
-	if ref == "" {
+	kind, name := jobOf(p)
+	if name == "" {
 		return nil, false, nil
 	}
-	kind, name, _ := strings.Cut(ref, "/")
 	j, err := l.Job(ctx, p.Namespace, name, kind)
 	var nf *NotFoundError
 	if errors.As(err, &nf) {
