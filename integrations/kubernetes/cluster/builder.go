@@ -27,7 +27,7 @@ type Builder struct {
 	pods []podRecord
 	// boundJob counts bound pods of Kubeflow jobs.
 	boundJob map[jobReplica]int
-	jobs []kubeflow.Job
+	jobs     []kubeflow.Job
 }
 
 type podRecord struct {
@@ -35,11 +35,11 @@ type podRecord struct {
 	// jobKind and job name the Kubeflow job: from a controller owner
 	// reference, or from the job-name label (jobKind "").
 	jobKind, job string
-	replicaType string
-	requests    schedule.Resources
-	constraints schedule.Constraints
-	schedMsg    string
-	gpu         bool
+	replicaType  string
+	requests     schedule.Resources
+	constraints  schedule.Constraints
+	schedMsg     string
+	gpu          bool
 }
 
 // NewBuilder returns an empty Builder.
