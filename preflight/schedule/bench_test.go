@@ -158,3 +158,22 @@ func TestBenchJobsVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDiagnoseRanks: how cost grows with the job's size at 5,000
+// nodes (pods of one MIG instance each).
+func BenchmarkDiagnoseRanks(b *testing.B) {
+	e := New()
+	c := e.NewCluster(benchFleet(5000, 30))
+	for _, ranks := range []int{100, 1000, 10000} {
+		w := Workload{Kind: "PyTorchJob", Namespace: "ml", Name: "scale", PodSets: []PodSet{
+			{Name: "Master", Count: 1, Requests: Resources{MIGPrefix + "1g.10gb": 1, ResourceCPU: 8000, ResourcePods: 1}},
+			{Name: "Worker", Count: ranks - 1, Requests: Resources{MIGPrefix + "1g.10gb": 1, ResourceCPU: 8000, ResourcePods: 1}},
+		}}
+		b.Run(fmt.Sprintf("ranks=%d", ranks), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				e.Diagnose(c, w)
+			}
+		})
+	}
+}

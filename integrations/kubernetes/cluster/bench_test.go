@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
@@ -185,7 +186,14 @@ func TestEndToEndVerdict(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a 5,000-node cluster")
 	}
-	in := newE2EInput(5000, 30)
+	// RANKGATE_E2E_NODES sizes the cluster, e.g. for a peak-RSS run:
+	//   go test -c -o /tmp/c.test ./integrations/kubernetes/cluster
+	//   RANKGATE_E2E_NODES=50000 /usr/bin/time -v /tmp/c.test -test.run TestEndToEndVerdict -test.v
+	nodes := 5000
+	if v, err := strconv.Atoi(os.Getenv("RANKGATE_E2E_NODES")); err == nil && v > 0 {
+		nodes = v
+	}
+	in := newE2EInput(nodes, 30)
 	start := time.Now()
 	var res schedule.Result
 	var err error
@@ -196,7 +204,7 @@ func TestEndToEndVerdict(t *testing.T) {
 		}
 	}
 	require(err == nil, "%v", err)
-	t.Logf("%s in %v, peak heap %.0f MB", res.Rule, time.Since(start), float64(peak)/(1<<20))
+	t.Logf("%d nodes, %d pods: %s in %v, peak heap %.0f MB", nodes, nodes*30+1000, res.Rule, time.Since(start), float64(peak)/(1<<20))
 	require(res.Rule == schedule.RuleSchedulable, "got %s: %s", res.Rule, res.Report.Reason(0))
 }
 
