@@ -39,7 +39,7 @@ type procState struct {
 
 // ringSize is how many of the last NCCL lines a diagnosis shows.
 const (
-	ringSize    = 20
+	ringSize    = 16
 	ringLineMax = 400
 	// maxProcs bounds the per-process table (mpirun forwards every rank's
 	// output, so it can be large, but not unbounded).
