@@ -156,18 +156,21 @@ func (d *diag) result() Result {
 		Report:    preflight.NewReport(d.w.Subject(), append([]preflight.Finding(nil), d.out...)),
 		Placement: d.lastPlacement,
 	}
-	var wait, pending bool
+	var wait, pending, excluded bool
 	for _, f := range d.out {
 		if f.Severity == preflight.SeverityFail && res.Rule == "" {
 			res.Rule, res.Hopeless = f.Rule, true
 		}
 		wait = wait || f.Rule == RuleWaitCapacity
 		pending = pending || (f.Rule == RuleMIGReconfigPending && f.Severity == preflight.SeverityWarn)
+		excluded = excluded || (f.Rule == RuleNodeConstraints && f.Severity == preflight.SeverityWarn)
 	}
 	switch {
 	case res.Rule != "":
 	case pending:
 		res.Rule = RuleMIGReconfigPending
+	case excluded:
+		res.Rule = RuleNodeConstraints
 	case wait:
 		res.Rule = RuleWaitCapacity
 	default:
@@ -185,7 +188,7 @@ func (d *diag) classify(si int) {
 	maxNode := make([]int, len(s.req))
 	excluded := map[string][]int32{}
 	var fitting int
-	var good, pending, failed, bad []int32
+	var good, pending, failed, bad, transient []int32
 	for i := range c.nodes {
 		fits := true
 		for k, q := range s.req {
@@ -211,6 +214,9 @@ func (d *diag) classify(si int) {
 				key += ": " + ex.detail
 			}
 			excluded[key] = append(excluded[key], int32(i))
+			if ex.transient() {
+				transient = append(transient, int32(i))
+			}
 			continue
 		}
 		switch {
@@ -229,7 +235,13 @@ func (d *diag) classify(si int) {
 		return
 	}
 	if len(good)+len(pending)+len(failed)+len(bad) == 0 {
-		d.nodeConstraints(si, fitting, excluded)
+		if d.nodeConstraints(si, fitting, excluded, transient) {
+			// Cordoned or unhealthy nodes may come back: the set waits,
+			// and the gang must still fit them.
+			s.waiting = true
+			s.later = transient
+			return
+		}
 		s.blocked = true
 		return
 	}
@@ -446,7 +458,10 @@ func podSetKey(ps *PodSet) string {
 }
 
 // nodeConstraints: the shape exists but the pod's own rules exclude it.
-func (d *diag) nodeConstraints(si int, fitting int, excluded map[string][]int32) {
+// nodeConstraints reports that no node admits the set; it returns true when
+// some nodes are excluded only for a while (cordon, a condition taint, not
+// Ready): the set waits for them rather than failing.
+func (d *diag) nodeConstraints(si int, fitting int, excluded map[string][]int32, transient []int32) bool {
 	keys := make([]string, 0, len(excluded))
 	for k := range excluded {
 		keys = append(keys, k)
@@ -464,6 +479,10 @@ func (d *diag) nodeConstraints(si int, fitting int, excluded map[string][]int32)
 		all = append(all, ns...)
 		parts = append(parts, fmt.Sprintf("%s: %s (%s)", k, plural(len(ns), "node"), d.names(ns)))
 		switch {
+		case strings.HasPrefix(k, exTaint.String()+": node.kubernetes.io/"):
+			// Condition taints: Kubernetes marks the node unhealthy.
+			taint := strings.TrimPrefix(k, exTaint.String()+": ")
+			fixes = append(fixes, fmt.Sprintf("Kubernetes set the taint %s because of the node's condition: fix the node (kubelet, network, pressure) rather than tolerate it", taint))
 		case strings.HasPrefix(k, exTaint.String()):
 			taint := strings.TrimPrefix(k, exTaint.String()+": ")
 			fixes = append(fixes, fmt.Sprintf("tolerate the taint %s in the pod template", taint))
@@ -481,10 +500,16 @@ func (d *diag) nodeConstraints(si int, fitting int, excluded map[string][]int32)
 			fixes = append(fixes, "unset spec.nodeName or pin the pod to a node that has the shape")
 		}
 	}
-	d.add(d.finding(si, RuleNodeConstraints, preflight.SeverityFail,
-		fmt.Sprintf("%s asks %s per pod; %s offer that, but the pod's own placement rules exclude all of them: %s.",
-			d.setName(si), fmtRequests(d.sets[si].ps.Requests), plural(fitting, "node"), strings.Join(parts, "; ")),
+	sev, tail := preflight.SeverityFail, ""
+	if len(transient) > 0 {
+		sev = preflight.SeverityWarn
+		tail = fmt.Sprintf(" Cordoned or unhealthy nodes come back (%s): the %s waits for them.", d.names(transient), d.noun())
+	}
+	d.add(d.finding(si, RuleNodeConstraints, sev,
+		fmt.Sprintf("%s asks %s per pod; %s offer that, but the pod's own placement rules or the nodes' state exclude all of them: %s.%s",
+			d.setName(si), fmtRequests(d.sets[si].ps.Requests), plural(fitting, "node"), strings.Join(parts, "; "), tail),
 		upperFirst(strings.Join(dedupe(fixes), "; "))+".", all))
+	return len(transient) > 0
 }
 
 func (d *diag) labelValues(ns []int32, key string) string {

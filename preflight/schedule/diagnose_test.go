@@ -213,10 +213,27 @@ func TestDiagnoseRules(t *testing.T) {
 				ps.Constraints.NodeSelector = map[string]string{"pool": "train"}
 				return pytorchJob("train", ps)
 			}(),
-			want: want{rule: RuleNodeConstraints, hopeless: true,
+			// gpu-2 is only cordoned: the job waits for it.
+			want: want{rule: RuleNodeConstraints, findings: map[string]preflight.Severity{RuleNodeConstraints: preflight.SeverityWarn},
 				contains: map[string][]string{RuleNodeConstraints: {
-					"3 nodes offer that", "taint not tolerated: nvidia.com/gpu=present:NoSchedule: 1 node (gpu-1)", "cordoned", "nodeSelector does not match: pool=train: 1 node (gpu-3)",
+					"3 nodes offer that", "Cordoned or unhealthy nodes come back (gpu-2): the job waits for them", "taint not tolerated: nvidia.com/gpu=present:NoSchedule: 1 node (gpu-1)", "cordoned", "nodeSelector does not match: pool=train: 1 node (gpu-3)",
 					"tolerate the taint nvidia.com/gpu=present:NoSchedule", "those nodes have pool=infer"}}},
+		},
+		{
+			name: "NODE_CONSTRAINTS a condition taint asks to fix the node, not to tolerate it",
+			nodes: nodes(
+				full("gpu-1", "H100-80GB", h100Product, 8, StrategyNone).taint("node.kubernetes.io/not-ready", "", "NoSchedule")),
+			job: pytorchJob("train", podSet("Worker", 1, gpus(8))),
+			want: want{rule: RuleNodeConstraints, findings: map[string]preflight.Severity{RuleNodeConstraints: preflight.SeverityWarn},
+				contains: map[string][]string{RuleNodeConstraints: {"because of the node's condition: fix the node", "the job waits for them"}}},
+		},
+		{
+			name: "NODE_CONSTRAINTS cordoned nodes alone: the job waits, and must still fit them",
+			nodes: nodes(
+				full("gpu-1", "H100-80GB", h100Product, 8, StrategyNone).cordon(),
+				full("gpu-2", "H100-80GB", h100Product, 8, StrategyNone).cordon()),
+			job:  pytorchJob("train", podSet("Worker", 3, gpus(8))),
+			want: want{rule: RuleGangTooLarge, hopeless: true, findings: map[string]preflight.Severity{RuleNodeConstraints: preflight.SeverityWarn}},
 		},
 		{
 			name: "tolerated taint admits the node",

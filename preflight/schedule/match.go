@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"strconv"
+	"strings"
 )
 
 // exclusion says why a node is excluded for a pod set. The zero value
@@ -22,6 +23,13 @@ const (
 	exCordoned
 	exNotReady
 )
+
+// transient: the node is out only while cordoned or unhealthy (taints
+// Kubernetes sets from node conditions: node.kubernetes.io/...).
+func (e exclusion) transient() bool {
+	return e.kind == exCordoned || e.kind == exNotReady ||
+		e.kind == exTaint && strings.HasPrefix(e.detail, "node.kubernetes.io/")
+}
 
 func (k exclusionKind) String() string {
 	switch k {

@@ -241,12 +241,13 @@ func scenarios() []scenario {
 		},
 		{
 			file:  "10-node-constraints.yaml",
-			about: "H100 nodes reserved with a taint, one cordoned; the job tolerates neither",
+			about: "H100 nodes: two reserved with a taint the job does not tolerate, one in another pool than the job's nodeSelector",
 			objects: func(t *testing.T) []runtime.Object {
-				a := h100DisabledNode(t, "h100-a").Taint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule)
-				b := h100DisabledNode(t, "h100-b").Taint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule)
-				c := h100DisabledNode(t, "h100-c").Cordon()
-				job := kubeflowtest.MakePyTorchJob("train", "ml").Request("nvidia.com/gpu", "1").Obj()
+				a := h100DisabledNode(t, "h100-a").Taint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule).Label("pool", "training")
+				b := h100DisabledNode(t, "h100-b").Taint("nvidia.com/gpu", "present", corev1.TaintEffectNoSchedule).Label("pool", "training")
+				c := h100DisabledNode(t, "h100-c").Label("pool", "inference")
+				job := kubeflowtest.MakePyTorchJob("train", "ml").Request("nvidia.com/gpu", "1").
+					PodSpec(func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{"pool": "training"} }).Obj()
 				return append([]runtime.Object{a.Obj(), b.Obj(), c.Obj(), job}, jobPods(asJob(t, job), "")...)
 			},
 			rule: schedule.RuleNodeConstraints, exit: 1,
