@@ -709,20 +709,25 @@ func (d *diag) reconfigurable(si int, r string, ns []int32) {
 	}
 	groups := map[string]*group{}
 	var order []string
+	noLayout := map[string]bool{}
 	for _, n := range ns {
 		ni := &d.c.nodes[n]
-		l, ok := maxLayout(ni.model, p)
-		if !ok {
-			continue
-		}
 		g, ok := groups[ni.model.Name]
 		if !ok {
+			if noLayout[ni.model.Name] {
+				continue
+			}
+			l, ok := maxLayout(ni.model, p)
+			if !ok {
+				noLayout[ni.model.Name] = true
+				continue
+			}
 			g = &group{model: ni.model.Name, layout: l.String(), per: l[p]}
 			groups[ni.model.Name] = g
 			order = append(order, ni.model.Name)
 		}
 		g.nodes = append(g.nodes, n)
-		g.supply += int64(l[p] * ni.gpu.Count)
+		g.supply += int64(g.per * ni.gpu.Count)
 	}
 	if len(order) == 0 {
 		return

@@ -230,7 +230,8 @@ func (d *diag) askDescription(r string) string {
 // memory and SMs first.
 func (d *diag) nearest(r string) string {
 	c := d.c
-	shapes := map[string]*shapeInfo{}
+	type key struct{ res, model string }
+	shapes := map[key]*shapeInfo{}
 	for i := range c.nodes {
 		ni := &c.nodes[i]
 		row := i * len(c.resName)
@@ -243,12 +244,12 @@ func (d *diag) nearest(r string) string {
 			if ni.model != nil {
 				model = ni.model.Name
 			}
-			key := name + "|" + model
-			sh, ok := shapes[key]
+			k := key{name, model}
+			sh, ok := shapes[k]
 			if !ok {
 				sh = &shapeInfo{res: name, model: model}
 				sh.sms, sh.memMiB = ni.shapeOf(name)
-				shapes[key] = sh
+				shapes[k] = sh
 			}
 			sh.nodes++
 			sh.total += v
