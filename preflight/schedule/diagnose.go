@@ -970,7 +970,7 @@ func (d *diag) gangTooLarge(classes []class, p placement, capOf capFunc) {
 	}
 	d.add(d.finding(-1, RuleGangTooLarge, preflight.SeverityFail,
 		"The job must start all its ranks at once, and even an empty cluster cannot hold them: "+strings.Join(parts, "; ")+".",
-		"Lower the replica count to what fits, ask for fewer or smaller devices per pod, or add nodes with this shape; waiting will not help.", dedupe32(nodes)))
+		"Lower the replica count to what fits, ask for fewer or smaller devices per pod, or add nodes with this shape; waiting will not help.", d.dedupe(nodes)))
 }
 
 func (d *diag) schedulable(classes []class, p placement) {
@@ -1008,7 +1008,7 @@ func (d *diag) schedulable(classes []class, p placement) {
 		fix = "rankgate models GPU and MIG resources, cpu, memory, pod counts, nodeSelector, required node affinity, taints and cordons. The cause is outside those: pod (anti-)affinity, topology spread, volumes, quotas, a gang scheduler's queue, or a scheduler that counts MIG resources wrongly (seen with mixed strategy); look at that scheduler's events."
 	}
 	d.lastPlacement = res
-	d.add(d.finding(-1, RuleSchedulable, preflight.SeverityInfo, msg, fix, dedupe32(nodes)))
+	d.add(d.finding(-1, RuleSchedulable, preflight.SeverityInfo, msg, fix, d.dedupe(nodes)))
 }
 
 func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
@@ -1058,13 +1058,13 @@ func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
 	}
 	d.add(d.finding(-1, RuleWaitCapacity, preflight.SeverityWarn,
 		fmt.Sprintf("The %s's shape exists and it fits the cluster when the cluster is empty, but not now: %s.", d.noun(), strings.Join(parts, "; ")),
-		fmt.Sprintf("Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the %s starts when all its pods fit at once. Nothing is wrong with its shape.", d.noun()), dedupe32(busy)))
+		fmt.Sprintf("Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the %s starts when all its pods fit at once. Nothing is wrong with its shape.", d.noun()), d.dedupe(busy)))
 	var pending []int32
 	for i := range d.sets {
 		pending = append(pending, d.sets[i].pendingOnly...)
 	}
 	if len(pending) > 0 {
-		d.reconfigPending(-1, dedupe32(pending), "")
+		d.reconfigPending(-1, d.dedupe(pending), "")
 	}
 }
 

@@ -87,12 +87,13 @@ func dedupe(s []string) []string {
 	return out
 }
 
-func dedupe32(s []int32) []int32 {
-	seen := make(map[int32]bool, len(s))
+// dedupe drops repeated node indices, keeping the first of each.
+func (d *diag) dedupe(s []int32) []int32 {
+	seen := make([]uint64, (len(d.c.nodes)+63)/64)
 	out := make([]int32, 0, len(s))
 	for _, v := range s {
-		if !seen[v] {
-			seen[v] = true
+		if seen[v/64]&(1<<(v%64)) == 0 {
+			seen[v/64] |= 1 << (v % 64)
 			out = append(out, v)
 		}
 	}
