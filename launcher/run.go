@@ -382,8 +382,8 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	r.cleanup()
 	res.Elapsed = time.Since(r.startedAt)
 	r.drain(pumps)
+	late := r.lateEvents()
 
-	res.Findings = r.findings
 	res.Transports = r.mon.transportCounts()
 	if r.mon.ready.Load() {
 		res.Ready, res.ReadyAfter = true, r.readyAfter
@@ -395,7 +395,15 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 		r.writeTerminationLog(res.Reason)
 	default:
 		res.ExitCode = exitStatus(cmd.ProcessState)
+		// CMD failed by itself after a fatal line (a rank that dies of
+		// "invalid device ordinal" exits at once): its own code stands,
+		// the line explains it.
+		if late != nil && res.ExitCode != 0 {
+			res.Reason = oneFinding(*late)
+			r.writeTerminationLog(res.Reason)
+		}
 	}
+	res.Findings = r.findings
 	for _, p := range pumps {
 		if p.werr != nil && !errors.Is(p.werr, syscall.EPIPE) {
 			r.say(fmt.Sprintf("writing CMD's output: %v", p.werr))
@@ -503,6 +511,32 @@ func (r *runner) supervise(ctx context.Context, waitCh <-chan error, chld <-chan
 			graceC = nil
 			r.signalAll(syscall.SIGKILL)
 			r.killed = true
+		}
+	}
+}
+
+// lateEvents handles what the output showed after CMD exited or was
+// ended (the pumps read on until the end of its output): findings are
+// recorded and printed; the first fatal one is returned.
+func (r *runner) lateEvents() *preflight.Finding {
+	var fatal *preflight.Finding
+	for {
+		select {
+		case ev := <-r.mon.events:
+			if ev.kind == evReady {
+				r.readyAfter = time.Since(r.startedAt)
+				continue
+			}
+			f := ev.finding
+			r.findings = append(r.findings, f)
+			if r.reason == nil {
+				r.printFinding(f)
+			}
+			if ev.kind == evFatal && fatal == nil {
+				fatal = &f
+			}
+		default:
+			return fatal
 		}
 	}
 }

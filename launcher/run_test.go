@@ -601,3 +601,15 @@ func firstDiff(want, got []byte) string {
 	}
 	return fmt.Sprintf("first difference at %d: want %q, got %q", i, want[i:min(i+40, len(want))], got[i:min(i+200, len(got))])
 }
+
+func TestFatalLineOfACMDThatExitsAtOnceIsTheReason(t *testing.T) {
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	// The rank prints the CUDA error and exits 1 before rankgate can act.
+	r := launch(t, Options{Command: child(t, "replayerr:"+fixture20, "exit:1"), InitTimeout: time.Minute, TerminationLog: termLog})
+	require.Equal(t, 1, r.res.ExitCode, "CMD's own code")
+	require.Contains(t, r.res.Reason, "NCCL_FATAL: fatal line during NCCL init: THCudaCheck FAIL")
+	log, err := os.ReadFile(termLog)
+	require.NoError(t, err)
+	require.Equal(t, r.res.Reason, string(log))
+	require.Contains(t, r.stderr, "rankgate: FAIL NCCL_FATAL")
+}
