@@ -2,6 +2,7 @@ package app
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -53,6 +54,9 @@ other answers the gate with NotLeader and ranks retry.`,
 	f.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
 	f.Float32("kube-api-qps", 200, "client-side rate limit towards the API server")
 	f.Int("kube-api-burst", 400, "client-side burst towards the API server")
+	f.Bool("trim-caches", true, "keep only the fields the controller reads in its informer caches")
+	_ = f.MarkHidden("trim-caches")
+	f.Bool("profiling", false, "serve Go pprof profiles under /debug/pprof/ on the metrics address")
 	return cmd
 }
 
@@ -108,6 +112,9 @@ func (a *App) runController(cmd *cobra.Command) error {
 		LeaderElectionNamespace: leNS,
 		Identity:                identity,
 		Log:                     logger,
+		FullCaches:              !cfg.Bool("trim-caches"),
+		Profiling:               cfg.Bool("profiling"),
+		ReleaseMemoryAfterSync:  true,
 	})
 	if err != nil {
 		return exitf(preflight.ExitEnvironment, "%v", err)
@@ -129,7 +136,7 @@ func restConfig(path string) (*rest.Config, error) {
 	}
 	if env := os.Getenv("KUBECONFIG"); env != "" {
 		return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: env}, nil).ClientConfig()
+			&clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(env)}, nil).ClientConfig()
 	}
 	return nil, err
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"strings"
+	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,8 +23,12 @@ import (
 const gpuResourcePrefix = "nvidia.com/"
 
 // cacheOptions returns the trimmed cache configuration for the kinds in use.
-func cacheOptions(kinds []jobKind) cache.Options {
+// Without trim only the pod label selector applies.
+func cacheOptions(kinds []jobKind, trim bool) cache.Options {
 	hasJob, _ := labels.NewRequirement(LabelJobName, selection.Exists, nil)
+	if !trim {
+		return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasJob)}}}
+	}
 	by := map[client.Object]cache.ByObject{
 		// Only Kubeflow replica pods: those carry the job-name label.
 		&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasJob), Transform: trimPod},
@@ -51,7 +56,7 @@ func keepPrefixed(m map[string]string, prefixes ...string) map[string]string {
 				if out == nil {
 					out = make(map[string]string, 4)
 				}
-				out[k] = v
+				out[intern(k)] = intern(v)
 				break
 			}
 		}
@@ -60,12 +65,21 @@ func keepPrefixed(m map[string]string, prefixes ...string) map[string]string {
 }
 
 func trimMeta(m metav1.ObjectMeta, labelPrefixes ...string) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+	out := metav1.ObjectMeta{
+		Name: m.Name, Namespace: intern(m.Namespace), UID: m.UID, ResourceVersion: m.ResourceVersion,
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
-		Labels: keepPrefixed(m.Labels, labelPrefixes...), OwnerReferences: m.OwnerReferences,
+		Labels: keepPrefixed(m.Labels, labelPrefixes...),
 	}
+	for _, r := range m.OwnerReferences {
+		r.APIVersion, r.Kind, r.Name = intern(r.APIVersion), intern(r.Kind), intern(r.Name)
+		out.OwnerReferences = append(out.OwnerReferences, r)
+	}
+	return out
 }
+
+// intern shares equal strings between cached objects (namespaces, label
+// keys and values, job and node names repeat across thousands of pods).
+func intern(s string) string { return unique.Make(s).Value() }
 
 func gpuList(rl corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
@@ -80,18 +94,6 @@ func gpuList(rl corev1.ResourceList) corev1.ResourceList {
 	return out
 }
 
-func trimContainers(cs []corev1.Container) []corev1.Container {
-	var out []corev1.Container
-	for _, c := range cs {
-		req, lim := gpuList(c.Resources.Requests), gpuList(c.Resources.Limits)
-		if req == nil && lim == nil {
-			continue
-		}
-		out = append(out, corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}})
-	}
-	return out
-}
-
 func clip(s string, n int) string {
 	if len(s) > n {
 		return s[:n]
@@ -99,8 +101,9 @@ func clip(s string, n int) string {
 	return s
 }
 
-// trimPod keeps identity, rank labels, owner, node, GPU requests, phase,
-// the PodScheduled condition and init container states.
+// trimPod keeps identity, rank labels, owner, node, phase, the PodScheduled
+// condition and init container states. No containers: the GPU request of a
+// pod that cannot be scheduled is read from the API server when needed.
 func trimPod(i any) (any, error) {
 	p, ok := i.(*corev1.Pod)
 	if !ok {
@@ -109,8 +112,7 @@ func trimPod(i any) (any, error) {
 	out := &corev1.Pod{
 		ObjectMeta: trimMeta(p.ObjectMeta, "training.kubeflow.org/", "rankgate.io/"),
 		Spec: corev1.PodSpec{
-			NodeName: p.Spec.NodeName, ServiceAccountName: p.Spec.ServiceAccountName,
-			Containers: trimContainers(p.Spec.Containers), InitContainers: trimContainers(p.Spec.InitContainers),
+			NodeName: intern(p.Spec.NodeName), ServiceAccountName: intern(p.Spec.ServiceAccountName),
 		},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason, Message: clip(p.Status.Message, 256)},
 	}
@@ -134,14 +136,14 @@ func trimPod(i any) (any, error) {
 	return out, nil
 }
 
-// trimNode keeps GPU labels, GPU allocatable, schedulability and Ready.
+// trimNode keeps GPU allocatable, schedulability and Ready.
 func trimNode(i any) (any, error) {
 	n, ok := i.(*corev1.Node)
 	if !ok {
 		return unwrapTombstone(i, trimNode)
 	}
 	out := &corev1.Node{
-		ObjectMeta: trimMeta(n.ObjectMeta, gpuResourcePrefix),
+		ObjectMeta: trimMeta(n.ObjectMeta), // no labels: GFD sets dozens
 		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable},
 		Status:     corev1.NodeStatus{Allocatable: gpuList(n.Status.Allocatable)},
 	}

@@ -18,8 +18,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +87,20 @@ type Options struct {
 	LeaseDuration           time.Duration
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
+
+	// Profiling serves net/http/pprof under /debug/pprof/ on the metrics
+	// address.
+	Profiling bool
+
+	// ReleaseMemoryAfterSync returns the initial list's garbage to the
+	// operating system once the caches are synced (debug.FreeOSMemory): the
+	// list of tens of thousands of objects is transient, the trimmed caches
+	// are a fraction of it. Process-wide; the command sets it.
+	ReleaseMemoryAfterSync bool
+
+	// FullCaches keeps whole objects in the informer caches instead of the
+	// trimmed ones (for measuring what trimming saves; never in production).
+	FullCaches bool
 
 	// Identity names this replica in rankgate.io/decided-by (default the
 	// host name).
@@ -185,8 +201,8 @@ func New(opts Options) (*Controller, error) {
 	mopts := manager.Options{
 		Scheme:                        opts.Scheme,
 		Logger:                        opts.Log,
-		Cache:                         cacheOptions(kinds),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr},
+		Cache:                         cacheOptions(kinds, !opts.FullCaches),
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr, ExtraHandlers: profilingHandlers(opts.Profiling)},
 		HealthProbeBindAddress:        opts.HealthAddr,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              opts.LeaderElectionID,
@@ -215,7 +231,13 @@ func New(opts Options) (*Controller, error) {
 	c.api = mgr.GetAPIReader()
 	c.rec = mgr.GetEventRecorder("rankgate-controller")
 
-	cs, err := kubernetes.NewForConfig(cfg)
+	// TokenReviews are bounded by the ranks' requests and by the
+	// authenticator's cache and concurrency limit, and sit on the path from
+	// a rank's report to its verdict: no client-side rate limit for them
+	// (the API server's priority and fairness still applies).
+	trCfg := rest.CopyConfig(cfg)
+	trCfg.QPS, trCfg.Burst = -1, 0
+	cs, err := kubernetes.NewForConfig(trCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +310,9 @@ func (c *Controller) watchLeadership(ctx context.Context) error {
 	go func() {
 		if c.mgr.GetCache().WaitForCacheSync(ctx) {
 			c.synced.Store(true)
+			if c.opts.ReleaseMemoryAfterSync {
+				debug.FreeOSMemory()
+			}
 		}
 	}()
 	select {
@@ -344,6 +369,19 @@ func Scheme() *runtime.Scheme {
 
 func newMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 	return apiutil.NewDynamicRESTMapper(cfg, hc)
+}
+
+func profilingHandlers(on bool) map[string]http.Handler {
+	if !on {
+		return nil
+	}
+	return map[string]http.Handler{
+		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
+		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
+		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
+		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
+	}
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

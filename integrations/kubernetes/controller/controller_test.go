@@ -157,15 +157,23 @@ func TestTrimPod(t *testing.T) {
 	require.Equal(t, map[string]string{LabelJobName: "j"}, tp.Labels)
 	require.Nil(t, tp.Annotations)
 	require.Nil(t, tp.ManagedFields)
-	require.Len(t, tp.Spec.Containers, 1)
-	require.Equal(t, corev1.ResourceList{"nvidia.com/mig-3g.40gb": resource.MustParse("1")}, tp.Spec.Containers[0].Resources.Limits)
-	require.Empty(t, tp.Spec.Containers[0].Image)
+	require.Empty(t, tp.Spec.Containers)
 	require.Len(t, tp.Status.Conditions, 1)
 	require.Equal(t, "n1", tp.Spec.NodeName)
 
 	// never placeable: the most any node has.
 	capa := &gpuCapacity{max: map[corev1.ResourceName]resource.Quantity{"nvidia.com/gpu": resource.MustParse("8")}}
-	require.Equal(t, "no node advertises nvidia.com/mig-3g.40gb", capa.neverFits(tp))
+	require.Equal(t, "no node advertises nvidia.com/mig-3g.40gb", capa.neverFits(p))
 	capa.max["nvidia.com/mig-3g.40gb"] = resource.MustParse("2")
-	require.Equal(t, "", capa.neverFits(tp))
+	require.Equal(t, "", capa.neverFits(p))
+
+	// The effective request: init containers count as their maximum, app
+	// containers as their sum.
+	p.Spec.InitContainers = []corev1.Container{{Name: "rankgate-init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("8")}}}}
+	p.Spec.Containers = []corev1.Container{
+		{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}},
+		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}}},
+	}
+	q := podGPURequest(p)["nvidia.com/gpu"]
+	require.Equal(t, "8", q.String())
 }

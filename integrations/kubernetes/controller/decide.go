@@ -274,7 +274,11 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 			if gpuFit == nil {
 				gpuFit = c.gpuCapacity(ctx)
 			}
-			if why := gpuFit.neverFits(p); why != "" {
+			// The cache keeps no containers: read the pod's request.
+			full := &corev1.Pod{}
+			if err := c.api.Get(ctx, client.ObjectKeyFromObject(p), full); err != nil {
+				c.log.V(1).Info("reading unschedulable pod", "pod", p.Namespace+"/"+p.Name, "error", err.Error())
+			} else if why := gpuFit.neverFits(full); why != "" {
 				m.Unplaceable = true
 				m.State += "; " + why
 			}
@@ -386,6 +390,9 @@ func (g *gpuCapacity) neverFits(p *corev1.Pod) string {
 	}
 	var why []string
 	for r, want := range podGPURequest(p) {
+		if !strings.HasPrefix(string(r), gpuResourcePrefix) {
+			continue
+		}
 		have := g.max[r]
 		if have.Cmp(want) < 0 {
 			if have.IsZero() {
@@ -399,8 +406,8 @@ func (g *gpuCapacity) neverFits(p *corev1.Pod) string {
 	return strings.Join(why, "; ")
 }
 
-// podGPURequest: per GPU resource, the larger of the app containers' sum
-// and any one init container (the scheduler's effective request).
+// podGPURequest: per resource, the larger of the app containers' sum and
+// any one init container (the scheduler's effective request).
 func podGPURequest(p *corev1.Pod) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	amount := func(c corev1.Container, r corev1.ResourceName) (resource.Quantity, bool) {
@@ -430,7 +437,7 @@ func podGPURequest(p *corev1.Pod) corev1.ResourceList {
 		}
 		for _, c := range p.Spec.InitContainers {
 			if q, ok := amount(c, r); ok && q.Cmp(sum) > 0 {
-				sum = q
+				sum = q.DeepCopy()
 			}
 		}
 		out[r] = sum

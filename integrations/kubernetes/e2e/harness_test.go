@@ -418,7 +418,9 @@ func setupEnv() (func(), error) {
 		return nil, err
 	}
 	binary = filepath.Join(dir, "rankgate")
-	build := exec.Command("go", "build", "-o", binary, "./cmd/rankgate")
+	// Built as `make build` does (stripped), so that memory measurements
+	// see the production binary.
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binary, "./cmd/rankgate")
 	build.Dir = root
 	build.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	if out, err := build.CombinedOutput(); err != nil {

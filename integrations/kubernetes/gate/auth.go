@@ -43,7 +43,7 @@ const (
 // scoped projected token of a pod carries its name and UID. Results are
 // cached for ttl (ranks poll with the same token); failures are not.
 func NewTokenReviewAuthenticator(tr TokenReviewer, audience string, ttl time.Duration) Authenticator {
-	return &tokenReviewAuth{tr: tr, audience: audience, ttl: ttl, cache: map[[32]byte]cachedIdentity{}}
+	return &tokenReviewAuth{tr: tr, audience: audience, ttl: ttl, cache: map[[32]byte]cachedIdentity{}, inflight: make(chan struct{}, maxConcurrentReviews)}
 }
 
 type tokenReviewAuth struct {
@@ -51,9 +51,14 @@ type tokenReviewAuth struct {
 	audience string
 	ttl      time.Duration
 
-	mu    sync.Mutex
-	cache map[[32]byte]cachedIdentity
+	mu       sync.Mutex
+	cache    map[[32]byte]cachedIdentity
+	inflight chan struct{}
 }
+
+// maxConcurrentReviews bounds the TokenReviews in flight (a burst of ranks
+// must not turn into an unbounded burst on the API server).
+const maxConcurrentReviews = 64
 
 type cachedIdentity struct {
 	id      Identity
@@ -76,7 +81,13 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 	}
 	a.mu.Unlock()
 
+	select {
+	case a.inflight <- struct{}{}:
+	case <-ctx.Done():
+		return Identity{}, Errorf(CodeUnavailable, "waiting to review the token: %v", ctx.Err())
+	}
 	res, err := a.tr.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}}}, metav1.CreateOptions{})
+	<-a.inflight
 	if err != nil {
 		return Identity{}, Errorf(CodeUnavailable, "TokenReview failed: %v", err)
 	}

@@ -1,0 +1,501 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/stretchr/testify/require"
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// The performance checks of docs/controller.md. They create tens of
+// thousands of objects, so they run only when asked:
+//
+//	RANKGATE_BENCH=1 go test -run TestBench -v -timeout 30m ./integrations/kubernetes/e2e/
+//
+// Sizes can be changed with RANKGATE_BENCH_JOBS, _RANKS, _NODES, _PODS.
+
+func benchOnly(t *testing.T) {
+	if os.Getenv("RANKGATE_BENCH") != "1" {
+		t.Skip("set RANKGATE_BENCH=1 to run the performance checks")
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// parallel runs f(0..n-1) on w workers and returns the first error.
+func parallel(n, w int, f func(i int) error) error {
+	var next atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for k := 0; k < w; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || first.Load() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if e := first.Load(); e != nil {
+		return e.(error)
+	}
+	return nil
+}
+
+func percentile(xs []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), xs...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(float64(len(s))*p+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// TestBenchGangLatency: 200 jobs of 8 ranks report concurrently (each
+// rank at a random moment within a 2 s window); for each job, the time
+// from its last rank's report to every rank holding the verdict. Ranks are
+// gate clients in this process (one TLS connection and one bound token
+// each), so the number measures the gate and the controller, not process
+// start-up. Goal: p99 <= 100 ms.
+func TestBenchGangLatency(t *testing.T) {
+	benchOnly(t)
+	jobs, ranks := envInt("RANKGATE_BENCH_JOBS", 200), envInt("RANKGATE_BENCH_RANKS", 8)
+	ctx := context.Background()
+	ns := newNamespace(t, "bench-latency", true)
+	begin := time.Now()
+
+	type rankRef struct {
+		pod   *corev1.Pod
+		token string
+	}
+	all := make([][]rankRef, jobs)
+	err := parallel(jobs, 8, func(j int) error {
+		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%03d", j), Namespace: ns},
+			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
+				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(ranks - 1)), Template: minimalTemplate},
+			}}}
+		if err := k8s.Create(ctx, job); err != nil {
+			return err
+		}
+		all[j] = make([]rankRef, ranks)
+		for i := 0; i < ranks; i++ {
+			typ, idx := "worker", i-1
+			if i == 0 {
+				typ, idx = "master", 0
+			}
+			p := benchPod(job, typ, idx, fmt.Sprintf("node-%d", i))
+			if err := k8s.Create(ctx, p); err != nil {
+				return err
+			}
+			tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
+				Audiences: []string{gate.Audience}, ExpirationSeconds: ptr.To(int64(3600)),
+				BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			all[j][i] = rankRef{p, tr.Status.Token}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	t.Logf("setup: %d jobs, %d pods, %d tokens in %s", jobs, jobs*ranks, jobs*ranks, time.Since(begin).Round(time.Millisecond))
+
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute})
+	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
+	time.Sleep(time.Second) // caches synced, reconcilers started
+
+	sent := make([][]time.Time, jobs)
+	held := make([][]time.Time, jobs)
+	var fails atomic.Int32
+	var wg sync.WaitGroup
+	const window = 2 * time.Second
+	start := time.Now()
+	for j := range all {
+		sent[j] = make([]time.Time, ranks)
+		held[j] = make([]time.Time, ranks)
+		for i, rr := range all[j] {
+			wg.Add(1)
+			delay := time.Duration(rand.Int64N(int64(window)))
+			go func() {
+				defer wg.Done()
+				cl, err := gate.NewClient(gate.ClientOptions{URL: c.URL, CAFile: certs.CAFile, Token: rr.token})
+				if err != nil {
+					fails.Add(1)
+					return
+				}
+				time.Sleep(time.Until(start.Add(delay)))
+				req := &gate.ReportRequest{Namespace: ns, Pod: rr.pod.Name, Node: rr.pod.Spec.NodeName, DriverVersion: "570.172.08", CUDADriverVersion: "12.8",
+					Report: benchRankReport(rr.pod.Spec.NodeName)}
+				sent[j][i] = time.Now()
+				actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				r, err := cl.Await(actx, req, gate.AwaitOptions{Poll: 30 * time.Second})
+				held[j][i] = time.Now()
+				if err != nil || r.Verdict.Verdict != preflight.VerdictPass {
+					fails.Add(1)
+					t.Logf("job %d rank %d: %v", j, i, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.Zero(t, fails.Load())
+	var lat []time.Duration
+	for j := range all {
+		var last, done time.Time
+		for i := range all[j] {
+			if sent[j][i].After(last) {
+				last = sent[j][i]
+			}
+			if held[j][i].After(done) {
+				done = held[j][i]
+			}
+		}
+		lat = append(lat, done.Sub(last))
+	}
+	res := map[string]any{
+		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(),
+		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
+		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
+		"decisions": c.Decisions(),
+	}
+	b, _ := json.Marshal(res)
+	t.Logf("last report -> all ranks hold the verdict: %s", b)
+	writeBenchResult(t, "gang-latency", b)
+	require.EqualValues(t, jobs, c.Decisions())
+	require.LessOrEqual(t, percentile(lat, .99), 100*time.Millisecond, "p99 above the 100 ms goal")
+}
+
+var minimalTemplate = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch"}}}}
+
+func benchPod(owner client.Object, typ string, idx int, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: fmt.Sprintf("%s-%s-%d", owner.GetName(), typ, idx), Namespace: owner.GetNamespace(),
+			Labels: map[string]string{controller.LabelJobName: owner.GetName(), controller.LabelReplicaType: typ, controller.LabelReplicaIndex: strconv.Itoa(idx)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: owner.GetName(), UID: owner.GetUID(),
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		Spec: corev1.PodSpec{ServiceAccountName: serviceAccount, NodeName: node, Containers: []corev1.Container{{Name: "train", Image: "pytorch/pytorch"}}},
+	}
+}
+
+func benchRankReport(node string) preflight.Report {
+	r := preflight.NewReport("node "+node, nil)
+	r.Devices = []preflight.DeviceSummary{{ID: "GPU-" + node + "-0", Kind: "gpu", GPU: 0, GPUUUID: "GPU-" + node + "-0", Profile: "full", SMs: 108, MemoryMiB: 81920}}
+	return r
+}
+
+func writeBenchResult(t *testing.T, name string, b []byte) {
+	if dir := os.Getenv("RANKGATE_BENCH_OUT"); dir != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644))
+	}
+}
+
+// TestBenchControllerMemory: 5,000 GPU nodes and 20,000 Kubeflow replica
+// pods (2,500 PyTorchJobs of 8) with realistic specs; the `rankgate
+// controller` binary starts against them, and its resident memory is read
+// from /proc once its caches are synced, without and with the GOMEMLIMIT
+// of configs/deploy. Goal: <= 200 MB. With RANKGATE_BENCH_FULL=1 the same
+// run is repeated without cache trimming.
+func TestBenchControllerMemory(t *testing.T) {
+	benchOnly(t)
+	nodes, pods := envInt("RANKGATE_BENCH_NODES", 5000), envInt("RANKGATE_BENCH_PODS", 20000)
+	const perJob = 8
+	ctx := context.Background()
+	ns := newNamespace(t, "bench-memory", true)
+	begin := time.Now()
+	require.NoError(t, parallel(nodes, 32, func(i int) error {
+		n := benchNode(i)
+		st := n.Status
+		if err := k8s.Create(ctx, n); err != nil {
+			return err
+		}
+		n.Status = st
+		return k8s.Status().Update(ctx, n)
+	}))
+	t.Logf("%d nodes in %s", nodes, time.Since(begin).Round(time.Second))
+	jobs := pods / perJob
+	require.NoError(t, parallel(jobs, 32, func(j int) error {
+		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("llm-%04d", j), Namespace: ns},
+			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{Spec: benchPodSpec(0, "")}},
+				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(perJob - 1)), Template: corev1.PodTemplateSpec{Spec: benchPodSpec(0, "")}},
+			}}}
+		if err := k8s.Create(ctx, job); err != nil {
+			return err
+		}
+		for i := 0; i < perJob; i++ {
+			typ, idx := "worker", i-1
+			if i == 0 {
+				typ, idx = "master", 0
+			}
+			p := benchPod(job, typ, idx, "")
+			p.Spec = benchPodSpec(j, fmt.Sprintf("gpu-node-%04d", (j*perJob+i)%nodes))
+			p.Annotations = map[string]string{"sidecar.istio.io/inject": "false", "kubectl.kubernetes.io/default-container": "pytorch",
+				"prometheus.io/scrape": "true", "prometheus.io/port": "9090"}
+			if err := k8s.Create(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	t.Logf("%d jobs, %d pods in %s", jobs, jobs*perJob, time.Since(begin).Round(time.Second))
+	sizes := objectSizes(t, ns)
+	t.Logf("object sizes as served (JSON): %s", sizes)
+
+	res := map[string]any{"nodes": nodes, "pods": jobs * perJob, "jobs": jobs, "objectSizes": sizes}
+	res["trimmed"] = measureController(t, true, "")
+	res["trimmedMemLimit"] = measureController(t, true, "120MiB")
+	if os.Getenv("RANKGATE_BENCH_FULL") == "1" {
+		res["untrimmed"] = measureController(t, false, "")
+	}
+	b, _ := json.Marshal(res)
+	t.Logf("controller memory: %s", b)
+	writeBenchResult(t, "controller-memory", b)
+	// The goal holds for the configuration configs/deploy ships (GOMEMLIMIT).
+	rss := res["trimmedMemLimit"].(map[string]any)["rssMiB"].(float64)
+	require.LessOrEqual(t, rss*1024*1024, 200e6, "RSS above the 200 MB goal")
+}
+
+// measureController runs the binary until its caches are synced and
+// returns its memory.
+func measureController(t *testing.T, trim bool, memLimit string) map[string]any {
+	t.Helper()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restCfg.CertData, ClientKeyData: restCfg.KeyData, Token: restCfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
+	metrics, health := freePort(t), freePort(t)
+	cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false", "--gate-addr", "127.0.0.1:0",
+		"--cert-dir", certs.Dir, "--metrics-addr", metrics, "--health-addr", health, "--log-level", "warn",
+		fmt.Sprintf("--trim-caches=%v", trim), "--profiling")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	if memLimit != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+memLimit)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	require.Eventually(t, func() bool {
+		r, err := http.Get("http://" + health + "/readyz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == 200
+	}, 5*time.Minute, 100*time.Millisecond, "controller never ready: %s", stderr.String())
+	synced := time.Since(start)
+	// Steady state: let the post-sync garbage be collected.
+	var rss, hwm float64
+	for i := 0; i < 20; i++ {
+		time.Sleep(500 * time.Millisecond)
+		rss, hwm = procMemMiB(t, cmd.Process.Pid)
+	}
+	heap := metricValue(t, metrics, "go_memstats_heap_inuse_bytes") / (1 << 20)
+	// The live heap: force a collection (pprof's gc=1), then read it.
+	r, err := http.Get("http://" + metrics + "/debug/pprof/heap?gc=1")
+	require.NoError(t, err)
+	prof, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if dir := os.Getenv("RANKGATE_BENCH_OUT"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-trim-%v%s.pb.gz", trim, memLimit)), prof, 0o644)
+	}
+	live := metricValue(t, metrics, "go_memstats_heap_alloc_bytes") / (1 << 20)
+	_, _, anon, file := procMem(t, cmd.Process.Pid)
+	out := map[string]any{"trim": trim, "gomemlimit": memLimit, "readyAfter": synced.Round(time.Millisecond).String(),
+		"rssMiB": rss, "peakRssMiB": hwm, "rssAnonMiB": anon, "rssFileMiB": file, "heapInuseMiB": heap, "liveHeapMiB": live}
+	t.Logf("controller (trim=%v, GOMEMLIMIT=%q): %v", trim, memLimit, out)
+	return out
+}
+
+func procMemMiB(t *testing.T, pid int) (rss, hwm float64) {
+	rss, hwm, _, _ = procMem(t, pid)
+	return rss, hwm
+}
+
+// procMem reads VmRSS, VmHWM, RssAnon and RssFile in MiB.
+func procMem(t *testing.T, pid int) (rss, hwm, anon, file float64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	require.NoError(t, err)
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseFloat(fields[1], 64)
+		switch fields[0] {
+		case "VmRSS:":
+			rss = kb / 1024
+		case "VmHWM:":
+			hwm = kb / 1024
+		case "RssAnon:":
+			anon = kb / 1024
+		case "RssFile:":
+			file = kb / 1024
+		}
+	}
+	return rss, hwm, anon, file
+}
+
+func metricValue(t *testing.T, addr, name string) float64 {
+	r, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name+" ") {
+			v, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, name)), 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// objectSizes: the average JSON size of a node, pod and job.
+func objectSizes(t *testing.T, ns string) string {
+	ctx := context.Background()
+	avg := func(list client.ObjectList, opts ...client.ListOption) int {
+		require.NoError(t, k8s.List(ctx, list, append(opts, client.Limit(200))...))
+		b, _ := json.Marshal(list)
+		var m struct{ Items []json.RawMessage }
+		_ = json.Unmarshal(b, &m)
+		if len(m.Items) == 0 {
+			return 0
+		}
+		return len(b) / len(m.Items)
+	}
+	return fmt.Sprintf("node %d B, pod %d B, PyTorchJob %d B", avg(&corev1.NodeList{}), avg(&corev1.PodList{}, client.InNamespace(ns)),
+		avg(&kubeflowv1.PyTorchJobList{}, client.InNamespace(ns)))
+}
+
+// benchNode is a GPU node as GPU feature discovery and the kubelet leave
+// it: GFD labels, allocatable, conditions, addresses, images.
+func benchNode(i int) *corev1.Node {
+	name := fmt.Sprintf("gpu-node-%04d", i)
+	labels := map[string]string{
+		"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+		"node.kubernetes.io/instance-type": "p5.48xlarge", "topology.kubernetes.io/zone": "us-east-1a", "topology.kubernetes.io/region": "us-east-1",
+		"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81559",
+		"nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
+		"nvidia.com/cuda.driver-version.full": "580.65.06", "nvidia.com/cuda.driver-version.major": "580",
+		"nvidia.com/cuda.driver-version.minor": "65", "nvidia.com/cuda.driver-version.revision": "06",
+		"nvidia.com/cuda.runtime-version.full": "13.0", "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
+		"nvidia.com/mig.config": "all-balanced", "nvidia.com/mig.config.state": "success", "nvidia.com/gpu.present": "true",
+		"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+		"nvidia.com/gpu.deploy.dcgm-exporter": "true", "nvidia.com/gpu.deploy.mig-manager": "true",
+		"nvidia.com/mig-1g.10gb.count": "16", "nvidia.com/mig-2g.20gb.count": "8", "nvidia.com/mig-3g.40gb.count": "8",
+		"feature.node.kubernetes.io/cpu-model.vendor_id": "Intel", "feature.node.kubernetes.io/kernel-version.full": "6.8.0-1015-aws",
+	}
+	var images []corev1.ContainerImage
+	for k := 0; k < 25; k++ {
+		images = append(images, corev1.ContainerImage{Names: []string{
+			fmt.Sprintf("nvcr.io/nvidia/pytorch@sha256:%064d", k), fmt.Sprintf("nvcr.io/nvidia/pytorch:25.%02d-py3", k)}, SizeBytes: 9_000_000_000})
+	}
+	q := resource.MustParse
+	rl := corev1.ResourceList{"cpu": q("192"), "memory": q("2063937Mi"), "pods": q("110"), "ephemeral-storage": q("3750Gi"),
+		"nvidia.com/gpu": q("0"), "nvidia.com/mig-1g.10gb": q("16"), "nvidia.com/mig-2g.20gb": q("8"), "nvidia.com/mig-3g.40gb": q("8")}
+	now := metav1.Now()
+	var conds []corev1.NodeCondition
+	for _, c := range []corev1.NodeConditionType{"MemoryPressure", "DiskPressure", "PIDPressure", "NetworkUnavailable", corev1.NodeReady} {
+		st := corev1.ConditionFalse
+		if c == corev1.NodeReady {
+			st = corev1.ConditionTrue
+		}
+		conds = append(conds, corev1.NodeCondition{Type: c, Status: st, Reason: "Kubelet" + string(c), Message: "kubelet reports " + string(c), LastHeartbeatTime: now, LastTransitionTime: now})
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: map[string]string{
+			"node.alpha.kubernetes.io/ttl": "0", "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+			"csi.volume.kubernetes.io/nodeid": `{"ebs.csi.aws.com":"i-0123456789abcdef0"}`}},
+		Spec: corev1.NodeSpec{ProviderID: "aws:///us-east-1a/i-0123456789abcdef0", PodCIDR: "10.0.0.0/24"},
+		Status: corev1.NodeStatus{Capacity: rl, Allocatable: rl, Conditions: conds, Images: images,
+			Addresses: []corev1.NodeAddress{{Type: "InternalIP", Address: "10.0.12.34"}, {Type: "Hostname", Address: name}},
+			NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", ContainerRuntimeVersion: "containerd://2.1.0", OSImage: "Ubuntu 24.04 LTS", KernelVersion: "6.8.0", Architecture: "amd64", OperatingSystem: "linux"}},
+	}
+}
+
+// benchPodSpec is a rank pod as people write them: an init container
+// (rankgate), the trainer with env, mounts, resources, volumes.
+func benchPodSpec(j int, node string) corev1.PodSpec {
+	q := resource.MustParse
+	gpu := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"cpu": q("16"), "memory": q("200Gi"), "nvidia.com/gpu": q("8")},
+		Limits:   corev1.ResourceList{"memory": q("200Gi"), "nvidia.com/gpu": q("8")},
+	}
+	var env []corev1.EnvVar
+	for _, kv := range [][2]string{{"NCCL_DEBUG", "INFO"}, {"NCCL_SOCKET_IFNAME", "eth0"}, {"NCCL_IB_DISABLE", "0"}, {"OMP_NUM_THREADS", "8"},
+		{"HF_HOME", "/cache/hf"}, {"WANDB_PROJECT", fmt.Sprintf("llm-%04d", j)}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"}, {"PYTHONUNBUFFERED", "1"}} {
+		env = append(env, corev1.EnvVar{Name: kv[0], Value: kv[1]})
+	}
+	env = append(env, corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
+	mounts := []corev1.VolumeMount{{Name: "dshm", MountPath: "/dev/shm"}, {Name: "cache", MountPath: "/cache"}, {Name: "data", MountPath: "/data", ReadOnly: true}}
+	return corev1.PodSpec{
+		NodeName: node, ServiceAccountName: serviceAccount, RestartPolicy: corev1.RestartPolicyNever,
+		InitContainers: []corev1.Container{{Name: "rankgate-init", Image: "ghcr.io/rankgate/rankgate:v0.1.0",
+			Args: []string{"init", "--gate-url", "https://rankgate-gate.rankgate-system.svc:443", "--ca-file", "/var/run/rankgate/ca.crt"},
+			Env:  env[len(env)-1:], Resources: gpu,
+			VolumeMounts: []corev1.VolumeMount{{Name: "rankgate-token", MountPath: "/var/run/secrets/rankgate"}, {Name: "rankgate-ca", MountPath: "/var/run/rankgate"}}}},
+		Containers: []corev1.Container{{Name: "pytorch", Image: "nvcr.io/nvidia/pytorch:25.10-py3",
+			Command: []string{"torchrun"}, Args: []string{"--nproc-per-node=8", "train.py", "--config", "/data/config.yaml", "--bf16"},
+			Env: env, Resources: gpu, VolumeMounts: mounts, Ports: []corev1.ContainerPort{{Name: "pytorchjob-port", ContainerPort: 23456}}}},
+		Volumes: []corev1.Volume{
+			{Name: "dshm", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
+			{Name: "cache", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/mnt/cache"}}},
+			{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "datasets"}}},
+			{Name: "rankgate-ca", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "rankgate-ca"}}}},
+			{Name: "rankgate-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+				ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: gate.Audience, ExpirationSeconds: ptr.To(int64(3600)), Path: "token"}}}}}},
+		},
+		Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}
+}
