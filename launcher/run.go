@@ -110,8 +110,9 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		// A signal while the hosts are awaited ends the launch before CMD.
 		hctx, cancel := context.WithCancel(ctx)
 		got := make(chan os.Signal, 1)
-		stop := make(chan struct{})
+		stop, stopped := make(chan struct{}), make(chan struct{})
 		go func() {
+			defer close(stopped)
 			select {
 			case sig := <-r.opts.Signals:
 				got <- sig
@@ -121,6 +122,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		}()
 		f, ok := r.checkHostfile(hctx)
 		close(stop)
+		<-stopped // a signal taken meanwhile is in got
 		cancel()
 		select {
 		case sig := <-got:

@@ -613,3 +613,18 @@ func TestFatalLineOfACMDThatExitsAtOnceIsTheReason(t *testing.T) {
 	require.Equal(t, r.res.Reason, string(log))
 	require.Contains(t, r.stderr, "rankgate: FAIL NCCL_FATAL")
 }
+
+func TestSignalWhileWaitingForHostsEndsTheLaunch(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hostfile")
+	require.NoError(t, os.WriteFile(hf, []byte("127.0.0.1 slots=1\n"), 0o644))
+	sigs := make(chan os.Signal, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		sigs <- syscall.SIGTERM
+	}()
+	r := launch(t, Options{Command: []string{"true"}, MPIHostfile: hf, SSHPort: closedPort(t), HostsTimeout: time.Minute, Signals: sigs})
+	require.Equal(t, 128+int(syscall.SIGTERM), r.res.ExitCode)
+	require.False(t, r.res.Started)
+	require.Less(t, r.duration, 10*time.Second)
+	require.Contains(t, r.stderr, "terminated while waiting for the MPI hosts; CMD not started")
+}
