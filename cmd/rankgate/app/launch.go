@@ -176,7 +176,7 @@ func (a *App) launchDevices() ([]preflight.DeviceSummary, error) {
 	} else {
 		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
 		if err != nil || !ok || alloc.All {
-			return nil, nil //nolint:nilerr // unknown devices only skip a check
+			return nil, nil // unknown devices only skip a check
 		}
 		refs = alloc.Refs
 	}
