@@ -589,7 +589,7 @@ func (d *diag) reconfigPending(si int, ns []int32, r string) {
 		what = "The new layout offers " + r
 	}
 	d.add(d.finding(si, RuleMIGReconfigPending, preflight.SeverityWarn,
-		fmt.Sprintf("mig-manager is changing the MIG layout of %s (%s). %s; the device plugin is paused until the change ends, so %s waits.",
+		fmt.Sprintf("%s: mig-manager is changing the MIG layout (%s). %s; the device plugin is paused until the change ends, so %s waits.",
 			d.nodeCountNames(ns), d.migStates(ns), what, d.setName(si)),
 		"Wait for nvidia.com/mig.config.state=success on those nodes. If it stays pending or rebooting, look at the mig-manager pod on the node: GPU pods still running there block the change.", ns))
 }
@@ -606,7 +606,7 @@ func (d *diag) reconfigFailed(si int, ns []int32, r string, decisive bool) {
 		what = "The new layout would offer " + r
 	}
 	d.add(d.finding(si, RuleMIGReconfigFailed, sev,
-		fmt.Sprintf("mig-manager failed to change the MIG layout of %s (%s). %s, but %s.", d.nodeCountNames(ns), d.migStates(ns), what, tail),
+		fmt.Sprintf("%s: mig-manager failed to change the MIG layout (%s). %s, but %s.", d.nodeCountNames(ns), d.migStates(ns), what, tail),
 		"Read the mig-manager logs on those nodes (kubectl -n gpu-operator logs -l app=nvidia-mig-manager), fix the mig-parted config or the node (GPU processes still running block a change), then set nvidia.com/mig.config again.", ns))
 }
 
@@ -1053,12 +1053,21 @@ func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
 		if len(short) > 0 {
 			why = "short of " + strings.Join(short, ", ")
 		}
+		if d.w.Kind == "Pod" {
+			parts = append(parts, fmt.Sprintf("it asks %s, and the nodes that offer that (%d; %s) have no room now. Busy: %s",
+				d.classRequest(cl), len(cl.nodes), strings.Join(totals, ", "), d.busyNames(full, cl)))
+			continue
+		}
 		parts = append(parts, fmt.Sprintf("%s asks %s per pod; %d of %d pending pods fit now on the nodes that offer the shape (%d; %s); %s. Busy: %s",
 			d.className(cl), d.classRequest(cl), p.placed[ci], cl.need, len(cl.nodes), strings.Join(totals, ", "), why, d.busyNames(full, cl)))
 	}
-	d.add(d.finding(-1, RuleWaitCapacity, preflight.SeverityWarn,
-		fmt.Sprintf("The %s's shape exists and it fits the cluster when the cluster is empty, but not now: %s.", d.noun(), strings.Join(parts, "; ")),
-		fmt.Sprintf("Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the %s starts when all its pods fit at once. Nothing is wrong with its shape.", d.noun()), d.dedupe(busy)))
+	msg := fmt.Sprintf("The job's shape exists and the whole job fits the cluster when it is empty, but not now: %s.", strings.Join(parts, "; "))
+	fix := "Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks); the job starts when all its pods fit at once. Nothing is wrong with its shape."
+	if d.w.Kind == "Pod" {
+		msg = fmt.Sprintf("The pod's shape exists, but %s.", strings.Join(parts, "; "))
+		fix = "Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks). Nothing is wrong with the pod's shape."
+	}
+	d.add(d.finding(-1, RuleWaitCapacity, preflight.SeverityWarn, msg, fix, d.dedupe(busy)))
 	var pending []int32
 	for i := range d.sets {
 		pending = append(pending, d.sets[i].pendingOnly...)
