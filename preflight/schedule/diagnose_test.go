@@ -371,3 +371,21 @@ func TestEmptyWorkload(t *testing.T) {
 	res := e.Diagnose(e.NewCluster(nil), pytorchJob("none"))
 	require.Equal(t, RuleSchedulable, res.Rule)
 }
+
+// One prepared cluster serves concurrent judgements (the controller's
+// use); run with -race.
+func TestDiagnoseConcurrent(t *testing.T) {
+	e := New()
+	c := e.NewCluster(benchFleet(300, 10))
+	jobs := benchJobs()
+	done := make(chan string)
+	for i := 0; i < 8; i++ {
+		go func(i int) {
+			name := []string{"mig-1000x1", "gpu-125x8", "shape-2g.35gb"}[i%3]
+			done <- e.Diagnose(c, jobs[name]).Rule
+		}(i)
+	}
+	for i := 0; i < 8; i++ {
+		require.NotEmpty(t, <-done)
+	}
+}
