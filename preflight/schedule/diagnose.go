@@ -188,7 +188,7 @@ func (d *diag) classify(si int) {
 	maxNode := make([]int, len(s.req))
 	excluded := map[string][]int32{}
 	var fitting int
-	var good, pending, failed, bad, transient []int32
+	var good, pending, failed, bad, transient, losing []int32
 	for i := range c.nodes {
 		fits := true
 		for k, q := range s.req {
@@ -222,6 +222,9 @@ func (d *diag) classify(si int) {
 		switch {
 		case ni.state == migFailed:
 			failed = append(failed, int32(i))
+		case ni.state == migPending && ni.tgt.known && !d.targetKeeps(ni, s):
+			// mig-manager is taking the shape away from this node.
+			losing = append(losing, int32(i))
 		case ni.state == migPending:
 			pending = append(pending, int32(i))
 		case len(ni.badFail) > 0:
@@ -232,6 +235,14 @@ func (d *diag) classify(si int) {
 	}
 	if fitting == 0 {
 		d.noNodeFits(si, maxAlloc, maxNode)
+		return
+	}
+	if len(good)+len(pending)+len(failed)+len(bad) == 0 && len(excluded) == 0 {
+		d.add(d.finding(si, RuleShapeMismatch, preflight.SeverityFail,
+			fmt.Sprintf("%s asks %s per pod; the only nodes that offer it (%s) are being changed by mig-manager to a layout without it (%s).",
+				d.setName(si), fmtRequests(ps.Requests), d.names(losing), d.migStates(losing)),
+			"Ask for a shape the new layout offers, or set nvidia.com/mig.config on those nodes back to a layout with this one.", losing))
+		s.blocked = true
 		return
 	}
 	if len(good)+len(pending)+len(failed)+len(bad) == 0 {
@@ -275,6 +286,26 @@ func (d *diag) classify(si int) {
 	d.driverWarnings(si, good)
 	d.gpuMeaning(si, good)
 	d.shortLayouts(si, good)
+}
+
+// targetKeeps reports whether a node's new MIG layout still offers every
+// GPU resource the set asks for.
+func (d *diag) targetKeeps(ni *nodeInfo, s *setState) bool {
+	for k, q := range s.req {
+		r := d.resName[k]
+		if q <= 0 || !IsGPUResource(r) {
+			continue
+		}
+		if ok, _ := ni.tgt.offers(r); ok {
+			continue
+		}
+		// Under single, a one-profile layout is advertised as nvidia.com/gpu.
+		if r == ResourceGPU && ni.gpu.Strategy == StrategySingle && len(ni.tgt.layout) == 1 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // noNodeFits explains a pod set that no node could hold even empty.

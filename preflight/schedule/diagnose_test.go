@@ -167,6 +167,14 @@ func TestDiagnoseRules(t *testing.T) {
 				contains: map[string][]string{RuleGangTooLarge: {"at most 3 of its 4 pods"}}},
 		},
 		{
+			name: "SHAPE_MISMATCH when mig-manager is taking the shape away",
+			nodes: nodes(
+				migMixed("a100-1", "A100-80GB", a100Product, 1, "all-1g.10gb", all1g10).migState("all-3g.40gb", MIGStatePending)),
+			job: pytorchJob("train", podSet("Worker", 1, mig("1g.10gb", 1))),
+			want: want{rule: RuleShapeMismatch, hopeless: true, absent: []string{RuleMIGReconfigPending},
+				contains: map[string][]string{RuleShapeMismatch: {"being changed by mig-manager to a layout without it (mig.config=all-3g.40gb"}}},
+		},
+		{
 			name: "MIG_RECONFIG_FAILED",
 			nodes: nodes(
 				migMixed("a100-1", "A100-80GB", a100Product, 1, "all-1g.10gb", all1g10).migState("all-3g.40gb", MIGStateFailed)),
