@@ -10,13 +10,16 @@ BENCHTIME ?= 1s
 # go-nvml's header marks vGPU calls deprecated; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help build test test-unit lint bench fuzz image e2e demo device-smoke clean
+.PHONY: help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## build bin/rankgate (cgo on: go-nvml dlopens libnvidia-ml at run time)
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rankgate
+
+build-node: ## bin/rankgate-node: the node faces only (preflight, inspect, demo, launch, init), no client-go: smaller, faster start, less memory
+	CGO_ENABLED=1 $(GO) build -trimpath -tags rankgate_node -ldflags '$(LDFLAGS)' -o bin/rankgate-node ./cmd/rankgate
 
 demo: ## the embedded-sample preflight the README starts with
 	$(GO) run ./cmd/rankgate demo
@@ -32,8 +35,9 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-bench: ## benchmarks of every package (see README for the numbers)
+bench: ## benchmarks of every package, then peak RSS of a preflight (see README for the numbers)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+	bash hack/bench-rss.sh
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -52,6 +56,6 @@ device-smoke: ## build the binary for the GPU machine's smoke run (hack/device-s
 	cp hack/device-smoke.sh .device/
 
 clean:
-	rm -rf bin/rankgate .device
+	rm -rf bin/rankgate bin/rankgate-node .device
 
 -include hack/envtest.mk
