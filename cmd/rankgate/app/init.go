@@ -86,6 +86,19 @@ func (a *App) runInit(ctx context.Context) error {
 	defer cancel()
 	log := a.Log.With(zap.String("pod", ns+"/"+pod))
 
+	// While the devices are discovered (seconds with NVML), open the
+	// connection and get the token reviewed with a verdict poll that does
+	// not wait: the report then finds both ready.
+	warm := make(chan struct{})
+	go func() {
+		defer close(warm)
+		wctx, stop := context.WithTimeout(ctx, 10*time.Second)
+		defer stop()
+		if _, err := client.Verdict(wctx, ns, pod, 0); err != nil {
+			log.Debug("gate warm-up", zap.Error(err))
+		}
+	}()
+
 	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
 	r, inv, err := a.initPreflight(ctx)
 	if err != nil {
@@ -126,6 +139,10 @@ func (a *App) runInit(ctx context.Context) error {
 		var stop context.CancelFunc
 		waitCtx, stop = context.WithTimeout(ctx, 30*time.Second)
 		defer stop()
+	}
+	select {
+	case <-warm:
+	case <-time.After(5 * time.Second):
 	}
 	started := time.Now()
 	announced := false

@@ -63,7 +63,9 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		return
 	}
 	d := &decision{Report: report, DecidedAt: time.Now()}
+	recStart := time.Now()
 	rec, wrote, obj, err := c.record(ctx, g, d)
+	recTook := time.Since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
 		c.log.Error(err, "recording verdict; retrying", "job", g.key)
@@ -91,13 +93,21 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	}
 	c.decisions.Add(1)
 	observeVerdict(rec.Report, first, last, rec.DecidedAt)
-	log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report))
+	log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report),
+		"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	if obj != nil {
 		c.emitEvent(obj, rec)
 		if rec.Report.Failed() && rec.Action == ActionDelete {
 			c.deleteJob(ctx, obj)
 		}
 	}
+}
+
+func sinceOrZero(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return time.Since(t).Round(time.Microsecond).String()
 }
 
 // forgetGang drops g if it is still the registered gang of its job.
