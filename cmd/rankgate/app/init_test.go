@@ -1,0 +1,106 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// runGateCmd runs a command line in-process with a clean pod environment.
+func runGateCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "POD_NAME", "POD_NAMESPACE", "RANKGATE_CONFIG", "KUBECONFIG"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+// closedPort is a local address nothing listens on.
+func closedPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+func TestInitExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	certs, err := gatetest.WriteCerts(dir, "127.0.0.1")
+	require.NoError(t, err)
+	tok := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tok, []byte("x"), 0o600))
+	term := filepath.Join(dir, "termination-log")
+	url := "https://" + closedPort(t)
+	rank := []string{"--sample", "a100-full", "--devices", "0", "--termination-log", term}
+	pod := map[string]string{"POD_NAME": "j-worker-0", "POD_NAMESPACE": "ml"}
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		want string
+	}{
+		{"no pod identity", nil, []string{"init", "--gate-url", url}, preflight.ExitUsage, "POD_NAME"},
+		{"no gate URL", pod, []string{"init"}, preflight.ExitUsage, "--gate-url"},
+		{"gate URL not https", pod, []string{"init", "--gate-url", "ftp://x"}, preflight.ExitUsage, "--gate-url"},
+		{"CA file missing", pod, []string{"init", "--gate-url", url, "--ca-file", filepath.Join(dir, "nope")}, preflight.ExitEnvironment, "CA file"},
+		{"bad inventory", pod, []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--sample", "nope"}, preflight.ExitUsage, "unknown sample"},
+		// The gate never answers: retry until --timeout, then exit 4 with
+		// the reason in the termination log.
+		{"gate unreachable", pod, append([]string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--timeout", "2s"}, rank...),
+			preflight.ExitTimeout, "no gang verdict within --timeout 2s"},
+		// The rank fails its own rules: exit 1 with its reason even though
+		// the gate cannot confirm.
+		{"rank fails locally", pod, []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--timeout", "2s",
+			"--sample", "h100-mig", "--devices", "0:0,1:0", "--termination-log", term}, preflight.ExitFail, "MIG_SPANS_GPUS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_ = os.Remove(term)
+			code, out, stderr := runGateCmd(t, tc.env, tc.args...)
+			require.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", out, stderr)
+			msg := stderr
+			if b, err := os.ReadFile(term); err == nil {
+				msg += string(b)
+			}
+			require.Contains(t, msg, tc.want)
+		})
+	}
+}
+
+func TestControllerFlags(t *testing.T) {
+	code, _, stderr := runGateCmd(t, nil, "controller", "--on-fail", "explode")
+	require.Equal(t, preflight.ExitUsage, code)
+	require.Contains(t, stderr, "--on-fail")
+
+	// Outside a cluster, without a kubeconfig: an environment failure.
+	code, _, stderr = runGateCmd(t, nil, "controller", "--leader-elect=false")
+	require.Equal(t, preflight.ExitEnvironment, code, stderr)
+
+	code, out, _ := runGateCmd(t, nil, "controller", "--help")
+	require.Equal(t, 0, code)
+	for _, f := range []string{"--kubeconfig", "--gate-addr", "--cert-dir", "--gang-timeout", "--on-fail", "--leader-elect", "--metrics-addr", "--health-addr"} {
+		require.Contains(t, out, f)
+	}
+	code, out, _ = runGateCmd(t, nil, "init", "--help")
+	require.Equal(t, 0, code)
+	for _, f := range []string{"--gate-url", "--ca-file", "--token-file", "--pod-name", "--pod-namespace", "--timeout", "--inventory", "--devices", "--sample"} {
+		require.Contains(t, out, f)
+	}
+}
