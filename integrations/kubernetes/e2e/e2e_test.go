@@ -1,9 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +17,13 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -290,4 +298,63 @@ func TestE2ELeaderElection(t *testing.T) {
 	}
 	require.EqualValues(t, 1, standby.Decisions())
 	require.Equal(t, "replica-b", jobAnnotations(t, job)[controller.KeyDecidedBy])
+}
+
+// The manifests in configs/deploy and the examples are accepted by a real
+// API server (the examples by the real Kubeflow CRDs' schemas), and the
+// example init containers' flags by rankgate init.
+func TestE2EDeployManifests(t *testing.T) {
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	dir := filepath.Join(root, "configs", "deploy")
+	newNamespace(t, "ml", false)
+	checked := 0
+	files := []string{"namespace.yaml", "rbac.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	for _, f := range files {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		require.NoError(t, err)
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			u := &unstructured.Unstructured{}
+			if err := dec.Decode(&u.Object); err != nil {
+				require.ErrorIs(t, err, io.EOF, f)
+				break
+			}
+			if len(u.Object) == 0 {
+				continue
+			}
+			require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", f, u.GetKind(), u.GetName())
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
+				continue
+			}
+			// Every init container's arguments parse (it then fails for
+			// want of the mounted CA: exit 3, not 2).
+			specs, _, _ := unstructured.NestedMap(u.Object, "spec")
+			for _, rs := range specs {
+				m, ok := rs.(map[string]any)
+				if !ok {
+					continue
+				}
+				for _, r := range m {
+					inits, _, _ := unstructured.NestedSlice(r.(map[string]any), "template", "spec", "initContainers")
+					for _, ic := range inits {
+						args, _, _ := unstructured.NestedStringSlice(ic.(map[string]any), "args")
+						var keep []string
+						for _, a := range args {
+							if !strings.HasPrefix(a, "--termination-log") {
+								keep = append(keep, a)
+							}
+						}
+						cmd := exec.Command(binary, append(keep, "--pod-name", "p", "--pod-namespace", "ml", "--sample", "a100-full", "--devices", "0", "--timeout", "1s")...)
+						out, _ := cmd.CombinedOutput()
+						require.Equal(t, preflight.ExitEnvironment, cmd.ProcessState.ExitCode(), "%s: %v\n%s", f, keep, out)
+						require.Contains(t, string(out), "CA file")
+						checked++
+					}
+				}
+			}
+		}
+	}
+	require.Equal(t, 3, checked, "init containers checked (PyTorchJob Master and Worker, MPIJob Worker)")
 }
