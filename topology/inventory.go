@@ -227,6 +227,9 @@ func (inv *Inventory) Validate() error {
 			return fmt.Errorf("GPU index %d appears twice", g.Index)
 		}
 		idx[g.Index] = true
+		if g.UUID != "" && !strings.HasPrefix(strings.ToUpper(g.UUID), "GPU-") {
+			return fmt.Errorf("GPU %d: UUID %q does not start with GPU-", g.Index, g.UUID)
+		}
 		if err := seen(g.UUID, fmt.Sprintf("GPU %d", g.Index)); err != nil {
 			return err
 		}
@@ -236,6 +239,11 @@ func (inv *Inventory) Validate() error {
 				return fmt.Errorf("GPU %d: MIG device index %d is negative or appears twice", g.Index, m.Index)
 			}
 			midx[m.Index] = true
+			// NVML names MIG devices MIG-<uuid> (MIG-GPU-<uuid>/<gi>/<ci> on
+			// old drivers); anything else would be read back as an index.
+			if m.UUID != "" && !strings.HasPrefix(strings.ToUpper(m.UUID), "MIG-") {
+				return fmt.Errorf("MIG device %d:%d: UUID %q does not start with MIG-", g.Index, m.Index, m.UUID)
+			}
 			if err := seen(m.UUID, fmt.Sprintf("MIG device %d:%d", g.Index, m.Index)); err != nil {
 				return err
 			}

@@ -22,6 +22,7 @@ package nvmlsource
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -128,6 +129,10 @@ func NewDefault(opts ...Option) *Source {
 // Errors are *topology.DiscoveryError, except a cancelled ctx, which is
 // returned wrapped.
 func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
+	// A caller that already gave up gets no NVML session at all.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("NVML discovery: %w", err)
+	}
 	c := newCaller(ctx, s.opts.callTimeout, s.opts.initTimeout, s.opts.calls)
 	// Buffered: an abandoned discovery must be able to finish and exit.
 	res := make(chan result, 1)
