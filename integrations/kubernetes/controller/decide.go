@@ -92,7 +92,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		return
 	}
 	c.decisions.Add(1)
-	observeVerdict(rec.Report, first, last, rec.DecidedAt)
+	observeVerdict(rec.Report, first, last, time.Now()) // recorded, and about to be answered
 	log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report),
 		"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	if obj != nil {

@@ -30,6 +30,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -147,52 +148,35 @@ func TestBenchGangLatency(t *testing.T) {
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started
 
-	sent := make([][]time.Time, jobs)
-	held := make([][]time.Time, jobs)
-	var fails atomic.Int32
-	var wg sync.WaitGroup
 	window := 20 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("RANKGATE_BENCH_WINDOW")); err == nil && d > 0 {
 		window = d
 	}
-	start := time.Now()
+	// The ranks run in a second process (this test binary again, in
+	// TestBenchRankClients), as they would on other machines: their TLS
+	// connections, buffers and garbage are not the controller's.
+	spec := clientSpec{URL: c.URL, CAFile: certs.CAFile, Namespace: ns, Window: window}
 	for j := range all {
-		sent[j] = make([]time.Time, ranks)
-		held[j] = make([]time.Time, ranks)
-		for i, rr := range all[j] {
-			wg.Add(1)
-			delay := time.Duration(rand.Int64N(int64(window)))
-			go func() {
-				defer wg.Done()
-				cl, err := gate.NewClient(gate.ClientOptions{URL: c.URL, CAFile: certs.CAFile, Token: rr.token})
-				if err != nil {
-					fails.Add(1)
-					return
-				}
-				// As rankgate init does: a verdict poll without wait
-				// opens the connection and gets the token reviewed
-				// while the devices are discovered (simulated: 500 ms).
-				time.Sleep(time.Until(start.Add(delay)))
-				if _, err := cl.Verdict(ctx, ns, rr.pod.Name, 0); err != nil {
-					t.Logf("warm-up: %v", err)
-				}
-				time.Sleep(500 * time.Millisecond)
-				req := &gate.ReportRequest{Namespace: ns, Pod: rr.pod.Name, Node: rr.pod.Spec.NodeName, DriverVersion: "570.172.08", CUDADriverVersion: "12.8",
-					Report: benchRankReport(rr.pod.Spec.NodeName)}
-				sent[j][i] = time.Now()
-				actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				defer cancel()
-				r, err := cl.Await(actx, req, gate.AwaitOptions{Poll: 30 * time.Second})
-				held[j][i] = time.Now()
-				if err != nil || r.Verdict.Verdict != preflight.VerdictPass {
-					fails.Add(1)
-					t.Logf("job %d rank %d: %v", j, i, err)
-				}
-			}()
+		var js []clientRank
+		for _, rr := range all[j] {
+			js = append(js, clientRank{Pod: rr.pod.Name, Node: rr.pod.Spec.NodeName, Token: rr.token})
 		}
+		spec.Jobs = append(spec.Jobs, js)
 	}
-	wg.Wait()
-	require.Zero(t, fails.Load())
+	specFile := filepath.Join(t.TempDir(), "clients.json")
+	b, err := json.Marshal(spec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(specFile, b, 0o600))
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
+	cmd.Env = append(os.Environ(), "RANKGATE_BENCH_CLIENTS="+specFile)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "rank clients:\n%s", out)
+	var res clientResult
+	b, err = os.ReadFile(specFile + ".out")
+	require.NoError(t, err, string(out))
+	require.NoError(t, json.Unmarshal(b, &res))
+	require.Zero(t, res.Fails, string(out))
+	sent, held := res.Sent, res.Held
 	var lat []time.Duration
 	type edge struct {
 		at   time.Time
@@ -222,13 +206,17 @@ func TestBenchGangLatency(t *testing.T) {
 		open += e.open
 		maxOpen = max(maxOpen, open)
 	}
-	res := map[string]any{
+	summary := map[string]any{
 		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
 		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
 		"decisions": c.Decisions(),
+		// The controller's own part, from its histogram: the report that
+		// completed the gang to the verdict recorded on the job.
+		"serverP50": histogramQuantile(t, "rankgate_gang_last_report_to_verdict_seconds", .5),
+		"serverP99": histogramQuantile(t, "rankgate_gang_last_report_to_verdict_seconds", .99),
 	}
-	b, _ := json.Marshal(res)
+	b, _ = json.Marshal(summary)
 	t.Logf("last report -> all ranks hold the verdict: %s", b)
 	writeBenchResult(t, "gang-latency", b)
 	require.EqualValues(t, jobs, c.Decisions())
@@ -236,6 +224,97 @@ func TestBenchGangLatency(t *testing.T) {
 }
 
 var minimalTemplate = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch"}}}}
+
+// histogramQuantile reads a histogram of this process's controller-runtime
+// registry and returns the upper bound of the bucket holding quantile q.
+func histogramQuantile(t *testing.T, name string, q float64) string {
+	mfs, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) == 0 {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		want := q * float64(h.GetSampleCount())
+		for _, b := range h.GetBucket() {
+			if float64(b.GetCumulativeCount()) >= want {
+				return "le " + time.Duration(b.GetUpperBound()*float64(time.Second)).String()
+			}
+		}
+		return "> last bucket"
+	}
+	return "n/a"
+}
+
+type clientRank struct{ Pod, Node, Token string }
+
+type clientSpec struct {
+	URL, CAFile, Namespace string
+	Window                 time.Duration
+	Jobs                   [][]clientRank
+}
+
+type clientResult struct {
+	Sent, Held [][]time.Time
+	Fails      int
+}
+
+// TestBenchRankClients is the rank side of TestBenchGangLatency, run in its
+// own process. Each rank does what rankgate init does: at a random moment
+// of the window a verdict poll without wait (connection, token review),
+// 500 ms of simulated device discovery, then the report and its long poll.
+func TestBenchRankClients(t *testing.T) {
+	specFile := os.Getenv("RANKGATE_BENCH_CLIENTS")
+	if specFile == "" {
+		t.Skip("the rank side of TestBenchGangLatency")
+	}
+	b, err := os.ReadFile(specFile)
+	require.NoError(t, err)
+	var spec clientSpec
+	require.NoError(t, json.Unmarshal(b, &spec))
+	ctx := context.Background()
+	res := clientResult{Sent: make([][]time.Time, len(spec.Jobs)), Held: make([][]time.Time, len(spec.Jobs))}
+	var fails atomic.Int32
+	var wg sync.WaitGroup
+	start := time.Now()
+	for j, ranks := range spec.Jobs {
+		res.Sent[j] = make([]time.Time, len(ranks))
+		res.Held[j] = make([]time.Time, len(ranks))
+		for i, rr := range ranks {
+			wg.Add(1)
+			delay := time.Duration(rand.Int64N(int64(spec.Window)))
+			go func() {
+				defer wg.Done()
+				cl, err := gate.NewClient(gate.ClientOptions{URL: spec.URL, CAFile: spec.CAFile, Token: rr.Token})
+				if err != nil {
+					fails.Add(1)
+					return
+				}
+				time.Sleep(time.Until(start.Add(delay)))
+				if _, err := cl.Verdict(ctx, spec.Namespace, rr.Pod, 0); err != nil {
+					t.Logf("warm-up: %v", err)
+				}
+				time.Sleep(500 * time.Millisecond)
+				req := &gate.ReportRequest{Namespace: spec.Namespace, Pod: rr.Pod, Node: rr.Node, DriverVersion: "570.172.08", CUDADriverVersion: "12.8",
+					Report: benchRankReport(rr.Node)}
+				res.Sent[j][i] = time.Now()
+				actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				r, err := cl.Await(actx, req, gate.AwaitOptions{Poll: 30 * time.Second})
+				res.Held[j][i] = time.Now()
+				if err != nil || r.Verdict.Verdict != preflight.VerdictPass {
+					fails.Add(1)
+					t.Logf("job %d rank %d: %v", j, i, err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	res.Fails = int(fails.Load())
+	b, err = json.Marshal(res)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(specFile+".out", b, 0o600))
+}
 
 func benchPod(owner client.Object, typ string, idx int, node string) *corev1.Pod {
 	return &corev1.Pod{
