@@ -83,4 +83,3 @@ func TestInitExitCodes(t *testing.T) {
 		})
 	}
 }
-
