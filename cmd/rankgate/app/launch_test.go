@@ -163,10 +163,25 @@ func closedLocalPort(t *testing.T) int {
 //
 //	go test -run XXX -bench LaunchStartupLatency -benchtime 100x ./cmd/rankgate/app/
 func BenchmarkLaunchStartupLatency(b *testing.B) {
-	bin := filepath.Join(b.TempDir(), "rankgate")
-	if out, err := exec.Command("go", "build", "-o", bin, "..").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
+	// The full binary pays package initialisation of client-go and
+	// controller-runtime at every start; the node build (-tags
+	// rankgate_node) does not.
+	for _, build := range []struct{ name, tags string }{{"full", ""}, {"node", "rankgate_node"}} {
+		b.Run(build.name, func(b *testing.B) {
+			bin := filepath.Join(b.TempDir(), "rankgate")
+			args := []string{"build", "-o", bin}
+			if build.tags != "" {
+				args = append(args, "-tags", build.tags)
+			}
+			if out, err := exec.Command("go", append(args, "..")...).CombinedOutput(); err != nil {
+				b.Fatalf("go build: %v\n%s", err, out)
+			}
+			benchStartup(b, bin)
+		})
 	}
+}
+
+func benchStartup(b *testing.B, bin string) {
 	stamp := []string{"sh", "-c", `date +%s%N`}
 	measure := func(argv []string) time.Duration {
 		cmd := exec.Command(argv[0], argv[1:]...)
