@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// Benchmarks of the performance targets (docs/launch.md):
+// Benchmarks of the performance targets (README, rankgate launch):
 //
 //	go test -run XXX -bench 'PassThrough|StartupLatency|InitDeadline' -benchtime 5x ./launcher/
 //	go test -run XXX -bench Scanner ./launcher/    (default -benchtime: the CPU metric needs ~1 s)

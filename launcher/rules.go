@@ -3,7 +3,7 @@ package launcher
 import "github.com/rankgate/rankgate/preflight"
 
 // Rule IDs that launch adds to the preflight's: a public vocabulary
-// (docs/launch.md). Never rename one.
+// (README, rankgate launch). Never rename one.
 const (
 	// RuleNCCLInitTimeout: NCCL did not report Init COMPLETE (nor did the
 	// ready pattern or file show up) within the init deadline. Exit 4.

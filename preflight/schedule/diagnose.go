@@ -9,7 +9,7 @@ import (
 )
 
 // Rule IDs of the schedulability engine: a public vocabulary (README,
-// docs/diagnose.md). Renaming one is a breaking change.
+// README, rankgate diagnose). Renaming one is a breaking change.
 const (
 	RuleSchedulable        = "SCHEDULABLE"
 	RuleWaitCapacity       = "WAIT_CAPACITY"
