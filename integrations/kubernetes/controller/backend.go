@@ -241,8 +241,18 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 	}
 	g.timer = time.AfterFunc(time.Until(deadline), func() { c.decide(g, trigDeadline, nil) })
 	if !g.firstRecorded {
+		// Most gangs complete within seconds: only those still open after
+		// FirstReportDelay cost the job a write. A restart before then
+		// moves the deadline by at most that delay.
 		g.firstRecorded = true
-		go c.recordFirstReport(g, at)
+		time.AfterFunc(c.opts.FirstReportDelay, func() {
+			g.mu.Lock()
+			open := g.verdict == nil && !g.closed
+			g.mu.Unlock()
+			if open {
+				c.recordFirstReport(g, at)
+			}
+		})
 	}
 }
 

@@ -75,6 +75,9 @@ type Options struct {
 	// re-send their reports before a deadline may fail a gang (default
 	// MaxWait + 5s).
 	ResendGrace time.Duration
+	// FirstReportDelay: how long a gang may stay open before its first
+	// report's time is written to the job (default 2s; see startClock).
+	FirstReportDelay time.Duration
 	// OnFail: suspend (default), delete or annotate.
 	OnFail string
 
@@ -135,6 +138,9 @@ func (o *Options) defaults() error {
 	}
 	if o.ResendGrace <= 0 {
 		o.ResendGrace = o.MaxWait + 5*time.Second
+	}
+	if o.FirstReportDelay <= 0 {
+		o.FirstReportDelay = 2 * time.Second
 	}
 	if o.OnFail == "" {
 		o.OnFail = ActionSuspend

@@ -88,7 +88,11 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 
 	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
 	if !wrote {
-		log.Info("verdict already recorded on the job; adopted")
+		if rec.adopted {
+			log.Info("verdict already recorded on the job; adopted")
+		} else {
+			log.Info("job deleted or replaced; verdict answered, not recorded")
+		}
 		return
 	}
 	c.decisions.Add(1)

@@ -37,7 +37,7 @@ var (
 	})
 	metricGangs = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rankgate_gangs_open",
-		Help: "Gangs with at least one report and no verdict yet.",
+		Help: "Gangs the leader tracks that have no verdict yet (a rank reported or polled).",
 	})
 	metricRequests = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "rankgate_gate_request_seconds",

@@ -96,7 +96,10 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		}
 		return reconcile.Result{}, nil
 	}
-	if _, ok := obj.GetAnnotations()[KeyFirstReport]; !ok {
+	c.mu.Lock()
+	uid, tracked := c.byName[key]
+	c.mu.Unlock()
+	if _, ok := obj.GetAnnotations()[KeyFirstReport]; !ok && !(tracked && uid == obj.GetUID()) {
 		return reconcile.Result{}, nil
 	}
 	// A gang is running (possibly started before this leader): make sure
