@@ -11,10 +11,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
 )
 
-var _ gate.Backend = (*Controller)(nil)
+var _ gateserver.Backend = (*Controller)(nil)
 
 // rankOf is a reporting pod resolved to its job and rank.
 type rankOf struct {
@@ -23,8 +24,8 @@ type rankOf struct {
 	rank int
 }
 
-// Report implements gate.Backend.
-func (c *Controller) Report(ctx context.Context, id gate.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
+// Report implements gateserver.Backend.
+func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id)
 	if err != nil {
 		return nil, err
@@ -55,8 +56,8 @@ func (c *Controller) Report(ctx context.Context, id gate.Identity, req *gate.Rep
 	return g.response(r.rank), nil
 }
 
-// Verdict implements gate.Backend.
-func (c *Controller) Verdict(ctx context.Context, id gate.Identity, wait time.Duration) (*gate.Response, error) {
+// Verdict implements gateserver.Backend.
+func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id)
 	if err != nil {
 		return nil, err
@@ -94,7 +95,7 @@ func (c *Controller) decided(j job) (*decision, bool) {
 
 // resolve finds the authenticated pod, its job and its rank, refusing what
 // is not a rank of an opted-in job.
-func (c *Controller) resolve(ctx context.Context, id gate.Identity) (rankOf, error) {
+func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankOf, error) {
 	if !c.leader.Load() {
 		return rankOf{}, &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, RetryAfter: time.Second,
 			Message: fmt.Sprintf("replica %s is not the leader; the gate service may route to any replica, retry", c.opts.Identity)}

@@ -46,6 +46,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 )
 
 // Options configure the controller. Zero values take the defaults noted.
@@ -174,7 +175,7 @@ type Controller struct {
 	client client.Client // cached reads, writes
 	api    client.Reader // uncached reads
 	rec    events.EventRecorder
-	gate   *gate.Server
+	gate   *gateserver.Server
 	kinds  []jobKind
 
 	leader      atomic.Bool
@@ -258,9 +259,9 @@ func New(opts Options) (*Controller, error) {
 		}
 		getCert = cw.GetCertificate
 	}
-	c.gate = gate.NewServer(gate.ServerOptions{
+	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
-		Auth:    gate.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
+		Auth:    gateserver.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
 		Backend: c, MaxWait: opts.MaxWait, Log: c.log.WithName("gate"), Observe: observeRequest,
 	})
 	if err := mgr.Add(c.gate); err != nil {

@@ -127,7 +127,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return nil, err
 	}
 	defer res.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	data, err := io.ReadAll(io.LimitReader(res.Body, MaxBody))
 	if err != nil {
 		return nil, err
 	}

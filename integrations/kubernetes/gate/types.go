@@ -13,7 +13,10 @@
 // what makes a controller restart lose nothing. Errors are ErrorBody with a
 // stable Code; Retryable codes come with HTTP 503 and Retry-After.
 //
-// docs/controller.md documents the protocol for authors of other clients.
+// This package is the wire format and the client; the server and the
+// token authentication are in gate/server (so that rankgate init links no
+// Kubernetes API types). docs/controller.md documents the protocol for
+// authors of other clients.
 package gate
 
 import (
@@ -30,6 +33,9 @@ const APIVersion = "gate.rankgate.io/v1"
 
 // Audience is the token audience the controller accepts by default.
 const Audience = "rankgate"
+
+// MaxBody bounds a request or answer body.
+const MaxBody = 1 << 20
 
 // Paths of the API.
 const (

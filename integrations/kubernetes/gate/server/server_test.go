@@ -1,4 +1,4 @@
-package gate_test
+package server_test
 
 import (
 	"context"
@@ -20,16 +20,17 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
 )
 
 // fakeAuth maps tokens to pods.
-type fakeAuth map[string]gate.Identity
+type fakeAuth map[string]server.Identity
 
-func (f fakeAuth) Authenticate(_ context.Context, token string) (gate.Identity, error) {
+func (f fakeAuth) Authenticate(_ context.Context, token string) (server.Identity, error) {
 	id, ok := f[token]
 	if !ok {
-		return gate.Identity{}, gate.Errorf(gate.CodeUnauthenticated, "unknown token")
+		return server.Identity{}, gate.Errorf(gate.CodeUnauthenticated, "unknown token")
 	}
 	return id, nil
 }
@@ -49,7 +50,7 @@ func newBackend(need int) *fakeBackend {
 	return &fakeBackend{need: need, reports: map[string]gate.ReportRequest{}, done: make(chan struct{})}
 }
 
-func (b *fakeBackend) Report(ctx context.Context, id gate.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
+func (b *fakeBackend) Report(ctx context.Context, id server.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
 	if b.notLeader.Load() {
 		return nil, &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, Message: "not the leader"}
 	}
@@ -66,7 +67,7 @@ func (b *fakeBackend) Report(ctx context.Context, id gate.Identity, req *gate.Re
 	return b.Verdict(ctx, id, wait)
 }
 
-func (b *fakeBackend) Verdict(ctx context.Context, _ gate.Identity, wait time.Duration) (*gate.Response, error) {
+func (b *fakeBackend) Verdict(ctx context.Context, _ server.Identity, wait time.Duration) (*gate.Response, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -85,7 +86,7 @@ type env struct {
 	tokens string // dir of token files
 }
 
-func startServer(t *testing.T, be gate.Backend, ln net.Listener) env {
+func startServer(t *testing.T, be server.Backend, ln net.Listener) env {
 	t.Helper()
 	dir := t.TempDir()
 	certs, err := gatetest.WriteCerts(dir, "127.0.0.1")
@@ -94,14 +95,14 @@ func startServer(t *testing.T, be gate.Backend, ln net.Listener) env {
 	require.NoError(t, err)
 	auth := fakeAuth{}
 	for _, p := range []string{"p0", "p1", "p2"} {
-		auth["tok-"+p] = gate.Identity{Namespace: "ml", Pod: p, PodUID: "uid-" + p}
+		auth["tok-"+p] = server.Identity{Namespace: "ml", Pod: p, PodUID: "uid-" + p}
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "tok-"+p), []byte("tok-"+p+"\n"), 0o600))
 	}
 	if ln == nil {
 		ln, err = net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 	}
-	s := gate.NewServer(gate.ServerOptions{
+	s := server.New(server.Options{
 		Listener: ln, Auth: auth, Backend: be, MaxWait: 5 * time.Second, Log: logr.Discard(),
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &pair, nil },
 	})
@@ -221,7 +222,7 @@ func TestAwaitRetriesUntilReachable(t *testing.T) {
 	ln, err = net.Listen("tcp", addr)
 	require.NoError(t, err)
 	be.notLeader.Store(true) // first the gate says "not the leader": still retried
-	s := gate.NewServer(gate.ServerOptions{Listener: ln, Auth: fakeAuth{"tok-p0": {Namespace: "ml", Pod: "p0"}}, Backend: be, Log: logr.Discard(),
+	s := server.New(server.Options{Listener: ln, Auth: fakeAuth{"tok-p0": {Namespace: "ml", Pod: "p0"}}, Backend: be, Log: logr.Discard(),
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &pair, nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -269,19 +270,19 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 		status authnv1.TokenReviewStatus
 		err    error
 		code   string
-		want   gate.Identity
+		want   server.Identity
 	}{
 		{"pod-bound token", authnv1.TokenReviewStatus{Authenticated: true, User: podUser, Audiences: []string{"rankgate"}}, nil, "",
-			gate.Identity{Username: podUser.Username, Namespace: "ml", ServiceAccount: "trainer", Pod: "j-worker-0", PodUID: "1234"}},
-		{"not authenticated", authnv1.TokenReviewStatus{Error: "token expired"}, nil, gate.CodeUnauthenticated, gate.Identity{}},
-		{"other audience", authnv1.TokenReviewStatus{Authenticated: true, User: podUser, Audiences: []string{"api"}}, nil, gate.CodeUnauthenticated, gate.Identity{}},
-		{"not bound to a pod", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:ml:trainer"}}, nil, gate.CodeForbidden, gate.Identity{}},
-		{"a person", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "alice"}}, nil, gate.CodeForbidden, gate.Identity{}},
-		{"API down", authnv1.TokenReviewStatus{}, errors.New("connection refused"), gate.CodeUnavailable, gate.Identity{}},
+			server.Identity{Username: podUser.Username, Namespace: "ml", ServiceAccount: "trainer", Pod: "j-worker-0", PodUID: "1234"}},
+		{"not authenticated", authnv1.TokenReviewStatus{Error: "token expired"}, nil, gate.CodeUnauthenticated, server.Identity{}},
+		{"other audience", authnv1.TokenReviewStatus{Authenticated: true, User: podUser, Audiences: []string{"api"}}, nil, gate.CodeUnauthenticated, server.Identity{}},
+		{"not bound to a pod", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "system:serviceaccount:ml:trainer"}}, nil, gate.CodeForbidden, server.Identity{}},
+		{"a person", authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "alice"}}, nil, gate.CodeForbidden, server.Identity{}},
+		{"API down", authnv1.TokenReviewStatus{}, errors.New("connection refused"), gate.CodeUnavailable, server.Identity{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := &fakeReviewer{status: tc.status, err: tc.err}
-			a := gate.NewTokenReviewAuthenticator(fr, "rankgate", time.Minute)
+			a := server.NewTokenReviewAuthenticator(fr, "rankgate", time.Minute)
 			id, err := a.Authenticate(context.Background(), "tok")
 			if tc.code != "" {
 				var ge *gate.Error

@@ -1,4 +1,9 @@
-package gate
+// Package server is the controller side of the gate API (package gate):
+// the HTTPS server, and authentication of ranks by their pod-bound
+// service-account tokens with TokenReview. It is kept apart from package
+// gate so that rankgate init, which only needs the client, links no
+// Kubernetes API types.
+package server
 
 import (
 	"context"
@@ -15,6 +20,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
 // Backend decides. The controller implements it; tests use fakes. Errors
@@ -22,14 +29,14 @@ import (
 type Backend interface {
 	// Report records (or re-records) the rank's report, then waits up to
 	// wait for the verdict. id is authenticated and speaks for req's pod.
-	Report(ctx context.Context, id Identity, req *ReportRequest, wait time.Duration) (*Response, error)
+	Report(ctx context.Context, id Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error)
 	// Verdict waits up to wait for the verdict of id's job without
 	// reporting.
-	Verdict(ctx context.Context, id Identity, wait time.Duration) (*Response, error)
+	Verdict(ctx context.Context, id Identity, wait time.Duration) (*gate.Response, error)
 }
 
-// ServerOptions configure a Server.
-type ServerOptions struct {
+// Options configure a Server.
+type Options struct {
 	// Addr to listen on (host:port) unless Listener is set.
 	Addr     string
 	Listener net.Listener
@@ -48,15 +55,15 @@ type ServerOptions struct {
 // Server is the gate's HTTPS server. It runs on every controller replica:
 // the Backend answers NotLeader on replicas that do not hold the gangs.
 type Server struct {
-	opts ServerOptions
+	opts Options
 
 	mu      sync.Mutex
 	ln      net.Listener
 	serving chan struct{}
 }
 
-// NewServer builds a server; Start listens and serves.
-func NewServer(opts ServerOptions) *Server {
+// New builds a server; Start listens and serves.
+func New(opts Options) *Server {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 30 * time.Second
 	}
@@ -134,12 +141,10 @@ func (s *Server) Start(ctx context.Context) error {
 // Handler is the HTTP handler, for tests and embedding.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+PathReport, s.handleReport)
-	mux.HandleFunc("GET "+PathVerdict, s.handleVerdict)
+	mux.HandleFunc("POST "+gate.PathReport, s.handleReport)
+	mux.HandleFunc("GET "+gate.PathVerdict, s.handleVerdict)
 	return mux
 }
-
-const maxBody = 1 << 20
 
 func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -147,7 +152,7 @@ func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, "report", start, resp, err)
 }
 
-func (s *Server) report(r *http.Request) (*Response, error) {
+func (s *Server) report(r *http.Request) (*gate.Response, error) {
 	wait, err := s.wait(r)
 	if err != nil {
 		return nil, err
@@ -156,13 +161,13 @@ func (s *Server) report(r *http.Request) (*Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	var req ReportRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	var req gate.ReportRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, gate.MaxBody))
 	if err := dec.Decode(&req); err != nil {
-		return nil, Errorf(CodeBadRequest, "decoding report: %v", err)
+		return nil, gate.Errorf(gate.CodeBadRequest, "decoding report: %v", err)
 	}
 	if err := req.Validate(); err != nil {
-		return nil, Errorf(CodeBadRequest, "%v", err)
+		return nil, gate.Errorf(gate.CodeBadRequest, "%v", err)
 	}
 	if err := CheckPod(id, req.Namespace, req.Pod); err != nil {
 		return nil, err
@@ -176,7 +181,7 @@ func (s *Server) handleVerdict(w http.ResponseWriter, r *http.Request) {
 	s.answer(w, "verdict", start, resp, err)
 }
 
-func (s *Server) verdict(r *http.Request) (*Response, error) {
+func (s *Server) verdict(r *http.Request) (*gate.Response, error) {
 	wait, err := s.wait(r)
 	if err != nil {
 		return nil, err
@@ -199,7 +204,7 @@ func (s *Server) wait(r *http.Request) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return 0, Errorf(CodeBadRequest, "wait=%q is not a duration like 30s", v)
+		return 0, gate.Errorf(gate.CodeBadRequest, "wait=%q is not a duration like 30s", v)
 	}
 	return min(d, s.opts.MaxWait), nil
 }
@@ -213,13 +218,13 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 	return s.opts.Auth.Authenticate(r.Context(), strings.TrimSpace(token))
 }
 
-func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time, resp *Response, err error) {
+func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time, resp *gate.Response, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	code := "OK"
 	if err != nil {
-		var ge *Error
+		var ge *gate.Error
 		if !errors.As(err, &ge) {
-			ge = Errorf(CodeUnavailable, "%v", err)
+			ge = gate.Errorf(gate.CodeUnavailable, "%v", err)
 		}
 		code = ge.Code
 		if ge.Retryable() {
@@ -231,17 +236,17 @@ func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time,
 		}
 		status := ge.HTTPStatus
 		if status == 0 {
-			status = statusOf(ge.Code)
+			status = gate.Errorf(ge.Code, "").HTTPStatus
 		}
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(ErrorBody{APIVersion: APIVersion, Code: ge.Code, Message: ge.Message})
+		_ = json.NewEncoder(w).Encode(gate.ErrorBody{APIVersion: gate.APIVersion, Code: ge.Code, Message: ge.Message})
 		if status >= 500 {
 			s.opts.Log.V(1).Info("gate request failed", "endpoint", endpoint, "code", ge.Code, "message", ge.Message)
 		} else {
 			s.opts.Log.Info("gate request refused", "endpoint", endpoint, "code", ge.Code, "message", ge.Message)
 		}
 	} else {
-		resp.APIVersion = APIVersion
+		resp.APIVersion = gate.APIVersion
 		_ = json.NewEncoder(w).Encode(resp)
 	}
 	if s.opts.Observe != nil {

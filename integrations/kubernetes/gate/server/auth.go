@@ -1,4 +1,4 @@
-package gate
+package server
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
 // Identity is who a token belongs to: a pod, through its service account.
@@ -70,7 +72,7 @@ const maxCachedTokens = 50000
 
 func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Identity, error) {
 	if token == "" {
-		return Identity{}, Errorf(CodeUnauthenticated, "no bearer token; mount a projected service-account token with audience %q and pass it with --token-file", a.audience)
+		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "no bearer token; mount a projected service-account token with audience %q and pass it with --token-file", a.audience)
 	}
 	key := sha256.Sum256([]byte(token))
 	now := time.Now()
@@ -84,12 +86,12 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 	select {
 	case a.inflight <- struct{}{}:
 	case <-ctx.Done():
-		return Identity{}, Errorf(CodeUnavailable, "waiting to review the token: %v", ctx.Err())
+		return Identity{}, gate.Errorf(gate.CodeUnavailable, "waiting to review the token: %v", ctx.Err())
 	}
 	res, err := a.tr.Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: []string{a.audience}}}, metav1.CreateOptions{})
 	<-a.inflight
 	if err != nil {
-		return Identity{}, Errorf(CodeUnavailable, "TokenReview failed: %v", err)
+		return Identity{}, gate.Errorf(gate.CodeUnavailable, "TokenReview failed: %v", err)
 	}
 	st := res.Status
 	if !st.Authenticated {
@@ -97,10 +99,10 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 		if msg == "" {
 			msg = "token not authenticated"
 		}
-		return Identity{}, Errorf(CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience)
+		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience)
 	}
 	if len(st.Audiences) > 0 && !contains(st.Audiences, a.audience) {
-		return Identity{}, Errorf(CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience)
+		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience)
 	}
 	id, err := identityOf(st.User)
 	if err != nil {
@@ -126,7 +128,7 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 func identityOf(u authnv1.UserInfo) (Identity, error) {
 	parts := strings.Split(u.Username, ":")
 	if len(parts) != 4 || parts[0] != "system" || parts[1] != "serviceaccount" {
-		return Identity{}, Errorf(CodeForbidden, "%s is not a service account; only rank pods may report", u.Username)
+		return Identity{}, gate.Errorf(gate.CodeForbidden, "%s is not a service account; only rank pods may report", u.Username)
 	}
 	id := Identity{Username: u.Username, Namespace: parts[2], ServiceAccount: parts[3]}
 	if v := u.Extra[extraPodName]; len(v) == 1 {
@@ -136,7 +138,7 @@ func identityOf(u authnv1.UserInfo) (Identity, error) {
 		id.PodUID = v[0]
 	}
 	if id.Pod == "" || id.PodUID == "" {
-		return Identity{}, Errorf(CodeForbidden, "the token of %s is not bound to a pod; use a projected service-account token (serviceAccountToken volume) in the rank pod", u.Username)
+		return Identity{}, gate.Errorf(gate.CodeForbidden, "the token of %s is not bound to a pod; use a projected service-account token (serviceAccountToken volume) in the rank pod", u.Username)
 	}
 	return id, nil
 }
@@ -153,7 +155,7 @@ func contains(xs []string, s string) bool {
 // CheckPod refuses an identity that does not speak for namespace/pod.
 func CheckPod(id Identity, namespace, pod string) error {
 	if id.Namespace != namespace || id.Pod != pod {
-		return Errorf(CodeForbidden, "the token belongs to pod %s/%s, not %s/%s: a pod may only report for itself", id.Namespace, id.Pod, namespace, pod)
+		return gate.Errorf(gate.CodeForbidden, "the token belongs to pod %s/%s, not %s/%s: a pod may only report for itself", id.Namespace, id.Pod, namespace, pod)
 	}
 	return nil
 }
