@@ -12,7 +12,7 @@ import (
 )
 
 // Keys under rankgate.io/ on jobs and namespaces: a public contract
-// (docs/controller.md).
+// (the README (The cluster gate)).
 const (
 	// KeyGate opts a job in ("enabled"; label or annotation on the job, or
 	// label on its namespace). "disabled" on the job opts it out of a

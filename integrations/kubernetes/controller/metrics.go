@@ -11,7 +11,7 @@ import (
 )
 
 // Metrics, served on the manager's metrics endpoint (--metrics-addr,
-// /metrics). Names and labels are documented in docs/controller.md.
+// /metrics). Names and labels are documented in the README (The cluster gate).
 var (
 	metricVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rankgate_gang_verdicts_total",

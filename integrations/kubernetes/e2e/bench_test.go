@@ -37,7 +37,7 @@ import (
 	"github.com/rankgate/rankgate/preflight"
 )
 
-// The performance checks of docs/controller.md. They create tens of
+// The performance checks of the README (The cluster gate). They create tens of
 // thousands of objects, so they run only when asked:
 //
 //	RANKGATE_BENCH=1 go test -run TestBench -v -timeout 30m ./integrations/kubernetes/e2e/
