@@ -2,6 +2,8 @@ package preflight
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -155,7 +157,7 @@ func GangRules(in GangInput) Report {
 	}
 	if len(parents) > 1 {
 		var parts []string
-		for _, k := range sortedKeys(parents) {
+		for _, k := range slices.Sorted(maps.Keys(parents)) {
 			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(parents[k]))))
 		}
 		f = append(f, Finding{
@@ -183,7 +185,7 @@ func GangRules(in GangInput) Report {
 	}
 	if len(shapes) > 1 && !(len(migs) > 0 && len(fulls) > 0) {
 		var parts []string
-		for _, k := range sortedKeys(shapes) {
+		for _, k := range slices.Sorted(maps.Keys(shapes)) {
 			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(shapes[k]))))
 		}
 		f = append(f, Finding{
@@ -205,7 +207,7 @@ func GangRules(in GangInput) Report {
 	}
 	if len(drivers) > 1 {
 		var parts []string
-		for _, k := range sortedKeys(drivers) {
+		for _, k := range slices.Sorted(maps.Keys(drivers)) {
 			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(drivers[k])))
 		}
 		f = append(f, Finding{
@@ -214,7 +216,7 @@ func GangRules(in GangInput) Report {
 			Remediation: "pin the job to nodes of one driver version (node selector on nvidia.com/cuda.driver-version.full)",
 		})
 	}
-	for _, k := range sortedKeys(owner) {
+	for _, k := range slices.Sorted(maps.Keys(owner)) {
 		if rs := dedupe(owner[k]); len(rs) > 1 {
 			f = append(f, Finding{
 				Rule: RuleGangDuplicateDevice, Severity: SeverityFail, Ranks: rs, Devices: []string{k[strings.IndexByte(k, '/')+1:]},
@@ -235,14 +237,14 @@ func GangRules(in GangInput) Report {
 		}
 		podsByNode[r.Node][r.Pod] = append(podsByNode[r.Node][r.Pod], r.Rank)
 	}
-	for _, node := range sortedKeys(podsByNode) {
+	for _, node := range slices.Sorted(maps.Keys(podsByNode)) {
 		pods := podsByNode[node]
 		if len(pods) < 2 {
 			continue
 		}
 		var rs []int
 		var ps []string
-		for _, p := range sortedKeys(pods) {
+		for _, p := range slices.Sorted(maps.Keys(pods)) {
 			rs = append(rs, pods[p]...)
 			ps = append(ps, p)
 		}
@@ -318,15 +320,6 @@ func dedupe(xs []int) []int {
 		}
 	}
 	sort.Ints(out)
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 
