@@ -54,6 +54,7 @@ image: ## container image (needs a Docker engine)
 
 device-smoke: ## build the binary for the GPU machine's smoke run (hack/device-smoke.sh)
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o .device/rankgate ./cmd/rankgate
+	CGO_ENABLED=1 $(GO) test -c -o .device/nvmlsource.test ./topology/nvmlsource
 	cp hack/device-smoke.sh .device/
 
 clean:

@@ -27,6 +27,11 @@ run preflight.json "$bin" preflight -o json --termination-log "$out/termination.
 # Offline import of the same node's nvidia-smi outputs: compare with NVML.
 run import.json "$bin" inspect -o json --inventory "$out/smi-L.txt" --inventory "$out/smi-q-x.xml" --inventory "$out/smi-topo-m.txt"
 { echo "--- human preflight"; "$bin" preflight 2>&1; echo "rc=$?"; echo "--- inspect"; "$bin" inspect 2>&1; } >>"$log"
+# nvmlsource's live test: discovery through the real driver, every field
+# logged (make device-smoke builds the test binary beside rankgate).
+if [ -x .device/nvmlsource.test ]; then
+  { echo "--- TestLiveNVML"; RANKGATE_NVML_LIVE=1 .device/nvmlsource.test -test.count=1 -test.run 'TestLiveNVML' -test.v 2>&1; echo "rc=$?"; } >>"$log"
+fi
 # Peak RSS of one live preflight (GNU time when present).
 if command -v /usr/bin/time >/dev/null; then /usr/bin/time -v "$bin" preflight -o json 2>&1 >/dev/null | grep -E 'Maximum resident|Elapsed' >>"$log"; fi
 rm -f "$out/termination.txt"
