@@ -168,23 +168,11 @@ func call0[A any](c *caller, o op, f func() (A, nvml.Return)) (A, nvml.Return, e
 }
 
 func call1[X, A any](c *caller, o op, f func(X) (A, nvml.Return), x X) (A, nvml.Return, error) {
-	var a A
-	var r nvml.Return
-	if err := c.do(o, c.timeout, func() { a, r = f(x) }); err != nil {
-		var zero A
-		return zero, 0, err
-	}
-	return a, r, nil
+	return call0(c, o, func() (A, nvml.Return) { return f(x) })
 }
 
 func call2[X, Y, A any](c *caller, o op, f func(X, Y) (A, nvml.Return), x X, y Y) (A, nvml.Return, error) {
-	var a A
-	var r nvml.Return
-	if err := c.do(o, c.timeout, func() { a, r = f(x, y) }); err != nil {
-		var zero A
-		return zero, 0, err
-	}
-	return a, r, nil
+	return call0(c, o, func() (A, nvml.Return) { return f(x, y) })
 }
 
 // unsupported reports whether r answers "this GPU or driver cannot tell":

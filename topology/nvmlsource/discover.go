@@ -587,27 +587,9 @@ func get02[A, B any](c *caller, o op, f func() (A, B, nvml.Return)) (A, B, bool,
 }
 
 func get1[X, A any](c *caller, o op, f func(X) (A, nvml.Return), x X) (A, bool, error) {
-	a, r, err := call1(c, o, f, x)
-	if err != nil {
-		return a, false, err
-	}
-	ok, err := answer(o, r)
-	if !ok {
-		var zero A
-		return zero, false, err
-	}
-	return a, true, nil
+	return get0(c, o, func() (A, nvml.Return) { return f(x) })
 }
 
 func get2[X, Y, A any](c *caller, o op, f func(X, Y) (A, nvml.Return), x X, y Y) (A, bool, error) {
-	a, r, err := call2(c, o, f, x, y)
-	if err != nil {
-		return a, false, err
-	}
-	ok, err := answer(o, r)
-	if !ok {
-		var zero A
-		return zero, false, err
-	}
-	return a, true, nil
+	return get0(c, o, func() (A, nvml.Return) { return f(x, y) })
 }
