@@ -3,7 +3,6 @@
 package launcher
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rankgate/rankgate/launcher/launchertest"
 )
 
 // Benchmarks of the performance targets (README, rankgate launch):
@@ -125,40 +126,7 @@ func BenchmarkStartupLatency(b *testing.B) {
 	bin := testbin(b)
 	direct := []string{bin, "child", "stamp"}
 	via := []string{bin, "launch", "--init-timeout", "10m", "--", bin, "child", "stamp"}
-	measure := func(argv []string) time.Duration {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env = cleanEnv()
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		start := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = cmd.Wait()
-		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
-		if err != nil {
-			b.Fatalf("stamp %q: %v", line, err)
-		}
-		return time.Unix(0, ns).Sub(start)
-	}
-	var d, v []time.Duration
-	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			d, v = append(d, measure(direct)), append(v, measure(via))
-		} else {
-			v, d = append(v, measure(via)), append(d, measure(direct))
-		}
-	}
-	md, mv := median(d), median(v)
-	b.ReportMetric(float64(md.Microseconds())/1000, "direct-ms")
-	b.ReportMetric(float64(mv.Microseconds())/1000, "rankgate-ms")
-	b.ReportMetric(float64((mv-md).Microseconds())/1000, "added-ms")
+	launchertest.ReportAddedLatency(b, cleanEnv(), direct, via)
 }
 
 // BenchmarkInitDeadlineTeardown: CMD never completes NCCL init, ignores

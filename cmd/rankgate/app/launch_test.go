@@ -3,12 +3,10 @@
 package app
 
 import (
-	"bufio"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/launcher"
+	"github.com/rankgate/rankgate/launcher/launchertest"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -183,37 +182,5 @@ func BenchmarkLaunchStartupLatency(b *testing.B) {
 
 func benchStartup(b *testing.B, bin string) {
 	stamp := []string{"sh", "-c", `date +%s%N`}
-	measure := func(argv []string) time.Duration {
-		cmd := exec.Command(argv[0], argv[1:]...)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		start := time.Now()
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = cmd.Wait()
-		ns, err := strconv.ParseInt(strings.TrimSpace(line), 10, 64)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return time.Unix(0, ns).Sub(start)
-	}
-	via := append([]string{bin, "launch", "--no-preflight", "--"}, stamp...)
-	var d, v []time.Duration
-	for b.Loop() {
-		d = append(d, measure(stamp))
-		v = append(v, measure(via))
-	}
-	slices.Sort(d)
-	slices.Sort(v)
-	md, mv := d[len(d)/2], v[len(v)/2]
-	b.ReportMetric(float64(md.Microseconds())/1000, "direct-ms")
-	b.ReportMetric(float64(mv.Microseconds())/1000, "rankgate-ms")
-	b.ReportMetric(float64((mv-md).Microseconds())/1000, "added-ms")
+	launchertest.ReportAddedLatency(b, nil, stamp, append([]string{bin, "launch", "--no-preflight", "--"}, stamp...))
 }
