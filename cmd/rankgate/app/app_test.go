@@ -221,3 +221,23 @@ func TestPreflightWithoutDriver(t *testing.T) {
 	require.Equal(t, "NVML_LIBRARY_NOT_FOUND", r.Findings[0].Rule)
 	require.NotEmpty(t, r.Findings[0].Remediation)
 }
+
+// A list flag's values are taken as given: a file name may hold a comma.
+// From the environment, a list is comma-separated.
+func TestInventoryListSources(t *testing.T) {
+	data, err := os.ReadFile("../../../configs/samples/a100-full.json")
+	require.NoError(t, err)
+	p := filepath.Join(t.TempDir(), "node,a100.json")
+	require.NoError(t, os.WriteFile(p, data, 0o644))
+	code, _, stderr := run(t, nil, "preflight", "--inventory", p, "--devices", "0")
+	require.Equal(t, 0, code, stderr)
+
+	smi := "../../../testdata/fixtures/nvidia-smi/"
+	code, out, stderr := run(t, map[string]string{"RANKGATE_INVENTORY": smi + "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt," + smi + "03_smi-table_h100-80gb-hbm3_mig-mixed_590.48.01.txt"},
+		"inspect", "-o", "json")
+	require.Equal(t, 0, code, stderr)
+	inv, err := topology.DecodeSnapshot("out", []byte(out))
+	require.NoError(t, err)
+	require.Equal(t, 60, inv.GPUs[0].MIGDevices[0].SMs) // SMs come from the table, UUIDs from -L
+	require.NotEmpty(t, inv.GPUs[0].MIGDevices[0].UUID)
+}

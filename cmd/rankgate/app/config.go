@@ -160,24 +160,21 @@ func (c *Config) Int(key string) int { return c.v.GetInt(key) }
 // Duration returns a merged duration value (validated in LoadConfig).
 func (c *Config) Duration(key string) time.Duration { return c.v.GetDuration(key) }
 
-// Strings returns a merged list; a comma-separated string from the
-// environment or file is split.
+// Strings returns a merged list. A list from flags or the file is taken as
+// is (a path may hold a comma); a single string from the environment or
+// the file is split on commas.
 func (c *Config) Strings(key string) []string {
-	raw := c.v.Get(key)
-	var out []string
-	switch t := raw.(type) {
+	switch t := c.v.Get(key).(type) {
 	case string:
-		out = splitList(t)
+		return splitList(t)
 	case []any:
+		out := make([]string, 0, len(t))
 		for _, e := range t {
-			out = append(out, splitList(fmt.Sprint(e))...)
+			out = append(out, fmt.Sprint(e))
 		}
-	default:
-		for _, e := range c.v.GetStringSlice(key) {
-			out = append(out, splitList(e)...)
-		}
+		return out
 	}
-	return out
+	return c.v.GetStringSlice(key)
 }
 
 func splitList(s string) []string {
