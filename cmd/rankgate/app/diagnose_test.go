@@ -11,14 +11,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
@@ -127,20 +123,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 // fakeLive serves objects from client-go fakes (unit tests only).
 func fakeLive(t *testing.T, objs ...runtime.Object) (*cluster.Live, *fake.Clientset) {
 	t.Helper()
-	var core, jobs []runtime.Object
-	for _, o := range objs {
-		if kubeflow.Supported(o.GetObjectKind().GroupVersionKind()) {
-			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-			require.NoError(t, err)
-			jobs = append(jobs, &unstructured.Unstructured{Object: u})
-			continue
-		}
-		core = append(core, o)
-	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		kubeflow.PyTorchJobGVR: "PyTorchJobList", kubeflow.MPIJobGVR: "MPIJobList",
-	}, jobs...)
-	cs := fake.NewSimpleClientset(core...)
+	cs, dyn := clustertest.FakeClients(t, objs...)
 	return &cluster.Live{Core: cs, Dynamic: dyn}, cs
 }
 

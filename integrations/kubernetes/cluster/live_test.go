@@ -6,11 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
@@ -23,22 +19,8 @@ import (
 // (Unit tests only; the envtest harness runs a real API server.)
 func newFakeLive(t *testing.T, objs ...runtime.Object) *Live {
 	t.Helper()
-	var core, jobs []runtime.Object
-	for _, o := range objs {
-		if kubeflow.Supported(o.GetObjectKind().GroupVersionKind()) {
-			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
-			require.NoError(t, err)
-			jobs = append(jobs, &unstructured.Unstructured{Object: u})
-			continue
-		}
-		core = append(core, o)
-	}
-	scheme := runtime.NewScheme()
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
-		kubeflow.PyTorchJobGVR: "PyTorchJobList",
-		kubeflow.MPIJobGVR:     "MPIJobList",
-	}, jobs...)
-	return &Live{Core: fake.NewSimpleClientset(core...), Dynamic: dyn, PageSize: 2}
+	cs, dyn := clustertest.FakeClients(t, objs...)
+	return &Live{Core: cs, Dynamic: dyn, PageSize: 2}
 }
 
 func TestLiveJob(t *testing.T) {

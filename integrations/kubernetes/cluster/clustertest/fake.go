@@ -1,0 +1,38 @@
+package clustertest
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+)
+
+// FakeClients splits objs between client-go fakes for unit tests: core
+// objects into a fake clientset, Kubeflow jobs (as unstructured) into a
+// dynamic fake that can list them. Tests against a real API server use the
+// envtest harness instead.
+func FakeClients(t testing.TB, objs ...runtime.Object) (*fake.Clientset, *dynamicfake.FakeDynamicClient) {
+	t.Helper()
+	var core, jobs []runtime.Object
+	for _, o := range objs {
+		if kubeflow.Supported(o.GetObjectKind().GroupVersionKind()) {
+			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			if err != nil {
+				t.Fatalf("converting %T: %v", o, err)
+			}
+			jobs = append(jobs, &unstructured.Unstructured{Object: u})
+			continue
+		}
+		core = append(core, o)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		kubeflow.PyTorchJobGVR: "PyTorchJobList",
+		kubeflow.MPIJobGVR:     "MPIJobList",
+	}, jobs...)
+	return fake.NewSimpleClientset(core...), dyn
+}
