@@ -141,18 +141,22 @@ func (s *Server) Start(ctx context.Context) error {
 // Handler is the HTTP handler, for tests and embedding.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+gate.PathReport, s.handleReport)
-	mux.HandleFunc("GET "+gate.PathVerdict, s.handleVerdict)
+	mux.HandleFunc("POST "+gate.PathReport, s.endpoint("report", s.report))
+	mux.HandleFunc("GET "+gate.PathVerdict, s.endpoint("verdict", s.verdict))
 	return mux
 }
 
-func (s *Server) handleReport(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	resp, err := s.report(r)
-	s.answer(w, "report", start, resp, err)
+// endpoint wraps a gate call: the wait parameter and the caller's identity
+// are checked first, and every answer is timed the same way.
+func (s *Server) endpoint(name string, call func(*http.Request, Identity, time.Duration) (*gate.Response, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		resp, err := s.authorized(r, call)
+		s.answer(w, name, start, resp, err)
+	}
 }
 
-func (s *Server) report(r *http.Request) (*gate.Response, error) {
+func (s *Server) authorized(r *http.Request, call func(*http.Request, Identity, time.Duration) (*gate.Response, error)) (*gate.Response, error) {
 	wait, err := s.wait(r)
 	if err != nil {
 		return nil, err
@@ -161,6 +165,10 @@ func (s *Server) report(r *http.Request) (*gate.Response, error) {
 	if err != nil {
 		return nil, err
 	}
+	return call(r, id, wait)
+}
+
+func (s *Server) report(r *http.Request, id Identity, wait time.Duration) (*gate.Response, error) {
 	var req gate.ReportRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, gate.MaxBody))
 	if err := dec.Decode(&req); err != nil {
@@ -175,21 +183,7 @@ func (s *Server) report(r *http.Request) (*gate.Response, error) {
 	return s.opts.Backend.Report(r.Context(), id, &req, wait)
 }
 
-func (s *Server) handleVerdict(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	resp, err := s.verdict(r)
-	s.answer(w, "verdict", start, resp, err)
-}
-
-func (s *Server) verdict(r *http.Request) (*gate.Response, error) {
-	wait, err := s.wait(r)
-	if err != nil {
-		return nil, err
-	}
-	id, err := s.authenticate(r)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) verdict(r *http.Request, id Identity, wait time.Duration) (*gate.Response, error) {
 	q := r.URL.Query()
 	if err := CheckPod(id, q.Get("namespace"), q.Get("pod")); err != nil {
 		return nil, err
