@@ -13,7 +13,6 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
-	"github.com/rankgate/rankgate/topology"
 )
 
 func init() { extraCommands = append(extraCommands, (*App).newInitCommand) }
@@ -100,7 +99,7 @@ func (a *App) runInit(ctx context.Context) error {
 	}()
 
 	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
-	r, inv, err := a.initPreflight(ctx)
+	r, inv, err := a.rankPreflight(ctx)
 	if err != nil {
 		var ee *ExitError
 		if !errors.As(err, &ee) || ee.Code == preflight.ExitUsage {
@@ -211,35 +210,6 @@ func (a *App) initFail(code int, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	a.writeTerminationLog(msg)
 	return &ExitError{Code: code, Err: errors.New(msg)}
-}
-
-// initPreflight runs the rank rules like preflight does, and also returns
-// the inventory: its driver versions go into the report to the gate.
-func (a *App) initPreflight(ctx context.Context) (preflight.Report, *topology.Inventory, error) {
-	drivers := preflight.DefaultDriverTable()
-	if p := a.Config.String("known-bad-drivers"); p != "" {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
-		}
-		if drivers, err = preflight.ParseDriverTable(data); err != nil {
-			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
-		}
-	}
-	alloc, err := a.allocation(ctx)
-	if err != nil {
-		return preflight.Report{}, nil, err
-	}
-	inv, cat, err := a.loadInventory(ctx)
-	if err != nil {
-		return preflight.Report{}, nil, err
-	}
-	r := preflight.RankRules(preflight.RankInput{
-		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
-		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
-	})
-	r.Subject = subject(inv, alloc)
-	return r, inv, nil
 }
 
 func firstNonEmpty(xs ...string) string {

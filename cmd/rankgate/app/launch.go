@@ -135,7 +135,7 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 		}
 		opts.Devices = devs
 	} else {
-		r, err := a.rankPreflight(ctx)
+		r, _, err := a.rankPreflight(ctx)
 		if err != nil {
 			return err
 		}

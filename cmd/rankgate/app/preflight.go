@@ -56,7 +56,7 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
   rankgate preflight --sample h100-mig --devices 0:0,1:0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := a.rankPreflight(cmd.Context())
+			r, _, err := a.rankPreflight(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -74,38 +74,39 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 	return cmd
 }
 
-// rankPreflight runs the rank rules for this process's devices. An error is
+// rankPreflight runs the rank rules for this process's devices and returns
+// the report and the inventory it judged (init sends its driver versions). An error is
 // an *ExitError: 2 bad input, 3 environment, 4 hung NVML call; for NVML
 // failures the report with the NVML_* finding has already been printed.
-func (a *App) rankPreflight(ctx context.Context) (preflight.Report, error) {
+func (a *App) rankPreflight(ctx context.Context) (preflight.Report, *topology.Inventory, error) {
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
-		return preflight.Report{}, err
+		return preflight.Report{}, nil, err
 	}
 	drivers := preflight.DefaultDriverTable()
 	if p := a.Config.String("known-bad-drivers"); p != "" {
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return preflight.Report{}, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
+			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
 		}
 		if drivers, err = preflight.ParseDriverTable(data); err != nil {
-			return preflight.Report{}, exitf(preflight.ExitUsage, "%s: %v", p, err)
+			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
 		}
 	}
 	alloc, err := a.allocation(ctx)
 	if err != nil {
-		return preflight.Report{}, err
+		return preflight.Report{}, nil, err
 	}
 	inv, cat, err := a.loadInventory(ctx)
 	if err != nil {
-		return preflight.Report{}, err
+		return preflight.Report{}, nil, err
 	}
 	r := preflight.RankRules(preflight.RankInput{
 		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
 		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
 	})
 	r.Subject = subject(inv, alloc)
-	return r, nil
+	return r, inv, nil
 }
 
 func subject(inv *topology.Inventory, alloc topology.Allocation) string {
