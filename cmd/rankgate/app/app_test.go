@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite golden files")
 // run executes a command line in-process and returns exit code and output.
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	clear := []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "POD_NAME", "POD_NAMESPACE"}
+	clear := []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "POD_NAME", "POD_NAMESPACE", "KUBECONFIG"}
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "RANKGATE_") {
 			clear = append(clear, kv[:strings.IndexByte(kv, '=')])

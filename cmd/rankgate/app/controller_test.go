@@ -11,20 +11,20 @@ import (
 )
 
 func TestControllerFlags(t *testing.T) {
-	code, _, stderr := runGateCmd(t, nil, "controller", "--on-fail", "explode")
+	code, _, stderr := run(t, nil, "controller", "--on-fail", "explode")
 	require.Equal(t, preflight.ExitUsage, code)
 	require.Contains(t, stderr, "--on-fail")
 
 	// Outside a cluster, without a kubeconfig: an environment failure.
-	code, _, stderr = runGateCmd(t, nil, "controller", "--leader-elect=false")
+	code, _, stderr = run(t, nil, "controller", "--leader-elect=false")
 	require.Equal(t, preflight.ExitEnvironment, code, stderr)
 
-	code, out, _ := runGateCmd(t, nil, "controller", "--help")
+	code, out, _ := run(t, nil, "controller", "--help")
 	require.Equal(t, 0, code)
 	for _, f := range []string{"--kubeconfig", "--gate-addr", "--cert-dir", "--gang-timeout", "--on-fail", "--leader-elect", "--metrics-addr", "--health-addr"} {
 		require.Contains(t, out, f)
 	}
-	code, out, _ = runGateCmd(t, nil, "init", "--help")
+	code, out, _ = run(t, nil, "init", "--help")
 	require.Equal(t, 0, code)
 	for _, f := range []string{"--gate-url", "--ca-file", "--token-file", "--pod-name", "--pod-namespace", "--timeout", "--inventory", "--devices", "--sample"} {
 		require.Contains(t, out, f)

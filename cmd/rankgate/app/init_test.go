@@ -1,12 +1,9 @@
 package app
 
 import (
-	"bytes"
-	"context"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,28 +12,9 @@ import (
 	"github.com/rankgate/rankgate/preflight"
 )
 
-// runGateCmd runs a command line in-process with a clean pod environment.
-func runGateCmd(t *testing.T, env map[string]string, args ...string) (int, string, string) {
-	t.Helper()
-	for _, k := range []string{"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "POD_NAME", "POD_NAMESPACE", "RANKGATE_CONFIG", "KUBECONFIG"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
-	}
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	var out, errb bytes.Buffer
-	code := Run(context.Background(), Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, args)
-	return code, out.String(), errb.String()
-}
-
 // closedPort is a local address nothing listens on.
 func closedPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(closedLocalPort(t))
 }
 
 func TestInitExitCodes(t *testing.T) {
@@ -73,7 +51,7 @@ func TestInitExitCodes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(term)
-			code, out, stderr := runGateCmd(t, tc.env, tc.args...)
+			code, out, stderr := run(t, tc.env, tc.args...)
 			require.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", out, stderr)
 			msg := stderr
 			if b, err := os.ReadFile(term); err == nil {
