@@ -57,9 +57,15 @@ const (
 type decision struct {
 	Report    preflight.Report
 	DecidedAt time.Time
+	DecidedBy string // the replica that decided
 	Action    string
-	// adopted: read from the job, decided by an earlier controller.
+	// adopted: read from the job or a verdict record, not decided by this
+	// call.
 	adopted bool
+	// applied: the job carries it already.
+	applied bool
+	// unrecorded: the job is gone or replaced; answered, never recorded.
+	unrecorded bool
 }
 
 // recordedDecision reads the verdict the job carries, if any.
@@ -69,7 +75,7 @@ func recordedDecision(o client.Object) (*decision, bool) {
 	if v != preflight.VerdictPass && v != preflight.VerdictWarn && v != preflight.VerdictFail {
 		return nil, false
 	}
-	d := &decision{Action: a[KeyAction], adopted: true}
+	d := &decision{Action: a[KeyAction], DecidedBy: a[KeyDecidedBy], adopted: true}
 	d.DecidedAt, _ = time.Parse(time.RFC3339Nano, a[KeyDecidedAt])
 	if err := json.Unmarshal([]byte(a[KeyReport]), &d.Report); err != nil || d.Report.Verdict != v {
 		// Edited by hand or truncated: the verdict and reason still stand.
@@ -78,8 +84,8 @@ func recordedDecision(o client.Object) (*decision, bool) {
 	return d, true
 }
 
-// decisionAnnotations renders a decision for the job.
-func decisionAnnotations(d *decision, by string) map[string]string {
+// decisionAnnotations renders a decision for the job and its record.
+func decisionAnnotations(d *decision) map[string]string {
 	var rules []string
 	seen := map[string]bool{}
 	for _, f := range d.Report.Findings {
@@ -92,7 +98,7 @@ func decisionAnnotations(d *decision, by string) map[string]string {
 		KeyVerdict:   string(d.Report.Verdict),
 		KeyRules:     strings.Join(rules, ","),
 		KeyDecidedAt: d.DecidedAt.UTC().Format(time.RFC3339Nano),
-		KeyDecidedBy: by,
+		KeyDecidedBy: d.DecidedBy,
 		KeyReport:    compactReport(d.Report),
 	}
 	if d.Report.Failed() {

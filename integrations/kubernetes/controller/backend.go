@@ -90,7 +90,10 @@ func (c *Controller) decided(j job) (*decision, bool) {
 			return d, true
 		}
 	}
-	return recordedDecision(j.Object())
+	if d, ok := recordedDecision(j.Object()); ok {
+		return d, true
+	}
+	return c.pendingDecision(j.Object().GetUID())
 }
 
 // resolve finds the authenticated pod, its job and its rank, refusing what
@@ -102,6 +105,9 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 	}
 	if !c.synced.Load() {
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "controller starting: caches not synced")
+	}
+	if !c.recovered.Load() {
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "controller starting: loading recorded verdicts")
 	}
 	pod := &corev1.Pod{}
 	if err := c.getFresh(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.Pod}, pod, id.PodUID); err != nil {

@@ -180,11 +180,14 @@ type Controller struct {
 
 	leader      atomic.Bool
 	synced      atomic.Bool
+	recovered   atomic.Bool  // verdict records of earlier leaders loaded (sweep)
 	leaderSince atomic.Int64 // unix nanos
+	leadCtx     atomic.Pointer[context.Context]
 
-	mu     sync.Mutex
-	gangs  map[types.UID]*gang
-	byName map[string]types.UID // namespace/kind/name -> the job's UID
+	mu      sync.Mutex
+	gangs   map[types.UID]*gang
+	byName  map[string]types.UID    // namespace/kind/name -> the job's UID
+	pending map[types.UID]*decision // recorded, not yet applied to the job (by job UID)
 
 	decisions atomic.Int64
 }
@@ -197,7 +200,7 @@ func New(opts Options) (*Controller, error) {
 	registerMetrics()
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}}
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{}}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
@@ -312,7 +315,8 @@ func (c *Controller) Decisions() int64 { return c.decisions.Load() }
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
 
 // watchLeadership runs on every replica; it marks this one leader once
-// elected, and caches synced.
+// elected, and caches synced; then it loads the verdict records an earlier
+// leader left (sweep) before the gate answers ranks.
 func (c *Controller) watchLeadership(ctx context.Context) error {
 	go func() {
 		if c.mgr.GetCache().WaitForCacheSync(ctx) {
@@ -327,12 +331,23 @@ func (c *Controller) watchLeadership(ctx context.Context) error {
 		return nil
 	case <-c.mgr.Elected():
 	}
+	c.leadCtx.Store(&ctx)
 	c.leaderSince.Store(time.Now().UnixNano())
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
+	go c.sweep(ctx)
 	<-ctx.Done()
 	c.leader.Store(false)
 	return nil
+}
+
+// leadContext ends when this replica stops leading (Background before it
+// leads: only the leader decides).
+func (c *Controller) leadContext() context.Context {
+	if p := c.leadCtx.Load(); p != nil {
+		return *p
+	}
+	return context.Background()
 }
 
 // installedKinds keeps the job kinds whose CRDs the API server serves.

@@ -79,8 +79,8 @@ func TestSuspend(t *testing.T) {
 
 func TestDecisionRoundTrip(t *testing.T) {
 	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: preflight.NewReport("", nil)}}})
-	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend}
-	ann := decisionAnnotations(d, "replica-a")
+	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend, DecidedBy: "replica-a"}
+	ann := decisionAnnotations(d)
 	require.Equal(t, "fail", ann[KeyVerdict])
 	require.Equal(t, "GANG_INCOMPLETE", ann[KeyRules])
 	require.Equal(t, "suspend", ann[KeyAction])
@@ -93,6 +93,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 	require.Equal(t, d.Report, got.Report)
 	require.True(t, got.DecidedAt.Equal(d.DecidedAt))
 	require.Equal(t, ActionSuspend, got.Action)
+	require.Equal(t, "replica-a", got.DecidedBy)
 
 	// Edited by hand: verdict and reason survive.
 	j.Annotations[KeyReport] = "{"

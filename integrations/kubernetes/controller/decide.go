@@ -20,11 +20,12 @@ import (
 // after that the verdict is served from the job's annotations.
 const decidedGangTTL = 10 * time.Minute
 
-// decide runs the gang rules once, records the verdict on the job (with
-// the fail action in the same write), then answers every waiting rank. It
-// is safe to call concurrently and repeatedly: only the first call decides,
-// and a verdict already on the job (an earlier leader's) is adopted, never
-// decided again.
+// decide runs the gang rules once, records the verdict (record.go: a
+// write-ahead record that only the first writer gets to create), answers
+// every waiting rank, then applies the verdict to the job (annotations,
+// fail action, Event). It is safe to call concurrently and repeatedly: only
+// the first call decides, and a verdict already recorded (by an earlier
+// leader) is adopted, never decided again.
 func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.MissingRank) {
 	g.mu.Lock()
 	if g.deciding || g.verdict != nil || g.closed {
@@ -36,7 +37,8 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	expected, first, last := g.expected, g.firstAt, g.lastAt
 	g.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx := c.leadContext()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	in := preflight.GangInput{Job: g.key, Ranks: ranks}
 	switch why {
@@ -44,7 +46,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		in.Expected = expected
 	case trigDeadline:
 		in.Expected = expected
-		in.Missing = c.missingRanks(ctx, g, ranks, false)
+		in.Missing = c.missingRanks(rctx, g, ranks, false)
 		last = time.Time{}
 	case trigUnplaceable:
 		in.Missing = missing
@@ -62,9 +64,9 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		g.mu.Unlock()
 		return
 	}
-	d := &decision{Report: report, DecidedAt: time.Now()}
+	d := &decision{Report: report, DecidedAt: time.Now(), DecidedBy: c.opts.Identity}
 	recStart := time.Now()
-	rec, wrote, obj, err := c.record(ctx, g, d)
+	rec, wrote, err := c.record(rctx, g, d)
 	recTook := time.Since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
@@ -72,7 +74,9 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		g.mu.Lock()
 		g.deciding = false
 		g.mu.Unlock()
-		time.AfterFunc(time.Second, func() { c.decide(g, why, missing) })
+		if ctx.Err() == nil {
+			time.AfterFunc(time.Second, func() { c.decide(g, why, missing) })
+		}
 		return
 	}
 	g.mu.Lock()
@@ -81,30 +85,28 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	close(g.done)
+	close(g.done) // every waiting rank is answered now
 	g.mu.Unlock()
 	g.close()
 	time.AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
 
 	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
-	if !wrote {
-		if rec.adopted {
-			log.Info("verdict already recorded on the job; adopted")
-		} else {
-			log.Info("job deleted or replaced; verdict answered, not recorded")
-		}
+	switch {
+	case rec.unrecorded:
+		log.Info("job deleted or replaced; verdict answered, not recorded")
 		return
+	case rec.applied:
+		log.Info("verdict already recorded on the job; adopted")
+		return
+	case !wrote:
+		log.Info("verdict recorded by an earlier leader; adopted")
+	default:
+		c.decisions.Add(1)
+		observeVerdict(rec.Report, first, last, time.Now()) // recorded and answered
+		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report),
+			"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	}
-	c.decisions.Add(1)
-	observeVerdict(rec.Report, first, last, time.Now()) // recorded, and about to be answered
-	log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report),
-		"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
-	if obj != nil {
-		c.emitEvent(obj, rec)
-		if rec.Report.Failed() && rec.Action == ActionDelete {
-			c.deleteJob(ctx, obj)
-		}
-	}
+	c.applyUntilDone(ctx, g.target(), rec)
 }
 
 func sinceOrZero(t time.Time) string {
@@ -130,64 +132,6 @@ func rulesOf(r preflight.Report) string {
 		out = append(out, f.Rule)
 	}
 	return strings.Join(out, ",")
-}
-
-// record writes d onto the job with optimistic concurrency. If the job
-// already carries a verdict, that one is returned (adopted); if the job is
-// gone or replaced, d is returned unrecorded.
-func (c *Controller) record(ctx context.Context, g *gang, d *decision) (*decision, bool, client.Object, error) {
-	k, _ := kindByName(g.kind)
-	key := types.NamespacedName{Namespace: g.ns, Name: g.name}
-	var lastErr error
-	for attempt := 0; attempt < 10; attempt++ {
-		obj := k.New()
-		var err error
-		if attempt == 0 {
-			err = c.client.Get(ctx, key, obj)
-		} else {
-			err = c.api.Get(ctx, key, obj)
-		}
-		if apierrors.IsNotFound(err) {
-			return d, false, nil, nil
-		}
-		if err != nil {
-			return nil, false, nil, err
-		}
-		if obj.GetUID() != g.uid {
-			return d, false, nil, nil
-		}
-		if rec, ok := recordedDecision(obj); ok {
-			return rec, false, nil, nil
-		}
-		orig := obj.DeepCopyObject().(client.Object)
-		if d.Report.Failed() {
-			d.Action = jobAction(obj, c.opts.OnFail)
-			if d.Action == ActionSuspend {
-				k.Wrap(obj).SetSuspend(true)
-			}
-		}
-		ann := obj.GetAnnotations()
-		if ann == nil {
-			ann = map[string]string{}
-		}
-		for k, v := range decisionAnnotations(d, c.opts.Identity) {
-			ann[k] = v
-		}
-		obj.SetAnnotations(ann)
-		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-		switch {
-		case err == nil:
-			return d, true, obj, nil
-		case apierrors.IsConflict(err):
-			lastErr = err
-			continue
-		case apierrors.IsNotFound(err):
-			return d, false, nil, nil
-		default:
-			return nil, false, nil, err
-		}
-	}
-	return nil, false, nil, fmt.Errorf("job %s kept changing: %w", g.key, lastErr)
 }
 
 // recordFirstReport writes rankgate.io/first-report-at once, so that a

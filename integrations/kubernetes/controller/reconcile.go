@@ -96,6 +96,9 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		}
 		return reconcile.Result{}, nil
 	}
+	if _, ok := c.pendingDecision(obj.GetUID()); ok {
+		return reconcile.Result{}, nil // decided; being applied to the job
+	}
 	c.mu.Lock()
 	uid, tracked := c.byName[key]
 	c.mu.Unlock()
@@ -122,6 +125,11 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 // back to false): its new pods form a new gang. The old verdict is kept
 // in rankgate.io/previous-verdict.
 func (c *Controller) regate(ctx context.Context, key string, obj client.Object) error {
+	// The verdict record is normally gone once the job carries the
+	// verdict; make sure, or the new gang would adopt the old verdict.
+	if err := c.dropRecord(ctx, target{ns: obj.GetNamespace(), name: obj.GetName(), uid: obj.GetUID()}); err != nil {
+		return err
+	}
 	a := obj.GetAnnotations()
 	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q}}}`,

@@ -26,6 +26,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -169,7 +170,9 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, os.WriteFile(specFile, b, 0o600))
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
 	cmd.Env = append(os.Environ(), "RANKGATE_BENCH_CLIENTS="+specFile)
+	profiled := profileAPIServer(t, window)
 	out, err := cmd.CombinedOutput()
+	<-profiled
 	require.NoError(t, err, "rank clients:\n%s", out)
 	var res clientResult
 	b, err = os.ReadFile(specFile + ".out")
@@ -221,6 +224,44 @@ func TestBenchGangLatency(t *testing.T) {
 	writeBenchResult(t, "gang-latency", b)
 	require.EqualValues(t, jobs, c.Decisions())
 	require.LessOrEqual(t, percentile(lat, .99), 100*time.Millisecond, "p99 above the 100 ms goal")
+}
+
+// profileAPIServer, with RANKGATE_BENCH_OUT set, records a CPU profile of
+// the envtest kube-apiserver over the middle of the reporting window
+// (apiserver-cpu.pprof), to see what the verdict writes compete with. The
+// returned channel closes when it is written (at once without the setting).
+func profileAPIServer(t *testing.T, window time.Duration) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("RANKGATE_BENCH_OUT")
+	if dir == "" {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		hc, err := rest.HTTPClientFor(restCfg)
+		if err != nil {
+			t.Logf("apiserver profile: %v", err)
+			return
+		}
+		time.Sleep(window / 4)
+		secs := max(1, int(window/2/time.Second))
+		res, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(restCfg.Host, "/"), secs))
+		if err != nil {
+			t.Logf("apiserver profile: %v", err)
+			return
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		if err != nil || res.StatusCode != http.StatusOK {
+			t.Logf("apiserver profile: HTTP %d %v", res.StatusCode, err)
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, "apiserver-cpu.pprof"), b, 0o644); err != nil {
+			t.Logf("apiserver profile: %v", err)
+		}
+	}()
+	return done
 }
 
 var minimalTemplate = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch"}}}}

@@ -16,7 +16,9 @@ import (
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
@@ -67,7 +69,7 @@ func TestE2EPassFullGPUs(t *testing.T) {
 		require.Equal(t, preflight.VerdictPass, v.Verdict, r.String())
 		require.Contains(t, v.Subject, "4 of 4 ranks")
 	}
-	a := jobAnnotations(t, job)
+	a := appliedVerdict(t, job)
 	require.Equal(t, "pass", a[controller.KeyVerdict])
 	require.NotEmpty(t, a[controller.KeyDecidedAt])
 	require.Empty(t, a[controller.KeyAction])
@@ -96,10 +98,10 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 		require.Contains(t, r.termination(), "GANG_MIG_SPANS_GPUS", r.String())
 		require.Contains(t, r.termination(), "job action: suspend")
 	}
+	a := appliedVerdict(t, job)
 	fresh := &mpiv2beta1.MPIJob{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
-	a := fresh.Annotations
 	require.Equal(t, "fail", a[controller.KeyVerdict])
 	require.Equal(t, "suspend", a[controller.KeyAction])
 	require.Contains(t, a[controller.KeyRules], "GANG_MIG_SPANS_GPUS")
@@ -140,7 +142,7 @@ func TestE2EGangDeadline(t *testing.T) {
 		require.Contains(t, r.termination(), "missing ranks 2")
 	}
 	require.GreaterOrEqual(t, time.Since(start), 2500*time.Millisecond, "decided before the deadline")
-	a := jobAnnotations(t, job)
+	a := appliedVerdict(t, job)
 	require.Equal(t, "fail", a[controller.KeyVerdict])
 	require.Contains(t, a[controller.KeyReason], p2.Name)
 
@@ -195,7 +197,7 @@ func TestE2EControllerRestart(t *testing.T) {
 		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	require.EqualValues(t, 1, b.Decisions())
-	ann := jobAnnotations(t, job)
+	ann := appliedVerdict(t, job)
 	require.Equal(t, "pass", ann[controller.KeyVerdict])
 	require.Equal(t, firstReport, ann[controller.KeyFirstReport], "the deadline clock was restarted")
 	decidedAt := ann[controller.KeyDecidedAt]
@@ -211,6 +213,53 @@ func TestE2EControllerRestart(t *testing.T) {
 	require.Equal(t, decidedAt, jobAnnotations(t, job)[controller.KeyDecidedAt])
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, jobEvents(t, job)["GangPassed"], 1)
+}
+
+// A leader that crashed after recording a verdict (the write-ahead Lease)
+// but before applying it to the job: the next leader answers ranks from
+// the record at once, applies it (annotations, suspend, Event) and deletes
+// the record, deciding nothing itself.
+func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
+	ns := newNamespace(t, "e2e-record", true)
+	job := pytorchJob(t, ns, "llama", false, 2, nil)
+	p0 := rankPod(t, job, "worker", 0, "node-0", "")
+	rankPod(t, job, "worker", 1, "node-1", "") // never reports: the verdict is recorded
+	rep := preflight.NewReport("e2e-record/PyTorchJob/llama: 2 of 2 ranks reported", []preflight.Finding{{
+		Rule: preflight.RuleGangMIGSpansGPUs, Severity: preflight.SeverityFail, Message: "ranks 0 and 1 use MIG instances on 2 physical GPUs",
+	}})
+	rb, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.Equal(t, preflight.VerdictFail, rep.Verdict)
+	decidedAt := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	holder := "replica-crashed"
+	lease := &coordv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "rankgate-verdict-" + string(job.UID), Namespace: ns,
+			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict"},
+			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: preflight.RuleGangMIGSpansGPUs,
+				controller.KeyReason: "GANG_MIG_SPANS_GPUS: ranks 0 and 1 use MIG instances on 2 physical GPUs", controller.KeyDecidedAt: decidedAt,
+				controller.KeyDecidedBy: holder, controller.KeyReport: string(rb), controller.KeyAction: controller.ActionSuspend},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: job.Name, UID: job.UID}}},
+		Spec: coordv1.LeaseSpec{HolderIdentity: &holder},
+	}
+	require.NoError(t, k8s.Create(context.Background(), lease))
+
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
+	require.Equal(t, preflight.ExitFail, r0.wait(t, 30*time.Second), r0.String())
+	require.Contains(t, rulesOf(decodeVerdict(t, r0)), preflight.RuleGangMIGSpansGPUs)
+
+	a := appliedVerdict(t, job)
+	require.Equal(t, holder, a[controller.KeyDecidedBy])
+	require.Equal(t, decidedAt, a[controller.KeyDecidedAt])
+	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
+	fresh := &kubeflowv1.PyTorchJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
+	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
+	require.Eventually(t, func() bool {
+		ev := jobEvents(t, job)["GangFailed"]
+		return len(ev) == 1 && strings.Contains(ev[0], "job suspended")
+	}, 10*time.Second, 100*time.Millisecond, "no GangFailed event")
+	require.EqualValues(t, 0, c.Decisions())
 }
 
 // (e) A rank presenting another pod's token is rejected; so are a token
@@ -264,7 +313,7 @@ func TestE2EControllerUnreachableAtFirst(t *testing.T) {
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 	}
-	require.Equal(t, "pass", jobAnnotations(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
 }
 
 // Two replicas with leader election: the one that is not the leader
@@ -297,7 +346,7 @@ func TestE2ELeaderElection(t *testing.T) {
 		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 	}
 	require.EqualValues(t, 1, standby.Decisions())
-	require.Equal(t, "replica-b", jobAnnotations(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, "replica-b", appliedVerdict(t, job)[controller.KeyDecidedBy])
 }
 
 // The manifests in configs/deploy and the examples are accepted by a real

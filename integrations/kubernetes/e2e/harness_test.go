@@ -20,7 +20,9 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
+	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -350,6 +352,26 @@ func jobAnnotations(t testing.TB, o client.Object) map[string]string {
 	fresh := o.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
 	return fresh.GetAnnotations()
+}
+
+// appliedVerdict waits until the job carries its verdict (the controller
+// answers the ranks once the verdict is recorded, then applies it to the
+// job), checks that the verdict's write-ahead record is gone, and returns
+// the job's annotations.
+func appliedVerdict(t testing.TB, o client.Object) map[string]string {
+	t.Helper()
+	var a map[string]string
+	require.Eventually(t, func() bool {
+		a = jobAnnotations(t, o)
+		return a[controller.KeyVerdict] != ""
+	}, 10*time.Second, 20*time.Millisecond, "the verdict was not applied to the job")
+	fresh := o.DeepCopyObject().(client.Object)
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
+	require.Eventually(t, func() bool {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: o.GetNamespace(), Name: "rankgate-verdict-" + string(fresh.GetUID())}, &coordv1.Lease{})
+		return apierrors.IsNotFound(err)
+	}, 10*time.Second, 20*time.Millisecond, "the verdict record was not deleted")
+	return a
 }
 
 // jobEvents lists the Events whose object is o, by reason.
