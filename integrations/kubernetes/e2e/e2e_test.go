@@ -349,6 +349,44 @@ func TestE2ELeaderElection(t *testing.T) {
 	require.Equal(t, "replica-b", appliedVerdict(t, job)[controller.KeyDecidedBy])
 }
 
+// Two replicas behind a Service: kube-proxy spreads connections, not
+// requests, over the endpoints, so a rank whose connection lands on the
+// standby must get a new connection to reach the leader (the standby
+// closes it with its NotLeader answer; the client also drops it). Ranks
+// connect through a round-robin TCP proxy; every one gets the verdict.
+func TestE2ETwoReplicasBehindService(t *testing.T) {
+	ns := newNamespace(t, "e2e-service", true)
+	le := controller.Options{GangTimeout: time.Minute, LeaderElection: true, LeaderElectionID: "rankgate-e2e-service",
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	a := le
+	a.Identity = "replica-a"
+	leader := startController(t, a)
+	require.Eventually(t, leader.IsLeader, 20*time.Second, 50*time.Millisecond)
+	b := le
+	b.Identity = "replica-b"
+	standby := startController(t, b)
+	time.Sleep(500 * time.Millisecond)
+	require.False(t, standby.IsLeader())
+	svc := "https://" + roundRobinProxy(t, standby.Addr, leader.Addr)
+
+	job := pytorchJob(t, ns, "svc", false, 4, nil)
+	var ranks []*rank
+	for i := 0; i < 4; i++ {
+		p := rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i), "")
+		ranks = append(ranks, startRank(t, svc, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	sawStandby := 0
+	for _, r := range ranks {
+		require.Equal(t, 0, r.wait(t, 30*time.Second), joinRanks(ranks))
+		if strings.Contains(r.stderr.String(), gate.CodeNotLeader) {
+			sawStandby++
+		}
+	}
+	require.Positive(t, sawStandby, "no rank reached the standby first; the test proves nothing:\n%s", joinRanks(ranks))
+	require.EqualValues(t, 1, leader.Decisions())
+	require.Equal(t, "replica-a", appliedVerdict(t, job)[controller.KeyDecidedBy])
+}
+
 // The manifests in configs/deploy and the examples are accepted by a real
 // API server (the examples by the real Kubeflow CRDs' schemas), and the
 // example init containers' flags by rankgate init.

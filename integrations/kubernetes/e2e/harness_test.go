@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -352,6 +354,39 @@ func jobAnnotations(t testing.TB, o client.Object) map[string]string {
 	fresh := o.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
 	return fresh.GetAnnotations()
+}
+
+// roundRobinProxy listens on a local port and hands each new TCP
+// connection to the next backend in turn, as kube-proxy spreads a
+// Service's connections over its endpoints.
+func roundRobinProxy(t testing.TB, backends ...string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			backend := backends[int(n.Add(1)-1)%len(backends)]
+			go func() {
+				defer conn.Close()
+				up, err := net.Dial("tcp", backend)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, conn); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(conn, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }
 
 // appliedVerdict waits until the job carries its verdict (the controller

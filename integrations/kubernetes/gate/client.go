@@ -252,6 +252,11 @@ func (c *Client) Await(ctx context.Context, req *ReportRequest, o AwaitOptions) 
 		if errors.As(err, &ge) && ge.RetryAfter > 0 && ge.Code != CodeNotLeader {
 			delay = max(delay, min(ge.RetryAfter, o.MaxBackoff))
 		}
+		if ge != nil && ge.Code == CodeNotLeader {
+			// Reached a standby replica: retry on a new connection, which
+			// the Service may send to the leader.
+			c.http.CloseIdleConnections()
+		}
 		if o.OnRetry != nil {
 			o.OnRetry(err, delay)
 		}

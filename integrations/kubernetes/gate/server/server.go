@@ -221,6 +221,12 @@ func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time,
 			ge = gate.Errorf(gate.CodeUnavailable, "%v", err)
 		}
 		code = ge.Code
+		if ge.Code == gate.CodeNotLeader {
+			// A Service spreads connections, not requests, over the
+			// replicas: close this one so that the client's retry dials
+			// again and may reach the leader (HTTP/2: GOAWAY).
+			w.Header().Set("Connection", "close")
+		}
 		if ge.Retryable() {
 			ra := ge.RetryAfter
 			if ra <= 0 {

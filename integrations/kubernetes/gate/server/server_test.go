@@ -1,11 +1,14 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -298,4 +301,31 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 			require.EqualValues(t, 1, fr.calls.Load())
 		})
 	}
+}
+
+// A standby's NotLeader answer closes the connection, so that the retry
+// is dialled again (a Service balances connections, not requests).
+func TestNotLeaderClosesConnection(t *testing.T) {
+	be := newBackend(1)
+	be.notLeader.Store(true)
+	s := server.New(server.Options{Auth: fakeAuth{"tok-p0": {Namespace: "ml", Pod: "p0"}}, Backend: be, Log: logr.Discard()})
+	rr := report("p0")
+	rr.APIVersion = gate.APIVersion
+	body, err := json.Marshal(rr)
+	require.NoError(t, err)
+	post := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, gate.PathReport, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok-p0")
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	rec := post()
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	require.Equal(t, "close", rec.Header().Get("Connection"))
+
+	be.notLeader.Store(false)
+	rec = post()
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Empty(t, rec.Header().Get("Connection"))
 }
