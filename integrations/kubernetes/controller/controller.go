@@ -29,6 +29,7 @@ import (
 	"github.com/go-logr/logr"
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -79,6 +80,10 @@ type Options struct {
 	// FirstReportDelay: how long a gang may stay open before its first
 	// report's time is written to the job (default 2s; see startClock).
 	FirstReportDelay time.Duration
+	// RecordCleanupDelay: how long a verdict's write-ahead record (a Lease,
+	// see record.go) is kept after the job carries the verdict (default
+	// 30s: its deletion is kept away from bursts of completing gangs).
+	RecordCleanupDelay time.Duration
 	// OnFail: suspend (default), delete or annotate.
 	OnFail string
 
@@ -143,6 +148,9 @@ func (o *Options) defaults() error {
 	if o.FirstReportDelay <= 0 {
 		o.FirstReportDelay = 2 * time.Second
 	}
+	if o.RecordCleanupDelay <= 0 {
+		o.RecordCleanupDelay = 30 * time.Second
+	}
 	if o.OnFail == "" {
 		o.OnFail = ActionSuspend
 	}
@@ -189,6 +197,9 @@ type Controller struct {
 	byName  map[string]types.UID    // namespace/kind/name -> the job's UID
 	pending map[types.UID]*decision // recorded, not yet applied to the job (by job UID)
 
+	applySlots chan struct{} // bounds concurrent applies (maxConcurrentApplies)
+	applyPace  *rate.Limiter // paces pass/warn applies (applyRate)
+
 	decisions atomic.Int64
 }
 
@@ -200,7 +211,8 @@ func New(opts Options) (*Controller, error) {
 	registerMetrics()
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{}}
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
+		applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {

@@ -31,6 +31,11 @@ var (
 		Help:    "Time from the report that completed a gang to its recorded verdict (the gate's own latency).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	})
+	metricApplyLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "rankgate_verdict_apply_lag_seconds",
+		Help:    "Time from a verdict's decision (ranks answered) to its annotations and action being on the job.",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	})
 	metricWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rankgate_ranks_waiting",
 		Help: "Ranks that reported and wait for their gang's verdict.",
@@ -56,7 +61,7 @@ var registerOnce sync.Once
 // per process (tests start several controllers).
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(metricVerdicts, metricVerdictRules, metricDecision, metricLastReport,
+		crmetrics.Registry.MustRegister(metricVerdicts, metricVerdictRules, metricDecision, metricLastReport, metricApplyLag,
 			metricWaiting, metricGangs, metricRequests, metricAPIErrors)
 	})
 }

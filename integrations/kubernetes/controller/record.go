@@ -162,14 +162,55 @@ func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
 	return d, ok
 }
 
+// The writes that follow a verdict (job patch, Event) are paced: when many
+// gangs complete together, these writes, which no rank waits for, would
+// otherwise crowd the API server and slow the record writes that ranks do
+// wait for. At most maxConcurrentApplies are in flight, and pass and warn
+// verdicts are applied at most applyRate per second (a burst of 200 gangs
+// is on its jobs within about 5 s). Fail verdicts skip the rate: their
+// action frees the GPUs the other ranks hold.
+const (
+	maxConcurrentApplies = 2
+	applyRate            = 40
+	applyBurst           = 10
+)
+
 // applyUntilDone applies d to its job, retrying with backoff until it is
 // done or this replica stops leading (the next leader's sweep then
 // finishes it).
 func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) {
 	backoff := 200 * time.Millisecond
 	for {
+		if !d.Report.Failed() {
+			if err := c.applyPace.Wait(ctx); err != nil {
+				return // stopped leading
+			}
+		}
+		select {
+		case c.applySlots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		err := c.apply(ctx, t, d)
+		<-c.applySlots
 		if err == nil {
+			c.mu.Lock()
+			delete(c.pending, t.uid)
+			c.mu.Unlock()
+			// The record is deleted later (Options.RecordCleanupDelay), off
+			// the moment many gangs complete together: a record whose job
+			// carries the verdict is harmless, and the next leader's sweep
+			// deletes any that are left.
+			time.AfterFunc(c.opts.RecordCleanupDelay, func() {
+				if ctx.Err() != nil {
+					return
+				}
+				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				if err := c.dropRecord(dctx, t); err != nil {
+					c.log.V(1).Info("deleting verdict record; the next leader's sweep will", "job", t.key(), "error", err.Error())
+				}
+			})
 			return
 		}
 		metricAPIErrors.WithLabelValues("verdict").Inc()
@@ -185,9 +226,8 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 
 // apply writes the recorded verdict d onto its job (annotations, and
 // runPolicy.suspend on a fail with that action, in one patch guarded by
-// the job's resourceVersion), emits the Event, runs the delete policy,
-// and deletes the record. A job that already carries a verdict is left
-// as it is; a job that is gone only loses its record.
+// the job's resourceVersion), emits the Event and runs the delete policy.
+// A job that already carries a verdict, or is gone, is left as it is.
 func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 	k, _ := kindByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
@@ -199,6 +239,9 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 		switch {
 		case err == nil && done:
 			if obj != nil {
+				if !d.adopted {
+					metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
+				}
 				c.emitEvent(obj, d)
 				if d.Report.Failed() && d.Action == ActionDelete {
 					dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -206,7 +249,7 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 					cancel()
 				}
 			}
-			return c.dropRecord(ctx, t)
+			return nil
 		case apierrors.IsConflict(err):
 			lastErr = err
 			continue

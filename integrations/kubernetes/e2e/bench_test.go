@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -145,7 +146,8 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("setup: %d jobs, %d pods, %d tokens in %s", jobs, jobs*ranks, jobs*ranks, time.Since(begin).Round(time.Millisecond))
 
-	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute})
+	// The shipped record cleanup delay, not the tests' short one.
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, RecordCleanupDelay: 30 * time.Second})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started
 
@@ -171,7 +173,9 @@ func TestBenchGangLatency(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
 	cmd.Env = append(os.Environ(), "RANKGATE_BENCH_CLIENTS="+specFile)
 	profiled := profileAPIServer(t, window)
+	stopProfile := profileSelf(t, "controller-cpu.pprof")
 	out, err := cmd.CombinedOutput()
+	stopProfile()
 	<-profiled
 	require.NoError(t, err, "rank clients:\n%s", out)
 	var res clientResult
@@ -209,8 +213,35 @@ func TestBenchGangLatency(t *testing.T) {
 		open += e.open
 		maxOpen = max(maxOpen, open)
 	}
+	// The verdicts reach the jobs (annotations, Event) after the ranks have
+	// them, paced: how long after the last rank held its verdict the last
+	// job carried it.
+	var lastHeld time.Time
+	for j := range held {
+		for _, h := range held[j] {
+			if h.After(lastHeld) {
+				lastHeld = h
+			}
+		}
+	}
+	require.Eventually(t, func() bool {
+		list := &kubeflowv1.PyTorchJobList{}
+		if err := k8s.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return false
+		}
+		n := 0
+		for _, j := range list.Items {
+			if j.Annotations[controller.KeyVerdict] != "" {
+				n++
+			}
+		}
+		return n == jobs
+	}, time.Minute, 20*time.Millisecond, "verdicts not applied to every job")
+	appliedAfter := time.Since(lastHeld)
 	summary := map[string]any{
 		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
+		"allJobsAnnotatedAfterLastVerdict": appliedAfter.Round(time.Millisecond).String(),
+		"applyLagP99":                      histogramQuantile(t, "rankgate_verdict_apply_lag_seconds", .99),
 		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
 		"decisions": c.Decisions(),
@@ -244,7 +275,13 @@ func profileAPIServer(t *testing.T, window time.Duration) <-chan struct{} {
 			t.Logf("apiserver profile: %v", err)
 			return
 		}
-		time.Sleep(window / 4)
+		// RANKGATE_BENCH_PROFILE_FROM (a fraction of the window, default
+		// 0.25) moves the profile's start; it lasts half the window.
+		from := 0.25
+		if f, err := strconv.ParseFloat(os.Getenv("RANKGATE_BENCH_PROFILE_FROM"), 64); err == nil && f >= 0 && f < 1 {
+			from = f
+		}
+		time.Sleep(time.Duration(from * float64(window)))
 		secs := max(1, int(window/2/time.Second))
 		res, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(restCfg.Host, "/"), secs))
 		if err != nil {
@@ -262,6 +299,26 @@ func profileAPIServer(t *testing.T, window time.Duration) <-chan struct{} {
 		}
 	}()
 	return done
+}
+
+// profileSelf, with RANKGATE_BENCH_OUT set, records a CPU profile of this
+// process (the controller) until the returned function is called.
+func profileSelf(t *testing.T, name string) func() {
+	dir := os.Getenv("RANKGATE_BENCH_OUT")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	require.NoError(t, err)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Logf("controller profile: %v", err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}
 }
 
 var minimalTemplate = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch"}}}}

@@ -221,6 +221,9 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.Identity == "" {
 		o.Identity = "replica-" + t.Name()
 	}
+	if o.RecordCleanupDelay == 0 {
+		o.RecordCleanupDelay = 100 * time.Millisecond // appliedVerdict checks the record goes
+	}
 	if o.LeaderElection && o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = "default"
 	}
