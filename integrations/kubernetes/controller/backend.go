@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
@@ -71,7 +72,7 @@ func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait t
 }
 
 func (c *Controller) answerDecided(r rankOf, d *decision) *gate.Response {
-	resp := &gate.Response{Job: jobKey(r.job), Rank: r.rank, Expected: r.job.ExpectedRanks()}
+	resp := &gate.Response{Job: jobKey(r.job), Rank: r.rank, Expected: kubeflow.RankPods(r.job)}
 	fillDecided(resp, d)
 	return resp
 }
@@ -119,10 +120,14 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 	if string(pod.UID) != id.PodUID {
 		return rankOf{}, gate.Errorf(gate.CodeForbidden, "the token was issued to an earlier pod named %s/%s (uid %s, now %s)", id.Namespace, id.Pod, id.PodUID, pod.UID)
 	}
-	kind, name, uid, ok := ownerJob(pod)
+	ref, ok, err := c.jobOf(ctx, pod)
+	if err != nil {
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
+	}
 	if !ok {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a PyTorchJob or MPIJob", pod.Namespace, pod.Name)
 	}
+	kind, name, uid := ref.kind, ref.name, string(ref.uid)
 	k, _ := kindByName(kind)
 	if !c.watches(k) {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s is not installed or not watched by this controller", kind)
@@ -143,13 +148,9 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 	} else if !in {
 		return rankOf{}, gate.Errorf(gate.CodeNotOptedIn, "%s %s/%s is not opted in to the gate: label it (or its namespace) %s=enabled, or remove the rankgate init container", kind, pod.Namespace, name, KeyGate)
 	}
-	rt, idx, err := podReplica(pod)
+	rank, err := kubeflow.RankOf(j, pod)
 	if err != nil {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%v", err)
-	}
-	rank, err := j.Rank(rt, idx)
-	if err != nil {
-		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s: %v", pod.Namespace, pod.Name, err)
 	}
 	return rankOf{pod: pod, job: j, rank: rank}, nil
 }

@@ -13,47 +13,58 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight"
 )
 
-func ptJob(master bool, workers int32) pytorchJob {
-	specs := map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(workers)}}
+func ptJob(master bool, workers int32) *kubeflowv1.PyTorchJob {
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch"}}}}
+	specs := map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(workers), Template: tmpl}}
 	if master {
-		specs[kubeflowv1.PyTorchJobReplicaTypeMaster] = &kubeflowv1.ReplicaSpec{} // replicas default 1
+		specs[kubeflowv1.PyTorchJobReplicaTypeMaster] = &kubeflowv1.ReplicaSpec{Template: tmpl} // replicas default 1
 	}
-	return pytorchJob{&kubeflowv1.PyTorchJob{Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: specs}}}
+	return &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: "pt", Namespace: "ml"}, Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: specs}}
 }
 
-func mpJob(workers int32, launcherWorks bool) mpiJob {
-	return mpiJob{&mpiv2beta1.MPIJob{Spec: mpiv2beta1.MPIJobSpec{
+func mpJob(workers int32, launcherWorks bool) *mpiv2beta1.MPIJob {
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "mpi", Image: "mpi"}}}}
+	return &mpiv2beta1.MPIJob{ObjectMeta: metav1.ObjectMeta{Name: "mpi", Namespace: "ml"}, Spec: mpiv2beta1.MPIJobSpec{
 		RunLauncherAsWorker: ptr.To(launcherWorks),
 		MPIReplicaSpecs: map[mpiv2beta1.MPIReplicaType]*mpiv2beta1.ReplicaSpec{
-			mpiv2beta1.MPIReplicaTypeLauncher: {Replicas: ptr.To(int32(1))},
-			mpiv2beta1.MPIReplicaTypeWorker:   {Replicas: ptr.To(workers)},
-		}}}}
+			mpiv2beta1.MPIReplicaTypeLauncher: {Replicas: ptr.To(int32(1)), Template: tmpl},
+			mpiv2beta1.MPIReplicaTypeWorker:   {Replicas: ptr.To(workers), Template: tmpl},
+		}}}
 }
 
-func TestRanks(t *testing.T) {
+// The informer cache strips the jobs' pod templates (jobKind.Strip): ranks
+// must still come out right from the labels the operators put on pods
+// (training-operator: replica-type; mpi-operator: job-role).
+func TestRanksOfCachedJobs(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		job      job
+		job      client.Object
 		expected int
-		pods     map[string]int // "type/index" -> rank, -1 refused
+		pods     map[string]int // "label=value/index" -> rank, -1 refused
 	}{
-		{"PyTorchJob master+3", ptJob(true, 3), 4, map[string]int{"master/0": 0, "worker/0": 1, "worker/2": 3, "worker/3": -1, "master/1": -1, "ps/0": -1}},
-		{"PyTorchJob workers only", ptJob(false, 2), 2, map[string]int{"worker/0": 0, "worker/1": 1, "master/0": -1}},
-		{"MPIJob", mpJob(4, false), 4, map[string]int{"worker/0": 0, "worker/3": 3, "launcher/0": -1, "worker/4": -1}},
-		{"MPIJob launcher as worker", mpJob(2, true), 3, map[string]int{"launcher/0": 0, "worker/1": 1, "worker/2": 2, "worker/0": -1}},
+		{"PyTorchJob master+3", ptJob(true, 3), 4, map[string]int{"replica-type=master/0": 0, "replica-type=worker/0": 1, "replica-type=worker/2": 3, "replica-type=worker/3": -1, "replica-type=master/1": -1}},
+		{"PyTorchJob workers only", ptJob(false, 2), 2, map[string]int{"replica-type=worker/0": 0, "replica-type=worker/1": 1, "replica-type=master/0": -1}},
+		{"MPIJob", mpJob(4, false), 4, map[string]int{"job-role=worker/0": 0, "job-role=worker/3": 3, "job-role=launcher/0": -1, "job-role=worker/4": -1}},
+		{"MPIJob launcher as worker", mpJob(2, true), 3, map[string]int{"job-role=launcher/0": 0, "job-role=worker/1": 1, "job-role=worker/2": 2, "job-role=worker/0": -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.expected, tc.job.ExpectedRanks())
+			k, ok := kindByName(kindOf(tc.job))
+			require.True(t, ok)
+			k.Strip(tc.job)
+			j := k.Wrap(tc.job)
+			require.Equal(t, tc.expected, kubeflow.RankPods(j))
 			for pod, want := range tc.pods {
-				typ, idx, _ := strings.Cut(pod, "/")
-				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelReplicaType: strings.ToUpper(typ[:1]) + typ[1:], LabelReplicaIndex: idx}}}
-				rt, i, err := podReplica(p)
-				require.NoError(t, err)
-				got, err := tc.job.Rank(rt, i)
+				label, idx, _ := strings.Cut(pod, "/")
+				key, value, _ := strings.Cut(label, "=")
+				p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: "ml", Labels: map[string]string{
+					"training.kubeflow.org/" + key: value, LabelReplicaIndex: idx, LabelJobName: tc.job.GetName()}}}
+				got, err := kubeflow.RankOf(j, p)
 				if want < 0 {
 					require.Error(t, err, pod)
 					continue
@@ -63,17 +74,43 @@ func TestRanks(t *testing.T) {
 			}
 		})
 	}
-	_, _, err := podReplica(&corev1.Pod{})
-	require.ErrorContains(t, err, LabelReplicaType)
+}
+
+func kindOf(o client.Object) string {
+	switch o.(type) {
+	case *kubeflowv1.PyTorchJob:
+		return pytorchGVK.Kind
+	case *mpiv2beta1.MPIJob:
+		return mpiGVK.Kind
+	}
+	return ""
+}
+
+func TestOwnerJob(t *testing.T) {
+	ctl := func(apiVersion, kind string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "u0"},
+			{APIVersion: apiVersion, Kind: kind, Name: "j", UID: "u1", Controller: ptr.To(true)},
+		}}}
+	}
+	r, ok := ownerJob(ctl("kubeflow.org/v2beta1", "MPIJob"))
+	require.True(t, ok)
+	require.Equal(t, jobRef{kind: "MPIJob", name: "j", uid: "u1"}, r)
+	_, ok = ownerJob(ctl("kubeflow.org/v1", "PyTorchJob"))
+	require.True(t, ok)
+	for _, p := range []*corev1.Pod{ctl("batch/v1", "Job"), ctl("kubeflow.org/v1", "TFJob"), ctl("example.com/v1", "PyTorchJob"), {}} {
+		_, ok = ownerJob(p)
+		require.False(t, ok)
+	}
 }
 
 func TestSuspend(t *testing.T) {
-	j := ptJob(true, 1)
+	j := wrap(ptJob(true, 1))
 	require.False(t, j.Suspended())
-	j.SetSuspend(true)
-	require.True(t, *j.Spec.RunPolicy.Suspend)
-	m := mpJob(1, false)
-	m.SetSuspend(true)
+	j.SetSuspended(true)
+	require.True(t, j.Suspended())
+	m := wrap(mpJob(1, false))
+	m.SetSuspended(true)
 	require.True(t, m.Suspended())
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -216,14 +217,10 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 	var gpuFit *gpuCapacity
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if _, _, uid, ok := ownerJob(p); !ok || uid != string(g.uid) {
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid {
 			continue
 		}
-		rt, idx, err := podReplica(p)
-		if err != nil {
-			continue
-		}
-		rank, err := j.Rank(rt, idx)
+		rank, err := kubeflow.RankOf(j, p)
 		if err != nil || have[rank] {
 			continue
 		}

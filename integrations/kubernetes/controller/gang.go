@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -54,7 +55,7 @@ func newGang(j job, timeout time.Duration) *gang {
 	o := j.Object()
 	return &gang{
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(),
-		expected: j.ExpectedRanks(), timeout: timeout,
+		expected: kubeflow.RankPods(j), timeout: timeout,
 		reports: map[int]preflight.RankReport{}, podUIDs: map[int]string{}, done: make(chan struct{}),
 	}
 }

@@ -281,7 +281,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 	}
 	orig := obj.DeepCopyObject().(client.Object)
 	if d.Report.Failed() && d.Action == ActionSuspend {
-		k.Wrap(obj).SetSuspend(true)
+		k.Wrap(obj).SetSuspended(true)
 	}
 	ann := obj.GetAnnotations()
 	if ann == nil {

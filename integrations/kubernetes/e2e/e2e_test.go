@@ -18,9 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -113,6 +115,28 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 		ev := jobEvents(t, job)["GangFailed"]
 		return len(ev) == 1 && strings.Contains(ev[0], "GANG_MIG_SPANS_GPUS") && strings.Contains(ev[0], "job suspended")
 	}, 10*time.Second, 100*time.Millisecond, "no GangFailed event")
+	require.EqualValues(t, 1, c.Decisions())
+}
+
+// An MPIJob with runLauncherAsWorker, its pods as mpi-operator v0.8
+// creates them: the launcher (owned by a batch Job the MPIJob owns) is
+// rank 0, workers labelled 1..n are ranks 1..n. The gang passes.
+func TestE2EMPIJobLauncherAsWorker(t *testing.T) {
+	ns := newNamespace(t, "e2e-launcher", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	job := mpiJobWith(t, ns, "t5", 2, true)
+	pods := []*corev1.Pod{launcherPod(t, job, "node-0"), rankPod(t, job, "worker", 1, "node-1", ""), rankPod(t, job, "worker", 2, "node-2", "")}
+	var ranks []*rank
+	for _, p := range pods {
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	for _, r := range ranks {
+		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks(ranks))
+		resp := decodeVerdict(t, r)
+		require.Equal(t, preflight.VerdictPass, resp.Verdict, r.String())
+		require.Contains(t, resp.Subject, "3 of 3 ranks")
+	}
+	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
 	require.EqualValues(t, 1, c.Decisions())
 }
 
@@ -398,20 +422,7 @@ func TestE2EDeployManifests(t *testing.T) {
 	checked := 0
 	files := []string{"namespace.yaml", "rbac.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
-		data, err := os.ReadFile(filepath.Join(dir, f))
-		require.NoError(t, err)
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				require.ErrorIs(t, err, io.EOF, f)
-				break
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", f, u.GetKind(), u.GetName())
-			t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
 				continue
 			}
@@ -444,4 +455,81 @@ func TestE2EDeployManifests(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, checked, "init containers checked (PyTorchJob Master and Worker, MPIJob Worker)")
+}
+
+// applyManifest creates every object of a YAML file (deleted when the test
+// ends) and returns them.
+func applyManifest(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			require.ErrorIs(t, err, io.EOF, path)
+			return out
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if u.GetKind() == "Namespace" {
+			// envtest runs no namespace controller: a deleted namespace
+			// stays Terminating. Namespaces are created once and kept.
+			if err := k8s.Create(context.Background(), u); !apierrors.IsAlreadyExists(err) {
+				require.NoError(t, err, "%s: Namespace %s", path, u.GetName())
+			}
+			out = append(out, u)
+			continue
+		}
+		require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", path, u.GetKind(), u.GetName())
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+		out = append(out, u)
+	}
+}
+
+// The controller runs with exactly the permissions configs/deploy/rbac.yaml
+// grants its service account (impersonated): it decides a passing and a
+// failing gang (TokenReview, verdict records, job patch with suspend,
+// Events), with leader election in its namespace.
+func TestE2EShippedRBACIsEnough(t *testing.T) {
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
+	}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
+	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
+		LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac"})
+	require.Eventually(t, c.IsLeader, 20*time.Second, 50*time.Millisecond)
+
+	ns := newNamespace(t, "e2e-rbac", true)
+	pass := pytorchJob(t, ns, "ok", true, 1, nil)
+	fail := mpiJob(t, ns, "bad", 2)
+	var ranks []*rank
+	for _, p := range []*corev1.Pod{rankPod(t, pass, "master", 0, "node-0", ""), rankPod(t, pass, "worker", 0, "node-1", "")} {
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	for i, dev := range []string{"0:0", "1:0"} {
+		p := rankPod(t, fail, "worker", i, "h100-node", "nvidia.com/mig-3g.40gb")
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+	}
+	for i, r := range ranks {
+		want := 0
+		if i >= 2 {
+			want = preflight.ExitFail
+		}
+		require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
+	}
+	require.Equal(t, "pass", appliedVerdict(t, pass)[controller.KeyVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, fail)[controller.KeyVerdict])
+	fresh := &mpiv2beta1.MPIJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(fail), fresh))
+	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
+	require.Eventually(t, func() bool { return len(jobEvents(t, fail)["GangFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
+	require.EqualValues(t, 2, c.Decisions())
+	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
 }

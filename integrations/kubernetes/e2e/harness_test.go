@@ -22,6 +22,7 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,11 +88,16 @@ func pytorchJob(t testing.TB, ns, name string, master bool, workers int, annotat
 
 // mpiJob creates an MPIJob with a launcher and workers.
 func mpiJob(t testing.TB, ns, name string, workers int) *mpiv2beta1.MPIJob {
+	return mpiJobWith(t, ns, name, workers, false)
+}
+
+// mpiJobWith creates an MPIJob; launcherWorks sets runLauncherAsWorker.
+func mpiJobWith(t testing.TB, ns, name string, workers int, launcherWorks bool) *mpiv2beta1.MPIJob {
 	t.Helper()
 	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "mpi", Image: "mpioperator/base"}}}}
 	j := &mpiv2beta1.MPIJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: mpiv2beta1.MPIJobSpec{MPIReplicaSpecs: map[mpiv2beta1.MPIReplicaType]*mpiv2beta1.ReplicaSpec{
+		Spec: mpiv2beta1.MPIJobSpec{RunLauncherAsWorker: ptr.To(launcherWorks), MPIReplicaSpecs: map[mpiv2beta1.MPIReplicaType]*mpiv2beta1.ReplicaSpec{
 			mpiv2beta1.MPIReplicaTypeLauncher: {Replicas: ptr.To(int32(1)), Template: tmpl},
 			mpiv2beta1.MPIReplicaTypeWorker:   {Replicas: ptr.To(int32(workers)), Template: tmpl},
 		}},
@@ -114,13 +120,24 @@ func rankPod(t testing.TB, owner client.Object, replicaType string, index int, n
 		gpuResource = "nvidia.com/gpu"
 	}
 	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(gpuResource): resource.MustParse("1")}}
+	// The labels each operator really sets: training-operator v1.9
+	// (replica-type in lower case, job-role=master on the master);
+	// mpi-operator v0.8 (job-role launcher|worker, no replica-type).
+	labels := map[string]string{controller.LabelJobName: owner.GetName(), controller.LabelReplicaIndex: fmt.Sprint(index)}
+	switch gvk.Kind {
+	case "MPIJob":
+		labels["training.kubeflow.org/operator-name"] = "mpi-operator"
+		labels[controller.LabelJobRole] = replicaType
+	default:
+		labels["training.kubeflow.org/operator-name"] = "pytorchjob-controller"
+		labels[controller.LabelReplicaType] = replicaType
+		if replicaType == "master" {
+			labels[controller.LabelJobRole] = "master"
+		}
+	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: owner.GetNamespace(),
-			Labels: map[string]string{
-				controller.LabelJobName: owner.GetName(), controller.LabelReplicaType: replicaType,
-				controller.LabelReplicaIndex: fmt.Sprint(index), "training.kubeflow.org/operator-name": "pytorchjob-controller",
-			},
+			Name: name, Namespace: owner.GetNamespace(), Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: owner.GetName(), UID: owner.GetUID(),
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -133,6 +150,41 @@ func rankPod(t testing.TB, owner client.Object, replicaType string, index int, n
 		},
 	}
 	require.NoError(t, k8s.Create(context.Background(), p))
+	return p
+}
+
+// launcherPod creates what mpi-operator v0.8 creates for an MPIJob's
+// launcher: a batch Job controlled by the MPIJob, and the launcher pod
+// controlled by that Job, labelled job-role=launcher (index 0 with
+// runLauncherAsWorker).
+func launcherPod(t testing.TB, owner *mpiv2beta1.MPIJob, node string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyOnFailure, Containers: []corev1.Container{{Name: "mpi", Image: "mpioperator/base"}}}}
+	bj := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: owner.Name + "-launcher", Namespace: owner.Namespace,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v2beta1", Kind: "MPIJob", Name: owner.Name, UID: owner.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Template: tmpl},
+	}
+	require.NoError(t, k8s.Create(ctx, bj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), bj) })
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: owner.Name + "-launcher-x7k2p", Namespace: owner.Namespace,
+			Labels: map[string]string{controller.LabelJobName: owner.Name, "training.kubeflow.org/operator-name": "mpi-operator",
+				controller.LabelJobRole: "launcher", controller.LabelReplicaIndex: "0"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: bj.Name, UID: bj.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+		},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: serviceAccount, NodeName: node,
+			InitContainers: []corev1.Container{{Name: "rankgate-init", Image: "rankgate", Resources: res}},
+			Containers:     []corev1.Container{{Name: "mpi", Image: "mpioperator/base", Resources: res}},
+		},
+	}
+	require.NoError(t, k8s.Create(ctx, p))
 	return p
 }
 
@@ -207,7 +259,9 @@ func (l *logBuffer) logger(name string) logr.Logger {
 // no metrics or probes.
 func startController(t testing.TB, o controller.Options) *ctrl {
 	t.Helper()
-	o.Config = restCfg
+	if o.Config == nil {
+		o.Config = restCfg
+	}
 	o.CertDir = certs.Dir
 	if o.GateAddr == "" && o.GateListener == nil {
 		o.GateAddr = "127.0.0.1:0"
