@@ -242,7 +242,7 @@ func TestBenchGangLatency(t *testing.T) {
 		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
 		"allJobsAnnotatedAfterLastVerdict": appliedAfter.Round(time.Millisecond).String(),
 		"applyLagP99":                      histogramQuantile(t, "rankgate_verdict_apply_lag_seconds", .99),
-		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
+		"p50":                              percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
 		"decisions": c.Decisions(),
 		// The controller's own part, from its histogram: the report that
