@@ -6,7 +6,10 @@ import (
 	"sort"
 	"strings"
 
+	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -32,10 +35,11 @@ type Builder struct {
 
 type podRecord struct {
 	namespace, name string
-	// jobKind and job name the Kubeflow job: from a controller owner
-	// reference, or from the job-name label (jobKind "").
+	// jobKind and job name the Kubeflow job (jobOf): from a controller
+	// owner reference, or from the job-name label (jobKind from the
+	// operator-name label, "" if unknown).
 	jobKind, job string
-	replicaType  string
+	replica      replicaLabels
 	requests     schedule.Resources
 	constraints  schedule.Constraints
 	schedMsg     string
@@ -47,11 +51,55 @@ func NewBuilder() *Builder {
 	return &Builder{nodeIdx: map[string]int{}, usage: map[string][]int64{}, boundJob: map[jobReplica]int{}}
 }
 
-// jobReplica keys the bound pods of one replica type of one job.
+// jobReplica keys the bound pods of one job that carry the same replica
+// labels.
 type jobReplica struct {
 	namespace, kind, job string
-	// replicaType as the pod label spells it (lower case).
-	replicaType string
+	replica              replicaLabels
+}
+
+// replicaLabels are the labels that name a pod's replica type. Which of
+// them counts depends on the job's operator (kubeflow.ReplicaTypeOf):
+// the training-operator sets replica-type ("master", "worker"),
+// mpi-operator only job-role ("launcher", "worker"). Both are kept, as
+// the pod's job may be added after its pods. The replica-index label is
+// not needed: diagnose counts pods per replica type, so mpi-operator's
+// indexes shifted by runLauncherAsWorker do not matter here.
+type replicaLabels struct{ replicaType, jobRole string }
+
+func replicaLabelsOf(p *corev1.Pod) replicaLabels {
+	return replicaLabels{replicaType: p.Labels[kubeflow.LabelReplicaType], jobRole: p.Labels[kubeflow.LabelJobRole]}
+}
+
+// replicaTyper maps replica labels to a job's replica types through
+// kubeflow.ReplicaTypeOf, with one reused probe pod and a memo (a job's
+// pods carry few distinct label pairs).
+type replicaTyper struct {
+	j     kubeflow.Job
+	probe corev1.Pod
+	memo  map[replicaLabels]string
+}
+
+func newReplicaTyper(j kubeflow.Job) *replicaTyper {
+	return &replicaTyper{j: j, probe: corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: make(map[string]string, 2)}}, memo: map[replicaLabels]string{}}
+}
+
+// typeOf returns the replica type as the job spells it, or "" if the
+// labels name none of the job's replica types.
+func (t *replicaTyper) typeOf(l replicaLabels) string {
+	if v, ok := t.memo[l]; ok {
+		return v
+	}
+	clear(t.probe.Labels)
+	if l.replicaType != "" {
+		t.probe.Labels[kubeflow.LabelReplicaType] = l.replicaType
+	}
+	if l.jobRole != "" {
+		t.probe.Labels[kubeflow.LabelJobRole] = l.jobRole
+	}
+	v := kubeflow.ReplicaTypeOf(t.j, &t.probe)
+	t.memo[l] = v
+	return v
 }
 
 func (k jobReplica) of(j kubeflow.Job) bool {
@@ -108,7 +156,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 			b.usage[p.Spec.NodeName] = u
 		}
 		if job != "" {
-			b.boundJob[jobReplica{p.Namespace, jobKind, job, p.Labels[kubeflow.LabelReplicaType]}]++
+			b.boundJob[jobReplica{p.Namespace, jobKind, job, replicaLabelsOf(p)}]++
 		}
 		return nil
 	}
@@ -121,16 +169,28 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 	}
 	b.pods = append(b.pods, podRecord{
 		namespace: p.Namespace, name: p.Name, jobKind: jobKind, job: job,
-		replicaType: p.Labels[kubeflow.LabelReplicaType],
-		requests:    req, constraints: ConstraintsOf(&p.Spec),
+		replica:  replicaLabelsOf(p),
+		requests: req, constraints: ConstraintsOf(&p.Spec),
 		schedMsg: schedulerMessage(p), gpu: hasGPU(req),
 	})
 	return nil
 }
 
+// labelOperatorName is set by both operators on every pod they create
+// (mpi-operator v0.8.0 defaultLabels; training-operator v1.9.4 GenLabels).
+const labelOperatorName = "training.kubeflow.org/operator-name"
+
+// operatorKinds maps the operator-name label values to the job kinds.
+var operatorKinds = map[string]string{
+	"mpi-operator":          kubeflow.MPIJobGVK.Kind, // kubeflow.OperatorName in mpi-operator v0.8.0
+	"pytorchjob-controller": kubeflow.PyTorchJobGVK.Kind,
+}
+
 // jobOf names the Kubeflow job a pod belongs to, if any: kind and name
-// from a controller owner reference, or only the name from the job-name
-// label (the MPIJob launcher pod is owned by a batch Job).
+// from a controller owner reference, or the name from the job-name label.
+// The MPIJob launcher pod is owned by a batch Job (<job>-launcher) that
+// the MPIJob owns, so it takes the second way; its kind is then read from
+// the operator-name label ("" where that names no known operator).
 func jobOf(p *corev1.Pod) (kind, name string) {
 	for i := range p.OwnerReferences {
 		ref := &p.OwnerReferences[i]
@@ -138,7 +198,11 @@ func jobOf(p *corev1.Pod) (kind, name string) {
 			return ref.Kind, ref.Name
 		}
 	}
-	return "", p.Labels[kubeflow.LabelJobName]
+	name = p.Labels[kubeflow.LabelJobName]
+	if name == "" {
+		return "", ""
+	}
+	return operatorKinds[p.Labels[labelOperatorName]], name
 }
 
 // AddJob adds a job after validating it.
@@ -202,17 +266,18 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 // include what admission webhooks added); otherwise the template's.
 func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	w := schedule.Workload{Kind: j.Kind(), Namespace: j.Namespace(), Name: j.Name(), Suspended: j.Suspended()}
+	typer := newReplicaTyper(j)
 	for _, rs := range j.ReplicaSpecs() {
 		ps := schedule.PodSet{Name: rs.Type, Count: int(rs.Replicas)}
 		for k, n := range b.boundJob {
-			if k.of(j) && strings.EqualFold(k.replicaType, rs.Type) {
+			if k.of(j) && typer.typeOf(k.replica) == rs.Type {
 				ps.Bound += n
 			}
 		}
 		var sample *podRecord
 		for i := range b.pods {
 			r := &b.pods[i]
-			if !r.belongsTo(j) || !strings.EqualFold(r.replicaType, rs.Type) {
+			if !r.belongsTo(j) || typer.typeOf(r.replica) != rs.Type {
 				continue
 			}
 			ps.Pods = append(ps.Pods, r.namespace+"/"+r.name)
@@ -260,21 +325,42 @@ func (b *Builder) Workloads() ([]schedule.Workload, error) {
 		}
 		return false
 	}
-	groups := map[string][]*podRecord{}
+	// A pod known only by its job-name label (kind "", e.g. from a dump
+	// without the operator-name label) joins the group of the one job of
+	// that name whose kind is known.
+	kinds := map[string][]string{}
+	for i := range b.pods {
+		r := &b.pods[i]
+		if k := r.namespace + "/" + r.job; r.job != "" && r.jobKind != "" && !slices.Contains(kinds[k], r.jobKind) {
+			kinds[k] = append(kinds[k], r.jobKind)
+		}
+	}
+	type group struct {
+		kind string
+		rs   []*podRecord
+	}
+	groups := map[string]*group{}
 	var order []string
 	for i := range b.pods {
 		r := &b.pods[i]
 		if r.job == "" || owned(r) {
 			continue
 		}
-		key := r.namespace + "/" + r.jobKind + "/" + r.job
-		if _, ok := groups[key]; !ok {
+		kind := r.jobKind
+		if ks := kinds[r.namespace+"/"+r.job]; kind == "" && len(ks) == 1 {
+			kind = ks[0]
+		}
+		key := r.namespace + "/" + kind + "/" + r.job
+		g, ok := groups[key]
+		if !ok {
+			g = &group{kind: kind}
+			groups[key] = g
 			order = append(order, key)
 		}
-		groups[key] = append(groups[key], r)
+		g.rs = append(g.rs, r)
 	}
 	for _, key := range order {
-		if w, ok := b.workloadFromPods(groups[key]); ok {
+		if w, ok := b.workloadFromPods(groups[key].kind, groups[key].rs); ok {
 			out = append(out, w)
 		}
 	}
@@ -293,27 +379,24 @@ func (b *Builder) Workloads() ([]schedule.Workload, error) {
 
 // workloadFromPods judges a job whose object is missing from the input by
 // the pods seen: one pod set per replica type. Only groups with an unbound
-// GPU pod are judged.
-func (b *Builder) workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
-	kind, name := rs[0].jobKind, rs[0].job
-	if kind == "" {
-		kind = "Job"
+// GPU pod are judged. kind is the job's kind, "" if unknown.
+func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workload, bool) {
+	ns, name := rs[0].namespace, rs[0].job
+	w := schedule.Workload{Kind: kind, Namespace: ns, Name: name + " (job object not in the input: judged from its pods)"}
+	if w.Kind == "" {
+		w.Kind = "Job"
 	}
-	w := schedule.Workload{Kind: kind, Namespace: rs[0].namespace, Name: name + " (job object not in the input: judged from its pods)"}
+	namer := newSetNamer(kind)
 	sets := map[string]*schedule.PodSet{}
 	var order []string
 	judge := false
 	for _, r := range rs {
-		ps, ok := sets[r.replicaType]
+		set := namer.name(r.replica)
+		ps, ok := sets[set]
 		if !ok {
-			ps = &schedule.PodSet{Name: r.replicaType}
-			if ps.Name == "" {
-				ps.Name = "pods"
-			}
-			ps.Bound = b.boundJob[jobReplica{r.namespace, r.jobKind, r.job, r.replicaType}]
-			ps.Count = ps.Bound
-			sets[r.replicaType] = ps
-			order = append(order, r.replicaType)
+			ps = &schedule.PodSet{Name: set}
+			sets[set] = ps
+			order = append(order, set)
 		}
 		ps.Count++
 		judge = judge || r.gpu
@@ -325,10 +408,62 @@ func (b *Builder) workloadFromPods(rs []*podRecord) (schedule.Workload, bool) {
 			ps.SchedulerMessage = r.schedMsg
 		}
 	}
+	// The job's bound pods count towards the pod sets that have pending
+	// pods.
+	for k, n := range b.boundJob {
+		if k.namespace != ns || k.job != name || (k.kind != "" && kind != "" && k.kind != kind) {
+			continue
+		}
+		if ps, ok := sets[namer.name(k.replica)]; ok {
+			ps.Bound += n
+			ps.Count += n
+		}
+	}
 	for _, k := range order {
 		w.PodSets = append(w.PodSets, *sets[k])
 	}
 	return w, judge
+}
+
+// stubJobs has a job of each supported kind with all its replica types:
+// kubeflow.ReplicaTypeOf on them names the replica type of a pod whose
+// job is not in the input, reading the labels that kind's operator sets.
+var stubJobs = func() map[string]kubeflow.Job {
+	mj, _ := kubeflow.FromObject(&mpiv2.MPIJob{Spec: mpiv2.MPIJobSpec{MPIReplicaSpecs: map[mpiv2.MPIReplicaType]*mpiv2.ReplicaSpec{
+		mpiv2.MPIReplicaTypeLauncher: {}, mpiv2.MPIReplicaTypeWorker: {},
+	}}})
+	pj, _ := kubeflow.FromObject(&kftraining.PyTorchJob{Spec: kftraining.PyTorchJobSpec{PyTorchReplicaSpecs: map[kftraining.ReplicaType]*kftraining.ReplicaSpec{
+		kftraining.PyTorchJobReplicaTypeMaster: {}, kftraining.PyTorchJobReplicaTypeWorker: {},
+	}}})
+	return map[string]kubeflow.Job{mj.Kind(): mj, pj.Kind(): pj}
+}()
+
+// setNamer names the pod set of a pod of a job that is not in the
+// input, by kubeflow.ReplicaTypeOf on stub jobs of the job's kind, or of
+// both kinds if it is unknown (MPIJob first: the training-operator sets
+// job-role only as "master", which names no MPIJob replica type).
+type setNamer []*replicaTyper
+
+func newSetNamer(kind string) setNamer {
+	if j, ok := stubJobs[kind]; ok {
+		return setNamer{newReplicaTyper(j)}
+	}
+	return setNamer{newReplicaTyper(stubJobs[kubeflow.MPIJobGVK.Kind]), newReplicaTyper(stubJobs[kubeflow.PyTorchJobGVK.Kind])}
+}
+
+func (n setNamer) name(l replicaLabels) string {
+	for _, t := range n {
+		if v := t.typeOf(l); v != "" {
+			return v
+		}
+	}
+	switch {
+	case l.replicaType != "":
+		return l.replicaType
+	case l.jobRole != "":
+		return l.jobRole
+	}
+	return "pods"
 }
 
 // PodWorkload builds the workload of a single unbound pod; ok is false when

@@ -23,6 +23,8 @@ func FuzzLoad(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	files, _ := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
+	legacy, _ := filepath.Glob(filepath.Join(legacyDir, "*.yaml"))
+	files = append(files, legacy...)
 	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err == nil {

@@ -149,6 +149,46 @@ func TestLiveDiagnoseOnAPIServer(t *testing.T) {
 	mw, err := b.WorkloadFor(got)
 	require.NoError(t, err)
 	require.Equal(t, schedule.RuleGangTooLarge, e.Diagnose(e.NewCluster(b.Nodes()), mw).Rule)
+
+	// An MPIJob with runLauncherAsWorker and its pods as mpi-operator
+	// v0.8.0 creates them: job-role labels, worker indexes shifted by one,
+	// the launcher owned by the batch Job <job>-launcher. Worker 0 runs on
+	// a100-1 (its last free instance); the launcher and worker 1 pend.
+	ring := kubeflowtest.MakeMPIJob("ring", "ml").RunLauncherAsWorker().Workers(2).
+		WorkerRequest("nvidia.com/mig-1g.10gb", "1").LauncherRequest("nvidia.com/mig-1g.10gb", "1").Obj()
+	require.NoError(t, c.Create(ctx, ring))
+	ringJob, err := kubeflow.FromObject(ring)
+	require.NoError(t, err)
+	for i, pw := range clustertest.OperatorPods(ringJob) {
+		if i == 1 {
+			pw.Node("a100-1")
+		}
+		_, err := cs.CoreV1().Pods("ml").Create(ctx, pw.Obj(), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	b = cluster.NewBuilder()
+	require.NoError(t, live.LoadCluster(ctx, b))
+	launcher, err := live.Pod(ctx, "ml", "ring-launcher-x7k2p")
+	require.NoError(t, err)
+	rj, ok, err := live.JobOfPod(ctx, launcher)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, kubeflow.MPIJobGVK, rj.GVK())
+	require.NoError(t, b.AddJob(rj))
+	rw, err := b.WorkloadFor(rj)
+	require.NoError(t, err)
+	require.Equal(t, []string{"ml/ring-launcher-x7k2p"}, rw.PodSets[0].Pods)
+	require.Equal(t, 1, rw.PodSets[1].Bound)
+	require.Equal(t, []string{"ml/ring-worker-1"}, rw.PodSets[1].Pods)
+
+	out.Reset()
+	errb.Reset()
+	code = app.Run(ctx, app.Streams{In: &bytes.Buffer{}, Out: &out, Err: &errb},
+		[]string{"diagnose", "pod", "ml/ring-launcher-x7k2p", "--kubeconfig", kubeconfig, "-o", "json"})
+	require.Contains(t, []int{preflight.ExitPass, preflight.ExitFail}, code, errb.String())
+	r = preflight.Report{}
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r), out.String())
+	require.Equal(t, "MPIJob ml/ring", r.Subject)
 }
 
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {

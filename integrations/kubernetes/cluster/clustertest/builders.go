@@ -155,7 +155,11 @@ func (w *PodWrapper) Unschedulable(msg string) *PodWrapper {
 	return w
 }
 
-// OwnedBy sets a controller owner reference and the Kubeflow labels.
+// OwnedBy sets a controller owner reference and the job-name and
+// replica-type labels (the type in lower case). That is how the
+// training-operator labels a PyTorchJob pod, less replica-index,
+// operator-name and job-role; mpi-operator sets no replica-type on MPIJob
+// pods: use OperatorPods for pods exactly as the operators create them.
 func (w *PodWrapper) OwnedBy(apiVersion, kind, name, replicaType string) *PodWrapper {
 	t := true
 	w.OwnerReferences = append(w.OwnerReferences, metav1.OwnerReference{
