@@ -340,22 +340,30 @@ func TestE2EControllerUnreachableAtFirst(t *testing.T) {
 	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
 }
 
+// twoReplicas starts replica-a, waits until it leads, then replica-b, the
+// standby (leader election on the Lease named id, with short timings).
+func twoReplicas(t *testing.T, id string) (leader, standby *ctrl) {
+	t.Helper()
+	le := controller.Options{GangTimeout: time.Minute, LeaderElection: true, LeaderElectionID: id,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
+	a := le
+	a.Identity = "replica-a"
+	leader = startController(t, a)
+	require.Eventually(t, leader.IsLeader, 20*time.Second, 50*time.Millisecond)
+	b := le
+	b.Identity = "replica-b"
+	standby = startController(t, b)
+	time.Sleep(time.Second)
+	require.False(t, standby.IsLeader())
+	return leader, standby
+}
+
 // Two replicas with leader election: the one that is not the leader
 // answers NotLeader (ranks retry); when the leader goes away it takes over
 // and decides.
 func TestE2ELeaderElection(t *testing.T) {
 	ns := newNamespace(t, "e2e-leader", true)
-	le := controller.Options{GangTimeout: time.Minute, LeaderElection: true, LeaderElectionID: "rankgate-e2e-leader",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
-	a := le
-	a.Identity = "replica-a"
-	leader := startController(t, a)
-	require.Eventually(t, leader.IsLeader, 20*time.Second, 50*time.Millisecond)
-	b := le
-	b.Identity = "replica-b"
-	standby := startController(t, b)
-	time.Sleep(time.Second)
-	require.False(t, standby.IsLeader())
+	leader, standby := twoReplicas(t, "rankgate-e2e-leader")
 
 	job := pytorchJob(t, ns, "moe", false, 2, nil)
 	p0 := rankPod(t, job, "worker", 0, "node-1", "")
@@ -380,17 +388,7 @@ func TestE2ELeaderElection(t *testing.T) {
 // connect through a round-robin TCP proxy; every one gets the verdict.
 func TestE2ETwoReplicasBehindService(t *testing.T) {
 	ns := newNamespace(t, "e2e-service", true)
-	le := controller.Options{GangTimeout: time.Minute, LeaderElection: true, LeaderElectionID: "rankgate-e2e-service",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond}
-	a := le
-	a.Identity = "replica-a"
-	leader := startController(t, a)
-	require.Eventually(t, leader.IsLeader, 20*time.Second, 50*time.Millisecond)
-	b := le
-	b.Identity = "replica-b"
-	standby := startController(t, b)
-	time.Sleep(500 * time.Millisecond)
-	require.False(t, standby.IsLeader())
+	leader, standby := twoReplicas(t, "rankgate-e2e-service")
 	svc := "https://" + roundRobinProxy(t, standby.Addr, leader.Addr)
 
 	job := pytorchJob(t, ns, "svc", false, 4, nil)
