@@ -199,6 +199,7 @@ type Controller struct {
 
 	applySlots chan struct{} // bounds concurrent applies (maxConcurrentApplies)
 	applyPace  *rate.Limiter // paces pass/warn applies (applyRate)
+	recording  atomic.Int32  // verdict records being written (applies yield to them)
 
 	decisions atomic.Int64
 }

@@ -67,7 +67,9 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	}
 	d := &decision{Report: report, DecidedAt: time.Now(), DecidedBy: c.opts.Identity}
 	recStart := time.Now()
+	c.recording.Add(1)
 	rec, wrote, err := c.record(rctx, g, d)
+	c.recording.Add(-1)
 	recTook := time.Since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()

@@ -175,6 +175,31 @@ const (
 	applyBurst           = 10
 )
 
+// An apply also waits (up to maxApplyYield) while verdict records are
+// being written: ranks wait for those, nobody waits for the apply.
+const (
+	maxApplyYield   = 2 * time.Second
+	applyYieldCheck = 5 * time.Millisecond
+)
+
+// yieldToRecords waits while records are being written, at most
+// maxApplyYield.
+func (c *Controller) yieldToRecords(ctx context.Context) {
+	if c.recording.Load() == 0 {
+		return
+	}
+	deadline := time.Now().Add(maxApplyYield)
+	t := time.NewTicker(applyYieldCheck)
+	defer t.Stop()
+	for c.recording.Load() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // applyUntilDone applies d to its job, retrying with backoff until it is
 // done or this replica stops leading (the next leader's sweep then
 // finishes it).
@@ -191,6 +216,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		case <-ctx.Done():
 			return
 		}
+		c.yieldToRecords(ctx)
 		err := c.apply(ctx, t, d)
 		<-c.applySlots
 		if err == nil {

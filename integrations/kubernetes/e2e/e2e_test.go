@@ -397,14 +397,13 @@ func TestE2ETwoReplicasBehindService(t *testing.T) {
 		p := rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i), "")
 		ranks = append(ranks, startRank(t, svc, p, token(t, p, gate.Audience), fullGPURank...))
 	}
-	sawStandby := 0
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, 30*time.Second), joinRanks(ranks))
-		if strings.Contains(r.stderr.String(), gate.CodeNotLeader) {
-			sawStandby++
-		}
 	}
-	require.Positive(t, sawStandby, "no rank reached the standby first; the test proves nothing:\n%s", joinRanks(ranks))
+	// The proxy alternates: half the ranks' first connections reached the
+	// standby (a rank's first call may be its verdict check, which it does
+	// not log), so the standby must have answered NotLeader.
+	require.Contains(t, standby.logs.String(), gate.CodeNotLeader, "no rank reached the standby; the test proves nothing")
 	require.EqualValues(t, 1, leader.Decisions())
 	require.Equal(t, "replica-a", appliedVerdict(t, job)[controller.KeyDecidedBy])
 }
