@@ -108,7 +108,11 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "controller starting: caches not synced")
 	}
 	if !c.recovered.Load() {
-		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "controller starting: loading recorded verdicts")
+		why := "controller starting: loading recorded verdicts"
+		if e := c.sweepErr.Load(); e != nil {
+			why += ": " + *e
+		}
+		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%s", why)
 	}
 	pod := &corev1.Pod{}
 	if err := c.getFresh(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.Pod}, pod, id.PodUID); err != nil {

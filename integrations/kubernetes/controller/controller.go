@@ -188,8 +188,9 @@ type Controller struct {
 
 	leader      atomic.Bool
 	synced      atomic.Bool
-	recovered   atomic.Bool  // verdict records of earlier leaders loaded (sweep)
-	leaderSince atomic.Int64 // unix nanos
+	recovered   atomic.Bool            // verdict records of earlier leaders loaded (sweep)
+	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
+	leaderSince atomic.Int64           // unix nanos
 	leadCtx     atomic.Pointer[context.Context]
 
 	mu      sync.Mutex

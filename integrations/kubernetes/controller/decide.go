@@ -73,6 +73,9 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	recTook := time.Since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("%w (the controller's ClusterRole needs create on leases.coordination.k8s.io: apply configs/deploy/rbac.yaml)", err)
+		}
 		c.log.Error(err, "recording verdict; retrying", "job", g.key)
 		g.mu.Lock()
 		g.deciding = false

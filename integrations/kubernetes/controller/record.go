@@ -374,6 +374,11 @@ func (c *Controller) sweep(ctx context.Context) bool {
 			}
 			return true
 		}
+		msg := err.Error()
+		if apierrors.IsForbidden(err) {
+			msg += " (the controller's ClusterRole needs get, list, create and delete on leases.coordination.k8s.io: apply configs/deploy/rbac.yaml)"
+		}
+		c.sweepErr.Store(&msg)
 		c.log.Error(err, "listing verdict records; retrying", "in", backoff.String())
 		select {
 		case <-ctx.Done():

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -454,23 +457,58 @@ func TestE2EDeployManifests(t *testing.T) {
 	require.Equal(t, 3, checked, "init containers checked (PyTorchJob Master and Worker, MPIJob Worker)")
 }
 
+// A controller deployed with an older ClusterRole that lacks the leases
+// rule (the verdict records): ranks are told why they wait, with the fix.
+func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	applyManifest(t, filepath.Join(root, "configs", "deploy", "namespace.yaml"))
+	ctx := context.Background()
+	var rules []rbacv1.PolicyRule
+	for _, u := range decodeManifest(t, filepath.Join(root, "configs", "deploy", "rbac.yaml")) {
+		if u.GetKind() != "ClusterRole" {
+			continue
+		}
+		cr := &rbacv1.ClusterRole{}
+		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cr))
+		for _, r := range cr.Rules {
+			if !slices.Contains(r.Resources, "leases") {
+				rules = append(rules, r)
+			}
+		}
+	}
+	require.NotEmpty(t, rules)
+	objs := []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "rankgate-old", Namespace: "rankgate-system"}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "rankgate-old"}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "rankgate-old"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "rankgate-old"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "rankgate-old", Namespace: "rankgate-system"}}},
+	}
+	for _, o := range objs {
+		require.NoError(t, k8s.Create(ctx, o))
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
+	}
+	cfg := rest.CopyConfig(restCfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-old",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
+	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute})
+
+	ns := newNamespace(t, "e2e-old-rbac", true)
+	job := pytorchJob(t, ns, "w", false, 1, nil)
+	p := rankPod(t, job, "worker", 0, "node-0", "")
+	r := startRank(t, c.URL, p, token(t, p, gate.Audience), append(fullGPURank, "--timeout", "4s")...)
+	require.Equal(t, preflight.ExitTimeout, r.wait(t, 30*time.Second), r.String())
+	require.Contains(t, r.stderr.String(), "leases.coordination.k8s.io", r.String())
+	require.Contains(t, r.stderr.String(), "configs/deploy/rbac.yaml", r.String())
+}
+
 // applyManifest creates every object of a YAML file (deleted when the test
 // ends) and returns them.
 func applyManifest(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	var out []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			require.ErrorIs(t, err, io.EOF, path)
-			return out
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
+	for _, u := range decodeManifest(t, path) {
 		if u.GetKind() == "Namespace" {
 			// envtest runs no namespace controller: a deleted namespace
 			// stays Terminating. Namespaces are created once and kept.
@@ -483,6 +521,26 @@ func applyManifest(t *testing.T, path string) []*unstructured.Unstructured {
 		require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", path, u.GetKind(), u.GetName())
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
 		out = append(out, u)
+	}
+	return out
+}
+
+// decodeManifest reads every object of a YAML file.
+func decodeManifest(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			require.ErrorIs(t, err, io.EOF, path)
+			return out
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
 	}
 }
 
