@@ -53,6 +53,20 @@ const (
 	LabelJobRole     = "training.kubeflow.org/job-role"
 )
 
+// LabelOperatorName is set by both operators on every pod they create
+// (mpi-operator v0.8.0 defaultLabels; training-operator v1.9.4 GenLabels).
+const LabelOperatorName = "training.kubeflow.org/operator-name"
+
+// operatorKinds maps the operator-name label values to the job kinds.
+var operatorKinds = map[string]string{
+	"mpi-operator":          MPIJobGVK.Kind, // kubeflow.OperatorName in mpi-operator v0.8.0
+	"pytorchjob-controller": PyTorchJobGVK.Kind,
+}
+
+// KindOfOperator names the job kind whose operator sets the operator-name
+// label value v ("" for any other operator).
+func KindOfOperator(v string) string { return operatorKinds[v] }
+
 // MaxReplicas bounds a replica count read from outside input: beyond it a
 // value is taken for a typo, not a job.
 const MaxReplicas = 100000

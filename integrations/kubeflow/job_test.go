@@ -537,3 +537,10 @@ func FuzzRankOf(f *testing.F) {
 		}
 	})
 }
+
+func TestKindOfOperator(t *testing.T) {
+	require.Equal(t, "MPIJob", kubeflow.KindOfOperator("mpi-operator"))
+	require.Equal(t, "PyTorchJob", kubeflow.KindOfOperator("pytorchjob-controller"))
+	require.Empty(t, kubeflow.KindOfOperator("tfjob-controller"))
+	require.Empty(t, kubeflow.KindOfOperator(""))
+}

@@ -176,16 +176,6 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 	return nil
 }
 
-// labelOperatorName is set by both operators on every pod they create
-// (mpi-operator v0.8.0 defaultLabels; training-operator v1.9.4 GenLabels).
-const labelOperatorName = "training.kubeflow.org/operator-name"
-
-// operatorKinds maps the operator-name label values to the job kinds.
-var operatorKinds = map[string]string{
-	"mpi-operator":          kubeflow.MPIJobGVK.Kind, // kubeflow.OperatorName in mpi-operator v0.8.0
-	"pytorchjob-controller": kubeflow.PyTorchJobGVK.Kind,
-}
-
 // jobOf names the Kubeflow job a pod belongs to, if any: kind and name
 // from a controller owner reference, or the name from the job-name label.
 // The MPIJob launcher pod is owned by a batch Job (<job>-launcher) that
@@ -202,7 +192,7 @@ func jobOf(p *corev1.Pod) (kind, name string) {
 	if name == "" {
 		return "", ""
 	}
-	return operatorKinds[p.Labels[labelOperatorName]], name
+	return kubeflow.KindOfOperator(p.Labels[kubeflow.LabelOperatorName]), name
 }
 
 // AddJob adds a job after validating it.
