@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// gangBackend decides at once: the gang rules over the reported rank and a
+// healthy full-GPU rank, as the controller would run them over hostile
+// report contents.
+type gangBackend struct{}
+
+func (gangBackend) Report(_ context.Context, _ server.Identity, req *gate.ReportRequest, _ time.Duration) (*gate.Response, error) {
+	peer := preflight.NewReport("node-b", nil)
+	peer.Devices = []preflight.DeviceSummary{{ID: "GPU-b", Kind: "gpu", GPU: 0, GPUUUID: "GPU-b", Profile: "full", SMs: 132}}
+	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{
+		{Rank: 0, Pod: req.Pod, Node: req.Node, DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report},
+		{Rank: 1, Pod: "p1", Node: "node-b", DriverVersion: "580.65.06", CUDADriverVersion: "13.0", Report: peer},
+	}})
+	return &gate.Response{State: gate.StateDecided, Job: "ml/PyTorchJob/j", Expected: 2, Reported: 2, Verdict: &rep}, nil
+}
+
+func (gangBackend) Verdict(context.Context, server.Identity, time.Duration) (*gate.Response, error) {
+	return nil, gate.Errorf(gate.CodeUnavailable, "not used")
+}
+
+// FuzzReportBody: any report body a pod can send is answered with a
+// well-formed gate answer (a verdict or an error code), never a panic, and
+// the gang rules survive any report that passes validation.
+func FuzzReportBody(f *testing.F) {
+	ok := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Node: "node-a", DriverVersion: "580.65.06", CUDADriverVersion: "13.0",
+		Report: preflight.NewReport("node-a", nil)}
+	ok.Report.Devices = []preflight.DeviceSummary{{ID: "MIG-1", Kind: "mig", GPU: 0, GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 14}}
+	b, _ := json.Marshal(ok)
+	f.Add(b)
+	f.Add([]byte(`{"apiVersion":"gate.rankgate.io/v1","namespace":"ml","pod":"p0","report":{"verdict":"fail","findings":[{"rule":"X","severity":"fail","ranks":[-1,99999999]}],"devices":[{"id":"","kind":"","gpu":-5,"sms":-1},{"id":"","kind":"","gpu":-5}]}}`))
+	f.Add([]byte(`{"apiVersion":"gate.rankgate.io/v1","namespace":"ml","pod":"p0","report":{"verdict":"pass","devices":null,"findings":null}}`))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`[`))
+	s := server.New(server.Options{Auth: fakeAuth{"tok-p0": {Namespace: "ml", Pod: "p0"}}, Backend: gangBackend{}, Log: logr.Discard()})
+	h := s.Handler()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, gate.PathReport, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok-p0")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK:
+			var r gate.Response
+			if err := json.Unmarshal(rec.Body.Bytes(), &r); err != nil || r.Verdict == nil {
+				t.Fatalf("200 without a verdict: %v %s", err, rec.Body.String())
+			}
+			switch r.Verdict.Verdict {
+			case preflight.VerdictPass, preflight.VerdictWarn, preflight.VerdictFail:
+			default:
+				t.Fatalf("verdict %q", r.Verdict.Verdict)
+			}
+		case http.StatusBadRequest, http.StatusForbidden:
+			var e gate.ErrorBody
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Code == "" || e.Message == "" {
+				t.Fatalf("%d without an error body: %v %s", rec.Code, err, rec.Body.String())
+			}
+		default:
+			t.Fatalf("HTTP %d for %q: %s", rec.Code, body, rec.Body.String())
+		}
+	})
+}
