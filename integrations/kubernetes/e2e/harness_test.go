@@ -58,6 +58,17 @@ var verbose = os.Getenv("RANKGATE_E2E_VERBOSE") == "1"
 func newNamespace(t testing.TB, name string, optIn bool) string {
 	t.Helper()
 	ctx := context.Background()
+	// Namespaces outlive their tests (envtest runs no namespace
+	// controller): a repeated test (-count) gets name-2, name-3, ...
+	nsUses.mu.Lock()
+	if nsUses.n == nil {
+		nsUses.n = map[string]int{}
+	}
+	nsUses.n[name]++
+	if n := nsUses.n[name]; n > 1 {
+		name = fmt.Sprintf("%s-%d", name, n)
+	}
+	nsUses.mu.Unlock()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if optIn {
 		ns.Labels = map[string]string{controller.KeyGate: "enabled"}
@@ -65,6 +76,11 @@ func newNamespace(t testing.TB, name string, optIn bool) string {
 	require.NoError(t, k8s.Create(ctx, ns))
 	require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: serviceAccount, Namespace: name}}))
 	return name
+}
+
+var nsUses struct {
+	mu sync.Mutex
+	n  map[string]int
 }
 
 // pytorchJob creates a PyTorchJob with a Master (if master) and workers.
