@@ -36,6 +36,10 @@ var (
 		Help:    "Time from a verdict's decision (ranks answered) to its annotations and action being on the job.",
 		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
 	})
+	metricUnapplied = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "rankgate_verdicts_unapplied",
+		Help: "Verdicts recorded and answered whose annotations and action are not on their job yet.",
+	})
 	metricWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rankgate_ranks_waiting",
 		Help: "Ranks that reported and wait for their gang's verdict.",
@@ -61,7 +65,7 @@ var registerOnce sync.Once
 // per process (tests start several controllers).
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(metricVerdicts, metricVerdictRules, metricDecision, metricLastReport, metricApplyLag,
+		crmetrics.Registry.MustRegister(metricVerdicts, metricVerdictRules, metricDecision, metricLastReport, metricApplyLag, metricUnapplied,
 			metricWaiting, metricGangs, metricRequests, metricAPIErrors)
 	})
 }

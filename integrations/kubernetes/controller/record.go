@@ -152,6 +152,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 func (c *Controller) setPending(t target, d *decision) {
 	c.mu.Lock()
 	c.pending[t.uid] = d
+	metricUnapplied.Set(float64(len(c.pending)))
 	c.mu.Unlock()
 }
 
@@ -222,6 +223,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		if err == nil {
 			c.mu.Lock()
 			delete(c.pending, t.uid)
+			metricUnapplied.Set(float64(len(c.pending)))
 			c.mu.Unlock()
 			// The record is deleted later (Options.RecordCleanupDelay), off
 			// the moment many gangs complete together: a record whose job
@@ -336,6 +338,7 @@ func (c *Controller) dropRecord(ctx context.Context, t target) error {
 	}
 	c.mu.Lock()
 	delete(c.pending, t.uid)
+	metricUnapplied.Set(float64(len(c.pending)))
 	c.mu.Unlock()
 	return nil
 }

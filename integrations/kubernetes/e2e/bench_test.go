@@ -344,6 +344,19 @@ func histogramQuantile(t *testing.T, name string, q float64) string {
 	return "n/a"
 }
 
+// gaugeValue reads a gauge of this process's controller-runtime registry.
+func gaugeValue(t *testing.T, name string) float64 {
+	mfs, err := crmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) > 0 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
+}
+
 type clientRank struct{ Pod, Node, Token string }
 
 type clientSpec struct {

@@ -276,6 +276,7 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	require.Contains(t, rulesOf(decodeVerdict(t, r0)), preflight.RuleGangMIGSpansGPUs)
 
 	a := appliedVerdict(t, job)
+	require.Eventually(t, func() bool { return gaugeValue(t, "rankgate_verdicts_unapplied") == 0 }, 5*time.Second, 20*time.Millisecond)
 	require.Equal(t, holder, a[controller.KeyDecidedBy])
 	require.Equal(t, decidedAt, a[controller.KeyDecidedAt])
 	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
