@@ -143,7 +143,12 @@ func RankPods(j Job) int {
 // PyTorchJob; LabelJobRole for an MPIJob (LabelReplicaType if the pod has
 // no LabelJobRole).
 func ReplicaTypeOf(j Job, pod *corev1.Pod) string {
-	v, _ := replicaTypeLabel(j, pod)
+	return ReplicaTypeOfLabels(j, pod.Labels)
+}
+
+// ReplicaTypeOfLabels is ReplicaTypeOf for a pod's labels alone.
+func ReplicaTypeOfLabels(j Job, labels map[string]string) string {
+	v, _ := replicaTypeLabel(j, labels)
 	if v == "" {
 		return ""
 	}
@@ -182,7 +187,7 @@ func RankOf(j Job, pod *corev1.Pod) (int, error) {
 	fail := func(format string, args ...any) (int, error) {
 		return 0, fmt.Errorf("pod %s/%s of %s: %w", pod.Namespace, pod.Name, jobRef(j), fmt.Errorf(format, args...))
 	}
-	rt, key := replicaTypeLabel(j, pod)
+	rt, key := replicaTypeLabel(j, pod.Labels)
 	if rt == "" {
 		if _, ok := j.(*mpiJob); ok {
 			return fail("the pod has neither a %s nor a %s label (mpi-operator labels its pods %s=launcher or worker): not a pod mpi-operator created for this job",
@@ -289,17 +294,17 @@ func rankSlotOf(j Job, replicaType, key string) (rankSlot, error) {
 
 // replicaTypeLabel reads the pod's replica type from the label the job's
 // operator sets, and says which label that was.
-func replicaTypeLabel(j Job, pod *corev1.Pod) (value, key string) {
+func replicaTypeLabel(j Job, labels map[string]string) (value, key string) {
 	if _, ok := j.(*mpiJob); ok {
 		// mpi-operator v0.8.0 sets only LabelJobRole (defaultLabels, after
 		// copying the template's labels, so it wins over them).
-		if v := pod.Labels[LabelJobRole]; v != "" {
+		if v := labels[LabelJobRole]; v != "" {
 			return v, LabelJobRole
 		}
 	}
 	// Not LabelJobRole for a PyTorchJob: the training-operator sets
 	// job-role=master on Worker 0 of a job without a Master (IsMasterRole).
-	return pod.Labels[LabelReplicaType], LabelReplicaType
+	return labels[LabelReplicaType], LabelReplicaType
 }
 
 func jobRef(j Job) string {

@@ -9,7 +9,6 @@ import (
 	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -72,16 +71,15 @@ func replicaLabelsOf(p *corev1.Pod) replicaLabels {
 }
 
 // replicaTyper maps replica labels to a job's replica types through
-// kubeflow.ReplicaTypeOf, with one reused probe pod and a memo (a job's
-// pods carry few distinct label pairs).
+// kubeflow.ReplicaTypeOfLabels, with a memo (a job's pods carry few
+// distinct label pairs).
 type replicaTyper struct {
-	j     kubeflow.Job
-	probe corev1.Pod
-	memo  map[replicaLabels]string
+	j    kubeflow.Job
+	memo map[replicaLabels]string
 }
 
 func newReplicaTyper(j kubeflow.Job) *replicaTyper {
-	return &replicaTyper{j: j, probe: corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: make(map[string]string, 2)}}, memo: map[replicaLabels]string{}}
+	return &replicaTyper{j: j, memo: map[replicaLabels]string{}}
 }
 
 // typeOf returns the replica type as the job spells it, or "" if the
@@ -90,14 +88,7 @@ func (t *replicaTyper) typeOf(l replicaLabels) string {
 	if v, ok := t.memo[l]; ok {
 		return v
 	}
-	clear(t.probe.Labels)
-	if l.replicaType != "" {
-		t.probe.Labels[kubeflow.LabelReplicaType] = l.replicaType
-	}
-	if l.jobRole != "" {
-		t.probe.Labels[kubeflow.LabelJobRole] = l.jobRole
-	}
-	v := kubeflow.ReplicaTypeOf(t.j, &t.probe)
+	v := kubeflow.ReplicaTypeOfLabels(t.j, map[string]string{kubeflow.LabelReplicaType: l.replicaType, kubeflow.LabelJobRole: l.jobRole})
 	t.memo[l] = v
 	return v
 }
