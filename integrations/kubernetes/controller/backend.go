@@ -146,7 +146,7 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 	if string(obj.GetUID()) != uid {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s belongs to an earlier %s named %s", pod.Namespace, pod.Name, kind, name)
 	}
-	j := k.Wrap(obj)
+	j := wrap(obj)
 	if in, err := c.optedIn(ctx, obj); err != nil {
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
 	} else if !in {

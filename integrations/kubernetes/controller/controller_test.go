@@ -8,10 +8,12 @@ import (
 
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,7 +59,7 @@ func TestRanksOfCachedJobs(t *testing.T) {
 			k, ok := kindByName(kindOf(tc.job))
 			require.True(t, ok)
 			k.Strip(tc.job)
-			j := k.Wrap(tc.job)
+			j := wrap(tc.job)
 			require.Equal(t, tc.expected, kubeflow.RankPods(j))
 			for pod, want := range tc.pods {
 				label, idx, _ := strings.Cut(pod, "/")
@@ -214,4 +216,24 @@ func TestTrimPod(t *testing.T) {
 	}
 	q := podGPURequest(p)["nvidia.com/gpu"]
 	require.Equal(t, "8", q.String())
+}
+
+// The unapplied-verdicts gauge follows the pending verdicts.
+func TestUnappliedGauge(t *testing.T) {
+	c := &Controller{pending: map[types.UID]*decision{}}
+	d := &decision{Report: preflight.NewReport("", nil)}
+	c.setPending(target{ns: "ml", uid: "u1"}, d)
+	c.setPending(target{ns: "ml", uid: "u2"}, d)
+	c.setPending(target{ns: "ml", uid: "u2"}, d)
+	require.Equal(t, 2.0, testutil.ToFloat64(metricUnapplied))
+	got, ok := c.pendingDecision("u1")
+	require.True(t, ok)
+	require.Same(t, d, got)
+	c.clearPending("u1")
+	c.clearPending("u1")
+	require.Equal(t, 1.0, testutil.ToFloat64(metricUnapplied))
+	_, ok = c.pendingDecision("u1")
+	require.False(t, ok)
+	c.clearPending("u2")
+	require.Zero(t, testutil.ToFloat64(metricUnapplied))
 }

@@ -209,7 +209,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
 		return nil
 	}
-	j := k.Wrap(obj)
+	j := wrap(obj)
 	have := map[int]bool{}
 	for _, r := range reported {
 		have[r.Rank] = true

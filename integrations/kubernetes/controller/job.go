@@ -31,9 +31,8 @@ type job = kubeflow.Job
 
 // jobKind describes one supported kind.
 type jobKind struct {
-	GVK  schema.GroupVersionKind
-	New  func() client.Object
-	Wrap func(client.Object) job
+	GVK schema.GroupVersionKind
+	New func() client.Object
 	// Strip removes what the controller never reads (pod templates) before
 	// the object enters the informer cache.
 	Strip func(client.Object)
@@ -55,9 +54,8 @@ func wrap(o client.Object) job {
 
 var jobKinds = []jobKind{
 	{
-		GVK:  pytorchGVK,
-		New:  func() client.Object { return &kubeflowv1.PyTorchJob{} },
-		Wrap: wrap,
+		GVK: pytorchGVK,
+		New: func() client.Object { return &kubeflowv1.PyTorchJob{} },
 		Strip: func(o client.Object) {
 			for _, s := range o.(*kubeflowv1.PyTorchJob).Spec.PyTorchReplicaSpecs {
 				if s != nil {
@@ -67,9 +65,8 @@ var jobKinds = []jobKind{
 		},
 	},
 	{
-		GVK:  mpiGVK,
-		New:  func() client.Object { return &mpiv2beta1.MPIJob{} },
-		Wrap: wrap,
+		GVK: mpiGVK,
+		New: func() client.Object { return &mpiv2beta1.MPIJob{} },
 		Strip: func(o client.Object) {
 			for _, s := range o.(*mpiv2beta1.MPIJob).Spec.MPIReplicaSpecs {
 				if s != nil {
@@ -98,8 +95,12 @@ type jobRef struct {
 // ownerJob finds the Kubeflow job controlling pod directly (its controller
 // owner reference). ok is false for any other pod, including the launcher
 // of an MPIJob, which a batch Job owns (see c.jobOf).
-func ownerJob(pod *corev1.Pod) (jobRef, bool) {
-	for _, ref := range pod.OwnerReferences {
+func ownerJob(pod *corev1.Pod) (jobRef, bool) { return kubeflowController(pod.OwnerReferences) }
+
+// kubeflowController finds the Kubeflow job among controller owner
+// references.
+func kubeflowController(refs []metav1.OwnerReference) (jobRef, bool) {
+	for _, ref := range refs {
 		if ref.Controller == nil || !*ref.Controller {
 			continue
 		}
@@ -137,15 +138,11 @@ func (c *Controller) jobOf(ctx context.Context, pod *corev1.Pod) (jobRef, bool, 
 	if bj.UID != ref.UID {
 		return jobRef{}, false, nil
 	}
-	r, ok := ownerJobOf(bj.OwnerReferences)
+	r, ok := kubeflowController(bj.OwnerReferences)
 	if !ok || r.kind != mpiGVK.Kind {
 		return jobRef{}, false, nil
 	}
 	return r, true, nil
-}
-
-func ownerJobOf(refs []metav1.OwnerReference) (jobRef, bool) {
-	return ownerJob(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{OwnerReferences: refs}})
 }
 
 func jobKey(j job) string {

@@ -81,7 +81,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	} else {
 		c.mu.Unlock()
 	}
-	j := k.Wrap(obj)
+	j := wrap(obj)
 	if d, ok := recordedDecision(obj); ok {
 		if !d.Report.Failed() || obj.GetDeletionTimestamp() != nil {
 			return reconcile.Result{}, nil

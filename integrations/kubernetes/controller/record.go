@@ -60,7 +60,7 @@ func (c *Controller) newRecord(k jobKind, job client.Object, d *decision) *coord
 	holder := d.DecidedBy
 	return &coordv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: recordNamePrefix + string(job.GetUID()), Namespace: job.GetNamespace(),
+			Name: recordKey(job.GetNamespace(), job.GetUID()).Name, Namespace: job.GetNamespace(),
 			Labels:      map[string]string{LabelManagedBy: "rankgate", LabelRecord: recordKindValue},
 			Annotations: decisionAnnotations(d),
 			OwnerReferences: []metav1.OwnerReference{{
@@ -74,7 +74,7 @@ func (c *Controller) newRecord(k jobKind, job client.Object, d *decision) *coord
 // recordTarget reads which job a record belongs to.
 func recordTarget(l *coordv1.Lease) (target, bool) {
 	for _, ref := range l.OwnerReferences {
-		if _, ok := kindByName(ref.Kind); ok && l.Name == recordNamePrefix+string(ref.UID) {
+		if _, ok := kindByName(ref.Kind); ok && l.Name == recordKey(l.Namespace, ref.UID).Name {
 			return target{kind: ref.Kind, ns: l.Namespace, name: ref.Name, uid: ref.UID}, true
 		}
 	}
@@ -90,11 +90,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 	k, _ := kindByName(g.kind)
 	key := types.NamespacedName{Namespace: g.ns, Name: g.name}
 	obj := k.New()
-	err = c.client.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) {
-		obj = k.New()
-		err = c.api.Get(ctx, key, obj) // the cache may lag
-	}
+	err = c.getFresh(ctx, key, obj, string(g.uid))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.uid) {
 		d.unrecorded = true
 		return d, false, nil
@@ -145,13 +141,21 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			return old, false, nil
 		}
 	}
-	return nil, false, fmt.Errorf("verdict record %s/%s%s keeps changing", g.ns, recordNamePrefix, g.uid)
+	return nil, false, fmt.Errorf("verdict record %s keeps changing", recordKey(g.ns, g.uid))
 }
 
 // setPending remembers a recorded verdict until it is applied to its job.
 func (c *Controller) setPending(t target, d *decision) {
 	c.mu.Lock()
 	c.pending[t.uid] = d
+	metricUnapplied.Set(float64(len(c.pending)))
+	c.mu.Unlock()
+}
+
+// clearPending forgets a verdict once its job carries it.
+func (c *Controller) clearPending(uid types.UID) {
+	c.mu.Lock()
+	delete(c.pending, uid)
 	metricUnapplied.Set(float64(len(c.pending)))
 	c.mu.Unlock()
 }
@@ -221,10 +225,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		err := c.apply(ctx, t, d)
 		<-c.applySlots
 		if err == nil {
-			c.mu.Lock()
-			delete(c.pending, t.uid)
-			metricUnapplied.Set(float64(len(c.pending)))
-			c.mu.Unlock()
+			c.clearPending(t.uid)
 			// The record is deleted later (Options.RecordCleanupDelay), off
 			// the moment many gangs complete together: a record whose job
 			// carries the verdict is harmless, and the next leader's sweep
@@ -309,7 +310,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 	}
 	orig := obj.DeepCopyObject().(client.Object)
 	if d.Report.Failed() && d.Action == ActionSuspend {
-		k.Wrap(obj).SetSuspended(true)
+		wrap(obj).SetSuspended(true)
 	}
 	ann := obj.GetAnnotations()
 	if ann == nil {
@@ -332,14 +333,12 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 // dropRecord deletes a job's verdict record once the job carries the
 // verdict (or is gone).
 func (c *Controller) dropRecord(ctx context.Context, t target) error {
-	l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: t.ns, Name: recordNamePrefix + string(t.uid)}}
+	key := recordKey(t.ns, t.uid)
+	l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	if err := c.client.Delete(ctx, l); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting verdict record %s/%s: %w", l.Namespace, l.Name, err)
 	}
-	c.mu.Lock()
-	delete(c.pending, t.uid)
-	metricUnapplied.Set(float64(len(c.pending)))
-	c.mu.Unlock()
+	c.clearPending(t.uid)
 	return nil
 }
 
@@ -355,7 +354,11 @@ func (c *Controller) sweep(ctx context.Context) bool {
 		err := c.api.List(lctx, list, client.MatchingLabels{LabelRecord: recordKindValue})
 		cancel()
 		if err == nil {
-			var found []target
+			type found struct {
+				t target
+				d *decision
+			}
+			var left []found
 			for i := range list.Items {
 				l := &list.Items[i]
 				t, ok := recordTarget(l)
@@ -365,15 +368,14 @@ func (c *Controller) sweep(ctx context.Context) bool {
 					continue
 				}
 				c.setPending(t, d)
-				found = append(found, t)
+				left = append(left, found{t, d})
 			}
 			c.recovered.Store(true)
-			if len(found) > 0 {
-				c.log.Info("applying verdicts an earlier leader recorded", "count", len(found))
+			if len(left) > 0 {
+				c.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
 			}
-			for _, t := range found {
-				d, _ := c.pendingDecision(t.uid)
-				go c.applyUntilDone(ctx, t, d)
+			for _, f := range left {
+				go c.applyUntilDone(ctx, f.t, f.d)
 			}
 			return true
 		}
