@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
 
 // Kinds, GroupVersionKinds and resources of the supported jobs.
@@ -338,6 +340,18 @@ func FromUnstructured(u *unstructured.Unstructured) (Job, error) {
 		return nil, fmt.Errorf("%s %s/%s: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return FromObject(obj)
+}
+
+// NewScheme returns a scheme with the built-in Kubernetes kinds, the
+// training-operator's kubeflow.org/v1 kinds (PyTorchJob) and mpi-operator's
+// kubeflow.org/v2beta1 MPIJob: what the controller and the tests' clients
+// decode.
+func NewScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(kftraining.AddToScheme(s))
+	utilruntime.Must(mpiv2.AddToScheme(s))
+	return s
 }
 
 // Supported reports whether a GroupVersionKind is a supported job kind.

@@ -27,16 +27,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
@@ -46,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 )
@@ -395,13 +392,7 @@ func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) (
 }
 
 // Scheme has the built-in kinds, PyTorchJob and MPIJob.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(kubeflowv1.AddToScheme(s))
-	utilruntime.Must(mpiv2beta1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return kubeflow.NewScheme() }
 
 func newMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 	return apiutil.NewDynamicRESTMapper(cfg, hc)

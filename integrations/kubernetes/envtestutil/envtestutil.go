@@ -35,14 +35,12 @@ import (
 	"testing"
 	"time"
 
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 )
 
 const (
@@ -125,13 +123,7 @@ func BinDir(root string) (string, error) {
 // Scheme returns a scheme with the built-in Kubernetes types, PyTorchJob
 // (and the other training-operator kinds) in kubeflow.org/v1 and MPIJob in
 // kubeflow.org/v2beta1.
-func Scheme() *apiruntime.Scheme {
-	s := apiruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(kubeflowv1.AddToScheme(s))
-	utilruntime.Must(mpiv2beta1.AddToScheme(s))
-	return s
-}
+func Scheme() *apiruntime.Scheme { return kubeflow.NewScheme() }
 
 // StartEnv starts etcd and kube-apiserver from bin/k8s with the Kubeflow
 // CRDs installed, for use outside a single test (TestMain). The caller must
