@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/launcher/launchertest"
 )
 
 // Only 127.0.0.1 is ever dialled; names resolve through mapResolver.
@@ -39,16 +41,6 @@ func listen(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// closedPort returns a 127.0.0.1 port that nothing listens on.
-func closedPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
-}
-
 func TestWaitHostsReachable(t *testing.T) {
 	port := listen(t)
 	res := mapResolver{"worker-0.job.ns.svc": {"127.0.0.1"}}
@@ -59,7 +51,7 @@ func TestWaitHostsReachable(t *testing.T) {
 }
 
 func TestWaitHostsUnreachableAndUnresolvable(t *testing.T) {
-	port := closedPort(t)
+	port := launchertest.ClosedPort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -75,7 +67,7 @@ func TestWaitHostsUnreachableAndUnresolvable(t *testing.T) {
 }
 
 func TestWaitHostsRetriesUntilTheHostComesUp(t *testing.T) {
-	port := closedPort(t)
+	port := launchertest.ClosedPort(t)
 	go func() {
 		time.Sleep(200 * time.Millisecond)
 		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/launcher/launchertest"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -514,7 +515,7 @@ func TestPreLaunchChecksStopBeforeCMD(t *testing.T) {
 			require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
 			return p
 		}
-		open, closed := listen(t), closedPort(t)
+		open, closed := listen(t), launchertest.ClosedPort(t)
 		hf := write("127.0.0.1 slots=2\nworker-1.job.ns.svc slots=2\n")
 		res := mapResolver{"worker-1.job.ns.svc": {"127.0.0.1"}}
 		// Unreachable: exit 4, the host named.
@@ -622,7 +623,7 @@ func TestSignalWhileWaitingForHostsEndsTheLaunch(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		sigs <- syscall.SIGTERM
 	}()
-	r := launch(t, Options{Command: []string{"true"}, MPIHostfile: hf, SSHPort: closedPort(t), HostsTimeout: time.Minute, Signals: sigs})
+	r := launch(t, Options{Command: []string{"true"}, MPIHostfile: hf, SSHPort: launchertest.ClosedPort(t), HostsTimeout: time.Minute, Signals: sigs})
 	require.Equal(t, 128+int(syscall.SIGTERM), r.res.ExitCode)
 	require.False(t, r.res.Started)
 	require.Less(t, r.duration, 10*time.Second)

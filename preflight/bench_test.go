@@ -81,11 +81,7 @@ func TestPreflightOnSplitMock(t *testing.T) {
 	in.Allocation = topology.Allocation{Refs: []string{"0:0", "5:3"}}
 	r := preflight.RankRules(in)
 	require.Equal(t, preflight.VerdictFail, r.Verdict)
-	var ids []string
-	for _, f := range r.Findings {
-		ids = append(ids, f.Rule)
-	}
-	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, ids)
+	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, r.RuleIDs())
 	in.ExpectProfile = "2g.20gb"
 	in.Allocation = topology.Allocation{Refs: []string{"0:0"}}
 	require.Equal(t, preflight.RuleProfileMismatch, preflight.RankRules(in).Findings[0].Rule)

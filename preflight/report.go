@@ -101,6 +101,15 @@ func NewReport(subject string, findings []Finding) Report {
 // Failed reports whether the verdict is fail.
 func (r Report) Failed() bool { return r.Verdict == VerdictFail }
 
+// RuleIDs lists the rule of every finding, in the report's order.
+func (r Report) RuleIDs() []string {
+	out := make([]string, 0, len(r.Findings))
+	for _, f := range r.Findings {
+		out = append(out, f.Rule)
+	}
+	return out
+}
+
 // Reason is the one-paragraph text for a termination message or annotation:
 // the first failing findings, with rule IDs, bounded in length.
 func (r Report) Reason(max int) string {

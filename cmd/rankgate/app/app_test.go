@@ -58,14 +58,6 @@ func decodeReport(t *testing.T, s string) preflight.Report {
 	return r
 }
 
-func ruleIDs(r preflight.Report) []string {
-	var out []string
-	for _, f := range r.Findings {
-		out = append(out, f.Rule)
-	}
-	return out
-}
-
 func TestDemo(t *testing.T) {
 	code, out, stderr := run(t, nil, "demo")
 	require.Equal(t, 0, code, stderr)
@@ -80,7 +72,7 @@ func TestPreflightSampleJSON(t *testing.T) {
 	require.Equal(t, preflight.ExitFail, code)
 	r := decodeReport(t, out)
 	require.Equal(t, preflight.VerdictFail, r.Verdict)
-	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, ruleIDs(r))
+	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, r.RuleIDs())
 	require.Len(t, r.Devices, 2)
 
 	code, out, _ = run(t, nil, "preflight", "--sample", "h100-mig", "--devices", "1:1", "--expect-profile", "3g.40gb", "-o", "json")
@@ -92,7 +84,7 @@ func TestPreflightDevicesFromEnv(t *testing.T) {
 	code, out, _ := run(t, map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, "preflight", "--sample", "h100-mig", "-o", "json")
 	require.Equal(t, preflight.ExitFail, code) // all six MIG devices of two GPUs
 	r := decodeReport(t, out)
-	require.Contains(t, ruleIDs(r), "MIG_SPANS_GPUS")
+	require.Contains(t, r.RuleIDs(), "MIG_SPANS_GPUS")
 	require.Contains(t, r.Subject, "NVIDIA_VISIBLE_DEVICES")
 
 	code, out, _ = run(t, map[string]string{"CUDA_VISIBLE_DEVICES": "0"}, "preflight", "--sample", "a100-full", "-o", "json")
@@ -100,7 +92,7 @@ func TestPreflightDevicesFromEnv(t *testing.T) {
 
 	code, out, _ = run(t, map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}, "preflight", "--sample", "a100-full", "-o", "json")
 	require.Equal(t, preflight.ExitFail, code)
-	require.Equal(t, []string{"NO_DEVICES"}, ruleIDs(decodeReport(t, out)))
+	require.Equal(t, []string{"NO_DEVICES"}, decodeReport(t, out).RuleIDs())
 }
 
 func TestTerminationLog(t *testing.T) {
@@ -170,7 +162,7 @@ func TestConfigPrecedence(t *testing.T) {
 	// File alone: 0:0 is a 3g.40gb, the file expects 2g.20gb.
 	code, out, _ := run(t, nil, args...)
 	require.Equal(t, preflight.ExitFail, code)
-	require.Equal(t, []string{"PROFILE_MISMATCH"}, ruleIDs(decodeReport(t, out)))
+	require.Equal(t, []string{"PROFILE_MISMATCH"}, decodeReport(t, out).RuleIDs())
 
 	// Environment beats the file.
 	code, _, _ = run(t, map[string]string{"RANKGATE_EXPECT_PROFILE": "3g.40gb"}, args...)

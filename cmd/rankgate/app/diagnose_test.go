@@ -59,7 +59,7 @@ func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
 	require.Len(t, rs, 1)
 	require.Equal(t, preflight.VerdictFail, rs[0].Verdict)
 	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
-	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "RECONFIGURABLE"}, ruleIDs(rs[0]))
+	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "RECONFIGURABLE"}, rs[0].RuleIDs())
 	require.Equal(t, []string{"dgx-a100-01", "dgx-a100-02"}, rs[0].Findings[2].Nodes)
 	require.Contains(t, rs[0].Findings[0].Pods, "ml/llm-finetune-worker-2")
 }
@@ -162,7 +162,7 @@ func TestDiagnoseLive(t *testing.T) {
 	code, out, _ = run(t, nil, "diagnose", "pod", "research/notebook", "-o", "json")
 	require.Equal(t, 0, code)
 	r = decodeReport(t, out)
-	require.Equal(t, []string{"SCHEDULABLE"}, ruleIDs(r))
+	require.Equal(t, []string{"SCHEDULABLE"}, r.RuleIDs())
 
 	code, out, _ = run(t, nil, "diagnose", "pod", "research/busy")
 	require.Equal(t, 0, code)

@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
+	"github.com/rankgate/rankgate/launcher/launchertest"
 	"github.com/rankgate/rankgate/preflight"
 )
 
 // closedPort is a local address nothing listens on.
 func closedPort(t *testing.T) string {
-	return "127.0.0.1:" + strconv.Itoa(closedLocalPort(t))
+	return "127.0.0.1:" + strconv.Itoa(launchertest.ClosedPort(t))
 }
 
 func TestInitExitCodes(t *testing.T) {

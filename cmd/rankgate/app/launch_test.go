@@ -3,7 +3,6 @@
 package app
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,23 +135,13 @@ echo "h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"`
 func TestLaunchHostfileUnreachable(t *testing.T) {
 	hf := filepath.Join(t.TempDir(), "hostfile")
 	require.NoError(t, os.WriteFile(hf, []byte("127.0.0.1 slots=2\n"), 0o644))
-	code, _, errs := run(t, nil, "launch", "--no-preflight", "--mpi-hostfile", hf, "--ssh-port", strconv.Itoa(closedLocalPort(t)),
+	code, _, errs := run(t, nil, "launch", "--no-preflight", "--mpi-hostfile", hf, "--ssh-port", strconv.Itoa(launchertest.ClosedPort(t)),
 		"--hosts-timeout", "300ms", "--", "mpirun", "-np", "2", "true")
 	require.Equal(t, preflight.ExitTimeout, code)
 	require.Contains(t, errs, "FAIL HOST_UNREACHABLE: 1 of 1 MPI host(s) not reachable")
 	code, _, errs = run(t, nil, "launch", "--no-preflight", "--mpi-hostfile", hf, "--", "mpirun", "-np", "4", "true")
 	require.Equal(t, preflight.ExitFail, code)
 	require.Contains(t, errs, "FAIL HOSTFILE_SLOTS: mpirun -np 4 needs 4 slots")
-}
-
-// closedLocalPort is a 127.0.0.1 port nothing listens on.
-func closedLocalPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	require.NoError(t, l.Close())
-	return port
 }
 
 // BenchmarkLaunchStartupLatency builds the real rankgate binary and

@@ -109,7 +109,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	default:
 		c.decisions.Add(1)
 		observeVerdict(rec.Report, first, last, time.Now()) // recorded and answered
-		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", rulesOf(rec.Report),
+		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", strings.Join(rec.Report.RuleIDs(), ","),
 			"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	}
 	c.applyUntilDone(ctx, g.target(), rec)
@@ -130,14 +130,6 @@ func (c *Controller) forgetGang(g *gang) {
 	if cur == g {
 		c.forget(g.key)
 	}
-}
-
-func rulesOf(r preflight.Report) string {
-	var out []string
-	for _, f := range r.Findings {
-		out = append(out, f.Rule)
-	}
-	return strings.Join(out, ",")
 }
 
 // recordFirstReport writes rankgate.io/first-report-at once, so that a

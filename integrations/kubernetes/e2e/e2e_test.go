@@ -46,14 +46,6 @@ func decodeVerdict(t *testing.T, r *rank) preflight.Report {
 	return rep
 }
 
-func rulesOf(r preflight.Report) []string {
-	var out []string
-	for _, f := range r.Findings {
-		out = append(out, f.Rule)
-	}
-	return out
-}
-
 // (a) A PyTorchJob of four ranks (Master + 3 Workers, one pod per node) on
 // full GPUs with P2P passes; every rank exits 0 with the same verdict.
 func TestE2EPassFullGPUs(t *testing.T) {
@@ -99,7 +91,7 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), "--sample", "h100-mig", "--devices", "1:0")
 	for _, r := range []*rank{r0, r1} {
 		require.Equal(t, preflight.ExitFail, r.wait(t, time.Minute), r.String())
-		require.Contains(t, rulesOf(decodeVerdict(t, r)), preflight.RuleGangMIGSpansGPUs)
+		require.Contains(t, decodeVerdict(t, r).RuleIDs(), preflight.RuleGangMIGSpansGPUs)
 		require.Contains(t, r.termination(), "GANG_MIG_SPANS_GPUS", r.String())
 		require.Contains(t, r.termination(), "job action: suspend")
 	}
@@ -161,7 +153,7 @@ func TestE2EGangDeadline(t *testing.T) {
 	for _, r := range []*rank{r0, r1} {
 		require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
 		v := decodeVerdict(t, r)
-		require.Equal(t, []string{preflight.RuleGangIncomplete}, rulesOf(v), r.String())
+		require.Equal(t, []string{preflight.RuleGangIncomplete}, v.RuleIDs(), r.String())
 		f := v.Findings[0]
 		require.Equal(t, []int{2}, f.Ranks)
 		require.Equal(t, []string{p2.Name}, f.Pods)
@@ -185,7 +177,7 @@ func TestE2EGangDeadline(t *testing.T) {
 	markUnschedulable(t, q1, "0/5 nodes are available: 5 Insufficient nvidia.com/mig-7g.80gb.")
 	require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
 	v := decodeVerdict(t, r)
-	require.Equal(t, []string{preflight.RuleGangRankUnplaceable}, rulesOf(v), r.String())
+	require.Equal(t, []string{preflight.RuleGangRankUnplaceable}, v.RuleIDs(), r.String())
 	require.Contains(t, v.Findings[0].Message, "no node advertises nvidia.com/mig-7g.80gb")
 }
 
@@ -273,7 +265,7 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
 	require.Equal(t, preflight.ExitFail, r0.wait(t, 30*time.Second), r0.String())
-	require.Contains(t, rulesOf(decodeVerdict(t, r0)), preflight.RuleGangMIGSpansGPUs)
+	require.Contains(t, decodeVerdict(t, r0).RuleIDs(), preflight.RuleGangMIGSpansGPUs)
 
 	a := appliedVerdict(t, job)
 	require.Eventually(t, func() bool { return gaugeValue(t, "rankgate_verdicts_unapplied") == 0 }, 5*time.Second, 20*time.Millisecond)
