@@ -1,0 +1,83 @@
+package verdict
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Output formats every face accepts with -o.
+const (
+	FormatText = "text"
+	FormatJSON = "json"
+)
+
+// Write renders r as JSON (one indented document) or as the human text.
+func Write(w io.Writer, r Report, format string) error {
+	if format == FormatJSON {
+		return WriteJSON(w, r)
+	}
+	return WriteText(w, r)
+}
+
+// WriteJSON renders r as one indented JSON document.
+func WriteJSON(w io.Writer, r Report) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteText renders r for a person: the verdict, the devices checked, then
+// each finding with its fix.
+func WriteText(w io.Writer, r Report) error {
+	subject := ""
+	if r.Subject != "" {
+		subject = "  " + r.Subject
+	}
+	fmt.Fprintf(w, "verdict: %s%s\n", strings.ToUpper(string(r.Verdict)), subject)
+	if len(r.Devices) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "DEVICE\tKIND\tGPU\tPROFILE\tSMS\tMEMORY")
+		for _, d := range r.Devices {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Kind, d.GPU, orUnknown(d.Profile), countOrUnknown(uint64(d.SMs), ""), countOrUnknown(d.MemoryMiB, " MiB"))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if len(r.Findings) == 0 {
+		_, err := fmt.Fprintln(w, "\nno findings")
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, f := range r.Findings {
+		WriteFinding(w, f)
+	}
+	return nil
+}
+
+// WriteFinding renders one finding as the text report does.
+func WriteFinding(w io.Writer, f Finding) {
+	fmt.Fprintf(w, "%-4s  %s\n", strings.ToUpper(string(f.Severity)), f.Rule)
+	fmt.Fprintf(w, "      %s\n", f.Message)
+	if f.Remediation != "" {
+		fmt.Fprintf(w, "      fix: %s\n", f.Remediation)
+	}
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
+}
+
+func countOrUnknown(n uint64, unit string) string {
+	if n == 0 {
+		return "?"
+	}
+	return fmt.Sprint(n) + unit
+}

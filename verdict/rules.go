@@ -1,0 +1,250 @@
+package verdict
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Face is a part of rankgate that emits findings.
+type Face string
+
+// The faces that emit findings.
+const (
+	FacePreflight  Face = "preflight"  // rank rules: preflight, init, launch
+	FaceGang       Face = "gang"       // gang rules: the controller
+	FaceLaunch     Face = "launch"     // launch's own rules
+	FaceDiagnose   Face = "diagnose"   // placement: diagnose and the controller
+	FaceDiscovery  Face = "discovery"  // NVML discovery failures
+	FaceController Face = "controller" // the controller's job-level verdicts
+)
+
+// Rule is one public rule ID with what every face needs to know of it.
+type Rule struct {
+	ID string
+	// Severity is the rule's usual severity; Varies says it depends on the
+	// case (a flag, a table entry, whether other nodes fit).
+	Severity Severity
+	Varies   bool
+	Faces    []Face
+	// Summary says in one line when the rule fires.
+	Summary string
+	// Remediation is the default fix; findings may give a more precise one.
+	Remediation string
+}
+
+// Rule IDs: a public vocabulary, like a linter's. Renaming one is a breaking
+// change. Each is declared here once and registered below.
+const (
+	// Rank rules (preflight, init, launch).
+	RuleDeviceNotFound        = "DEVICE_NOT_FOUND"
+	RuleNoDevices             = "NO_DEVICES"
+	RuleMIGMixedWithFull      = "MIG_MIXED_WITH_FULL"
+	RuleMIGSpansGPUs          = "MIG_SPANS_GPUS"
+	RuleMIGMultiplePerProcess = "MIG_MULTIPLE_PER_PROCESS"
+	RuleMIGParentAllocated    = "MIG_PARENT_ALLOCATED"
+	RuleProfileMismatch       = "PROFILE_MISMATCH"
+	RuleProfileUnknown        = "PROFILE_UNKNOWN"
+	RuleProfileHeterogeneous  = "PROFILE_HETEROGENEOUS"
+	RuleMIGModePending        = "MIG_MODE_PENDING"
+	RuleMIGNoInstances        = "MIG_NO_INSTANCES"
+	RuleDriverKnownBad        = "DRIVER_KNOWN_BAD"
+	RuleP2PUnsupported        = "P2P_UNSUPPORTED"
+	RuleNVLinkDown            = "NVLINK_DOWN"
+	RuleRankEnvironment       = "RANK_ENVIRONMENT_FAILED"
+
+	// Gang rules (controller).
+	RuleGangIncomplete        = "GANG_INCOMPLETE"
+	RuleRankFailed            = "RANK_PREFLIGHT_FAILED"
+	RuleGangMIGMixedWithFull  = "GANG_MIG_MIXED_WITH_FULL"
+	RuleGangMIGSpansGPUs      = "GANG_MIG_SPANS_GPUS"
+	RuleGangProfileMismatch   = "GANG_PROFILE_MISMATCH"
+	RuleGangDriverMismatch    = "GANG_DRIVER_MISMATCH"
+	RuleGangSplitPodsSameNode = "GANG_SPLIT_PODS_SAME_NODE"
+	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
+	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
+	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
+
+	// Placement (diagnose; the controller's Pending watchdog).
+	RuleSchedulable        = "SCHEDULABLE"
+	RuleWaitCapacity       = "WAIT_CAPACITY"
+	RuleShapeMismatch      = "SHAPE_MISMATCH"
+	RuleStrategyMismatch   = "STRATEGY_MISMATCH"
+	RuleMIGLayoutInvalid   = "MIG_LAYOUT_INVALID"
+	RuleMIGReconfigPending = "MIG_RECONFIG_PENDING"
+	RuleMIGReconfigFailed  = "MIG_RECONFIG_FAILED"
+	RuleGangTooLarge       = "GANG_TOO_LARGE"
+	RuleNodeConstraints    = "NODE_CONSTRAINTS"
+	RuleReconfigurable     = "RECONFIGURABLE"
+	RuleMIGMultiPod        = "MIG_MULTI_POD"
+
+	// launch.
+	RuleNCCLInitTimeout     = "NCCL_INIT_TIMEOUT"
+	RuleNCCLFatal           = "NCCL_FATAL"
+	RuleTransportFallback   = "TRANSPORT_FALLBACK"
+	RuleNprocExceedsDevices = "NPROC_EXCEEDS_DEVICES"
+	RuleHostUnreachable     = "HOST_UNREACHABLE"
+	RuleHostfileSlots       = "HOSTFILE_SLOTS"
+	RuleHostfileInvalid     = "HOSTFILE_INVALID"
+	RuleNCCLDebugHidden     = "NCCL_DEBUG_HIDDEN"
+)
+
+// NVML discovery classes. A discovery failure's rule ID is NVMLRule(class).
+const (
+	ClassDriverNotLoaded      = "DRIVER_NOT_LOADED"
+	ClassLibraryNotFound      = "LIBRARY_NOT_FOUND"
+	ClassLibRMVersionMismatch = "LIB_RM_VERSION_MISMATCH"
+	ClassGPUIsLost            = "GPU_IS_LOST"
+	ClassResetRequired        = "RESET_REQUIRED"
+	ClassCorruptedInfoROM     = "CORRUPTED_INFOROM"
+	ClassIRQIssue             = "IRQ_ISSUE"
+	ClassOperatingSystem      = "OPERATING_SYSTEM"
+	ClassNoPermission         = "NO_PERMISSION"
+	ClassTimeout              = "TIMEOUT"
+	ClassNotReady             = "NOT_READY"
+	ClassNotFound             = "NOT_FOUND"
+	ClassGPUNotFound          = "GPU_NOT_FOUND"
+	ClassUnknown              = "UNKNOWN"
+	// ClassCallHung is a call that did not return before its deadline
+	// (rankgate's, not the driver's: that is ClassTimeout).
+	ClassCallHung = "CALL_HUNG"
+)
+
+// NVMLRule is the rule ID of a discovery failure of class.
+func NVMLRule(class string) string { return "NVML_" + class }
+
+var (
+	rank      = []Face{FacePreflight}
+	gang      = []Face{FaceGang}
+	place     = []Face{FaceDiagnose}
+	launchF   = []Face{FaceLaunch}
+	discovery = []Face{FaceDiscovery}
+)
+
+// rules is the registry. Keep it sorted by face, then as the docs list them.
+var rules = []Rule{
+	{ID: RuleDeviceNotFound, Severity: SeverityFail, Faces: rank, Summary: "a device the rank was given is not on this node", Remediation: "check the allocation (NVIDIA_VISIBLE_DEVICES, --devices) against `nvidia-smi -L` on the node"},
+	{ID: RuleNoDevices, Severity: SeverityFail, Faces: rank, Summary: "the rank has no GPU (empty list, none, void)", Remediation: "request nvidia.com/gpu or a nvidia.com/mig-* resource in the container"},
+	{ID: RuleMIGMixedWithFull, Severity: SeverityFail, Faces: rank, Summary: "the rank mixes MIG instances and full GPUs", Remediation: "request either MIG instances or full GPUs, not both"},
+	{ID: RuleMIGSpansGPUs, Severity: SeverityFail, Faces: rank, Summary: "the rank's MIG instances sit on more than one physical GPU", Remediation: "request MIG instances of one GPU, or full GPUs"},
+	{ID: RuleMIGMultiplePerProcess, Severity: SeverityFail, Faces: rank, Summary: "one process would see more than one MIG device (CUDA uses the first only)", Remediation: "run one process per MIG device (torchrun --nproc-per-node equal to the MIG devices, each with its own CUDA_VISIBLE_DEVICES)"},
+	{ID: RuleMIGParentAllocated, Severity: SeverityFail, Faces: rank, Summary: "the rank was given a whole GPU that is in MIG mode with instances", Remediation: "request a nvidia.com/mig-* resource, or disable MIG on that GPU"},
+	{ID: RuleProfileMismatch, Severity: SeverityFail, Faces: rank, Summary: "a device's profile differs from --expect-profile", Remediation: "request the resource of the expected profile, or correct --expect-profile"},
+	{ID: RuleProfileUnknown, Severity: SeverityWarn, Faces: rank, Summary: "--expect-profile cannot be checked: the input named no profile and SMs/memory did not identify one", Remediation: "paste `nvidia-smi mig -lgip` with the input, or give the catalog an entry for this GPU (--catalog)"},
+	{ID: RuleProfileHeterogeneous, Severity: SeverityFail, Faces: rank, Summary: "the rank's devices differ in profile, SM count or GPU model", Remediation: "request devices of one profile and GPU model"},
+	{ID: RuleMIGModePending, Severity: SeverityWarn, Faces: rank, Summary: "MIG mode current differs from pending (a GPU reset is needed)", Remediation: "reset the GPU (`nvidia-smi -r -i <index>`) or reboot the node to apply the pending MIG mode"},
+	{ID: RuleMIGNoInstances, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has MIG on and no instances", Remediation: "create instances (mig-manager, `nvidia-smi mig -cgi ... -C`) or disable MIG"},
+	{ID: RuleDriverKnownBad, Severity: SeverityFail, Varies: true, Faces: []Face{FacePreflight, FaceDiagnose}, Summary: "the driver is on the known-bad list for this node's shape (configs/known-bad-drivers.yaml)", Remediation: "upgrade the driver past the range in the known-bad table, or avoid the shape it names"},
+	{ID: RuleP2PUnsupported, Severity: SeverityWarn, Varies: true, Faces: rank, Summary: "two of the rank's full GPUs cannot do P2P read or write (fail with --require-p2p)", Remediation: "place the rank on GPUs with P2P (same PCIe switch or NVLink), or accept the slower path"},
+	{ID: RuleNVLinkDown, Severity: SeverityFail, Varies: true, Faces: rank, Summary: "some NVLinks of an allocated GPU are down while others are up (warn with one GPU)", Remediation: "drain the node and check `nvidia-smi nvlink -s`; reset the GPU or reseat the links"},
+	{ID: RuleRankEnvironment, Severity: SeverityFail, Faces: []Face{FacePreflight, FaceGang}, Summary: "a rank's rankgate init could not check its devices at all (NVML or driver failure)", Remediation: "read that rank's init container log and termination message; fix the node's driver or runtime"},
+
+	{ID: RuleGangIncomplete, Severity: SeverityFail, Faces: gang, Summary: "fewer ranks reported than the job spec asks for by the gang deadline; lists the missing ranks", Remediation: "find why the missing ranks' pods did not start (rankgate diagnose job), or raise the gang deadline"},
+	{ID: RuleRankFailed, Severity: SeverityFail, Faces: gang, Summary: "a rank failed its own rank rules", Remediation: "read that rank's report (its init container's termination message) and fix its devices"},
+	{ID: RuleGangMIGMixedWithFull, Severity: SeverityFail, Faces: gang, Summary: "some ranks run on MIG devices, others on full GPUs", Remediation: "request the same resource for every replica"},
+	{ID: RuleGangMIGSpansGPUs, Severity: SeverityFail, Faces: gang, Summary: "the job's MIG devices sit on more than one physical GPU", Remediation: "use full GPUs for multi-GPU jobs, or fit the job on the instances of one GPU"},
+	{ID: RuleGangProfileMismatch, Severity: SeverityFail, Faces: gang, Summary: "ranks run on different profiles or SM counts", Remediation: "request the same MIG profile (or GPU model) for every replica"},
+	{ID: RuleGangDriverMismatch, Severity: SeverityWarn, Faces: gang, Summary: "ranks run on different driver or CUDA driver versions", Remediation: "run the job on nodes with one driver version (nodeSelector on nvidia.com/cuda.driver.*)"},
+	{ID: RuleGangSplitPodsSameNode, Severity: SeverityWarn, Faces: gang, Summary: "ranks share a node in different pods: no P2P/NVLink/SHM between them", Remediation: "run the node's ranks in one pod (more GPUs per pod), or accept network transport"},
+	{ID: RuleGangDuplicateDevice, Severity: SeverityFail, Faces: gang, Summary: "two ranks hold the same device (sharing replicas): NCCL's \"Duplicate GPU detected\"", Remediation: "do not gate jobs on time-sliced or shared GPUs; request exclusive devices"},
+	{ID: RuleGangMIGSharedGPU, Severity: SeverityInfo, Faces: gang, Summary: "all MIG ranks on one GPU", Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 and keep NVLS off"},
+	{ID: RuleGangRankUnplaceable, Severity: SeverityFail, Faces: gang, Summary: "a missing rank's pod can never be placed (no node advertises what it requests): fails at once, not at the deadline", Remediation: "request a resource some node offers (rankgate diagnose job names the nearest shapes)"},
+
+	{ID: RuleSchedulable, Severity: SeverityInfo, Faces: place, Summary: "the whole job fits now, all pending pods at once (names one placement)", Remediation: ""},
+	{ID: RuleWaitCapacity, Severity: SeverityWarn, Faces: place, Summary: "every pod's shape exists and the job fits the empty cluster; it waits for busy devices", Remediation: "wait, or free the devices that hold the resource"},
+	{ID: RuleShapeMismatch, Severity: SeverityFail, Faces: place, Summary: "a requested resource is offered by no node, or no node offers a whole pod's request", Remediation: "request a shape some node offers (the finding names the nearest ones), or change a node's MIG layout"},
+	{ID: RuleStrategyMismatch, Severity: SeverityFail, Varies: true, Faces: place, Summary: "the request's resource naming does not match the nodes' MIG strategy (single vs mixed)", Remediation: "request nvidia.com/gpu on single-strategy nodes and nvidia.com/mig-<profile> on mixed ones"},
+	{ID: RuleMIGLayoutInvalid, Severity: SeverityFail, Varies: true, Faces: place, Summary: "a node's MIG layout is invalid or does not advertise what it should", Remediation: "fix the node's mig.config label or mig-parted config, then restart the device plugin"},
+	{ID: RuleMIGReconfigPending, Severity: SeverityWarn, Faces: place, Summary: "the nodes that would fit are in a mig-manager change", Remediation: "wait for mig-manager to finish (nvidia.com/mig.config.state=success)"},
+	{ID: RuleMIGReconfigFailed, Severity: SeverityFail, Varies: true, Faces: place, Summary: "mig-manager failed on the nodes that would fit", Remediation: "read the mig-manager pod's log on those nodes and reapply the layout"},
+	{ID: RuleGangTooLarge, Severity: SeverityFail, Faces: place, Summary: "even an empty cluster cannot hold all pods at once", Remediation: "shrink the job, or add nodes that offer its shape"},
+	{ID: RuleNodeConstraints, Severity: SeverityFail, Varies: true, Faces: place, Summary: "nodeSelector, affinity, taints or nodeName exclude every node offering the shape", Remediation: "relax the pod's constraints or add tolerations for the nodes that offer the shape"},
+	{ID: RuleReconfigurable, Severity: SeverityInfo, Faces: place, Summary: "no node has the shape now, but a valid MIG layout for a node's GPU would create it", Remediation: "relabel the named nodes with the named mig-parted layout (drains them)"},
+	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
+
+	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks"},
+	{ID: RuleNCCLFatal, Severity: SeverityFail, Faces: launchF, Summary: "a fatal NCCL or CUDA line before CMD was ready", Remediation: "the line names the cause; fix the devices or environment it names"},
+	{ID: RuleTransportFallback, Severity: SeverityWarn, Varies: true, Faces: launchF, Summary: "NCCL connected ranks over a slower path than expected (fail with --strict-transport)", Remediation: "check P2P/NVLink between the ranks' devices, or place them on one node"},
+	{ID: RuleNCCLDebugHidden, Severity: SeverityWarn, Faces: launchF, Summary: "the environment hides NCCL's Init COMPLETE lines; the watchdog is off", Remediation: "set NCCL_DEBUG=INFO (or give --ready-pattern / --ready-file)"},
+	{ID: RuleNprocExceedsDevices, Severity: SeverityFail, Faces: launchF, Summary: "torchrun would start more local processes than the rank has devices", Remediation: "set --nproc-per-node to the rank's devices (one process per MIG device)"},
+	{ID: RuleHostfileInvalid, Severity: SeverityFail, Faces: launchF, Summary: "the MPI hostfile cannot be read or parsed (exit 2)", Remediation: "fix the named line of the hostfile"},
+	{ID: RuleHostfileSlots, Severity: SeverityFail, Faces: launchF, Summary: "the hostfile's slots do not cover mpirun -np", Remediation: "raise the slots or lower -np"},
+	{ID: RuleHostUnreachable, Severity: SeverityFail, Faces: launchF, Summary: "a hostfile host did not resolve or accept TCP on --ssh-port within --hosts-timeout (exit 4)", Remediation: "check that the worker pods run and their headless Service resolves"},
+}
+
+// nvmlClasses are registered as NVML_<class> rules.
+var nvmlClasses = []struct{ class, summary string }{
+	{ClassDriverNotLoaded, "the NVIDIA kernel driver is not loaded"},
+	{ClassLibraryNotFound, "libnvidia-ml.so.1 could not be loaded"},
+	{ClassLibRMVersionMismatch, "NVML library and kernel driver differ (driver upgraded without reboot)"},
+	{ClassGPUIsLost, "the GPU has fallen off the bus"},
+	{ClassResetRequired, "the GPU must be reset before use"},
+	{ClassCorruptedInfoROM, "the GPU's infoROM is corrupted"},
+	{ClassIRQIssue, "the driver could not set up the GPU's interrupts"},
+	{ClassOperatingSystem, "the operating system refused an NVML call"},
+	{ClassNoPermission, "NVML was refused permission"},
+	{ClassTimeout, "the driver timed out"},
+	{ClassNotReady, "the GPU is not ready yet"},
+	{ClassNotFound, "an object NVML was asked for does not exist"},
+	{ClassGPUNotFound, "a GPU was not found"},
+	{ClassUnknown, "an NVML call failed with an unclassified error"},
+	{ClassCallHung, "an NVML call did not return before --nvml-timeout (exit 4)"},
+}
+
+var registry = func() map[string]Rule {
+	m := make(map[string]Rule, len(rules)+len(nvmlClasses))
+	add := func(r Rule) {
+		if _, dup := m[r.ID]; dup {
+			panic("verdict: rule " + r.ID + " registered twice")
+		}
+		m[r.ID] = r
+	}
+	for _, r := range rules {
+		add(r)
+	}
+	for _, c := range nvmlClasses {
+		add(Rule{ID: NVMLRule(c.class), Severity: SeverityFail, Faces: discovery, Summary: c.summary, Remediation: "the finding's remediation names the fix for this class"})
+	}
+	return m
+}()
+
+// Lookup returns the registered rule id.
+func Lookup(id string) (Rule, bool) {
+	r, ok := registry[id]
+	return r, ok
+}
+
+// Registered reports whether id is a registered rule.
+func Registered(id string) bool {
+	_, ok := registry[id]
+	return ok
+}
+
+// Rules lists every registered rule, sorted by ID.
+func Rules() []Rule {
+	out := make([]Rule, 0, len(registry))
+	for _, r := range registry {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Unregistered lists the rules of r's findings that are not registered.
+func (r Report) Unregistered() []string {
+	var out []string
+	for _, f := range r.Findings {
+		if !Registered(f.Rule) {
+			out = append(out, f.Rule)
+		}
+	}
+	return out
+}
+
+// CheckRegistered fails when a finding carries an unregistered rule ID.
+func CheckRegistered(r Report) error {
+	if bad := r.Unregistered(); len(bad) > 0 {
+		return fmt.Errorf("unregistered rule IDs: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
