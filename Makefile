@@ -36,7 +36,7 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-bench: ## benchmarks of every package, then peak RSS of a preflight (see README for the numbers)
+bench: ## benchmarks of every package, then peak RSS of a preflight (numbers: docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	bash hack/bench-rss.sh
 
