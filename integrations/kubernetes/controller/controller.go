@@ -7,11 +7,10 @@
 // Only the leader (controller-runtime leader election) holds gangs; other
 // replicas are Ready (probes), answer the gate with NotLeader and close the
 // connection, and ranks retry on a new one, which the Service may send to
-// the leader. Gang state is in
-// memory but nothing is lost on a restart: verdicts are recorded in the
-// controller's namespace, then on the job, the time of a gang's first
-// report on the job, and waiting ranks re-send their reports on every
-// poll.
+// the leader. Gang state is in memory but nothing is lost on a restart:
+// verdicts are recorded in the controller's namespace and then on the job,
+// the time of a gang's first report on the job, and waiting ranks re-send
+// their reports on every poll.
 package controller
 
 import (
