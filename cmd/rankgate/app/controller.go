@@ -24,6 +24,10 @@ func init() { extraCommands = append(extraCommands, (*App).newControllerCommand)
 // inClusterNamespaceFile is where a pod finds its own namespace.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
+// defaultControllerNamespace: the shipped install's namespace, for a
+// controller run outside a pod without --namespace.
+const defaultControllerNamespace = "rankgate-system"
+
 func (a *App) newControllerCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -53,7 +57,8 @@ other answers the gate with NotLeader and ranks retry.`,
 	f.String("metrics-addr", ":8080", "Prometheus /metrics address (0 disables)")
 	f.String("health-addr", ":8081", "/healthz and /readyz address (0 disables)")
 	f.Bool("leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")
-	f.String("leader-election-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	f.String("namespace", "", "the controller's own namespace, where it keeps its verdict records (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")
+	f.String("leader-election-namespace", "", "namespace of the Lease (default: --namespace)")
 	f.Float32("kube-api-qps", 200, "client-side rate limit towards the API server")
 	f.Int("kube-api-burst", 400, "client-side burst towards the API server")
 	f.Bool("trim-caches", true, "keep only the fields the controller reads in its informer caches")
@@ -79,15 +84,14 @@ func (a *App) runController(cmd *cobra.Command) error {
 		return exitf(preflight.ExitEnvironment, "%v", err)
 	}
 	rc.UserAgent = "rankgate-controller/" + Version
-	leNS := cfg.String("leader-election-namespace")
-	if leNS == "" {
-		leNS = os.Getenv("POD_NAMESPACE")
-	}
-	if leNS == "" {
+	podNS := os.Getenv("POD_NAMESPACE")
+	if podNS == "" {
 		if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
-			leNS = strings.TrimSpace(string(b))
+			podNS = strings.TrimSpace(string(b))
 		}
 	}
+	leNS := firstNonEmpty(cfg.String("leader-election-namespace"), cfg.String("namespace"), podNS)
+	ownNS := firstNonEmpty(cfg.String("namespace"), podNS, cfg.String("leader-election-namespace"), defaultControllerNamespace)
 	leaderElect := cfg.Bool("leader-elect")
 	if leaderElect && leNS == "" {
 		return exitf(preflight.ExitUsage, "--leader-election-namespace is required outside a pod (or pass --leader-elect=false)")
@@ -112,6 +116,7 @@ func (a *App) runController(cmd *cobra.Command) error {
 		HealthAddr:              cfg.String("health-addr"),
 		LeaderElection:          leaderElect,
 		LeaderElectionNamespace: leNS,
+		Namespace:               ownNS,
 		Identity:                identity,
 		Log:                     logger,
 		FullCaches:              !cfg.Bool("trim-caches"),

@@ -45,7 +45,10 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	}
 	now := time.Now()
 	c.startClock(g, now)
-	isNew, decide, why := g.add(rr, string(r.pod.UID), now)
+	isNew, decide, why, err := c.addReport(ctx, g, r, rr, now)
+	if err != nil {
+		return nil, err
+	}
 	if isNew {
 		metricWaiting.Inc()
 	}
@@ -217,12 +220,7 @@ func (c *Controller) ensureGang(j job) *gang {
 		metricGangs.Inc()
 	}
 	c.mu.Unlock()
-	if at, err := time.Parse(time.RFC3339Nano, o.GetAnnotations()[KeyFirstReport]); err == nil {
-		g.mu.Lock()
-		g.firstRecorded = true
-		g.mu.Unlock()
-		c.startClock(g, at)
-	}
+	c.adoptFirstReport(g, o)
 	return g
 }
 

@@ -5,10 +5,12 @@
 // (suspend, delete, or annotate only).
 //
 // Only the leader (controller-runtime leader election) holds gangs; other
-// replicas answer the gate with NotLeader and ranks retry. Gang state is in
-// memory but nothing is lost on a restart: verdicts and the time of a gang's
-// first report are recorded on the job, and waiting ranks re-send their
-// reports on every poll.
+// replicas are Ready (probes), answer the gate with NotLeader and close the
+// connection, and ranks retry on a new one, which the Service may send to
+// the leader. Gang state is in memory but nothing is lost on a restart:
+// verdicts are recorded in the controller's namespace and then on the job,
+// the time of a gang's first report on the job, and waiting ranks re-send
+// their reports on every poll.
 package controller
 
 import (
@@ -87,9 +89,14 @@ type Options struct {
 	MetricsAddr string // default ":8080"; "0" disables
 	HealthAddr  string // default ":8081"; "0" disables
 
+	// Namespace is the controller's own namespace: its verdict records
+	// live there, where only it may write (default: LeaderElectionNamespace;
+	// the command passes the pod's namespace).
+	Namespace string
+
 	LeaderElection          bool
 	LeaderElectionID        string // default "rankgate-controller"
-	LeaderElectionNamespace string // default: the pod's namespace
+	LeaderElectionNamespace string // default: Namespace
 	LeaseDuration           time.Duration
 	RenewDeadline           time.Duration
 	RetryPeriod             time.Duration
@@ -162,6 +169,15 @@ func (o *Options) defaults() error {
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "rankgate-controller"
+	}
+	if o.Namespace == "" {
+		o.Namespace = o.LeaderElectionNamespace
+	}
+	if o.Namespace == "" {
+		return errors.New("controller: its own namespace (Options.Namespace) is unknown: the verdict records live there")
+	}
+	if o.LeaderElectionNamespace == "" {
+		o.LeaderElectionNamespace = o.Namespace
 	}
 	if o.Identity == "" {
 		o.Identity, _ = os.Hostname()
@@ -281,6 +297,13 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
+	// Every replica syncs its caches and is Ready once they are (and the
+	// gate listens): a standby serves probes and answers the gate with
+	// NotLeader, so that it neither stalls a rolling update nor blocks a
+	// drain. Only the leader holds gangs (watchLeadership).
+	if err := mgr.Add(everyReplica(c.watchSync)); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(manager.RunnableFunc(c.watchLeadership)); err != nil {
 		return nil, err
 	}
@@ -325,23 +348,29 @@ func (c *Controller) Decisions() int64 { return c.decisions.Load() }
 // IsLeader reports whether this replica holds the gangs.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
 
-// watchLeadership runs on every replica; it marks this one leader once
-// elected, and caches synced; then it loads the verdict records an earlier
-// leader left (sweep) before the gate answers ranks.
-func (c *Controller) watchLeadership(ctx context.Context) error {
-	go func() {
-		if c.mgr.GetCache().WaitForCacheSync(ctx) {
-			c.synced.Store(true)
-			if c.opts.ReleaseMemoryAfterSync {
-				debug.FreeOSMemory()
-			}
+// everyReplica is a runnable that runs whether or not this replica leads.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (everyReplica) NeedLeaderElection() bool { return false }
+
+// watchSync marks the caches synced (readiness), on every replica.
+func (c *Controller) watchSync(ctx context.Context) error {
+	if c.mgr.GetCache().WaitForCacheSync(ctx) {
+		c.synced.Store(true)
+		if c.opts.ReleaseMemoryAfterSync {
+			debug.FreeOSMemory()
 		}
-	}()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-c.mgr.Elected():
 	}
+	return nil
+}
+
+// watchLeadership runs on the leader only (manager.RunnableFunc needs the
+// lease): it marks this replica leader, then loads the verdict records an
+// earlier leader left (sweep) before the gate answers ranks.
+func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leadCtx.Store(&ctx)
 	c.leaderSince.Store(time.Now().UnixNano())
 	c.leader.Store(true)

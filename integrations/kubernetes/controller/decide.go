@@ -74,7 +74,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
 		if apierrors.IsForbidden(err) {
-			err = fmt.Errorf("%w (the controller's ClusterRole needs create on leases.coordination.k8s.io: apply configs/deploy/rbac.yaml)", err)
+			err = fmt.Errorf("%w (%s)", err, c.recordsRBACHint("create"))
 		}
 		c.log.Error(err, "recording verdict; retrying", "job", g.key)
 		g.mu.Lock()
@@ -183,12 +183,19 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 	c.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
 }
 
-func (c *Controller) deleteJob(ctx context.Context, obj client.Object) {
-	err := c.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: ptrUID(obj.GetUID())})
-	if err != nil && !apierrors.IsNotFound(err) {
-		metricAPIErrors.WithLabelValues("delete").Inc()
-		c.log.Error(err, "deleting failed job; the reconciler retries", "job", obj.GetNamespace()+"/"+obj.GetName())
+// deleteJob deletes the job a delete verdict names, only the one with the
+// verdict's UID. A job already gone (or replaced) is done.
+func (c *Controller) deleteJob(ctx context.Context, t target) error {
+	k, _ := kindByName(t.kind)
+	obj := k.New()
+	obj.SetNamespace(t.ns)
+	obj.SetName(t.name)
+	err := c.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: ptrUID(t.uid)})
+	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // Conflict: the UID precondition failed, another job has the name now
 	}
+	metricAPIErrors.WithLabelValues("delete").Inc()
+	return fmt.Errorf("deleting failed job %s: %w", t.key(), err)
 }
 
 func ptrUID(u types.UID) *types.UID { return &u }

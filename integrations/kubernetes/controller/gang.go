@@ -2,11 +2,15 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -35,8 +39,12 @@ type gang struct {
 	done     chan struct{}
 	// firstRecorded: rankgate.io/first-report-at is on the job.
 	firstRecorded bool
+	// firstAdopted: the value of rankgate.io/first-report-at last adopted.
+	firstAdopted string
 	// closed: decided or forgotten, no longer counted as open.
 	closed bool
+	// refused: pods refused for a rank another pod holds (one Event each).
+	refused map[types.UID]bool
 }
 
 // close takes the gang out of the open-gang and waiting-rank gauges, once.
@@ -75,12 +83,17 @@ func (t trigger) String() string {
 }
 
 // add records a rank's report. It says whether the rank is new to the gang
-// and whether the gang should now be decided.
-func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew bool, decide bool, why trigger) {
+// and whether the gang should now be decided. A rank is held by the first
+// pod that reported it: a report from another pod is not added, and
+// heldBy names the holder (see Controller.addReport).
+func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew bool, decide bool, why trigger, heldBy *holder) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.verdict != nil || g.deciding || g.closed {
-		return false, false, 0
+		return false, false, 0, nil
+	}
+	if uid, ok := g.podUIDs[rr.Rank]; ok && uid != podUID {
+		return false, false, 0, &holder{pod: g.reports[rr.Rank].Pod, uid: uid}
 	}
 	_, had := g.reports[rr.Rank]
 	g.reports[rr.Rank] = rr
@@ -89,18 +102,157 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 		g.lastAt = now
 	}
 	if len(g.reports) >= g.expected {
-		return !had, true, trigComplete
+		return !had, true, trigComplete, nil
 	}
 	if rr.Report.Failed() {
-		return !had, true, trigEarlyFail
+		return !had, true, trigEarlyFail, nil
 	}
 	// Gang rules that fail on a subset fail on the whole gang too (mixed
 	// kinds, MIG on several GPUs, shape mismatch, duplicate devices): decide
 	// now and free the GPUs the other ranks hold.
 	if !had && len(g.reports) > 1 && preflight.GangRules(preflight.GangInput{Job: g.key, Ranks: g.rankListLocked()}).Failed() {
-		return true, true, trigEarlyFail
+		return true, true, trigEarlyFail, nil
 	}
-	return !had, false, 0
+	return !had, false, 0, nil
+}
+
+// adoptFirstReport starts g's clock at the first report the job records
+// (rankgate.io/first-report-at, written by this or an earlier leader), but
+// never before the gang's oldest rank pod was created: anyone who may
+// patch the job can write the annotation, and a time in the past must not
+// fail the gang at once.
+func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
+	s := o.GetAnnotations()[KeyFirstReport]
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return
+	}
+	g.mu.Lock()
+	g.firstRecorded = true
+	seen := g.firstAdopted == s
+	g.firstAdopted = s
+	g.mu.Unlock()
+	if seen {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	oldest, err := c.oldestRankPod(ctx, g)
+	switch {
+	case err != nil:
+		c.log.Error(err, "listing the gang's pods; its clock starts now", "job", g.key)
+		oldest = time.Now()
+	case oldest.IsZero():
+		oldest = time.Now() // no rank pod yet: no rank can have reported
+	}
+	if at.Before(oldest) {
+		c.log.Info("the job's first-report time is older than its oldest rank pod; using the pod's creation", "job", g.key, "firstReportAt", s, "oldestPod", oldest.UTC().Format(time.RFC3339))
+		at = oldest
+	}
+	c.startClock(g, at)
+}
+
+// oldestRankPod is the creation time of the gang's oldest pod (zero when
+// it has none).
+func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, error) {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.InNamespace(g.ns), client.MatchingLabels{LabelJobName: g.name}); err != nil {
+		return time.Time{}, err
+	}
+	var oldest time.Time
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid {
+			continue
+		}
+		if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
+			oldest = t
+		}
+	}
+	return oldest, nil
+}
+
+// holder is the pod that holds a rank.
+type holder struct{ pod, uid string }
+
+// release drops rank's report if pod uid still holds it (the holder is
+// gone); it says whether it did.
+func (g *gang) release(rank int, uid string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.verdict != nil || g.deciding || g.closed || g.podUIDs[rank] != uid {
+		return false
+	}
+	delete(g.reports, rank)
+	delete(g.podUIDs, rank)
+	metricWaiting.Dec()
+	return true
+}
+
+// firstRefusal says whether pod uid is refused for the first time.
+func (g *gang) firstRefusal(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.refused[uid] {
+		return false
+	}
+	if g.refused == nil {
+		g.refused = map[types.UID]bool{}
+	}
+	g.refused[uid] = true
+	return true
+}
+
+// addReport adds r's report to g unless another pod that still exists
+// holds the rank. Anyone who may create pods in the job's namespace can
+// make one that claims a rank (the job's controller owner reference and
+// rank labels are plain metadata): the first pod to report a rank keeps it
+// while it exists and runs, and a second one is refused, named in the log
+// and in an Event on the job, and cannot fail the gang. A holder that is
+// gone, terminated or being deleted gives the rank up (a pod the operator
+// re-created).
+func (c *Controller) addReport(ctx context.Context, g *gang, r rankOf, rr preflight.RankReport, now time.Time) (isNew, decide bool, why trigger, err error) {
+	for attempt := 0; ; attempt++ {
+		var h *holder
+		isNew, decide, why, h = g.add(rr, string(r.pod.UID), now)
+		if h == nil {
+			return isNew, decide, why, nil
+		}
+		alive, err := c.podRuns(ctx, r.pod.Namespace, h.pod, h.uid)
+		if err != nil {
+			return false, false, 0, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s, holder of rank %d: %v", r.pod.Namespace, h.pod, r.rank, err)
+		}
+		if alive || attempt >= 2 {
+			return false, false, 0, c.refuseClaim(g, r, h)
+		}
+		g.release(r.rank, h.uid)
+	}
+}
+
+// refuseClaim is the answer to a pod claiming a rank another pod holds.
+func (c *Controller) refuseClaim(g *gang, r rankOf, h *holder) error {
+	msg := fmt.Sprintf("rank %d of %s is held by pod %s (uid %s), which reported it first and still runs; pod %s (uid %s) claims the same rank and is refused: a pod the job's operator did not create, or one that replaces a pod still running",
+		r.rank, g.key, h.pod, h.uid, r.pod.Name, r.pod.UID)
+	if g.firstRefusal(r.pod.UID) {
+		c.log.Info("refused a second pod for a rank another pod holds", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "holder", h.pod, "holderUID", h.uid)
+		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, "RankClaimedTwice", "Gate", "%s", msg)
+	}
+	return gate.Errorf(gate.CodeForbidden, "%s", msg)
+}
+
+// podRuns says whether pod ns/name with uid exists, is not being deleted
+// and has not terminated (read from the API server: a holder the cache
+// does not show yet must not lose its rank).
+func (c *Controller) podRuns(ctx context.Context, ns, name, uid string) (bool, error) {
+	p := &corev1.Pod{}
+	err := c.api.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return string(p.UID) == uid && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed, nil
 }
 
 func (g *gang) rankListLocked() []preflight.RankReport {

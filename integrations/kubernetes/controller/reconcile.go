@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +21,8 @@ import (
 // setupReconcilers registers one reconciler per installed job kind. They
 // run on the leader only and keep gangs in step with their jobs: arm the
 // deadline of a gang an earlier leader started, fail a gang at once when a
-// missing rank can never be placed, finish a delete action, re-gate a job a
-// person resumed after a fail, drop gangs of deleted jobs.
+// missing rank can never be placed, re-gate a job a person resumed after a
+// fail, drop gangs of deleted jobs.
 func (c *Controller) setupReconcilers() error {
 	for _, k := range c.kinds {
 		k := k
@@ -81,23 +82,26 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	} else {
 		c.mu.Unlock()
 	}
-	j := wrap(obj)
-	if d, ok := recordedDecision(obj); ok {
-		if !d.Report.Failed() || obj.GetDeletionTimestamp() != nil {
-			return reconcile.Result{}, nil
-		}
-		switch d.Action {
-		case ActionDelete:
-			c.deleteJob(ctx, obj)
-		case ActionSuspend:
-			if !j.Suspended() {
-				return reconcile.Result{}, c.regate(ctx, key, obj)
-			}
-		}
-		return reconcile.Result{}, nil
+	if !c.recovered.Load() {
+		// The records an earlier leader left are not loaded yet: what is
+		// pending is unknown.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	j := wrap(obj)
 	if _, ok := c.pendingDecision(obj.GetUID()); ok {
 		return reconcile.Result{}, nil // decided; being applied to the job
+	}
+	// The job's rankgate.io/ annotations are a report for people, and
+	// anyone who may patch the job may write them: they are never an
+	// instruction. A fail verdict is acted on (suspend, delete) only by
+	// apply, from the verdict this controller decided or recorded in its
+	// own namespace. Here they only tell that a person resumed a
+	// suspended job, which re-gates it (clearing them; nothing more).
+	if d, ok := recordedDecision(obj); ok {
+		if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
+			return reconcile.Result{}, c.regate(ctx, key, obj)
+		}
+		return reconcile.Result{}, nil
 	}
 	c.mu.Lock()
 	uid, tracked := c.byName[key]

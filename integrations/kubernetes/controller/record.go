@@ -3,23 +3,26 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // A verdict is made durable in two steps:
 //
-//  1. record: a Lease named rankgate-verdict-<job uid> in the job's
-//     namespace, owned by the job, carrying the verdict in the same
-//     rankgate.io/ annotations the job gets. It is created, never updated:
-//     the first writer wins, so two replicas (a leader and a deposed one
-//     still finishing) can never record different verdicts for one gang.
-//     Only then are the ranks answered.
+//  1. record: a Lease named rankgate-verdict-<job uid> in the controller's
+//     own namespace (Options.Namespace), labelled with the job's namespace,
+//     kind and name, carrying the verdict in the same rankgate.io/
+//     annotations the job gets. It is created, never updated: the first
+//     writer wins, so two replicas (a leader and a deposed one still
+//     finishing) can never record different verdicts for one gang. Only
+//     then are the ranks answered.
 //  2. apply: the annotations (and runPolicy.suspend on a fail) are patched
 //     onto the job, the Event is emitted, the delete policy runs, and the
 //     Lease is deleted: from then on the job carries the verdict.
@@ -31,17 +34,35 @@ import (
 // that crashes between the steps leaves the Lease; the next leader lists
 // the records when it takes over (sweep), answers from them, and applies
 // them.
+//
+// Records are instructions (suspend or delete a job), so they live where
+// only the controller may write: its own namespace, whose Role is granted
+// to the controller alone. A Lease anyone else creates in a job's namespace
+// is never read. A record is acted on only when it is in the controller's
+// namespace, carries the labels below, and names a job that still exists
+// with that UID and is opted in; the sweep deletes records whose job is
+// gone (no owner reference can cross namespaces).
 
-// Labels and name of the verdict records.
+// Labels, annotations and name of the verdict records.
 const (
-	LabelManagedBy   = "app.kubernetes.io/managed-by"
-	LabelRecord      = "rankgate.io/record"
-	recordKindValue  = "verdict"
-	recordNamePrefix = "rankgate-verdict-"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelRecord    = "rankgate.io/record"
+	// The job a record belongs to: namespace and kind as labels; the name
+	// as an annotation (a job name may be too long for a label value; it is
+	// also a label when it fits, for kubectl get -l).
+	LabelJobNamespace = "rankgate.io/job-namespace"
+	LabelJobKind      = "rankgate.io/job-kind"
+	KeyJobName        = "rankgate.io/job-name"
+	// RecordNamePrefix + the job's UID names its record.
+	RecordNamePrefix = "rankgate-verdict-"
+
+	managedByValue  = "rankgate"
+	recordKindValue = "verdict"
 )
 
-func recordKey(ns string, uid types.UID) types.NamespacedName {
-	return types.NamespacedName{Namespace: ns, Name: recordNamePrefix + string(uid)}
+// recordKey names job uid's record in the controller's namespace.
+func (c *Controller) recordKey(uid types.UID) types.NamespacedName {
+	return types.NamespacedName{Namespace: c.opts.Namespace, Name: RecordNamePrefix + string(uid)}
 }
 
 // target names the job a verdict belongs to.
@@ -58,27 +79,35 @@ func (g *gang) target() target { return target{kind: g.kind, ns: g.ns, name: g.n
 func (c *Controller) newRecord(k jobKind, job client.Object, d *decision) *coordv1.Lease {
 	at := metav1.NewMicroTime(d.DecidedAt)
 	holder := d.DecidedBy
+	labels := map[string]string{
+		LabelManagedBy: managedByValue, LabelRecord: recordKindValue,
+		LabelJobNamespace: job.GetNamespace(), LabelJobKind: k.GVK.Kind,
+	}
+	if len(validation.IsValidLabelValue(job.GetName())) == 0 {
+		labels[KeyJobName] = job.GetName()
+	}
+	ann := decisionAnnotations(d)
+	ann[KeyJobName] = job.GetName()
+	key := c.recordKey(job.GetUID())
 	return &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: recordKey(job.GetNamespace(), job.GetUID()).Name, Namespace: job.GetNamespace(),
-			Labels:      map[string]string{LabelManagedBy: "rankgate", LabelRecord: recordKindValue},
-			Annotations: decisionAnnotations(d),
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: k.GVK.GroupVersion().String(), Kind: k.GVK.Kind, Name: job.GetName(), UID: job.GetUID(),
-			}},
-		},
-		Spec: coordv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: ann},
+		Spec:       coordv1.LeaseSpec{HolderIdentity: &holder, AcquireTime: &at},
 	}
 }
 
-// recordTarget reads which job a record belongs to.
-func recordTarget(l *coordv1.Lease) (target, bool) {
-	for _, ref := range l.OwnerReferences {
-		if _, ok := kindByName(ref.Kind); ok && l.Name == recordKey(l.Namespace, ref.UID).Name {
-			return target{kind: ref.Kind, ns: l.Namespace, name: ref.Name, uid: ref.UID}, true
-		}
+// recordTarget reads which job a record belongs to. ok is false for any
+// Lease that is not a verdict record of this controller: outside its
+// namespace, without its labels, or naming no job.
+func (c *Controller) recordTarget(l *coordv1.Lease) (target, bool) {
+	if l.Namespace != c.opts.Namespace || l.Labels[LabelManagedBy] != managedByValue || l.Labels[LabelRecord] != recordKindValue {
+		return target{}, false
 	}
-	return target{}, false
+	uid, ok := strings.CutPrefix(l.Name, RecordNamePrefix)
+	kind, ns, name := l.Labels[LabelJobKind], l.Labels[LabelJobNamespace], l.Annotations[KeyJobName]
+	if _, known := kindByName(kind); !ok || uid == "" || !known || ns == "" || name == "" {
+		return target{}, false
+	}
+	return target{kind: kind, ns: ns, name: name, uid: types.UID(uid)}, true
 }
 
 // record makes d the gang's verdict unless one exists: the job's own
@@ -116,13 +145,13 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			return nil, false, err
 		}
 		cur := &coordv1.Lease{}
-		if err := c.api.Get(ctx, recordKey(g.ns, g.uid), cur); apierrors.IsNotFound(err) {
+		if err := c.api.Get(ctx, c.recordKey(g.uid), cur); apierrors.IsNotFound(err) {
 			continue // applied and deleted meanwhile: the job has it now, or it is gone
 		} else if err != nil {
 			return nil, false, err
 		}
 		if old, ok := recordedDecision(cur); ok {
-			if t, ok := recordTarget(cur); ok && t.uid == g.uid {
+			if t, ok := c.recordTarget(cur); ok && t.uid == g.uid && t.ns == g.ns && t.name == g.name && t.kind == g.kind {
 				c.setPending(t, old)
 				return old, false, nil
 			}
@@ -141,7 +170,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			return old, false, nil
 		}
 	}
-	return nil, false, fmt.Errorf("verdict record %s keeps changing", recordKey(g.ns, g.uid))
+	return nil, false, fmt.Errorf("verdict record %s keeps changing", c.recordKey(g.uid))
 }
 
 // setPending remembers a recorded verdict until it is applied to its job.
@@ -256,7 +285,9 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 // apply writes the recorded verdict d onto its job (annotations, and
 // runPolicy.suspend on a fail with that action, in one patch guarded by
 // the job's resourceVersion), emits the Event and runs the delete policy.
-// A job that already carries a verdict, or is gone, is left as it is.
+// A job that already carries a verdict, or is gone, is not patched again;
+// a delete verdict still deletes it (the record stays until the delete is
+// done, so a leader that dies in between leaves it to the next one).
 func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 	k, _ := kindByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
@@ -272,11 +303,11 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 					metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
 				}
 				c.emitEvent(obj, d)
-				if d.Report.Failed() && d.Action == ActionDelete {
-					dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-					c.deleteJob(dctx, obj)
-					cancel()
-				}
+			}
+			if d.Report.Failed() && d.Action == ActionDelete {
+				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				return c.deleteJob(dctx, t)
 			}
 			return nil
 		case apierrors.IsConflict(err):
@@ -333,7 +364,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 // dropRecord deletes a job's verdict record once the job carries the
 // verdict (or is gone).
 func (c *Controller) dropRecord(ctx context.Context, t target) error {
-	key := recordKey(t.ns, t.uid)
+	key := c.recordKey(t.uid)
 	l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 	if err := c.client.Delete(ctx, l); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting verdict record %s/%s: %w", l.Namespace, l.Name, err)
@@ -342,34 +373,21 @@ func (c *Controller) dropRecord(ctx context.Context, t target) error {
 	return nil
 }
 
+// recordsRBACHint says what a Forbidden answer on records means.
+func (c *Controller) recordsRBACHint(verbs string) string {
+	return fmt.Sprintf("the controller needs %s on leases.coordination.k8s.io in its namespace %s (the Role rankgate-verdict-records: apply configs/deploy/rbac.yaml)", verbs, c.opts.Namespace)
+}
+
 // sweep, on taking the lead, loads the verdict records an earlier leader
 // left unapplied (it answers from them at once) and applies them. It
 // retries the list until it succeeds or ctx ends; the gate answers
-// Unavailable until then.
+// Unavailable until then. Records whose job is gone, replaced or no longer
+// opted in are deleted, never acted on.
 func (c *Controller) sweep(ctx context.Context) bool {
 	backoff := 200 * time.Millisecond
 	for {
-		list := &coordv1.LeaseList{}
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := c.api.List(lctx, list, client.MatchingLabels{LabelRecord: recordKindValue})
-		cancel()
+		left, err := c.loadRecords(ctx)
 		if err == nil {
-			type found struct {
-				t target
-				d *decision
-			}
-			var left []found
-			for i := range list.Items {
-				l := &list.Items[i]
-				t, ok := recordTarget(l)
-				d, ok2 := recordedDecision(l)
-				if !ok || !ok2 {
-					c.log.Info("ignoring a malformed verdict record", "lease", l.Namespace+"/"+l.Name)
-					continue
-				}
-				c.setPending(t, d)
-				left = append(left, found{t, d})
-			}
 			c.recovered.Store(true)
 			if len(left) > 0 {
 				c.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
@@ -381,7 +399,7 @@ func (c *Controller) sweep(ctx context.Context) bool {
 		}
 		msg := err.Error()
 		if apierrors.IsForbidden(err) {
-			msg += " (the controller's ClusterRole needs get, list, create and delete on leases.coordination.k8s.io: apply configs/deploy/rbac.yaml)"
+			msg += " (" + c.recordsRBACHint("get, list, create and delete") + ")"
 		}
 		c.sweepErr.Store(&msg)
 		c.log.Error(err, "listing verdict records; retrying", "in", backoff.String())
@@ -392,4 +410,68 @@ func (c *Controller) sweep(ctx context.Context) bool {
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+type foundRecord struct {
+	t target
+	d *decision
+}
+
+// loadRecords lists the records in the controller's namespace, keeps those
+// of existing opted-in jobs (marked pending) and deletes the others.
+func (c *Controller) loadRecords(ctx context.Context) ([]foundRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	list := &coordv1.LeaseList{}
+	if err := c.api.List(ctx, list, client.InNamespace(c.opts.Namespace), client.MatchingLabels{LabelManagedBy: managedByValue, LabelRecord: recordKindValue}); err != nil {
+		return nil, err
+	}
+	var left []foundRecord
+	for i := range list.Items {
+		l := &list.Items[i]
+		t, ok := c.recordTarget(l)
+		d, ok2 := recordedDecision(l)
+		if !ok || !ok2 {
+			c.log.Info("ignoring a malformed verdict record", "lease", l.Namespace+"/"+l.Name)
+			continue
+		}
+		why, err := c.recordStale(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			c.log.Info("deleting a verdict record without an opted-in job", "lease", l.Namespace+"/"+l.Name, "job", t.key(), "uid", t.uid, "why", why)
+			if err := c.client.Delete(ctx, l, client.Preconditions{UID: &l.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return nil, err
+			}
+			continue
+		}
+		c.setPending(t, d)
+		left = append(left, foundRecord{t, d})
+	}
+	return left, nil
+}
+
+// recordStale says why a record's job must not be acted on ("" when it
+// exists with the record's UID and is opted in).
+func (c *Controller) recordStale(ctx context.Context, t target) (string, error) {
+	k, _ := kindByName(t.kind)
+	obj := k.New()
+	err := c.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "the job is gone", nil
+	case err != nil:
+		return "", err
+	case obj.GetUID() != t.uid:
+		return "the job was replaced (uid " + string(obj.GetUID()) + ")", nil
+	}
+	in, err := c.optedIn(ctx, obj)
+	if err != nil {
+		return "", err
+	}
+	if !in {
+		return "the job is not opted in", nil
+	}
+	return "", nil
 }

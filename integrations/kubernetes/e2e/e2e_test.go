@@ -234,8 +234,8 @@ func TestE2EControllerRestart(t *testing.T) {
 	require.Len(t, jobEvents(t, job)["GangPassed"], 1)
 }
 
-// A leader that crashed after recording a verdict (the write-ahead Lease)
-// but before applying it to the job: the next leader answers ranks from
+// A leader that crashed after recording a verdict (the write-ahead Lease in
+// the controller's namespace) but before applying it to the job: the next leader answers ranks from
 // the record at once, applies it (annotations, suspend, Event) and deletes
 // the record, deciding nothing itself.
 func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
@@ -251,13 +251,16 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	require.Equal(t, preflight.VerdictFail, rep.Verdict)
 	decidedAt := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
 	holder := "replica-crashed"
+	ensureNamespace(t, controllerNamespace)
+	key := recordKey(job.UID)
 	lease := &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: "rankgate-verdict-" + string(job.UID), Namespace: ns,
-			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict"},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
+			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict",
+				controller.LabelJobNamespace: ns, controller.LabelJobKind: "PyTorchJob", controller.KeyJobName: job.Name},
 			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: preflight.RuleGangMIGSpansGPUs,
 				controller.KeyReason: "GANG_MIG_SPANS_GPUS: ranks 0 and 1 use MIG instances on 2 physical GPUs", controller.KeyDecidedAt: decidedAt,
-				controller.KeyDecidedBy: holder, controller.KeyReport: string(rb), controller.KeyAction: controller.ActionSuspend},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: job.Name, UID: job.UID}}},
+				controller.KeyDecidedBy: holder, controller.KeyReport: string(rb), controller.KeyAction: controller.ActionSuspend,
+				controller.KeyJobName: job.Name}},
 		Spec: coordv1.LeaseSpec{HolderIdentity: &holder},
 	}
 	require.NoError(t, k8s.Create(context.Background(), lease))
@@ -450,8 +453,9 @@ func TestE2EDeployManifests(t *testing.T) {
 	require.Equal(t, 3, checked, "init containers checked (PyTorchJob Master and Worker, MPIJob Worker)")
 }
 
-// A controller deployed with an older ClusterRole that lacks the leases
-// rule (the verdict records): ranks are told why they wait, with the fix.
+// A controller deployed with the ClusterRole but without the Role for its
+// verdict records (leases in its own namespace): ranks are told why they
+// wait, with the fix.
 func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
@@ -551,7 +555,7 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
-		LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac"})
+		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac"})
 	require.Eventually(t, c.IsLeader, 20*time.Second, 50*time.Millisecond)
 
 	ns := newNamespace(t, "e2e-rbac", true)

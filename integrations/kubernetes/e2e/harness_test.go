@@ -297,6 +297,10 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.LeaderElection && o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = "default"
 	}
+	if o.Namespace == "" {
+		o.Namespace = controllerNamespace
+	}
+	ensureNamespace(t, o.Namespace)
 	logs := &logBuffer{}
 	o.Log = logs.logger(o.Identity)
 	c, err := controller.New(o)
@@ -313,6 +317,26 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 		}
 	})
 	return h
+}
+
+// controllerNamespace is where test replicas keep their verdict records
+// (Options.Namespace), as the shipped install does.
+const controllerNamespace = "rankgate-system"
+
+// ensureNamespace creates namespace name unless it exists (kept: envtest
+// runs no namespace controller).
+func ensureNamespace(t testing.TB, name string) {
+	t.Helper()
+	err := k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	if !apierrors.IsAlreadyExists(err) {
+		require.NoError(t, err)
+	}
+}
+
+// recordKey names the verdict record of job uid in the controller's
+// namespace.
+func recordKey(uid types.UID) types.NamespacedName {
+	return types.NamespacedName{Namespace: controllerNamespace, Name: controller.RecordNamePrefix + string(uid)}
 }
 
 // Stop ends the replica and waits for it.
@@ -476,7 +500,7 @@ func appliedVerdict(t testing.TB, o client.Object) map[string]string {
 	fresh := o.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
 	require.Eventually(t, func() bool {
-		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: o.GetNamespace(), Name: "rankgate-verdict-" + string(fresh.GetUID())}, &coordv1.Lease{})
+		err := k8s.Get(context.Background(), recordKey(fresh.GetUID()), &coordv1.Lease{})
 		return apierrors.IsNotFound(err)
 	}, 10*time.Second, 20*time.Millisecond, "the verdict record was not deleted")
 	return a
