@@ -2,7 +2,12 @@
 # Build with cgo: go-nvml dlopens libnvidia-ml.so.1 at run time, which the
 # NVIDIA container toolkit mounts into the container; nothing NVIDIA is
 # linked or shipped here.
-FROM golang:1.26-bookworm AS build
+#
+# Base images are pinned by digest, so that a rebuild of the same commit
+# uses the same bytes; the tag says what the digest is. Bump both together,
+# deliberately (the Go patch release matches go.mod).
+# .dockerignore keeps .git, bin/ and local build outputs out of the context.
+FROM golang:1.26.8-bookworm@sha256:a688600ca24f8a4d3ca77f95b0dd40704a9fc787c826660eb7ba0b641b8b175d AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/root/go/pkg/mod go mod download
@@ -17,7 +22,7 @@ RUN --mount=type=cache,target=/root/go/pkg/mod --mount=type=cache,target=/root/.
       -o /out/rankgate-node ./cmd/rankgate
 
 # glibc base (cgo), no shell, runs as uid 65532.
-FROM gcr.io/distroless/base-debian12:nonroot
+FROM gcr.io/distroless/base-debian12:nonroot@sha256:b12529fbbd0bb15eea8905f69d83148679e0b4d7d434c8808100792029b1caae
 # rankgate: every face. rankgate-node: preflight, inspect, launch, init only
 # (no client-go; a third of the memory and start-up time): use it in init
 # containers and in front of torchrun/mpirun.

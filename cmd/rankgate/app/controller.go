@@ -54,7 +54,7 @@ other answers the gate with NotLeader and ranks retry.`,
 	f.String("on-fail", controller.ActionSuspend, "what to do to a job whose gang fails: suspend, delete or annotate (per job: annotation rankgate.io/on-fail)")
 	f.String("audience", gate.Audience, "audience the ranks' service-account tokens must carry")
 	f.Duration("max-wait", 30*time.Second, "longest long poll the gate holds open")
-	f.String("metrics-addr", ":8080", "Prometheus /metrics address (0 disables)")
+	f.String("metrics-addr", ":8080", "Prometheus /metrics address: HTTPS for callers the API server authorizes (get on /metrics), in clear only on loopback (0 disables)")
 	f.String("health-addr", ":8081", "/healthz and /readyz address (0 disables)")
 	f.Bool("leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")
 	f.String("namespace", "", "the controller's own namespace, where it keeps its verdict records (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")

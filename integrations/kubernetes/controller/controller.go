@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -86,7 +87,11 @@ type Options struct {
 	// OnFail: suspend (default), delete or annotate.
 	OnFail string
 
-	MetricsAddr string // default ":8080"; "0" disables
+	// MetricsAddr serves /metrics (default ":8080"; "0" disables): over
+	// HTTPS with CertDir's certificate, to clients the API server
+	// authenticates and authorizes for GET on the URL, unless the address
+	// is on loopback, which is served in clear.
+	MetricsAddr string
 	HealthAddr  string // default ":8081"; "0" disables
 
 	// Namespace is the controller's own namespace: its verdict records
@@ -239,7 +244,7 @@ func New(opts Options) (*Controller, error) {
 		Scheme:                        opts.Scheme,
 		Logger:                        opts.Log,
 		Cache:                         cacheOptions(kinds, !opts.FullCaches),
-		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddr, ExtraHandlers: profilingHandlers(opts.Profiling)},
+		Metrics:                       metricsOptions(opts),
 		HealthProbeBindAddress:        opts.HealthAddr,
 		LeaderElection:                opts.LeaderElection,
 		LeaderElectionID:              opts.LeaderElectionID,
@@ -438,6 +443,33 @@ func profilingHandlers(on bool) map[string]http.Handler {
 		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
 		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
 	}
+}
+
+// metricsOptions: /metrics and the profiles behind TokenReview and
+// SubjectAccessReview (controller-runtime's filter) over HTTPS, unless only
+// this host can reach them.
+func metricsOptions(o Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsAddr, ExtraHandlers: profilingHandlers(o.Profiling)}
+	if o.MetricsAddr == "0" || onLoopback(o.MetricsAddr) {
+		return m
+	}
+	m.SecureServing = true
+	m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	// Without tls.crt/tls.key there, a self-signed certificate.
+	m.CertDir = o.CertDir
+	return m
+}
+
+func onLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }

@@ -416,7 +416,7 @@ func TestE2EDeployManifests(t *testing.T) {
 	dir := filepath.Join(root, "configs", "deploy")
 	newNamespace(t, "ml", false)
 	checked := 0
-	files := []string{"namespace.yaml", "rbac.yaml", "certificate.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "networkpolicy.yaml", "certificate.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
 		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
@@ -542,15 +542,17 @@ func decodeManifest(t *testing.T, path string) []*unstructured.Unstructured {
 }
 
 // The controller runs with exactly the permissions configs/deploy/rbac.yaml
-// grants its service account (impersonated): it decides a passing and a
-// failing gang (TokenReview, verdict records, job patch with suspend,
-// Events), with leader election in its namespace.
+// grants its service account (impersonated), under the job-write policy of
+// admission-policy.yaml: it decides a passing and a failing gang
+// (TokenReview, verdict records, job patch with suspend, Events), with
+// leader election in its namespace.
 func TestE2EShippedRBACIsEnough(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml"} {
 		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
 	}
+	waitJobWritePolicy(t)
 	cfg := rest.CopyConfig(restCfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
