@@ -39,7 +39,7 @@ const (
 // pipes, CMD not found); Result.ExitCode is set either way.
 func Run(ctx context.Context, opts Options) (Result, error) {
 	if len(opts.Command) == 0 {
-		return Result{ExitCode: preflight.ExitUsage}, errors.New("no command to launch: rankgate launch [flags] -- CMD ARGS...")
+		return Result{ExitCode: preflight.ExitUsage}, errors.New("no command to launch (usage: rankgate launch [flags] -- CMD ARGS...)")
 	}
 	r := &runner{opts: opts, out: opts.Stdout, errw: &stderrWriter{w: opts.Stderr}}
 	if r.out == nil {
