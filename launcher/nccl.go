@@ -128,7 +128,6 @@ var (
 	tokLocalRanks   = []byte(" localRanks ")
 	tokRank         = []byte(" rank ")
 	tokNRanks       = []byte(" nranks ")
-	tokNRanks2      = []byte(" nRanks ")
 )
 
 // intAfter parses the decimal number that follows tok in line; -1 if none.

@@ -63,47 +63,113 @@ type MissingRank struct {
 // GangRules decides for the whole job. Ranks are identified by Rank; a
 // later report of the same rank replaces an earlier one.
 func GangRules(in GangInput) Report {
-	byRank := map[int]RankReport{}
-	for _, r := range in.Ranks {
-		byRank[r.Rank] = r
-	}
-	ranks := make([]RankReport, 0, len(byRank))
-	for _, r := range byRank {
-		ranks = append(ranks, r)
-	}
-	sort.Slice(ranks, func(i, j int) bool { return ranks[i].Rank < ranks[j].Rank })
-
+	g := newGang(in)
 	var f []Finding
-	if in.Expected > 0 && len(ranks) < in.Expected {
-		var missing []int
-		for i := 0; i < in.Expected; i++ {
-			if _, ok := byRank[i]; !ok {
-				missing = append(missing, i)
+	for _, rule := range gangRules {
+		f = append(f, rule(g)...)
+	}
+	return NewReport(in.Job, f)
+}
+
+// gangRules are evaluated in this order; their findings are reported in it.
+var gangRules = []func(*gang) []Finding{
+	gangIncomplete,
+	gangRankUnplaceable,
+	gangRankFailed,
+	gangMIGMixedWithFull,
+	gangMIGPlacement,
+	gangProfileMismatch,
+	gangDriverMismatch,
+	gangDuplicateDevice,
+	gangSplitPodsSameNode,
+}
+
+// gang is a job's reports as the rules read them.
+type gang struct {
+	in     GangInput
+	byRank map[int]RankReport
+	// ranks: one report per rank, by rank.
+	ranks       []RankReport
+	migs, fulls []gangDevice
+}
+
+// gangDevice is a device of a rank.
+type gangDevice struct {
+	rank int
+	DeviceSummary
+}
+
+func newGang(in GangInput) *gang {
+	g := &gang{in: in, byRank: map[int]RankReport{}}
+	for _, r := range in.Ranks {
+		g.byRank[r.Rank] = r
+	}
+	g.ranks = make([]RankReport, 0, len(g.byRank))
+	for _, r := range g.byRank {
+		g.ranks = append(g.ranks, r)
+	}
+	sort.Slice(g.ranks, func(i, j int) bool { return g.ranks[i].Rank < g.ranks[j].Rank })
+	for _, r := range g.ranks {
+		for _, d := range r.Report.Devices {
+			x := gangDevice{r.Rank, d}
+			if d.Kind == "mig" {
+				g.migs = append(g.migs, x)
+			} else {
+				g.fulls = append(g.fulls, x)
 			}
 		}
-		pods, nodes, states := describeMissing(in.Missing, missing)
-		f = append(f, Finding{
-			Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing, Pods: pods, Nodes: nodes,
-			Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(ranks), in.Expected, intList(missing), states),
-			Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
-		})
 	}
+	return g
+}
+
+func devRanks(ds []gangDevice) []int {
+	return ranksOf(ds, func(d gangDevice) int { return d.rank })
+}
+
+// mixed: some ranks run on MIG devices, others on full GPUs.
+func (g *gang) mixed() bool { return len(g.migs) > 0 && len(g.fulls) > 0 }
+
+func gangIncomplete(g *gang) []Finding {
+	in := g.in
+	if in.Expected <= 0 || len(g.ranks) >= in.Expected {
+		return nil
+	}
+	var missing []int
+	for i := 0; i < in.Expected; i++ {
+		if _, ok := g.byRank[i]; !ok {
+			missing = append(missing, i)
+		}
+	}
+	pods, nodes, states := describeMissing(in.Missing, missing)
+	return []Finding{{
+		Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing, Pods: pods, Nodes: nodes,
+		Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(g.ranks), in.Expected, intList(missing), states),
+		Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
+	}}
+}
+
+func gangRankUnplaceable(g *gang) []Finding {
 	var unplaceable []int
-	for i, m := range in.Missing {
-		if _, reported := byRank[i]; m.Unplaceable && !reported {
+	for i, m := range g.in.Missing {
+		if _, reported := g.byRank[i]; m.Unplaceable && !reported {
 			unplaceable = append(unplaceable, i)
 		}
 	}
-	if len(unplaceable) > 0 {
-		sort.Ints(unplaceable)
-		pods, nodes, states := describeMissing(in.Missing, unplaceable)
-		f = append(f, Finding{
-			Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: unplaceable, Pods: pods, Nodes: nodes,
-			Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", intList(unplaceable), states),
-			Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
-		})
+	if len(unplaceable) == 0 {
+		return nil
 	}
-	for _, r := range ranks {
+	sort.Ints(unplaceable)
+	pods, nodes, states := describeMissing(g.in.Missing, unplaceable)
+	return []Finding{{
+		Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: unplaceable, Pods: pods, Nodes: nodes,
+		Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", intList(unplaceable), states),
+		Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
+	}}
+}
+
+func gangRankFailed(g *gang) []Finding {
+	var f []Finding
+	for _, r := range g.ranks {
 		if !r.Report.Failed() {
 			continue
 		}
@@ -119,62 +185,54 @@ func GangRules(in GangInput) Report {
 			Remediation: "read that rank's report (its init container's termination message) and fix its devices",
 		})
 	}
+	return f
+}
 
-	type dev struct {
-		rank int
-		DeviceSummary
+func gangMIGMixedWithFull(g *gang) []Finding {
+	if !g.mixed() {
+		return nil
 	}
-	var migs, fulls []dev
-	owner := map[string][]int{}
-	for _, r := range ranks {
-		for _, d := range r.Report.Devices {
-			x := dev{r.Rank, d}
-			if d.Kind == "mig" {
-				migs = append(migs, x)
-			} else {
-				fulls = append(fulls, x)
-			}
-			owner[r.Node+"/"+d.ID] = append(owner[r.Node+"/"+d.ID], r.Rank)
-		}
-	}
-	if len(migs) > 0 && len(fulls) > 0 {
-		f = append(f, Finding{
-			Rule: RuleGangMIGMixedWithFull, Severity: SeverityFail, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
-			Message: fmt.Sprintf("ranks %s run on MIG devices and ranks %s on full GPUs; NCCL between them has no P2P and the MIG ranks pace the job",
-				intList(ranksOf(migs, func(d dev) int { return d.rank })), intList(ranksOf(fulls, func(d dev) int { return d.rank }))),
-			Remediation: "request the same resource (one nvidia.com/mig-<profile>, or nvidia.com/gpu) in every replica spec",
-		})
-	}
-	// MIG ranks: all on one physical GPU (one node), the only placement with a
-	// fast path (shared memory).
+	return []Finding{{
+		Rule: RuleGangMIGMixedWithFull, Severity: SeverityFail, Ranks: devRanks(g.migs),
+		Message: fmt.Sprintf("ranks %s run on MIG devices and ranks %s on full GPUs; NCCL between them has no P2P and the MIG ranks pace the job",
+			intList(devRanks(g.migs)), intList(devRanks(g.fulls))),
+		Remediation: "request the same resource (one nvidia.com/mig-<profile>, or nvidia.com/gpu) in every replica spec",
+	}}
+}
+
+// gangMIGPlacement: MIG ranks all on one physical GPU (one node), the only
+// placement with a fast path (shared memory).
+func gangMIGPlacement(g *gang) []Finding {
 	parents := map[string][]int{}
-	for _, d := range migs {
+	for _, d := range g.migs {
 		key := d.GPUUUID
 		if key == "" {
-			key = fmt.Sprintf("%s GPU %d", nodeOf(ranks, d.rank), d.GPU)
+			key = fmt.Sprintf("%s GPU %d", nodeOf(g.ranks, d.rank), d.GPU)
 		}
 		parents[key] = append(parents[key], d.rank)
 	}
 	if len(parents) > 1 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(parents)) {
-			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(parents[k]))))
-		}
-		f = append(f, Finding{
-			Rule: RuleGangMIGSpansGPUs, Severity: SeverityFail, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
-			Message:     fmt.Sprintf("the job's MIG devices sit on %d physical GPUs (%s); MIG has no P2P/NVLink, so NCCL falls back to sockets or hangs in init", len(parents), strings.Join(parts, "; ")),
+		return []Finding{{
+			Rule: RuleGangMIGSpansGPUs, Severity: SeverityFail, Ranks: devRanks(g.migs),
+			Message:     fmt.Sprintf("the job's MIG devices sit on %d physical GPUs (%s); MIG has no P2P/NVLink, so NCCL falls back to sockets or hangs in init", len(parents), rankGroups(parents)),
 			Remediation: "place every rank on a MIG instance of one physical GPU (one node), or use full GPUs",
-		})
-	} else if len(parents) == 1 && len(dedupe(ranksOf(migs, func(d dev) int { return d.rank }))) > 1 {
-		f = append(f, Finding{
-			Rule: RuleGangMIGSharedGPU, Severity: SeverityInfo, Ranks: ranksOf(migs, func(d dev) int { return d.rank }),
+		}}
+	}
+	if len(parents) == 1 && len(devRanks(g.migs)) > 1 {
+		return []Finding{{
+			Rule: RuleGangMIGSharedGPU, Severity: SeverityInfo, Ranks: devRanks(g.migs),
 			Message:     "all MIG ranks share one physical GPU: NCCL sees every rank on the same GPU and uses shared memory, never NVLink/NVLS",
 			Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.31+) and keep NCCL_NVLS_ENABLE=0",
-		})
+		}}
 	}
-	// Same shape everywhere.
+	return nil
+}
+
+// gangProfileMismatch: the same shape everywhere (a MIG/full mix is
+// reported by gangMIGMixedWithFull instead).
+func gangProfileMismatch(g *gang) []Finding {
 	shapes := map[string][]int{}
-	for _, r := range ranks {
+	for _, r := range g.ranks {
 		for _, d := range r.Report.Devices {
 			s := d.Profile
 			if d.SMs > 0 {
@@ -183,19 +241,19 @@ func GangRules(in GangInput) Report {
 			shapes[s] = append(shapes[s], r.Rank)
 		}
 	}
-	if len(shapes) > 1 && !(len(migs) > 0 && len(fulls) > 0) {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(shapes)) {
-			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(dedupe(shapes[k]))))
-		}
-		f = append(f, Finding{
-			Rule: RuleGangProfileMismatch, Severity: SeverityFail, Ranks: allRanks(ranks),
-			Message:     "ranks run on devices of different shapes; the smallest paces every collective: " + strings.Join(parts, "; "),
-			Remediation: "give every rank the same profile (same SMs, not only the same memory) or the same GPU model",
-		})
+	if len(shapes) <= 1 || g.mixed() {
+		return nil
 	}
+	return []Finding{{
+		Rule: RuleGangProfileMismatch, Severity: SeverityFail, Ranks: allRanks(g.ranks),
+		Message:     "ranks run on devices of different shapes; the smallest paces every collective: " + rankGroups(shapes),
+		Remediation: "give every rank the same profile (same SMs, not only the same memory) or the same GPU model",
+	}}
+}
+
+func gangDriverMismatch(g *gang) []Finding {
 	drivers := map[string][]int{}
-	for _, r := range ranks {
+	for _, r := range g.ranks {
 		if r.DriverVersion == "" {
 			continue
 		}
@@ -205,17 +263,24 @@ func GangRules(in GangInput) Report {
 		}
 		drivers[k] = append(drivers[k], r.Rank)
 	}
-	if len(drivers) > 1 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(drivers)) {
-			parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(drivers[k])))
-		}
-		f = append(f, Finding{
-			Rule: RuleGangDriverMismatch, Severity: SeverityWarn, Ranks: allRanks(ranks),
-			Message:     "ranks run on different drivers: " + strings.Join(parts, "; "),
-			Remediation: "pin the job to nodes of one driver version (node selector on nvidia.com/cuda.driver-version.full)",
-		})
+	if len(drivers) <= 1 {
+		return nil
 	}
+	return []Finding{{
+		Rule: RuleGangDriverMismatch, Severity: SeverityWarn, Ranks: allRanks(g.ranks),
+		Message:     "ranks run on different drivers: " + rankGroups(drivers),
+		Remediation: "pin the job to nodes of one driver version (node selector on nvidia.com/cuda.driver-version.full)",
+	}}
+}
+
+func gangDuplicateDevice(g *gang) []Finding {
+	owner := map[string][]int{}
+	for _, r := range g.ranks {
+		for _, d := range r.Report.Devices {
+			owner[r.Node+"/"+d.ID] = append(owner[r.Node+"/"+d.ID], r.Rank)
+		}
+	}
+	var f []Finding
 	for _, k := range slices.Sorted(maps.Keys(owner)) {
 		if rs := dedupe(owner[k]); len(rs) > 1 {
 			f = append(f, Finding{
@@ -225,10 +290,14 @@ func GangRules(in GangInput) Report {
 			})
 		}
 	}
-	// Ranks on one node in different pods: NCCL sees them as separate hosts
-	// (no P2P, no SHM) and goes through the network.
+	return f
+}
+
+// gangSplitPodsSameNode: ranks on one node in different pods; NCCL sees
+// them as separate hosts (no P2P, no SHM) and goes through the network.
+func gangSplitPodsSameNode(g *gang) []Finding {
 	podsByNode := map[string]map[string][]int{}
-	for _, r := range ranks {
+	for _, r := range g.ranks {
 		if r.Node == "" || len(r.Report.Devices) == 0 || r.Report.Devices[0].Kind == "mig" {
 			continue
 		}
@@ -237,6 +306,7 @@ func GangRules(in GangInput) Report {
 		}
 		podsByNode[r.Node][r.Pod] = append(podsByNode[r.Node][r.Pod], r.Rank)
 	}
+	var f []Finding
 	for _, node := range slices.Sorted(maps.Keys(podsByNode)) {
 		pods := podsByNode[node]
 		if len(pods) < 2 {
@@ -255,7 +325,16 @@ func GangRules(in GangInput) Report {
 			Remediation: "run one pod per node with all its GPUs (nproc-per-node = GPUs), or give the pods hostIPC",
 		})
 	}
-	return NewReport(in.Job, f)
+	return f
+}
+
+// rankGroups renders "key: ranks 0-3; other: ranks 4" in key order.
+func rankGroups(groups map[string][]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(groups[k])))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // describeMissing renders the pods of missing ranks: their names, nodes, and

@@ -115,46 +115,62 @@ func (inv *Inventory) Resolve(ref string) (Device, error) {
 	up := strings.ToUpper(id)
 	switch {
 	case strings.HasPrefix(up, "MIG-GPU-"):
-		// Legacy form: MIG-GPU-<parent uuid>/<gi>/<ci>.
-		parts := strings.Split(id[len("MIG-"):], "/")
-		if len(parts) != 3 {
-			return out, fmt.Errorf("%w: %q (legacy MIG form is MIG-GPU-<uuid>/<gi>/<ci>)", ErrBadDeviceRef, ref)
-		}
-		gi, err1 := strconv.Atoi(parts[1])
-		ci, err2 := strconv.Atoi(parts[2])
-		if err1 != nil || err2 != nil {
-			return out, fmt.Errorf("%w: %q (legacy MIG form is MIG-GPU-<uuid>/<gi>/<ci>)", ErrBadDeviceRef, ref)
-		}
-		for gk := range inv.GPUs {
-			g := &inv.GPUs[gk]
-			if !strings.EqualFold(g.UUID, parts[0]) {
-				continue
-			}
-			for mk := range g.MIGDevices {
-				m := &g.MIGDevices[mk]
-				if m.GPUInstanceID == gi && m.ComputeInstanceID == ci {
-					out.Kind, out.GPU, out.MIG = KindMIG, g, m
-					return out, nil
-				}
-			}
-		}
-		return out, fmt.Errorf("%w: %s", ErrDeviceNotFound, ref)
+		return inv.resolveLegacyMIG(out, id)
 	case strings.HasPrefix(up, "GPU-") || strings.HasPrefix(up, "MIG-"):
-		for gk := range inv.GPUs {
-			g := &inv.GPUs[gk]
-			if strings.EqualFold(g.UUID, id) {
-				out.Kind, out.GPU = KindGPU, g
+		return inv.resolveUUID(out, id)
+	}
+	return inv.resolveIndex(out, id)
+}
+
+// resolveLegacyMIG resolves MIG-GPU-<parent uuid>/<gi>/<ci>.
+func (inv *Inventory) resolveLegacyMIG(out Device, id string) (Device, error) {
+	ref := out.Ref
+	parts := strings.Split(id[len("MIG-"):], "/")
+	if len(parts) != 3 {
+		return out, fmt.Errorf("%w: %q (legacy MIG form is MIG-GPU-<uuid>/<gi>/<ci>)", ErrBadDeviceRef, ref)
+	}
+	gi, err1 := strconv.Atoi(parts[1])
+	ci, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil {
+		return out, fmt.Errorf("%w: %q (legacy MIG form is MIG-GPU-<uuid>/<gi>/<ci>)", ErrBadDeviceRef, ref)
+	}
+	for gk := range inv.GPUs {
+		g := &inv.GPUs[gk]
+		if !strings.EqualFold(g.UUID, parts[0]) {
+			continue
+		}
+		for mk := range g.MIGDevices {
+			m := &g.MIGDevices[mk]
+			if m.GPUInstanceID == gi && m.ComputeInstanceID == ci {
+				out.Kind, out.GPU, out.MIG = KindMIG, g, m
 				return out, nil
 			}
-			for mk := range g.MIGDevices {
-				if strings.EqualFold(g.MIGDevices[mk].UUID, id) {
-					out.Kind, out.GPU, out.MIG = KindMIG, g, &g.MIGDevices[mk]
-					return out, nil
-				}
+		}
+	}
+	return out, fmt.Errorf("%w: %s", ErrDeviceNotFound, ref)
+}
+
+// resolveUUID resolves GPU-<uuid> and MIG-<uuid>.
+func (inv *Inventory) resolveUUID(out Device, id string) (Device, error) {
+	for gk := range inv.GPUs {
+		g := &inv.GPUs[gk]
+		if strings.EqualFold(g.UUID, id) {
+			out.Kind, out.GPU = KindGPU, g
+			return out, nil
+		}
+		for mk := range g.MIGDevices {
+			if strings.EqualFold(g.MIGDevices[mk].UUID, id) {
+				out.Kind, out.GPU, out.MIG = KindMIG, g, &g.MIGDevices[mk]
+				return out, nil
 			}
 		}
-		return out, fmt.Errorf("%w: %s", ErrDeviceNotFound, ref)
 	}
+	return out, fmt.Errorf("%w: %s", ErrDeviceNotFound, out.Ref)
+}
+
+// resolveIndex resolves a GPU index "N" and a MIG device "N:M".
+func (inv *Inventory) resolveIndex(out Device, id string) (Device, error) {
+	ref := out.Ref
 	gs, ms, isMIG := strings.Cut(id, ":")
 	gi, err := strconv.Atoi(gs)
 	if err != nil || gi < 0 {

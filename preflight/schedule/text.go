@@ -230,57 +230,11 @@ func (d *diag) askDescription(r string) string {
 // nearest lists up to three GPU shapes the cluster offers, closest to r in
 // memory and SMs first.
 func (d *diag) nearest(r string) string {
-	c := d.c
-	type key struct{ res, model string }
-	shapes := map[key]*shapeInfo{}
-	for i := range c.nodes {
-		ni := &c.nodes[i]
-		row := i * len(c.resName)
-		for j, name := range c.resName {
-			v := c.alloc[row+j]
-			if v <= 0 || !IsGPUResource(name) {
-				continue
-			}
-			model := ni.gpu.BaseProduct()
-			if ni.model != nil {
-				model = ni.model.Name
-			}
-			k := key{name, model}
-			sh, ok := shapes[k]
-			if !ok {
-				sh = &shapeInfo{res: name, model: model}
-				sh.sms, sh.memMiB = ni.shapeOf(name)
-				shapes[k] = sh
-			}
-			sh.nodes++
-			sh.total += v
-		}
-	}
-	if len(shapes) == 0 {
+	list := d.c.shapes()
+	if len(list) == 0 {
 		return ""
 	}
-	// The asked shape's SMs and memory: from a model of the cluster.
-	var askSMs int
-	var askMem uint64
-	if p, ok := MIGProfileOf(r); ok {
-		for i := range c.nodes {
-			if m := c.nodes[i].model; m != nil {
-				if prof, ok := m.Profile(p); ok {
-					askSMs, askMem = prof.SMs, prof.MemoryMiB
-					break
-				}
-			}
-		}
-		if askMem == 0 {
-			if _, gb, err := parseProfileGB(p); err == nil {
-				askMem = uint64(gb) * 1024
-			}
-		}
-	}
-	list := make([]*shapeInfo, 0, len(shapes))
-	for _, sh := range shapes {
-		list = append(list, sh)
-	}
+	askSMs, askMem := d.c.askedShape(r)
 	dist := func(sh *shapeInfo) float64 {
 		if askMem == 0 {
 			return -float64(sh.total)
@@ -313,6 +267,65 @@ func (d *diag) nearest(r string) string {
 		parts = append(parts, fmt.Sprintf("%s (%s, %s) on %s, %d in all", sh.res, desc, sh.model, plural(sh.nodes, "node"), sh.total))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// shapes lists the GPU shapes the cluster offers: one per GPU resource and
+// GPU model, with its node count and total.
+func (c *Cluster) shapes() []*shapeInfo {
+	type key struct{ res, model string }
+	shapes := map[key]*shapeInfo{}
+	for i := range c.nodes {
+		ni := &c.nodes[i]
+		row := i * len(c.resName)
+		for j, name := range c.resName {
+			v := c.alloc[row+j]
+			if v <= 0 || !IsGPUResource(name) {
+				continue
+			}
+			model := ni.gpu.BaseProduct()
+			if ni.model != nil {
+				model = ni.model.Name
+			}
+			k := key{name, model}
+			sh, ok := shapes[k]
+			if !ok {
+				sh = &shapeInfo{res: name, model: model}
+				sh.sms, sh.memMiB = ni.shapeOf(name)
+				shapes[k] = sh
+			}
+			sh.nodes++
+			sh.total += v
+		}
+	}
+	list := make([]*shapeInfo, 0, len(shapes))
+	for _, sh := range shapes {
+		list = append(list, sh)
+	}
+	return list
+}
+
+// askedShape gives the SMs and memory of MIG resource r from a GPU model
+// of the cluster (memory from the profile name otherwise); 0, 0 for full
+// GPUs.
+func (c *Cluster) askedShape(r string) (sms int, memMiB uint64) {
+	p, ok := MIGProfileOf(r)
+	if !ok {
+		return 0, 0
+	}
+	for i := range c.nodes {
+		if m := c.nodes[i].model; m != nil {
+			if prof, ok := m.Profile(p); ok {
+				sms, memMiB = prof.SMs, prof.MemoryMiB
+				break
+			}
+		}
+	}
+	if memMiB == 0 {
+		if _, gb, err := parseProfileGB(p); err == nil {
+			memMiB = uint64(gb) * 1024
+		}
+	}
+	return sms, memMiB
 }
 
 // shapeOf gives SMs and memory of one unit of a GPU resource on this node:

@@ -171,10 +171,6 @@ func call1[X, A any](c *caller, o op, f func(X) (A, nvml.Return), x X) (A, nvml.
 	return call0(c, o, func() (A, nvml.Return) { return f(x) })
 }
 
-func call2[X, Y, A any](c *caller, o op, f func(X, Y) (A, nvml.Return), x X, y Y) (A, nvml.Return, error) {
-	return call0(c, o, func() (A, nvml.Return) { return f(x, y) })
-}
-
 // unsupported reports whether r answers "this GPU or driver cannot tell":
 // the field stays unknown. A driver without the function is the same answer.
 func unsupported(r nvml.Return) bool {

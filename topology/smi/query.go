@@ -59,103 +59,126 @@ func indentOf(l string) int {
 	return n
 }
 
+// queryParser reads a -q tree line by line.
+type queryParser struct {
+	s     section
+	r     *report
+	idxs  []int // GPU indices of the prompt's -i option
+	stack []frame
+	g     *gpuFact
+	mig   *migFact
+	// migDepth is the stack depth of the open MIG Device section.
+	migDepth int
+	// pos is the number of GPU sections so far.
+	pos int
+}
+
 func parseQuery(s section, r *report) error {
 	args, _ := s.args()
-	idxs := cmdIndices(args)
-	var stack []frame
-	var g *gpuFact
-	var mig *migFact
-	migDepth := -1
-	pos := 0
-	closeMIG := func() {
-		if mig == nil {
-			return
-		}
-		if mig.index < 0 {
-			mig.index = len(g.migs)
-		}
-		g.migs = append(g.migs, *mig)
-		mig, migDepth = nil, -1
-	}
+	p := &queryParser{s: s, r: r, idxs: cmdIndices(args), migDepth: -1}
 	for k, l := range s.body() {
 		if isBlank(l) {
 			continue
 		}
-		i := s.first + k
-		ind := indentOf(l)
-		t := strings.TrimSpace(l)
-		key, val, isKV := splitKV(t)
-		for len(stack) > 0 && stack[len(stack)-1].indent >= ind {
-			if len(stack)-1 == migDepth {
-				closeMIG()
-			}
-			stack = stack[:len(stack)-1]
-		}
-		if ind == 0 || len(stack) == 0 {
-			closeMIG()
-			g = nil
-			switch {
-			case !isKV && strings.HasPrefix(t, "GPU "):
-				if pos >= maxGPUs {
-					return s.errAt(i, "too many GPUs")
-				}
-				bus, err := normBusID(strings.TrimPrefix(t, "GPU "))
-				if err != nil {
-					return s.errAt(i, err.Error())
-				}
-				g = newGPUFact(i, pos)
-				g.weakIndex = true
-				if pos < len(idxs) {
-					g.index, g.weakIndex = idxs[pos], false
-				}
-				g.busID = bus
-				r.addGPU(g)
-				pos++
-			case isKV && key == "Driver Version":
-				r.driver, r.infoLine = versionOrEmpty(val), lineNo(i)
-			case isKV && key == "CUDA Version":
-				r.cuda = versionOrEmpty(val)
-			}
-			if !isKV {
-				stack = append(stack, frame{ind, t})
-			}
-			if msg, ok := smiFailure(t); ok {
-				return s.errAt(i, msg)
-			}
-			continue
-		}
-		if g == nil {
-			if !isKV {
-				stack = append(stack, frame{ind, t})
-			}
-			continue
-		}
-		if !isKV {
-			stack = append(stack, frame{ind, t})
-			if t == "MIG Device" && mig == nil {
-				if len(g.migs) >= maxMIGDevices {
-					return s.errAt(i, "too many MIG devices")
-				}
-				m := newMIGFact(i)
-				mig, migDepth = &m, len(stack)-1
-			}
-			continue
-		}
-		var err error
-		if mig != nil {
-			err = queryMIGField(mig, stack[migDepth+1:], key, val)
-		} else {
-			err = queryGPUField(g, stack[1:], key, val)
-		}
-		if err != nil {
-			return s.errAt(i, fmt.Sprintf("%s: %v", key, err))
+		if err := p.line(s.first+k, l); err != nil {
+			return err
 		}
 	}
-	if g != nil {
-		closeMIG()
+	if p.g != nil {
+		p.closeMIG()
 	}
-	if pos == 0 {
+	if p.pos == 0 {
 		return s.errAt(s.first, "the nvidia-smi -q output lists no GPU")
+	}
+	return nil
+}
+
+func (p *queryParser) closeMIG() {
+	if p.mig == nil {
+		return
+	}
+	if p.mig.index < 0 {
+		p.mig.index = len(p.g.migs)
+	}
+	p.g.migs = append(p.g.migs, *p.mig)
+	p.mig, p.migDepth = nil, -1
+}
+
+func (p *queryParser) line(i int, l string) error {
+	ind := indentOf(l)
+	t := strings.TrimSpace(l)
+	key, val, isKV := splitKV(t)
+	for len(p.stack) > 0 && p.stack[len(p.stack)-1].indent >= ind {
+		if len(p.stack)-1 == p.migDepth {
+			p.closeMIG()
+		}
+		p.stack = p.stack[:len(p.stack)-1]
+	}
+	if ind == 0 || len(p.stack) == 0 {
+		return p.topLine(i, ind, t, key, val, isKV)
+	}
+	if p.g == nil {
+		if !isKV {
+			p.stack = append(p.stack, frame{ind, t})
+		}
+		return nil
+	}
+	if !isKV {
+		p.stack = append(p.stack, frame{ind, t})
+		if t == "MIG Device" && p.mig == nil {
+			if len(p.g.migs) >= maxMIGDevices {
+				return p.s.errAt(i, "too many MIG devices")
+			}
+			m := newMIGFact(i)
+			p.mig, p.migDepth = &m, len(p.stack)-1
+		}
+		return nil
+	}
+	var err error
+	if p.mig != nil {
+		err = queryMIGField(p.mig, p.stack[p.migDepth+1:], key, val)
+	} else {
+		err = queryGPUField(p.g, p.stack[1:], key, val)
+	}
+	if err != nil {
+		return p.s.errAt(i, fmt.Sprintf("%s: %v", key, err))
+	}
+	return nil
+}
+
+// topLine reads a line outside any GPU section: a "GPU <bus id>" section,
+// the driver and CUDA versions, or an nvidia-smi failure.
+func (p *queryParser) topLine(i, ind int, t, key, val string, isKV bool) error {
+	s, r := p.s, p.r
+	p.closeMIG()
+	p.g = nil
+	switch {
+	case !isKV && strings.HasPrefix(t, "GPU "):
+		if p.pos >= maxGPUs {
+			return s.errAt(i, "too many GPUs")
+		}
+		bus, err := normBusID(strings.TrimPrefix(t, "GPU "))
+		if err != nil {
+			return s.errAt(i, err.Error())
+		}
+		g := newGPUFact(i, p.pos)
+		g.weakIndex = true
+		if p.pos < len(p.idxs) {
+			g.index, g.weakIndex = p.idxs[p.pos], false
+		}
+		g.busID = bus
+		p.g = r.addGPU(g)
+		p.pos++
+	case isKV && key == "Driver Version":
+		r.driver, r.infoLine = versionOrEmpty(val), lineNo(i)
+	case isKV && key == "CUDA Version":
+		r.cuda = versionOrEmpty(val)
+	}
+	if !isKV {
+		p.stack = append(p.stack, frame{ind, t})
+	}
+	if msg, ok := smiFailure(t); ok {
+		return s.errAt(i, msg)
 	}
 	return nil
 }
@@ -190,22 +213,13 @@ func sectionPath(fs []frame) string {
 }
 
 func queryGPUField(g *gpuFact, path []frame, key, val string) error {
-	p := sectionPath(path)
-	switch {
-	case p == "" && key == "Product Name":
-		g.name = val
-	case p == "" && (key == "GPU UUID" || key == "UUID"):
-		if val == "N/A" {
+	switch sectionPath(path) {
+	case "":
+		return queryGPUTopField(g, key, val)
+	case "MIG Mode":
+		if key != "Current" && key != "Pending" {
 			return nil
 		}
-		u, err := parseUUID(val, "GPU-")
-		if err != nil {
-			return err
-		}
-		g.uuid = u
-	case p == "" && key == "Persistence Mode":
-		g.persistence = parseOnOff(val)
-	case p == "MIG Mode" && (key == "Current" || key == "Pending"):
 		mode, ok := parseMIGMode(val)
 		if !ok {
 			return fmt.Errorf("%q is not Enabled, Disabled or N/A", clip(val))
@@ -215,27 +229,61 @@ func queryGPUField(g *gpuFact, path []frame, key, val string) error {
 		} else {
 			g.migPending = mode
 		}
-	case p == "PCI" && key == "Bus Id":
-		b, err := normBusID(val)
-		if err != nil {
-			return err
+	case "PCI":
+		if key == "Bus Id" {
+			b, err := normBusID(val)
+			if err != nil {
+				return err
+			}
+			if g.busID != "" && b != g.busID {
+				return fmt.Errorf("bus ID %s differs from the GPU's %s", b, g.busID)
+			}
+			g.busID = b
 		}
-		if g.busID != "" && b != g.busID {
-			return fmt.Errorf("bus ID %s differs from the GPU's %s", b, g.busID)
-		}
-		g.busID = b
-	case p == "FB Memory Usage" && key == "Total":
-		n, _, err := parseMiB(val)
-		if err != nil {
-			return err
-		}
-		g.memMiB = n
-	case (p == "" || p == "PCI") && (key == "NUMA Node" || key == "NUMA Affinity" || key == "NUMA Node ID"):
-		if n, err := strconv.Atoi(val); err == nil && n >= 0 && n < 1<<16 {
-			g.numa = &n
+		queryNUMA(g, key, val)
+	case "FB Memory Usage":
+		if key == "Total" {
+			n, _, err := parseMiB(val)
+			if err != nil {
+				return err
+			}
+			g.memMiB = n
 		}
 	}
 	return nil
+}
+
+// queryGPUTopField reads a field directly under the GPU section.
+func queryGPUTopField(g *gpuFact, key, val string) error {
+	switch key {
+	case "Product Name":
+		g.name = val
+	case "GPU UUID", "UUID":
+		if val == "N/A" {
+			return nil
+		}
+		u, err := parseUUID(val, "GPU-")
+		if err != nil {
+			return err
+		}
+		g.uuid = u
+	case "Persistence Mode":
+		g.persistence = parseOnOff(val)
+	default:
+		queryNUMA(g, key, val)
+	}
+	return nil
+}
+
+// queryNUMA reads the GPU's NUMA node, which drivers put under the GPU or
+// under PCI, by several names.
+func queryNUMA(g *gpuFact, key, val string) {
+	if key != "NUMA Node" && key != "NUMA Affinity" && key != "NUMA Node ID" {
+		return
+	}
+	if n, err := strconv.Atoi(val); err == nil && n >= 0 && n < 1<<16 {
+		g.numa = &n
+	}
 }
 
 func queryMIGField(m *migFact, path []frame, key, val string) error {

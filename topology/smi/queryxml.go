@@ -34,6 +34,16 @@ type xmlMIG struct {
 // field returns where the text of the element at path (below <gpu>) goes,
 // or nil.
 func (x *xmlGPU) field(path []string) *string {
+	if f := x.gpuField(path); f != nil {
+		return f
+	}
+	if len(path) < 3 || path[0] != "mig_devices" || path[1] != "mig_device" || len(x.MIGDevices) == 0 {
+		return nil
+	}
+	return x.MIGDevices[len(x.MIGDevices)-1].field(path[2:])
+}
+
+func (x *xmlGPU) gpuField(path []string) *string {
 	switch len(path) {
 	case 1:
 		switch path[0] {
@@ -58,11 +68,11 @@ func (x *xmlGPU) field(path []string) *string {
 			return &x.FBTotal
 		}
 	}
-	if len(path) < 3 || path[0] != "mig_devices" || path[1] != "mig_device" || len(x.MIGDevices) == 0 {
-		return nil
-	}
-	m := &x.MIGDevices[len(x.MIGDevices)-1]
-	rest := path[2:]
+	return nil
+}
+
+// field: the same for a path below <mig_device>.
+func (m *xmlMIG) field(rest []string) *string {
 	switch {
 	case len(rest) == 1 && rest[0] == "index":
 		return &m.Index
@@ -78,122 +88,156 @@ func (x *xmlGPU) field(path []string) *string {
 	return nil
 }
 
+// xmlParser reads a -q -x document token by token.
+type xmlParser struct {
+	s     section
+	r     *report
+	d     *xml.Decoder
+	idxs  []int    // GPU indices of the prompt's -i option
+	stack []string // open elements, root first
+	x     *xmlGPU  // the open <gpu>
+	// gpuLine: the decoder's line of the open <gpu>.
+	gpuLine int
+	pos     int // GPUs read so far
+	driver  string
+	cuda    string
+	infoAt  int
+	// done: the root element has ended.
+	done bool
+}
+
 func parseQueryXML(s section, r *report) error {
 	args, _ := s.args()
-	idxs := cmdIndices(args)
 	text := s.text()
 	d := xml.NewDecoder(strings.NewReader(text))
 	d.Entity = xml.HTMLEntity
 	d.CharsetReader = func(_ string, in io.Reader) (io.Reader, error) { return in, nil }
-	// Lines of the decoder count from the section's first line.
-	errAt := func(line int, msg string) error { return s.errAt(s.first+max(line, 1)-1, msg) }
-	bad := func(err error) error {
-		var se *xml.SyntaxError
-		if errors.As(err, &se) {
-			return errAt(se.Line, "not well-formed `nvidia-smi -q -x` XML: "+se.Msg)
-		}
-		line, _ := d.InputPos()
-		return errAt(line, "not well-formed `nvidia-smi -q -x` XML: "+err.Error())
-	}
-	var (
-		stack   []string // open elements, root first
-		x       *xmlGPU
-		gpuLine int
-		pos     int
-		driver  string
-		cuda    string
-		infoAt  int
-	)
-	for {
+	p := &xmlParser{s: s, r: r, d: d, idxs: cmdIndices(args)}
+	for !p.done {
 		tok, err := d.RawToken()
 		if err == io.EOF {
-			if len(stack) == 0 {
+			if len(p.stack) == 0 {
 				return s.errAt(s.first, "no <nvidia_smi_log> element")
 			}
-			return errAt(strings.Count(text, "\n")+1, "the XML ends before </nvidia_smi_log>")
+			return p.errAt(strings.Count(text, "\n")+1, "the XML ends before </nvidia_smi_log>")
 		}
 		if err != nil {
-			return bad(err)
+			return p.bad(err)
 		}
 		switch t := tok.(type) {
 		case xml.StartElement:
-			line, _ := d.InputPos()
-			name := t.Name.Local
-			if len(stack) == 0 && name != "nvidia_smi_log" {
-				return errAt(line, fmt.Sprintf("root element is <%s>, want <nvidia_smi_log>", clip(name)))
-			}
-			if len(stack) >= 64 {
-				return errAt(line, "elements nest too deep")
-			}
-			stack = append(stack, name)
-			switch {
-			case len(stack) == 2 && name == "gpu":
-				if pos >= maxGPUs {
-					return errAt(line, "too many GPUs")
-				}
-				x, gpuLine = &xmlGPU{}, line
-				for _, a := range t.Attr {
-					if a.Name.Local == "id" {
-						x.ID = a.Value
-					}
-				}
-			case x != nil && len(stack) == 4 && stack[2] == "mig_devices" && name == "mig_device":
-				if len(x.MIGDevices) >= maxMIGDevices {
-					return errAt(line, "too many MIG devices")
-				}
-				x.MIGDevices = append(x.MIGDevices, xmlMIG{})
-			}
+			err = p.start(t)
 		case xml.EndElement:
-			if len(stack) == 0 || stack[len(stack)-1] != t.Name.Local {
-				line, _ := d.InputPos()
-				return errAt(line, fmt.Sprintf("not well-formed `nvidia-smi -q -x` XML: </%s> closes no open element", clip(t.Name.Local)))
-			}
-			if len(stack) == 2 && x != nil {
-				g := newGPUFact(s.first+gpuLine-1, pos)
-				g.weakIndex = true
-				if pos < len(idxs) {
-					g.index, g.weakIndex = idxs[pos], false
-				}
-				if msg := xmlFacts(g, x); msg != "" {
-					return errAt(gpuLine, msg)
-				}
-				r.addGPU(g)
-				pos++
-				x = nil
-			}
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				// The root's end: what follows is not ours to read.
-				if pos == 0 {
-					line, _ := d.InputPos()
-					return errAt(line, "the nvidia-smi -q -x output lists no GPU")
-				}
-				r.driver, r.cuda, r.infoLine = versionOrEmpty(strings.TrimSpace(driver)), versionOrEmpty(strings.TrimSpace(cuda)), infoAt
-				return nil
-			}
+			err = p.end(t)
 		case xml.CharData:
-			var dst *string
-			switch {
-			case len(stack) == 2 && stack[1] == "driver_version":
-				dst = &driver
-				line, _ := d.InputPos()
-				infoAt = lineNo(s.first + line - 1)
-			case len(stack) == 2 && stack[1] == "cuda_version":
-				dst = &cuda
-			case x != nil && len(stack) > 2:
-				dst = x.field(stack[2:])
-			}
-			if dst != nil {
-				// Values are short; text split by comments or CDATA
-				// would otherwise be joined in quadratic time.
-				if len(*dst)+len(t) > 1024 {
-					line, _ := d.InputPos()
-					return errAt(line, fmt.Sprintf("<%s> text is too long", clip(stack[len(stack)-1])))
-				}
-				*dst += string(t)
-			}
+			err = p.charData(t)
+		}
+		if err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// errAt: lines of the decoder count from the section's first line.
+func (p *xmlParser) errAt(line int, msg string) error {
+	return p.s.errAt(p.s.first+max(line, 1)-1, msg)
+}
+
+func (p *xmlParser) line() int {
+	line, _ := p.d.InputPos()
+	return line
+}
+
+func (p *xmlParser) bad(err error) error {
+	var se *xml.SyntaxError
+	if errors.As(err, &se) {
+		return p.errAt(se.Line, "not well-formed `nvidia-smi -q -x` XML: "+se.Msg)
+	}
+	return p.errAt(p.line(), "not well-formed `nvidia-smi -q -x` XML: "+err.Error())
+}
+
+func (p *xmlParser) start(t xml.StartElement) error {
+	line := p.line()
+	name := t.Name.Local
+	if len(p.stack) == 0 && name != "nvidia_smi_log" {
+		return p.errAt(line, fmt.Sprintf("root element is <%s>, want <nvidia_smi_log>", clip(name)))
+	}
+	if len(p.stack) >= 64 {
+		return p.errAt(line, "elements nest too deep")
+	}
+	p.stack = append(p.stack, name)
+	switch {
+	case len(p.stack) == 2 && name == "gpu":
+		if p.pos >= maxGPUs {
+			return p.errAt(line, "too many GPUs")
+		}
+		p.x, p.gpuLine = &xmlGPU{}, line
+		for _, a := range t.Attr {
+			if a.Name.Local == "id" {
+				p.x.ID = a.Value
+			}
+		}
+	case p.x != nil && len(p.stack) == 4 && p.stack[2] == "mig_devices" && name == "mig_device":
+		if len(p.x.MIGDevices) >= maxMIGDevices {
+			return p.errAt(line, "too many MIG devices")
+		}
+		p.x.MIGDevices = append(p.x.MIGDevices, xmlMIG{})
+	}
+	return nil
+}
+
+func (p *xmlParser) end(t xml.EndElement) error {
+	if len(p.stack) == 0 || p.stack[len(p.stack)-1] != t.Name.Local {
+		return p.errAt(p.line(), fmt.Sprintf("not well-formed `nvidia-smi -q -x` XML: </%s> closes no open element", clip(t.Name.Local)))
+	}
+	if len(p.stack) == 2 && p.x != nil {
+		g := newGPUFact(p.s.first+p.gpuLine-1, p.pos)
+		g.weakIndex = true
+		if p.pos < len(p.idxs) {
+			g.index, g.weakIndex = p.idxs[p.pos], false
+		}
+		if msg := xmlFacts(g, p.x); msg != "" {
+			return p.errAt(p.gpuLine, msg)
+		}
+		p.r.addGPU(g)
+		p.pos++
+		p.x = nil
+	}
+	p.stack = p.stack[:len(p.stack)-1]
+	if len(p.stack) > 0 {
+		return nil
+	}
+	// The root's end: what follows is not ours to read.
+	if p.pos == 0 {
+		return p.errAt(p.line(), "the nvidia-smi -q -x output lists no GPU")
+	}
+	p.r.driver, p.r.cuda, p.r.infoLine = versionOrEmpty(strings.TrimSpace(p.driver)), versionOrEmpty(strings.TrimSpace(p.cuda)), p.infoAt
+	p.done = true
+	return nil
+}
+
+func (p *xmlParser) charData(t xml.CharData) error {
+	var dst *string
+	switch {
+	case len(p.stack) == 2 && p.stack[1] == "driver_version":
+		dst = &p.driver
+		p.infoAt = lineNo(p.s.first + p.line() - 1)
+	case len(p.stack) == 2 && p.stack[1] == "cuda_version":
+		dst = &p.cuda
+	case p.x != nil && len(p.stack) > 2:
+		dst = p.x.field(p.stack[2:])
+	}
+	if dst == nil {
+		return nil
+	}
+	// Values are short; text split by comments or CDATA would otherwise be
+	// joined in quadratic time.
+	if len(*dst)+len(t) > 1024 {
+		return p.errAt(p.line(), fmt.Sprintf("<%s> text is too long", clip(p.stack[len(p.stack)-1])))
+	}
+	*dst += string(t)
+	return nil
 }
 
 // xmlFacts fills g from a decoded <gpu>; it returns a message for the first
@@ -240,37 +284,49 @@ func xmlFacts(g *gpuFact, x *xmlGPU) string {
 		return "too many MIG devices"
 	}
 	for k, xm := range x.MIGDevices {
-		m := migFact{line: g.line, index: k, gi: -1, ci: -1}
-		for _, f := range []struct {
-			v   string
-			max int
-			dst *int
-			tag string
-		}{
-			{xm.Index, maxMIGDevices, &m.index, "index"},
-			{xm.GI, maxInstanceID, &m.gi, "gpu_instance_id"},
-			{xm.CI, maxInstanceID, &m.ci, "compute_instance_id"},
-			{xm.SMs, 1024, &m.sms, "multiprocessor_count"},
-		} {
-			v := tr(f.v)
-			if v == "" || v == "N/A" {
-				continue
-			}
-			n, err := parseIndex(v, f.max)
-			if err != nil {
-				return fmt.Sprintf("MIG device %d <%s>: %v", k, f.tag, err)
-			}
-			*f.dst = n
-		}
-		if m.memMiB, _, err = parseMiB(xm.Mem); err != nil {
-			return fmt.Sprintf("MIG device %d <fb_memory_usage><total>: %v", k, err)
-		}
-		for _, o := range g.migs {
-			if o.index == m.index {
-				return fmt.Sprintf("MIG device index %d appears twice", m.index)
-			}
+		m, msg := xmlMIGFact(g, k, xm)
+		if msg != "" {
+			return msg
 		}
 		g.migs = append(g.migs, m)
 	}
 	return ""
+}
+
+// xmlMIGFact reads MIG device k of GPU g; it returns a message for the
+// first malformed value or a repeated index.
+func xmlMIGFact(g *gpuFact, k int, xm xmlMIG) (migFact, string) {
+	tr := strings.TrimSpace
+	m := migFact{line: g.line, index: k, gi: -1, ci: -1}
+	for _, f := range []struct {
+		v   string
+		max int
+		dst *int
+		tag string
+	}{
+		{xm.Index, maxMIGDevices, &m.index, "index"},
+		{xm.GI, maxInstanceID, &m.gi, "gpu_instance_id"},
+		{xm.CI, maxInstanceID, &m.ci, "compute_instance_id"},
+		{xm.SMs, 1024, &m.sms, "multiprocessor_count"},
+	} {
+		v := tr(f.v)
+		if v == "" || v == "N/A" {
+			continue
+		}
+		n, err := parseIndex(v, f.max)
+		if err != nil {
+			return m, fmt.Sprintf("MIG device %d <%s>: %v", k, f.tag, err)
+		}
+		*f.dst = n
+	}
+	var err error
+	if m.memMiB, _, err = parseMiB(xm.Mem); err != nil {
+		return m, fmt.Sprintf("MIG device %d <fb_memory_usage><total>: %v", k, err)
+	}
+	for _, o := range g.migs {
+		if o.index == m.index {
+			return m, fmt.Sprintf("MIG device index %d appears twice", m.index)
+		}
+	}
+	return m, ""
 }

@@ -51,134 +51,154 @@ func isRule(t string) bool {
 	return strings.HasPrefix(t, "+") || strings.HasPrefix(t, "|-") || strings.HasPrefix(t, "|=")
 }
 
+// tableParser reads the plain table line by line.
+type tableParser struct {
+	s             section
+	r             *report
+	state         tableState
+	seenBox       bool
+	hdr           [][]string
+	bus, mem, mig cellPos
+	row           int
+	cur           *gpuFact
+	byIndex       map[int]*gpuFact
+}
+
 func parseTable(s section, r *report) error {
-	state := tNone
-	seenBox := false
-	var hdr [][]string
-	var bus, mem, mig cellPos
-	row := 0
-	var cur *gpuFact
-	byIndex := map[int]*gpuFact{}
-	gpuFor := func(i, line int) *gpuFact {
-		if g := byIndex[i]; g != nil {
-			return g
-		}
-		g := r.addGPU(newGPUFact(line, i))
-		byIndex[i] = g
-		return g
-	}
-	find := func(label string) cellPos {
-		for ri, rc := range hdr {
-			for ci, c := range rc {
-				if strings.Contains(c, label) {
-					return cellPos{ri, ci}
-				}
-			}
-		}
-		return cellPos{-1, -1}
-	}
+	p := &tableParser{s: s, r: r, byIndex: map[int]*gpuFact{}}
 	for k, l := range s.body() {
-		i := s.first + k
-		t := strings.TrimSpace(l)
-		if isBlank(l) {
-			if state != tNone {
-				state = tNone
-			}
-			continue
-		}
-		if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
-			if msg, ok := smiFailure(t); ok {
-				return s.errAt(i, msg)
-			}
-			if !seenBox {
-				continue // the timestamp line above the boxes
-			}
-			return s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
-		}
-		seenBox = true
-		c := cells(t)
-		switch {
-		case strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version:"):
-			if err := tableVersions(s, i, t, r); err != nil {
-				return err
-			}
-			continue
-		case strings.Contains(t, "MIG devices:"):
-			state = tMIGHeader
-			continue
-		case strings.Contains(t, "Processes:"):
-			state = tProcesses
-			continue
-		case state == tNone && strings.Contains(t, "Bus-Id"):
-			state, hdr = tGPUHeader, [][]string{c}
-			continue
-		}
-		switch state {
-		case tGPUHeader:
-			if strings.HasPrefix(t, "|=") {
-				state, row = tGPUData, 0
-				bus, mem, mig = find("Bus-Id"), find("Memory-Usage"), find("MIG M.")
-				continue
-			}
-			if !isRule(t) {
-				hdr = append(hdr, c)
-			}
-		case tGPUData:
-			if isRule(t) {
-				row = 0
-				continue
-			}
-			if row >= len(hdr) {
-				return s.errAt(i, "a GPU block has more rows than the column header")
-			}
-			if row == 0 {
-				g, err := tableGPU(s, i, c, bus)
-				if err != nil {
-					return err
-				}
-				if byIndex[g.index] != nil {
-					return s.errAt(i, fmt.Sprintf("GPU %d is listed twice", g.index))
-				}
-				cur = r.addGPU(g)
-				byIndex[g.index] = g
-			}
-			if cur == nil {
-				return s.errAt(i, "GPU row before any GPU")
-			}
-			if row == mem.row && mem.col < len(c) {
-				v, err := tableMemTotal(c[mem.col])
-				if err != nil {
-					return s.errAt(i, "memory: "+err.Error())
-				}
-				cur.memMiB = v
-			}
-			if row == mig.row && mig.col < len(c) {
-				mode, ok := parseMIGMode(c[mig.col])
-				if !ok {
-					return s.errAt(i, fmt.Sprintf("MIG mode %q is not Enabled, Disabled or N/A", clip(strings.TrimSpace(c[mig.col]))))
-				}
-				cur.migCurrent = mode
-			}
-			row++
-		case tMIGHeader:
-			if strings.HasPrefix(t, "|=") {
-				state = tMIGData
-			}
-		case tMIGData:
-			if isRule(t) || len(c) == 0 || strings.TrimSpace(c[0]) == "" {
-				continue // separators and BAR1 continuation rows
-			}
-			if strings.Contains(t, "No MIG devices found") {
-				continue
-			}
-			if err := tableMIG(s, i, c, gpuFor); err != nil {
-				return err
-			}
+		if err := p.line(s.first+k, l); err != nil {
+			return err
 		}
 	}
 	if len(r.gpus) == 0 && r.driver == "" {
 		return s.errAt(s.first, "the nvidia-smi table lists no GPU")
 	}
+	return nil
+}
+
+// gpuFor gives the GPU of index i, adding it when the table has not listed
+// it yet (MIG rows name GPUs by index).
+func (p *tableParser) gpuFor(i, line int) *gpuFact {
+	if g := p.byIndex[i]; g != nil {
+		return g
+	}
+	g := p.r.addGPU(newGPUFact(line, i))
+	p.byIndex[i] = g
+	return g
+}
+
+// find locates a column header cell by its text.
+func (p *tableParser) find(label string) cellPos {
+	for ri, rc := range p.hdr {
+		for ci, c := range rc {
+			if strings.Contains(c, label) {
+				return cellPos{ri, ci}
+			}
+		}
+	}
+	return cellPos{-1, -1}
+}
+
+func (p *tableParser) line(i int, l string) error {
+	s := p.s
+	t := strings.TrimSpace(l)
+	if isBlank(l) {
+		p.state = tNone
+		return nil
+	}
+	if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
+		if msg, ok := smiFailure(t); ok {
+			return s.errAt(i, msg)
+		}
+		if !p.seenBox {
+			return nil // the timestamp line above the boxes
+		}
+		return s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
+	}
+	p.seenBox = true
+	c := cells(t)
+	switch {
+	case strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version:"):
+		return tableVersions(s, i, t, p.r)
+	case strings.Contains(t, "MIG devices:"):
+		p.state = tMIGHeader
+		return nil
+	case strings.Contains(t, "Processes:"):
+		p.state = tProcesses
+		return nil
+	case p.state == tNone && strings.Contains(t, "Bus-Id"):
+		p.state, p.hdr = tGPUHeader, [][]string{c}
+		return nil
+	}
+	switch p.state {
+	case tGPUHeader:
+		if strings.HasPrefix(t, "|=") {
+			p.state, p.row = tGPUData, 0
+			p.bus, p.mem, p.mig = p.find("Bus-Id"), p.find("Memory-Usage"), p.find("MIG M.")
+			return nil
+		}
+		if !isRule(t) {
+			p.hdr = append(p.hdr, c)
+		}
+	case tGPUData:
+		return p.gpuRow(i, t, c)
+	case tMIGHeader:
+		if strings.HasPrefix(t, "|=") {
+			p.state = tMIGData
+		}
+	case tMIGData:
+		if isRule(t) || len(c) == 0 || strings.TrimSpace(c[0]) == "" {
+			return nil // separators and BAR1 continuation rows
+		}
+		if strings.Contains(t, "No MIG devices found") {
+			return nil
+		}
+		return tableMIG(s, i, c, p.gpuFor)
+	}
+	return nil
+}
+
+// gpuRow reads a row of a GPU block: the first names the GPU, the others
+// carry cells under the header rows they line up with.
+func (p *tableParser) gpuRow(i int, t string, c []string) error {
+	s := p.s
+	if isRule(t) {
+		p.row = 0
+		return nil
+	}
+	if p.row >= len(p.hdr) {
+		return s.errAt(i, "a GPU block has more rows than the column header")
+	}
+	if p.row == 0 {
+		g, err := tableGPU(s, i, c, p.bus)
+		if err != nil {
+			return err
+		}
+		if p.byIndex[g.index] != nil {
+			return s.errAt(i, fmt.Sprintf("GPU %d is listed twice", g.index))
+		}
+		p.cur = p.r.addGPU(g)
+		p.byIndex[g.index] = g
+	}
+	if p.cur == nil {
+		return s.errAt(i, "GPU row before any GPU")
+	}
+	if p.row == p.mem.row && p.mem.col < len(c) {
+		v, err := tableMemTotal(c[p.mem.col])
+		if err != nil {
+			return s.errAt(i, "memory: "+err.Error())
+		}
+		p.cur.memMiB = v
+	}
+	if p.row == p.mig.row && p.mig.col < len(c) {
+		mode, ok := parseMIGMode(c[p.mig.col])
+		if !ok {
+			return s.errAt(i, fmt.Sprintf("MIG mode %q is not Enabled, Disabled or N/A", clip(strings.TrimSpace(c[p.mig.col]))))
+		}
+		p.cur.migCurrent = mode
+	}
+	p.row++
 	return nil
 }
 

@@ -90,7 +90,34 @@ func parseMatrix(s section, isCell func(string) bool) (*matrix, error) {
 		return nil, s.errAt(s.first, "empty GPU matrix")
 	}
 	m := &matrix{cells: map[int][]string{}, rowAt: map[int]int{}, extras: map[int][]string{}}
-	hdr := strings.Fields(body[hi])
+	seen, err := m.header(s, hi, strings.Fields(body[hi]))
+	if err != nil {
+		return nil, err
+	}
+	for k := hi + 1; k < len(body); k++ {
+		l := body[k]
+		if isBlank(l) {
+			continue
+		}
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "Legend") || strings.HasPrefix(t, "NIC Legend") {
+			break
+		}
+		if err := m.row(s, s.first+k, strings.Fields(t), seen, isCell); err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range m.gpus {
+		if _, ok := m.cells[g]; g >= 0 && !ok {
+			return nil, s.errAt(s.first+hi, fmt.Sprintf("GPU%d has a column but no row", g))
+		}
+	}
+	return m, nil
+}
+
+// header reads the column header (line hi of the body): device columns,
+// then the trailing columns. It returns the GPUs that have a column.
+func (m *matrix) header(s section, hi int, hdr []string) (map[int]bool, error) {
 	k := 0
 	seen := map[int]bool{}
 	for ; k < len(hdr); k++ {
@@ -123,50 +150,39 @@ func parseMatrix(s section, isCell func(string) bool) (*matrix, error) {
 	if firstGPU(m.gpus) < 0 {
 		return nil, s.errAt(s.first+hi, "the matrix header names no GPU column (want GPU0 GPU1 ...)")
 	}
+	return seen, nil
+}
+
+// row reads the row of line i with fields f; NIC rows are skipped.
+func (m *matrix) row(s section, i int, f []string, seen map[int]bool, isCell func(string) bool) error {
 	n := len(m.gpus)
-	for k := hi + 1; k < len(body); k++ {
-		l := body[k]
-		if isBlank(l) {
-			continue
-		}
-		t := strings.TrimSpace(l)
-		if strings.HasPrefix(t, "Legend") || strings.HasPrefix(t, "NIC Legend") {
-			break
-		}
-		f := strings.Fields(t)
-		if len(f) < n+1 {
-			return nil, s.errAt(s.first+k, fmt.Sprintf("matrix row has %d cells, want %d", len(f)-1, n))
-		}
-		g, isGPU := gpuLabel(f[0])
-		if !isGPU {
-			continue // a NIC row
-		}
-		if !seen[g] {
-			return nil, s.errAt(s.first+k, fmt.Sprintf("row %s has no column", f[0]))
-		}
-		if _, dup := m.cells[g]; dup {
-			return nil, s.errAt(s.first+k, fmt.Sprintf("row %s appears twice", f[0]))
-		}
-		for j, c := range f[1 : n+1] {
-			gj := m.gpus[j]
-			switch {
-			case gj < 0:
-			case gj == g && c != "X":
-				return nil, s.errAt(s.first+k, fmt.Sprintf("%s to itself is %q, want X", f[0], clip(c)))
-			case gj != g && (c == "X" || !isCell(c)):
-				return nil, s.errAt(s.first+k, fmt.Sprintf("%s to GPU%d: %q is not a cell of this matrix", f[0], gj, clip(c)))
-			}
-		}
-		m.cells[g] = f[1 : n+1]
-		m.rowAt[g] = s.first + k
-		m.extras[g] = f[n+1:]
+	if len(f) < n+1 {
+		return s.errAt(i, fmt.Sprintf("matrix row has %d cells, want %d", len(f)-1, n))
 	}
-	for _, g := range m.gpus {
-		if _, ok := m.cells[g]; g >= 0 && !ok {
-			return nil, s.errAt(s.first+hi, fmt.Sprintf("GPU%d has a column but no row", g))
+	g, isGPU := gpuLabel(f[0])
+	if !isGPU {
+		return nil // a NIC row
+	}
+	if !seen[g] {
+		return s.errAt(i, fmt.Sprintf("row %s has no column", f[0]))
+	}
+	if _, dup := m.cells[g]; dup {
+		return s.errAt(i, fmt.Sprintf("row %s appears twice", f[0]))
+	}
+	for j, c := range f[1 : n+1] {
+		gj := m.gpus[j]
+		switch {
+		case gj < 0:
+		case gj == g && c != "X":
+			return s.errAt(i, fmt.Sprintf("%s to itself is %q, want X", f[0], clip(c)))
+		case gj != g && (c == "X" || !isCell(c)):
+			return s.errAt(i, fmt.Sprintf("%s to GPU%d: %q is not a cell of this matrix", f[0], gj, clip(c)))
 		}
 	}
-	return m, nil
+	m.cells[g] = f[1 : n+1]
+	m.rowAt[g] = i
+	m.extras[g] = f[n+1:]
+	return nil
 }
 
 func firstGPU(gs []int) int {

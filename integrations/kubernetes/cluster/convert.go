@@ -341,12 +341,6 @@ func schedulerMessage(p *corev1.Pod) string {
 	return ""
 }
 
-func addTo(dst, src schedule.Resources) {
-	for k, v := range src {
-		dst[k] += v
-	}
-}
-
 func hasGPU(r schedule.Resources) bool {
 	for k, v := range r {
 		if v > 0 && schedule.IsGPUResource(k) {

@@ -91,134 +91,172 @@ func child(actions []string) {
 	defer flush()
 	for _, a := range actions {
 		verb, arg, _ := strings.Cut(a, ":")
-		switch verb {
-		case "out":
-			fmt.Fprintln(stdout, arg)
-			flush()
-		case "err":
-			flush()
-			fmt.Fprintln(os.Stderr, arg)
-		case "replay", "replayerr":
-			data, err := os.ReadFile(arg)
-			if err != nil {
-				die("%v", err)
-			}
-			if verb == "replay" {
-				_, _ = stdout.Write(data)
-				flush()
-			} else {
-				flush()
-				_, _ = os.Stderr.Write(data)
-			}
-		case "sleep":
-			flush()
-			d, err := time.ParseDuration(arg)
-			if err != nil {
-				die("%v", err)
-			}
-			time.Sleep(d)
-		case "exit":
-			flush()
-			n, _ := strconv.Atoi(arg)
-			os.Exit(n)
-		case "hang":
-			flush()
-			select {}
-		case "ignore":
-			signal.Ignore(sigByName(arg))
-		case "record":
-			// record:FILE appends the name of every INT, TERM, HUP, QUIT
-			// received to FILE and carries on.
-			ch := make(chan os.Signal, 8)
-			signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-			go func(path string) {
-				for s := range ch {
-					f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-					if err == nil {
-						fmt.Fprintln(f, s.(syscall.Signal).String())
-						f.Close()
-					}
-				}
-			}(arg)
-		case "selfkill":
-			flush()
-			_ = syscall.Kill(os.Getpid(), sigByName(arg))
-			time.Sleep(time.Second)
-		case "spawn", "spawnsid":
-			// spawn:N:PIDFILE starts N grandchildren that ignore SIGTERM and
-			// hang; spawnsid puts them in a session of their own (they leave
-			// the process group).
-			n, path, _ := strings.Cut(arg, ":")
-			k, _ := strconv.Atoi(n)
-			var pids []string
-			for i := 0; i < k; i++ {
-				c := exec.Command(os.Args[0], "child", "ignore:TERM", "hang")
-				c.Stdout, c.Stderr = os.Stdout, os.Stderr
-				if verb == "spawnsid" {
-					c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-				}
-				if err := c.Start(); err != nil {
-					die("%v", err)
-				}
-				pids = append(pids, strconv.Itoa(c.Process.Pid))
-			}
-			if err := os.WriteFile(path, []byte(strings.Join(pids, "\n")+"\n"), 0o644); err != nil {
-				die("%v", err)
-			}
-		case "write", "writeerr":
-			// write:N writes N bytes of seeded random binary data.
-			n, _ := strconv.ParseInt(arg, 10, 64)
-			w := stdout
-			if verb == "writeerr" {
-				flush()
-				w = bufio.NewWriterSize(os.Stderr, 64<<10)
-			}
-			writeRandom(w, n)
-			_ = w.Flush()
-		case "lines", "lineserr", "steps", "stepserr":
-			// lines:N writes N bytes of log-like text lines with an NCCL
-			// INFO line every 64 lines; steps:N the same without NCCL lines.
-			n, _ := strconv.ParseInt(arg, 10, 64)
-			f := os.Stdout
-			if strings.HasSuffix(verb, "err") {
-				f = os.Stderr
-			}
-			flush()
-			writeLines(f, n, strings.HasPrefix(verb, "lines"))
-		case "longline":
-			n, _ := strconv.Atoi(arg)
-			_, _ = stdout.WriteString(strings.Repeat("x", n) + " NCCL INFO long line end\n")
-		case "init":
-			// init:RANK:NRANKS prints this process's NCCL Init START and
-			// COMPLETE lines, in NCCL 2.27's format.
-			r, nr, _ := strings.Cut(arg, ":")
-			printInit(r, nr, true)
-		case "start":
-			r, nr, _ := strings.Cut(arg, ":")
-			printInit(r, nr, false)
-		case "ranks":
-			// ranks:N[:HANG] starts N rank processes that each print their
-			// init lines; rank HANG prints Init START only and hangs.
-			n, hang, _ := strings.Cut(arg, ":")
-			runRanks(n, hang)
-		case "env":
-			v, ok := os.LookupEnv(arg)
-			if !ok {
-				v = "<unset>"
-			}
-			fmt.Fprintf(stdout, "%s=%s\n", arg, v)
-			flush()
-		case "stamp":
-			fmt.Fprintln(stdout, time.Now().UnixNano())
-			flush()
-		case "touch":
-			if err := os.WriteFile(arg, nil, 0o644); err != nil {
-				die("%v", err)
-			}
-		default:
+		do, ok := childActions[verb]
+		if !ok {
 			die("unknown action %q", a)
 		}
+		do(verb, arg)
 	}
+}
+
+// childActions: what "testbin child VERB:ARG..." does for each verb.
+var childActions = map[string]func(verb, arg string){
+	"out": func(_, arg string) {
+		fmt.Fprintln(stdout, arg)
+		flush()
+	},
+	"err": func(_, arg string) {
+		flush()
+		fmt.Fprintln(os.Stderr, arg)
+	},
+	"replay":    replayAction,
+	"replayerr": replayAction,
+	"sleep": func(_, arg string) {
+		flush()
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			die("%v", err)
+		}
+		time.Sleep(d)
+	},
+	"exit": func(_, arg string) {
+		flush()
+		n, _ := strconv.Atoi(arg)
+		os.Exit(n)
+	},
+	"hang": func(_, _ string) {
+		flush()
+		select {}
+	},
+	"ignore": func(_, arg string) {
+		signal.Ignore(sigByName(arg))
+	},
+	"record": func(_, arg string) {
+		// record:FILE appends the name of every INT, TERM, HUP, QUIT
+		// received to FILE and carries on.
+		ch := make(chan os.Signal, 8)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		go func(path string) {
+			for s := range ch {
+				f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+				if err == nil {
+					fmt.Fprintln(f, s.(syscall.Signal).String())
+					f.Close()
+				}
+			}
+		}(arg)
+	},
+	"selfkill": func(_, arg string) {
+		flush()
+		_ = syscall.Kill(os.Getpid(), sigByName(arg))
+		time.Sleep(time.Second)
+	},
+	"spawn":    spawnAction,
+	"spawnsid": spawnAction,
+	"write":    writeAction,
+	"writeerr": writeAction,
+	"lines":    linesAction,
+	"lineserr": linesAction,
+	"steps":    linesAction,
+	"stepserr": linesAction,
+	"longline": func(_, arg string) {
+		n, _ := strconv.Atoi(arg)
+		_, _ = stdout.WriteString(strings.Repeat("x", n) + " NCCL INFO long line end\n")
+	},
+	"init": func(_, arg string) {
+		// init:RANK:NRANKS prints this process's NCCL Init START and
+		// COMPLETE lines, in NCCL 2.27's format.
+		r, nr, _ := strings.Cut(arg, ":")
+		printInit(r, nr, true)
+	},
+	"start": func(_, arg string) {
+		r, nr, _ := strings.Cut(arg, ":")
+		printInit(r, nr, false)
+	},
+	"ranks": func(_, arg string) {
+		// ranks:N[:HANG] starts N rank processes that each print their
+		// init lines; rank HANG prints Init START only and hangs.
+		n, hang, _ := strings.Cut(arg, ":")
+		runRanks(n, hang)
+	},
+	"env": func(_, arg string) {
+		v, ok := os.LookupEnv(arg)
+		if !ok {
+			v = "<unset>"
+		}
+		fmt.Fprintf(stdout, "%s=%s\n", arg, v)
+		flush()
+	},
+	"stamp": func(_, _ string) {
+		fmt.Fprintln(stdout, time.Now().UnixNano())
+		flush()
+	},
+	"touch": func(_, arg string) {
+		if err := os.WriteFile(arg, nil, 0o644); err != nil {
+			die("%v", err)
+		}
+	},
+}
+
+func replayAction(verb, arg string) {
+	data, err := os.ReadFile(arg)
+	if err != nil {
+		die("%v", err)
+	}
+	if verb == "replay" {
+		_, _ = stdout.Write(data)
+		flush()
+	} else {
+		flush()
+		_, _ = os.Stderr.Write(data)
+	}
+}
+
+func spawnAction(verb, arg string) {
+	// spawn:N:PIDFILE starts N grandchildren that ignore SIGTERM and
+	// hang; spawnsid puts them in a session of their own (they leave
+	// the process group).
+	n, path, _ := strings.Cut(arg, ":")
+	k, _ := strconv.Atoi(n)
+	var pids []string
+	for i := 0; i < k; i++ {
+		c := exec.Command(os.Args[0], "child", "ignore:TERM", "hang")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		if verb == "spawnsid" {
+			c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		}
+		if err := c.Start(); err != nil {
+			die("%v", err)
+		}
+		pids = append(pids, strconv.Itoa(c.Process.Pid))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(pids, "\n")+"\n"), 0o644); err != nil {
+		die("%v", err)
+	}
+}
+
+func writeAction(verb, arg string) {
+	// write:N writes N bytes of seeded random binary data.
+	n, _ := strconv.ParseInt(arg, 10, 64)
+	w := stdout
+	if verb == "writeerr" {
+		flush()
+		w = bufio.NewWriterSize(os.Stderr, 64<<10)
+	}
+	writeRandom(w, n)
+	_ = w.Flush()
+}
+
+func linesAction(verb, arg string) {
+	// lines:N writes N bytes of log-like text lines with an NCCL
+	// INFO line every 64 lines; steps:N the same without NCCL lines.
+	n, _ := strconv.ParseInt(arg, 10, 64)
+	f := os.Stdout
+	if strings.HasSuffix(verb, "err") {
+		f = os.Stderr
+	}
+	flush()
+	writeLines(f, n, strings.HasPrefix(verb, "lines"))
 }
 
 func sigByName(s string) syscall.Signal {
