@@ -66,7 +66,7 @@ func (c *Client) PodDevices(ctx context.Context, namespace, name string) ([]stri
 	case status.Code(err) == codes.Unimplemented:
 		list, lerr := cl.List(ctx, &podresourcesv1.ListPodResourcesRequest{})
 		if lerr != nil {
-			return nil, fmt.Errorf("List: %w", lerr)
+			return nil, fmt.Errorf("podresources List: %w", lerr)
 		}
 		for _, p := range list.GetPodResources() {
 			if p.GetName() == name && p.GetNamespace() == namespace {
@@ -75,7 +75,7 @@ func (c *Client) PodDevices(ctx context.Context, namespace, name string) ([]stri
 			}
 		}
 	default:
-		return nil, fmt.Errorf("Get %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("podresources Get %s/%s: %w", namespace, name, err)
 	}
 	if pod == nil {
 		return nil, fmt.Errorf("the kubelet knows no pod %s/%s", namespace, name)
