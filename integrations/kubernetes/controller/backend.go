@@ -25,6 +25,13 @@ type rankOf struct {
 	rank int
 }
 
+// Admit implements gateserver.Backend: the sender must be a rank of an
+// opted-in job, and this replica the leader, before its report is read.
+func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) error {
+	_, err := c.resolve(ctx, id)
+	return err
+}
+
 // Report implements gateserver.Backend.
 func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id)
