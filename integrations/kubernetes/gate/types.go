@@ -180,7 +180,14 @@ type Response struct {
 	// Action is what the controller did to the job on a fail verdict:
 	// suspend, delete or annotate.
 	Action string `json:"action,omitempty"`
+	// OmittedFindings counts the verdict's findings left out of this
+	// answer to keep it under MaxAnswer bytes (the job's Event and
+	// annotation keep the reason).
+	OmittedFindings int `json:"omittedFindings,omitempty"`
 }
+
+// MaxAnswer bounds the answers a server sends, well under MaxBody.
+const MaxAnswer = MaxBody / 2
 
 // Error codes (ErrorBody.Code): a stable vocabulary for clients.
 const (

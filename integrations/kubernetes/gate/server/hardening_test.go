@@ -516,3 +516,41 @@ func startServerWith(t *testing.T, opts server.Options) tlsEnv {
 	require.True(t, pool.AppendCertsFromPEM(ca))
 	return tlsEnv{addr: ln.Addr().String(), tls: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}, srv: s}
 }
+
+// bigVerdict answers every poll with the verdict of a gang of 5000 ranks
+// that all failed: thousands of findings.
+type bigVerdict struct{ admitBackend }
+
+func (*bigVerdict) Verdict(context.Context, server.Identity, time.Duration) (*gate.Response, error) {
+	var ranks []preflight.RankReport
+	for i := 0; i < 5000; i++ {
+		r := preflight.NewReport("n", []preflight.Finding{{Rule: preflight.RuleRankEnvironment, Severity: preflight.SeverityFail, Message: strings.Repeat("x", 200)}})
+		ranks = append(ranks, preflight.RankReport{Rank: i, Pod: fmt.Sprintf("big-worker-%d", i), Node: fmt.Sprintf("gpu-node-%04d", i), Report: r})
+	}
+	v := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/big", Expected: 5000, Ranks: ranks})
+	return &gate.Response{State: gate.StateDecided, Job: "ml/PyTorchJob/big", Expected: 5000, Reported: 5000, Verdict: &v}, nil
+}
+
+// However large a verdict, the answer stays under MaxAnswer and the client
+// decodes it.
+func TestAnswerFitsTheClient(t *testing.T) {
+	be := &bigVerdict{}
+	full, err := be.Verdict(context.Background(), server.Identity{}, 0)
+	require.NoError(t, err)
+	b, err := json.Marshal(full)
+	require.NoError(t, err)
+	require.Greater(t, len(b), gate.MaxBody, "the verdict alone is over the client's limit")
+
+	addr, tc, _ := tlsServer(t, server.Options{Backend: be})
+	c, err := gate.NewClient(gate.ClientOptions{URL: "https://" + addr, Token: "tok-p0", Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}})
+	require.NoError(t, err)
+	r, err := c.Verdict(context.Background(), "ml", "p0", 0)
+	require.NoError(t, err)
+	require.Equal(t, preflight.VerdictFail, r.Verdict.Verdict)
+	require.Positive(t, r.OmittedFindings)
+	require.Equal(t, len(full.Verdict.Findings), len(r.Verdict.Findings)+r.OmittedFindings)
+	require.Equal(t, full.Verdict.Findings[0].Rule, r.Verdict.Findings[0].Rule)
+	a, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Less(t, len(a), gate.MaxAnswer)
+}

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/preflight"
 )
 
 // Backend decides. The controller implements it; tests use fakes. Errors
@@ -175,8 +176,8 @@ func (s *Server) Start(ctx context.Context) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		// Handshake failures and cut connections are what anyone who can
 		// reach the port may cause: debug level, not errors.
-		ErrorLog: log.New(logWriter{s.opts.Log}, "", 0),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:    log.New(logWriter{s.opts.Log}, "", 0),
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	ln := netutil.LimitListener(s.ln, s.opts.MaxConns)
 	if s.opts.GetCertificate != nil {
@@ -418,6 +419,53 @@ func (s *Server) verdict(r *http.Request) (*gate.Response, error) {
 	return s.opts.Backend.Verdict(r.Context(), id, wait)
 }
 
+// fitAnswer encodes resp in at most limit bytes: a verdict too large to
+// send (a gang of thousands of failed ranks) is sent with its lists cut to
+// MaxListedRanks entries, its texts to MaxTextLen, and then only its first
+// findings (the heaviest, as a report orders them).
+func fitAnswer(resp *gate.Response, limit int) []byte {
+	b, err := json.Marshal(resp)
+	if err == nil && (len(b) < limit || resp.Verdict == nil) {
+		return append(b, '\n')
+	}
+	v := *resp.Verdict
+	v.Findings = make([]preflight.Finding, len(resp.Verdict.Findings))
+	v.Devices = nil
+	cut := func(xs []string) []string { return xs[:min(len(xs), preflight.MaxListedRanks)] }
+	text := func(s string) string {
+		if len(s) > gate.MaxTextLen {
+			return strings.ToValidUTF8(s[:gate.MaxTextLen], "") + "..."
+		}
+		return s
+	}
+	for i, f := range resp.Verdict.Findings {
+		f.Ranks = f.Ranks[:min(len(f.Ranks), preflight.MaxListedRanks)]
+		f.Devices, f.Nodes, f.Pods = cut(f.Devices), cut(f.Nodes), cut(f.Pods)
+		f.Message, f.Remediation = text(f.Message), text(f.Remediation)
+		v.Findings[i] = f
+	}
+	out := *resp
+	out.Verdict = &v
+	// Room for the answer without findings, then findings while they fit.
+	all := v.Findings
+	v.Findings = []preflight.Finding{}
+	out.OmittedFindings = len(all)
+	empty, _ := json.Marshal(&out)
+	room := limit - len(empty) - 64
+	n := 0
+	for _, f := range all {
+		fb, _ := json.Marshal(f)
+		if room -= len(fb) + 1; room < 0 {
+			break
+		}
+		n++
+	}
+	v.Findings = all[:n]
+	out.OmittedFindings = len(all) - n
+	b, _ = json.Marshal(&out)
+	return append(b, '\n')
+}
+
 type logWriter struct{ log logr.Logger }
 
 func (w logWriter) Write(p []byte) (int, error) {
@@ -511,7 +559,7 @@ func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time,
 		}
 	} else {
 		resp.APIVersion = gate.APIVersion
-		_ = json.NewEncoder(w).Encode(resp)
+		_, _ = w.Write(fitAnswer(resp, gate.MaxAnswer))
 	}
 	if s.opts.Observe != nil {
 		s.opts.Observe(endpoint, code, time.Since(start))
