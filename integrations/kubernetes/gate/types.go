@@ -51,7 +51,7 @@ const (
 	MaxReportDevices = 256
 	// MaxFindingItems bounds each list of a finding (devices, ranks,
 	// nodes, pods).
-	MaxFindingItems = 256
+	MaxFindingItems = 128
 	// MaxTextLen bounds a finding's message and remediation, in bytes.
 	MaxTextLen = 8 << 10
 	// MaxNameLen bounds every other string (names, versions, rule IDs,

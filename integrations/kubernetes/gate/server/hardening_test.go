@@ -172,14 +172,15 @@ func TestReportBounds(t *testing.T) {
 		}, want: "report.devices: 257 entries exceed the limit of 256"},
 		{name: "finding devices", mutate: func(r *gate.ReportRequest) {
 			r.Report.Findings = []preflight.Finding{{Rule: "X", Severity: preflight.SeverityWarn, Devices: many(gate.MaxFindingItems + 1)}}
-		}, want: "report.findings[0].devices: 257 entries exceed the limit of 256"},
+		}, want: "a list has more than 128 entries"},
 		{name: "message", mutate: func(r *gate.ReportRequest) {
 			r.Report.Findings = []preflight.Finding{{Rule: "X", Severity: preflight.SeverityWarn, Message: strings.Repeat("m", gate.MaxTextLen+1)}}
 		}, want: "a string of 8193 bytes exceeds the limit of 8192"},
 		{name: "node name", mutate: func(r *gate.ReportRequest) { r.Node = strings.Repeat("n", gate.MaxNameLen+1) }, want: "node: 513 bytes exceed the limit of 512"},
 		{name: "nesting", raw: `{"apiVersion":"gate.rankgate.io/v1","x":[[[[[[[[]]]]]]]]}`, want: "nested deeper than 6"},
 		{name: "keys", raw: `{"apiVersion":"gate.rankgate.io/v1"` + strings.Repeat(`,"a":0`, 40) + `}`, want: "more than 32 keys"},
-		{name: "two values", raw: `{}{}`, want: "more than one JSON value"},
+		{name: "two values", raw: `{}{}`, want: "after top-level value"},
+		{name: "list in a finding", raw: `{"report":{"findings":[{"ranks":[0` + strings.Repeat(",0", gate.MaxFindingItems) + `]}]}}`, want: "a list has more than 128 entries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := []byte(tc.raw)

@@ -6,7 +6,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -329,73 +328,69 @@ func DecodeReport(data []byte) (*gate.ReportRequest, error) {
 	return &req, nil
 }
 
-// Shape bounds of any JSON a report may hold: a report nests four deep
-// (request, report, findings, finding, list), lists are bounded by the
-// largest list bound, objects by a few more keys than the types have.
+// Shape bounds of any JSON a report may hold: a report nests five deep
+// (request, report, findings, finding, list), the lists of the report
+// object hold findings or devices and all other lists at most
+// MaxFindingItems, objects a few more keys than the types have.
 const (
-	maxDepth     = 6
-	maxKeys      = 32
-	maxListItems = max(gate.MaxReportFindings, gate.MaxReportDevices, gate.MaxFindingItems)
+	maxDepth = 6
+	maxKeys  = 32
 )
 
+// checkShape scans the raw bytes (it allocates nothing); json.Unmarshal
+// checks the syntax after it.
 func checkShape(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
 	type frame struct {
-		array bool
-		n     int
+		array  bool
+		commas int
+		limit  int // entries of a list
 	}
 	var stack [maxDepth]frame
-	depth, values := 0, 0
-	item := func() error {
-		if depth == 0 {
-			if values++; values > 1 {
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			j := i + 1
+			for ; j < len(data) && data[j] != '"'; j++ {
+				if data[j] == '\\' {
+					j++
+				}
+			}
+			if n := j - i - 1; n > gate.MaxTextLen {
+				return fmt.Errorf("a string of %d bytes exceeds the limit of %d", n, gate.MaxTextLen)
+			}
+			i = j
+		case '{', '[':
+			if depth == maxDepth {
+				return fmt.Errorf("nested deeper than %d", maxDepth)
+			}
+			limit := gate.MaxFindingItems
+			if depth == 2 {
+				// A list of the report object: findings or devices.
+				limit = max(gate.MaxReportFindings, gate.MaxReportDevices)
+			}
+			stack[depth] = frame{array: c == '[', limit: limit}
+			depth++
+		case '}', ']':
+			if depth == 0 {
+				return errors.New("unbalanced brackets")
+			}
+			depth--
+		case ',':
+			if depth == 0 {
 				return errors.New("more than one JSON value")
 			}
-			return nil
-		}
-		f := &stack[depth-1]
-		f.n++
-		if f.array && f.n > maxListItems {
-			return fmt.Errorf("a list has more than %d entries", maxListItems)
-		}
-		if !f.array && f.n > 2*maxKeys {
-			return fmt.Errorf("an object has more than %d keys", maxKeys)
-		}
-		return nil
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch v := tok.(type) {
-		case json.Delim:
-			switch v {
-			case '{', '[':
-				if err := item(); err != nil {
-					return err
-				}
-				if depth == maxDepth {
-					return fmt.Errorf("nested deeper than %d", maxDepth)
-				}
-				stack[depth] = frame{array: v == '['}
-				depth++
-			default:
-				depth--
+			f := &stack[depth-1]
+			f.commas++
+			if f.array && f.commas >= f.limit {
+				return fmt.Errorf("a list has more than %d entries", f.limit)
 			}
-			continue
-		case string:
-			if len(v) > gate.MaxTextLen {
-				return fmt.Errorf("a string of %d bytes exceeds the limit of %d", len(v), gate.MaxTextLen)
+			if !f.array && f.commas >= maxKeys {
+				return fmt.Errorf("an object has more than %d keys", maxKeys)
 			}
 		}
-		if err := item(); err != nil {
-			return err
-		}
 	}
+	return nil
 }
 
 func (s *Server) verdict(r *http.Request) (*gate.Response, error) {
