@@ -32,6 +32,10 @@ func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) error {
 	return err
 }
 
+// GateReportsRead is how many report bodies the gate has read: only
+// admitted ranks move it.
+func (c *Controller) GateReportsRead() int64 { return c.gate.ReportsRead() }
+
 // Report implements gateserver.Backend.
 func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id)
