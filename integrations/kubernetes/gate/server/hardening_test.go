@@ -287,7 +287,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 	}
 
 	t.Run("http2 trickle", func(t *testing.T) {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}}
 		pr, pw := io.Pipe()
 		go func() {
 			_, _ = pw.Write([]byte("{"))
