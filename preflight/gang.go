@@ -140,10 +140,11 @@ func gangIncomplete(g *gang) []Finding {
 			missing = append(missing, i)
 		}
 	}
-	pods, nodes, states := describeMissing(in.Missing, missing)
+	shown := missing[:min(len(missing), MaxListedRanks)]
+	pods, nodes, states := describeMissing(in.Missing, shown)
 	return []Finding{{
-		Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: missing, Pods: pods, Nodes: nodes,
-		Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(g.ranks), in.Expected, intList(missing), states),
+		Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
+		Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(g.ranks), in.Expected, firstRanks(missing), states),
 		Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
 	}}
 }
@@ -159,10 +160,11 @@ func gangRankUnplaceable(g *gang) []Finding {
 		return nil
 	}
 	sort.Ints(unplaceable)
-	pods, nodes, states := describeMissing(g.in.Missing, unplaceable)
+	shown := unplaceable[:min(len(unplaceable), MaxListedRanks)]
+	pods, nodes, states := describeMissing(g.in.Missing, shown)
 	return []Finding{{
-		Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: unplaceable, Pods: pods, Nodes: nodes,
-		Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", intList(unplaceable), states),
+		Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
+		Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", firstRanks(unplaceable), states),
 		Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
 	}}
 }
@@ -335,6 +337,19 @@ func rankGroups(groups map[string][]int) string {
 		parts = append(parts, fmt.Sprintf("%s: ranks %s", k, intList(groups[k])))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// MaxListedRanks bounds the missing or unplaceable ranks a finding lists
+// (ranks, pods, nodes and their states); its message gives the count of
+// the others, so that a gang of thousands of ranks gets a short answer.
+const MaxListedRanks = 20
+
+// firstRanks renders the first MaxListedRanks ranks and how many more.
+func firstRanks(xs []int) string {
+	if len(xs) <= MaxListedRanks {
+		return intList(xs)
+	}
+	return fmt.Sprintf("%s and %d more (%d in all)", intList(xs[:MaxListedRanks]), len(xs)-MaxListedRanks, len(xs))
 }
 
 // describeMissing renders the pods of missing ranks: their names, nodes, and

@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -96,4 +97,27 @@ func TestGangMissingRanks(t *testing.T) {
 	require.Equal(t, []string{"GANG_RANK_UNPLACEABLE/fail"}, rules(r))
 	require.Equal(t, []int{2}, r.Findings[0].Ranks)
 	require.Contains(t, r.Findings[0].Message, "no node advertises")
+}
+
+// A gang of 5000 ranks with one reported: the finding lists the first
+// MaxListedRanks missing ranks and counts the others, so the verdict stays
+// small (it used to grow past a client's 1 MiB limit).
+func TestGangThousandsMissing(t *testing.T) {
+	missing := map[int]MissingRank{}
+	for i := 1; i < 5000; i++ {
+		missing[i] = MissingRank{Pod: fmt.Sprintf("train-worker-%d", i), Node: fmt.Sprintf("gpu-node-%04d", i),
+			State: "Pending, unschedulable: 0/5000 nodes are available: 5000 Insufficient nvidia.com/gpu.", Unplaceable: i%2 == 0}
+	}
+	r := GangRules(GangInput{Job: "ml/PyTorchJob/big", Expected: 5000, Ranks: []RankReport{rank(0, "n0", "train-worker-0", full(0, "n0"))}, Missing: missing})
+	require.Equal(t, VerdictFail, r.Verdict)
+	b, err := json.Marshal(r)
+	require.NoError(t, err)
+	require.Less(t, len(b), 16<<10, "verdict of %d bytes", len(b))
+	for _, f := range r.Findings {
+		require.LessOrEqual(t, len(f.Ranks), MaxListedRanks, f.Rule)
+		require.LessOrEqual(t, len(f.Pods), MaxListedRanks, f.Rule)
+	}
+	require.Equal(t, RuleGangIncomplete, r.Findings[0].Rule)
+	require.Contains(t, r.Findings[0].Message, "1 of 5000 ranks reported; missing ranks 1-20 and 4979 more (4999 in all); rank 1 (pod train-worker-1 on gpu-node-0001)")
+	require.Contains(t, r.Findings[1].Message, "ranks 2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40 and 2479 more (2499 in all) can never be placed")
 }

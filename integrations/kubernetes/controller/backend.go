@@ -25,6 +25,17 @@ type rankOf struct {
 	rank int
 }
 
+// Admit implements gateserver.Backend: the sender must be a rank of an
+// opted-in job, and this replica the leader, before its report is read.
+func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) error {
+	_, err := c.resolve(ctx, id)
+	return err
+}
+
+// GateReportsRead is how many report bodies the gate has read: only
+// admitted ranks move it.
+func (c *Controller) GateReportsRead() int64 { return c.gate.ReportsRead() }
+
 // Report implements gateserver.Backend.
 func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id)

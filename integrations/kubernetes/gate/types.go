@@ -34,8 +34,30 @@ const APIVersion = "gate.rankgate.io/v1"
 // Audience is the token audience the controller accepts by default.
 const Audience = "rankgate"
 
-// MaxBody bounds a request or answer body.
+// MaxBody bounds an answer body (what a client reads). The server keeps
+// its answers far below it (see Response).
 const MaxBody = 1 << 20
+
+// Bounds of a report (POST /v1/report). A rank's report names at most the
+// devices of one node (8 GPUs with 7 MIG instances each is 56) and a few
+// findings per device or GPU pair; a server refuses a report beyond any of
+// these with BadRequest, and stops reading the body at MaxReportBody bytes.
+const (
+	// MaxReportBody is the largest report body, in bytes.
+	MaxReportBody = 256 << 10
+	// MaxReportFindings bounds report.findings.
+	MaxReportFindings = 512
+	// MaxReportDevices bounds report.devices.
+	MaxReportDevices = 256
+	// MaxFindingItems bounds each list of a finding (devices, ranks,
+	// nodes, pods).
+	MaxFindingItems = 128
+	// MaxTextLen bounds a finding's message and remediation, in bytes.
+	MaxTextLen = 8 << 10
+	// MaxNameLen bounds every other string (names, versions, rule IDs,
+	// device fields), in bytes.
+	MaxNameLen = 512
+)
 
 // Paths of the API.
 const (
@@ -68,7 +90,64 @@ func (r *ReportRequest) Validate() error {
 	case r.Report.Verdict != preflight.VerdictPass && r.Report.Verdict != preflight.VerdictWarn && r.Report.Verdict != preflight.VerdictFail:
 		return fmt.Errorf("report.verdict %q: want pass, warn or fail", r.Report.Verdict)
 	}
-	return nil
+	return r.checkBounds()
+}
+
+// checkBounds refuses a report larger than a rank sends (the Max* bounds).
+func (r *ReportRequest) checkBounds() error {
+	var err error
+	name := func(field, v string) {
+		if err == nil && len(v) > MaxNameLen {
+			err = fmt.Errorf("%s: %d bytes exceed the limit of %d", field, len(v), MaxNameLen)
+		}
+	}
+	text := func(field, v string) {
+		if err == nil && len(v) > MaxTextLen {
+			err = fmt.Errorf("%s: %d bytes exceed the limit of %d", field, len(v), MaxTextLen)
+		}
+	}
+	count := func(field string, n, limit int) {
+		if err == nil && n > limit {
+			err = fmt.Errorf("%s: %d entries exceed the limit of %d", field, n, limit)
+		}
+	}
+	name("namespace", r.Namespace)
+	name("pod", r.Pod)
+	name("node", r.Node)
+	name("driverVersion", r.DriverVersion)
+	name("cudaDriverVersion", r.CUDADriverVersion)
+	name("report.subject", r.Report.Subject)
+	count("report.findings", len(r.Report.Findings), MaxReportFindings)
+	count("report.devices", len(r.Report.Devices), MaxReportDevices)
+	for i := range r.Report.Findings {
+		f := &r.Report.Findings[i]
+		at := fmt.Sprintf("report.findings[%d]", i)
+		name(at+".rule", f.Rule)
+		name(at+".severity", string(f.Severity))
+		text(at+".message", f.Message)
+		text(at+".remediation", f.Remediation)
+		count(at+".devices", len(f.Devices), MaxFindingItems)
+		count(at+".ranks", len(f.Ranks), MaxFindingItems)
+		count(at+".nodes", len(f.Nodes), MaxFindingItems)
+		count(at+".pods", len(f.Pods), MaxFindingItems)
+		for _, l := range [][]string{f.Devices, f.Nodes, f.Pods} {
+			for _, v := range l {
+				name(at+" list entry", v)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	for i := range r.Report.Devices {
+		d := &r.Report.Devices[i]
+		at := fmt.Sprintf("report.devices[%d]", i)
+		name(at+".id", d.ID)
+		name(at+".kind", d.Kind)
+		name(at+".gpuUuid", d.GPUUUID)
+		name(at+".profile", d.Profile)
+	}
+	return err
 }
 
 // State of a rank's job as the gate sees it.
@@ -101,7 +180,14 @@ type Response struct {
 	// Action is what the controller did to the job on a fail verdict:
 	// suspend, delete or annotate.
 	Action string `json:"action,omitempty"`
+	// OmittedFindings counts the verdict's findings left out of this
+	// answer to keep it under MaxAnswer bytes (the job's Event and
+	// annotation keep the reason).
+	OmittedFindings int `json:"omittedFindings,omitempty"`
 }
+
+// MaxAnswer bounds the answers a server sends, well under MaxBody.
+const MaxAnswer = MaxBody / 2
 
 // Error codes (ErrorBody.Code): a stable vocabulary for clients.
 const (
@@ -112,6 +198,7 @@ const (
 	CodeNotOptedIn      = "NotOptedIn"      // 422: the job is not opted in to the gate
 	CodeNotLeader       = "NotLeader"       // 503: this replica does not hold the gangs; retry
 	CodeUnavailable     = "Unavailable"     // 503: starting, or the API server failed; retry
+	CodeTooManyRequests = "TooManyRequests" // 429: over a per-pod or per-address limit; retry after Retry-After
 )
 
 // Error is an API error, both as the server returns it and as the client
@@ -148,6 +235,8 @@ func statusOf(code string) int {
 		return http.StatusForbidden
 	case CodeNotARank, CodeNotOptedIn:
 		return http.StatusUnprocessableEntity
+	case CodeTooManyRequests:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusServiceUnavailable
 }

@@ -3,11 +3,17 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -23,9 +29,10 @@ type Identity struct {
 	PodUID         string
 }
 
-// Authenticator turns a bearer token into an Identity. Errors are *Error.
+// Authenticator turns a bearer token into an Identity. remoteAddr is the
+// client's address (host:port), for limits per client. Errors are *Error.
 type Authenticator interface {
-	Authenticate(ctx context.Context, token string) (Identity, error)
+	Authenticate(ctx context.Context, token, remoteAddr string) (Identity, error)
 }
 
 // TokenReviewer is the slice of client-go the TokenReview authenticator
@@ -42,20 +49,57 @@ const (
 
 // NewTokenReviewAuthenticator checks tokens with the TokenReview API for the
 // given audience. Only tokens bound to a pod are accepted: an audience-
-// scoped projected token of a pod carries its name and UID. Results are
-// cached for ttl (ranks poll with the same token); failures are not.
+// scoped projected token of a pod carries its name and UID. Accepted
+// tokens are cached for ttl (ranks poll with the same token).
+//
+// The API server is asked only about tokens that could pass: a token that
+// is not a JWT for the audience, expired, or without a pod claim is refused
+// here (its signature is left to the API server). Refused tokens are
+// remembered for NegativeTTL, and each client address may cause at most
+// ReviewsPerSecond reviews (burst ReviewBurst).
 func NewTokenReviewAuthenticator(tr TokenReviewer, audience string, ttl time.Duration) Authenticator {
-	return &tokenReviewAuth{tr: tr, audience: audience, ttl: ttl, cache: map[[32]byte]cachedIdentity{}, inflight: make(chan struct{}, maxConcurrentReviews)}
+	return &tokenReviewAuth{tr: tr, audience: audience, ttl: ttl, now: time.Now,
+		cache: map[[32]byte]cachedIdentity{}, refused: map[[32]byte]cachedRefusal{}, limiters: map[string]*addrLimiter{},
+		inflight: make(chan struct{}, maxConcurrentReviews)}
 }
+
+// Bounds of the TokenReview authenticator.
+const (
+	// NegativeTTL: how long a token the API server refused is refused
+	// without asking again.
+	NegativeTTL = 10 * time.Second
+	// ReviewsPerSecond and ReviewBurst: TokenReviews one client address
+	// may cause.
+	ReviewsPerSecond = 10
+	ReviewBurst      = 50
+	// maxTokenLen: a projected token is about 1 KiB.
+	maxTokenLen = 16 << 10
+	// maxRefused and maxLimiters bound the refusal cache and the limiters.
+	maxRefused  = 10000
+	maxLimiters = 10000
+)
 
 type tokenReviewAuth struct {
 	tr       TokenReviewer
 	audience string
 	ttl      time.Duration
+	now      func() time.Time
 
 	mu       sync.Mutex
 	cache    map[[32]byte]cachedIdentity
+	refused  map[[32]byte]cachedRefusal
+	limiters map[string]*addrLimiter
 	inflight chan struct{}
+}
+
+type cachedRefusal struct {
+	err     *gate.Error
+	expires time.Time
+}
+
+type addrLimiter struct {
+	lim  *rate.Limiter
+	used time.Time
 }
 
 // maxConcurrentReviews bounds the TokenReviews in flight (a burst of ranks
@@ -70,18 +114,30 @@ type cachedIdentity struct {
 // maxCachedTokens bounds the cache; expired entries go first.
 const maxCachedTokens = 50000
 
-func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Identity, error) {
+func (a *tokenReviewAuth) Authenticate(ctx context.Context, token, remoteAddr string) (Identity, error) {
 	if token == "" {
 		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "no bearer token; mount a projected service-account token with audience %q and pass it with --token-file", a.audience)
 	}
+	now := a.now()
+	if err := checkToken(token, a.audience, now); err != nil {
+		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "%v (the token must be a projected service-account token with audience %q)", err, a.audience)
+	}
 	key := sha256.Sum256([]byte(token))
-	now := time.Now()
 	a.mu.Lock()
 	if c, ok := a.cache[key]; ok && now.Before(c.expires) {
 		a.mu.Unlock()
 		return c.id, nil
 	}
+	if r, ok := a.refused[key]; ok && now.Before(r.expires) {
+		a.mu.Unlock()
+		return Identity{}, r.err
+	}
+	lim := a.limiter(remoteAddr, now)
 	a.mu.Unlock()
+	if !lim.AllowN(now, 1) {
+		return Identity{}, &gate.Error{HTTPStatus: http.StatusTooManyRequests, Code: gate.CodeTooManyRequests, RetryAfter: time.Second,
+			Message: fmt.Sprintf("too many new tokens from %s (at most %d reviews a second); retry", hostOf(remoteAddr), ReviewsPerSecond)}
+	}
 
 	select {
 	case a.inflight <- struct{}{}:
@@ -99,13 +155,17 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 		if msg == "" {
 			msg = "token not authenticated"
 		}
-		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience)
+		return Identity{}, a.refuse(key, now, gate.Errorf(gate.CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience))
 	}
 	if len(st.Audiences) > 0 && !contains(st.Audiences, a.audience) {
-		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience)
+		return Identity{}, a.refuse(key, now, gate.Errorf(gate.CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience))
 	}
 	id, err := identityOf(st.User)
 	if err != nil {
+		var ge *gate.Error
+		if errors.As(err, &ge) {
+			a.refuse(key, now, ge)
+		}
 		return Identity{}, err
 	}
 	a.mu.Lock()
@@ -122,6 +182,128 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token string) (Ident
 	a.cache[key] = cachedIdentity{id: id, expires: now.Add(a.ttl)}
 	a.mu.Unlock()
 	return id, nil
+}
+
+// refuse remembers a refused token for NegativeTTL.
+func (a *tokenReviewAuth) refuse(key [32]byte, now time.Time, err *gate.Error) *gate.Error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.refused) >= maxRefused {
+		for k, r := range a.refused {
+			if !now.Before(r.expires) {
+				delete(a.refused, k)
+			}
+		}
+		if len(a.refused) >= maxRefused {
+			clear(a.refused)
+		}
+	}
+	a.refused[key] = cachedRefusal{err: err, expires: now.Add(NegativeTTL)}
+	return err
+}
+
+// limiter returns the client address's TokenReview limiter; a.mu is held.
+func (a *tokenReviewAuth) limiter(remoteAddr string, now time.Time) *rate.Limiter {
+	host := hostOf(remoteAddr)
+	l, ok := a.limiters[host]
+	if !ok {
+		if len(a.limiters) >= maxLimiters {
+			// A limiter unused for a while is full again: dropping it
+			// changes nothing.
+			for k, x := range a.limiters {
+				if now.Sub(x.used) > ReviewBurst*time.Second/ReviewsPerSecond {
+					delete(a.limiters, k)
+				}
+			}
+			if len(a.limiters) >= maxLimiters {
+				clear(a.limiters)
+			}
+		}
+		l = &addrLimiter{lim: rate.NewLimiter(ReviewsPerSecond, ReviewBurst)}
+		a.limiters[host] = l
+	}
+	l.used = now
+	return l.lim
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// checkToken refuses, without asking the API server, what cannot be a
+// valid projected service-account token for audience: it must be a JWT
+// (three base64url parts, JSON header and claims) whose claims name the
+// audience, expire in the future and bind the token to a pod. The
+// signature is not checked here; TokenReview does that.
+func checkToken(token, audience string, now time.Time) error {
+	if len(token) > maxTokenLen {
+		return fmt.Errorf("the token is %d bytes, more than %d", len(token), maxTokenLen)
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return errors.New("the token is not a JWT")
+	}
+	var header struct {
+		Alg string `json:"alg"`
+	}
+	if err := decodeSegment(parts[0], &header); err != nil || header.Alg == "" {
+		return errors.New("the token is not a JWT: bad header")
+	}
+	if _, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[2], "=")); err != nil {
+		return errors.New("the token is not a JWT: bad signature encoding")
+	}
+	var claims struct {
+		Aud        audiences `json:"aud"`
+		Exp        *float64  `json:"exp"`
+		Kubernetes *struct {
+			Pod *struct {
+				Name string `json:"name"`
+				UID  string `json:"uid"`
+			} `json:"pod"`
+		} `json:"kubernetes.io"`
+	}
+	if err := decodeSegment(parts[1], &claims); err != nil {
+		return errors.New("the token is not a JWT: bad claims")
+	}
+	switch {
+	case !contains(claims.Aud, audience):
+		return fmt.Errorf("the token's audiences %q do not include %q", []string(claims.Aud), audience)
+	case claims.Exp == nil:
+		return errors.New("the token does not expire")
+	case !now.Before(time.Unix(int64(*claims.Exp), 0)):
+		return fmt.Errorf("the token expired at %s", time.Unix(int64(*claims.Exp), 0).UTC().Format(time.RFC3339))
+	case claims.Kubernetes == nil || claims.Kubernetes.Pod == nil || claims.Kubernetes.Pod.Name == "" || claims.Kubernetes.Pod.UID == "":
+		return errors.New("the token is not bound to a pod")
+	}
+	return nil
+}
+
+func decodeSegment(seg string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(seg, "="))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// audiences is a JWT aud claim: one string or a list.
+type audiences []string
+
+func (a *audiences) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = audiences{one}
+		return nil
+	}
+	var many []string
+	if err := json.Unmarshal(b, &many); err != nil {
+		return err
+	}
+	*a = many
+	return nil
 }
 
 // identityOf reads a pod-bound service-account user.

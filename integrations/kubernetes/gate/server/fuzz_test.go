@@ -21,6 +21,8 @@ import (
 // report contents.
 type gangBackend struct{}
 
+func (gangBackend) Admit(context.Context, server.Identity) error { return nil }
+
 func (gangBackend) Report(_ context.Context, _ server.Identity, req *gate.ReportRequest, _ time.Duration) (*gate.Response, error) {
 	peer := preflight.NewReport("node-b", nil)
 	peer.Devices = []preflight.DeviceSummary{{ID: "GPU-b", Kind: "gpu", GPU: 0, GPUUUID: "GPU-b", Profile: "full", SMs: 132}}

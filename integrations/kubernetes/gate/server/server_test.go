@@ -30,7 +30,7 @@ import (
 // fakeAuth maps tokens to pods.
 type fakeAuth map[string]server.Identity
 
-func (f fakeAuth) Authenticate(_ context.Context, token string) (server.Identity, error) {
+func (f fakeAuth) Authenticate(_ context.Context, token, _ string) (server.Identity, error) {
 	id, ok := f[token]
 	if !ok {
 		return server.Identity{}, gate.Errorf(gate.CodeUnauthenticated, "unknown token")
@@ -51,6 +51,13 @@ type fakeBackend struct {
 
 func newBackend(need int) *fakeBackend {
 	return &fakeBackend{need: need, reports: map[string]gate.ReportRequest{}, done: make(chan struct{})}
+}
+
+func (b *fakeBackend) Admit(context.Context, server.Identity) error {
+	if b.notLeader.Load() {
+		return &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, Message: "not the leader"}
+	}
+	return nil
 }
 
 func (b *fakeBackend) Report(ctx context.Context, id server.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
@@ -286,7 +293,8 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fr := &fakeReviewer{status: tc.status, err: tc.err}
 			a := server.NewTokenReviewAuthenticator(fr, "rankgate", time.Minute)
-			id, err := a.Authenticate(context.Background(), "tok")
+			tok := jwt(t, "rankgate", time.Now().Add(time.Hour), "j-worker-0")
+			id, err := a.Authenticate(context.Background(), tok, "10.0.0.1:1234")
 			if tc.code != "" {
 				var ge *gate.Error
 				require.ErrorAs(t, err, &ge)
@@ -296,7 +304,7 @@ func TestTokenReviewAuthenticator(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.want, id)
 			// Cached: a second poll does not call TokenReview.
-			_, err = a.Authenticate(context.Background(), "tok")
+			_, err = a.Authenticate(context.Background(), tok, "10.0.0.1:1234")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, fr.calls.Load())
 		})
