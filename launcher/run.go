@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -222,9 +223,13 @@ func (r *runner) lookupEnv(key string) bool {
 // checkHostfile: HOSTFILE_INVALID, HOSTFILE_SLOTS, HOST_UNREACHABLE.
 func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 	path := r.opts.MPIHostfile
-	data, err := os.ReadFile(path)
+	data, err := fileinput.ReadFile(ctx, path, nil, MaxHostfileSize)
 	var hf *Hostfile
-	if err == nil {
+	var fe *fileinput.Error
+	switch {
+	case errors.As(err, &fe):
+		err = errors.New(fe.Reason()) // the message names the file
+	case err == nil:
 		hf, err = ParseHostfile(data)
 	}
 	if err != nil {

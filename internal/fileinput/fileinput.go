@@ -48,19 +48,25 @@ func (e *Error) Error() string {
 	if name == Stdin {
 		name = "standard input"
 	}
+	return name + ": " + e.Reason()
+}
+
+// Reason is the message without the input's name, for callers whose own
+// error type names the file.
+func (e *Error) Reason() string {
 	switch {
 	case errors.Is(e.Err, ErrTooLarge):
-		return fmt.Sprintf("%s: larger than %s, the most rankgate reads from this input", name, Size(e.Limit))
+		return fmt.Sprintf("larger than %s, the most rankgate reads from this input", Size(e.Limit))
 	case errors.Is(e.Err, ErrNotRegular):
 		hint := "give a regular file"
 		if e.stdinOK {
 			hint += ", or - to read standard input"
 		}
-		return fmt.Sprintf("%s: not a regular file (%s): %s", name, describe(e.Mode), hint)
+		return fmt.Sprintf("not a regular file (%s): %s", describe(e.Mode), hint)
 	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
-		return fmt.Sprintf("%s: reading stopped: %v", name, e.Err)
+		return "reading stopped: " + e.Err.Error()
 	}
-	return name + ": " + e.Err.Error()
+	return e.Err.Error()
 }
 
 func (e *Error) Unwrap() error { return e.Err }
