@@ -51,12 +51,17 @@ func exitf(code int, format string, args ...any) error {
 // silentExit is an ExitError whose message was already printed (a report).
 func silentExit(code int) error { return &ExitError{Code: code} }
 
-// Main runs rankgate with the process's arguments and exits.
+// Main runs rankgate with the process's arguments and exits. SIGINT and
+// SIGTERM end the command (see interrupts).
 func Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
-	stop()
-	os.Exit(code)
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &interrupts{cancel: cancel, exit: os.Exit, stderr: os.Stderr}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go h.watch(sigs)
+	code := Run(context.WithValue(ctx, interruptsKey{}, h), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	signal.Stop(sigs)
+	os.Exit(h.exitCode(code))
 }
 
 // Run executes one rankgate command line and returns its exit code.

@@ -60,10 +60,11 @@ func (s *LoadStats) skip(apiVersion, kind string) {
 
 // MaxDumpSize bounds one file of `kubectl get -o yaml|json` output: a GPU
 // Node with its GPU feature discovery labels is about 10 KiB, a pod about
-// 4 KiB, so a dump of 1,000 GPU nodes and 50,000 pods is about 210 MiB.
-// Bigger clusters are read from several files (-f per namespace), each
-// with its own bound.
-const MaxDumpSize = 256 << 20
+// 4 KiB, so 64 MiB holds 1,000 GPU nodes and 13,000 pods. Bigger clusters
+// are read from several files (-f per namespace), each with its own bound.
+// The decoder holds several copies of a document: 64 MiB of garbage on one
+// line peaks at about 600 MiB.
+const MaxDumpSize = 64 << 20
 
 // LoadFile reads one file ("-" is stdin, read until ctx ends) into b. It
 // reads regular files only, and at most MaxDumpSize bytes.

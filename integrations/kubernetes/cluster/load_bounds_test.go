@@ -65,5 +65,5 @@ func TestLoadFileTooLarge(t *testing.T) {
 	require.NoError(t, f.Close())
 	err = LoadFile(context.Background(), NewBuilder(), p, nil, nil)
 	require.ErrorIs(t, err, fileinput.ErrTooLarge)
-	require.Contains(t, err.Error(), p+": larger than 256 MiB")
+	require.Contains(t, err.Error(), p+": larger than "+fileinput.Size(MaxDumpSize))
 }
