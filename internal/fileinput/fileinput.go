@@ -27,7 +27,7 @@ var (
 	ErrTooLarge = errors.New("larger than the limit")
 	// ErrStdinRefused: "-" was given for an input that is only read from a
 	// file.
-	ErrStdinRefused = errors.New("standard input is not accepted here")
+	ErrStdinRefused = errors.New("not accepted for this input: give a file")
 )
 
 // Error is a failure to read one input: it names the input and, for

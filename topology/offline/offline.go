@@ -19,7 +19,8 @@ const MaxFileSize = 16 << 20
 
 // Load reads the files and builds one inventory. A snapshot stands alone; any
 // number of nvidia-smi outputs combine. "-" is stdin, read until ctx ends.
-// Errors are *topology.InputError.
+// Errors are *topology.InputError, or ctx's error wrapped when it ended a
+// read of stdin.
 func Load(ctx context.Context, paths []string, stdin io.Reader, cat *topology.Catalog) (*topology.Inventory, error) {
 	if len(paths) == 0 {
 		return nil, &topology.InputError{Msg: "no inventory file given"}
@@ -58,6 +59,9 @@ func Source(paths []string, stdin io.Reader, cat *topology.Catalog) topology.Sou
 
 func readError(p string, err error) error {
 	var fe *fileinput.Error
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // not bad input: the caller was interrupted
+	}
 	if errors.As(err, &fe) {
 		if p == fileinput.Stdin {
 			p = "standard input"

@@ -114,14 +114,14 @@ func (a *App) diagnoseEngine(ctx context.Context) (*schedule.Engine, error) {
 	if p := a.Config.String("catalog"); p != "" {
 		c, err := topology.ReadCatalogFile(ctx, p)
 		if err != nil {
-			return nil, &ExitError{Code: preflight.ExitUsage, Err: err}
+			return nil, inputError(ctx, err)
 		}
 		opts = append(opts, schedule.WithCatalog(c))
 	}
 	if p := a.Config.String("known-bad-drivers"); p != "" {
 		t, err := preflight.ReadDriverTableFile(ctx, p)
 		if err != nil {
-			return nil, &ExitError{Code: preflight.ExitUsage, Err: err}
+			return nil, inputError(ctx, err)
 		}
 		opts = append(opts, schedule.WithDriverTable(t))
 	}
@@ -145,7 +145,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	var stats cluster.LoadStats
 	for _, f := range files {
 		if err := cluster.LoadFile(ctx, b, f, a.Streams.In, &stats); err != nil {
-			return exitf(preflight.ExitUsage, "%v", err)
+			return inputError(ctx, err)
 		}
 	}
 	for _, k := range sortedCountKeys(stats.Skipped) {

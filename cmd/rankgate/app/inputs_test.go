@@ -81,7 +81,7 @@ func TestFileInputsAreBounded(t *testing.T) {
 		{"catalog /dev/zero", append(sample, "--catalog", "/dev/zero"), "MIG profile catalog: /dev/zero: not a regular file (a character device)"},
 		{"catalog fifo", []string{"inspect", "--sample", "a100-full", "--catalog", pipe}, "MIG profile catalog: " + pipe + ": not a regular file (a named pipe)"},
 		{"catalog too big", append(sample, "--catalog", bigCatalog), bigCatalog + ": larger than 1 MiB"},
-		{"catalog from stdin", append(sample, "--catalog", "-"), "MIG profile catalog: standard input: standard input is not accepted here"},
+		{"catalog from stdin", append(sample, "--catalog", "-"), "MIG profile catalog: standard input: not accepted for this input: give a file"},
 		{"inventory fifo", []string{"inspect", "--inventory", pipe}, pipe + ": inventory: not a regular file (a named pipe): give a regular file, or - to read standard input"},
 		{"inventory fifo, preflight", []string{"preflight", "--inventory", pipe}, pipe + ": inventory: not a regular file (a named pipe)"},
 		{"inventory /dev/zero", []string{"preflight", "--inventory", "/dev/zero"}, "/dev/zero: inventory: not a regular file (a character device)"},
@@ -143,5 +143,5 @@ func TestStdinReadEndsWithTheContext(t *testing.T) {
 	code, _, stderr := runBounded(t, ctx, pr, "inspect", "--inventory", "-")
 	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 	require.NotEqual(t, 0, code)
-	require.Contains(t, stderr, "standard input: inventory: reading stopped: context canceled")
+	require.Contains(t, stderr, "rankgate: standard input: reading stopped: context canceled")
 }

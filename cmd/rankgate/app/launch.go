@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"regexp"
@@ -153,7 +152,10 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	}
 	// A signal before CMD starts ends the launch (exit 128+N).
 	if err := ctx.Err(); err != nil {
-		return &ExitError{Code: preflight.ExitTimeout, Err: fmt.Errorf("interrupted before CMD started: %w", err)}
+		if exit, ok := interrupted(ctx, err); ok {
+			return exit
+		}
+		return &ExitError{Code: preflight.ExitTimeout, Err: err}
 	}
 	// From here every signal is forwarded to CMD's group through
 	// opts.Signals, and the end is bounded by --grace: a second signal must

@@ -87,7 +87,7 @@ func (a *App) rankPreflight(ctx context.Context) (preflight.Report, *topology.In
 	if p := a.Config.String("known-bad-drivers"); p != "" {
 		var err error
 		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
-			return preflight.Report{}, nil, &ExitError{Code: preflight.ExitUsage, Err: err}
+			return preflight.Report{}, nil, inputError(ctx, err)
 		}
 	}
 	alloc, err := a.allocation(ctx)
@@ -131,7 +131,7 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 	if p := a.Config.String("catalog"); p != "" {
 		var err error
 		if cat, err = topology.ReadCatalogFile(ctx, p); err != nil {
-			return nil, nil, &ExitError{Code: preflight.ExitUsage, Err: err}
+			return nil, nil, inputError(ctx, err)
 		}
 	}
 	files := a.Config.Strings("inventory")
@@ -160,17 +160,20 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 		}
 	}
 	if err != nil {
-		return nil, nil, a.inventoryError(err)
+		return nil, nil, a.inventoryError(ctx, err)
 	}
 	return inv, cat, nil
 }
 
 // inventoryError maps discovery and input errors to exit codes; NVML
 // failures also become a report with their NVML_* rule.
-func (a *App) inventoryError(err error) error {
+func (a *App) inventoryError(ctx context.Context, err error) error {
+	if exit, ok := interrupted(ctx, err); ok {
+		return exit
+	}
 	var ie *topology.InputError
 	if errors.As(err, &ie) {
-		return &ExitError{Code: preflight.ExitUsage, Err: err}
+		return inputError(ctx, err)
 	}
 	var de *topology.DiscoveryError
 	if errors.As(err, &de) {

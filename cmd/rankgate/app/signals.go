@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +12,8 @@ import (
 
 // interrupts turns SIGINT and SIGTERM into the end of a command. The first
 // cancels the command's context: it stops what it waits for (standard
-// input, NVML, the API server, the gate), cleans up and returns, and the
-// process exits 128+N if the command did not succeed. A second one exits
+// input, NVML, the API server, the gate), cleans up and returns with its
+// own exit code (128+N where it was reading its input). A second one exits
 // at once with 128+N, whatever the first one's cleanup still waits for.
 //
 // launch takes the signals over before it starts CMD: from then on it
@@ -61,15 +62,11 @@ func (h *interrupts) takeOver() {
 	h.mu.Unlock()
 }
 
-// exitCode is the process's exit code for a command that returned code:
-// 128+N when signal N interrupted a command that did not succeed.
-func (h *interrupts) exitCode(code int) int {
+// signal is the first signal received, nil if none.
+func (h *interrupts) signal() os.Signal {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.got == nil || h.takenOver || code == 0 {
-		return code
-	}
-	return signalExitCode(h.got)
+	return h.got
 }
 
 func signalExitCode(sig os.Signal) int {
@@ -90,6 +87,21 @@ func signalName(sig os.Signal) string {
 }
 
 type interruptsKey struct{}
+
+// interrupted returns the exit for an error that a signal caused by
+// cancelling ctx (a read of standard input cut short is not bad input):
+// 128+N, and ok false when no signal ended ctx.
+func interrupted(ctx context.Context, err error) (exit error, ok bool) {
+	h, isSet := ctx.Value(interruptsKey{}).(*interrupts)
+	if !isSet || !errors.Is(err, context.Canceled) {
+		return nil, false
+	}
+	sig := h.signal()
+	if sig == nil {
+		return nil, false
+	}
+	return &ExitError{Code: signalExitCode(sig), Err: fmt.Errorf("%s: %w", signalName(sig), err)}, true
+}
 
 // takeOverSignals tells Main's handler that the command now handles
 // SIGINT and SIGTERM itself (launch, once CMD is about to start). A no-op

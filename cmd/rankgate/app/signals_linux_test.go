@@ -102,7 +102,7 @@ func TestBinary(t *testing.T) {
 			require.False(t, p.exited(), p.stderr.String())
 			require.NoError(t, p.cmd.Process.Signal(tc.sig))
 			require.Equal(t, tc.code, p.wait(t, 10*time.Second), p.stderr.String())
-			require.Contains(t, p.stderr.String(), "standard input: inventory: reading stopped: context canceled")
+			require.Contains(t, p.stderr.String(), "reading stopped: context canceled")
 		}
 	})
 

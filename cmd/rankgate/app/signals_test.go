@@ -3,6 +3,8 @@ package app
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -59,17 +61,39 @@ func TestFirstSignalCancelsSecondExits(t *testing.T) {
 	}
 }
 
-func TestInterruptedCommandExitsWithTheSignal(t *testing.T) {
-	h, _, _, _ := newInterrupts()
-	require.Equal(t, 2, h.exitCode(2), "no signal: the command's code")
+// An input read cut short by a signal exits 128+N, not 2 (bad input).
+func TestInterruptedReadExitsWithTheSignal(t *testing.T) {
+	h, ctx, _, _ := newInterrupts()
+	ctx = context.WithValue(ctx, interruptsKey{}, h)
+	cut := fmt.Errorf("standard input: %w", context.Canceled)
+	_, ok := interrupted(ctx, cut)
+	require.False(t, ok, "no signal yet")
 	h.handle(syscall.SIGTERM)
-	require.Equal(t, 143, h.exitCode(2), "interrupted and failed: 128+SIGTERM")
-	require.Equal(t, 143, h.exitCode(4))
-	require.Equal(t, 0, h.exitCode(0), "a command that finished despite the signal succeeded")
+	exit, ok := interrupted(ctx, cut)
+	require.True(t, ok)
+	var ee *ExitError
+	require.ErrorAs(t, exit, &ee)
+	require.Equal(t, 143, ee.Code)
+	require.Equal(t, "SIGTERM: standard input: context canceled", ee.Error())
+	_, ok = interrupted(ctx, errors.New("a syntax error"))
+	require.False(t, ok, "an error the signal did not cause keeps its code")
 
-	h, _, _, _ = newInterrupts()
+	var ee2 *ExitError
+	require.ErrorAs(t, inputError(ctx, cut), &ee2)
+	require.Equal(t, 143, ee2.Code)
+	require.ErrorAs(t, inputError(ctx, errors.New("bad")), &ee2)
+	require.Equal(t, 2, ee2.Code)
+
+	h, ctx, _, _ = newInterrupts()
 	h.handle(os.Interrupt)
-	require.Equal(t, 130, h.exitCode(1))
+	exit, ok = interrupted(context.WithValue(ctx, interruptsKey{}, h), cut)
+	require.True(t, ok)
+	require.ErrorAs(t, exit, &ee)
+	require.Equal(t, 130, ee.Code)
+
+	// In-process, without Main's handler: nothing to map.
+	_, ok = interrupted(context.Background(), cut)
+	require.False(t, ok)
 }
 
 // launch forwards signals to CMD's group itself: once it took them over,
@@ -82,7 +106,6 @@ func TestTakenOverSignalsAreLeftToTheCommand(t *testing.T) {
 	h.handle(syscall.SIGTERM)
 	require.NoError(t, ctx.Err())
 	require.Empty(t, exits)
-	require.Equal(t, 137, h.exitCode(137))
 
 	// In-process (no handler in the context) it is a no-op.
 	takeOverSignals(context.Background())
