@@ -209,6 +209,7 @@ type stream struct {
 	src     *bounded
 	started bool
 	chunks  chan chunk
+	closed  chan struct{} // stops the pump when the reader gives up early
 	cur     []byte
 	err     error
 }
@@ -221,7 +222,8 @@ type chunk struct {
 const chunkSize = 32 << 10
 
 func newStream(ctx context.Context, path string, r io.Reader, limit int64) *stream {
-	return &stream{ctx: ctx, path: path, src: &bounded{ctx: context.WithoutCancel(ctx), path: path, r: r, limit: limit}, chunks: make(chan chunk)}
+	return &stream{ctx: ctx, path: path, src: &bounded{ctx: context.WithoutCancel(ctx), path: path, r: r, limit: limit},
+		chunks: make(chan chunk), closed: make(chan struct{})}
 }
 
 func (s *stream) pump() {
@@ -232,6 +234,8 @@ func (s *stream) pump() {
 		select {
 		case s.chunks <- chunk{buf[:n], err}:
 		case <-s.ctx.Done():
+			return
+		case <-s.closed:
 			return
 		}
 		if err != nil {
@@ -274,8 +278,14 @@ func (s *stream) ctxErr() error {
 
 // Close stops handing out data; standard input itself stays open.
 func (s *stream) Close() error {
+	s.cur = nil
 	if s.err == nil {
 		s.err = &Error{Path: s.path, Err: os.ErrClosed}
+	}
+	select {
+	case <-s.closed:
+	default:
+		close(s.closed)
 	}
 	return nil
 }

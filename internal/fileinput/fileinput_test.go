@@ -199,3 +199,26 @@ func TestSize(t *testing.T) {
 	require.Equal(t, "64 KiB", Size(64<<10))
 	require.Equal(t, "1500 bytes", Size(1500))
 }
+
+// A reader that gives up early (a syntax error in the first document)
+// closes the stream: its goroutine ends instead of waiting to hand out the
+// next chunk.
+func TestStreamCloseStopsThePump(t *testing.T) {
+	r, err := Open(context.Background(), "-", bytes.NewReader(make([]byte, 4*chunkSize)), 1<<20)
+	require.NoError(t, err)
+	_, err = r.Read(make([]byte, 10))
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	s := r.(*stream)
+	select {
+	case _, ok := <-s.chunks: // at most the chunk it was offering, then closed
+		if ok {
+			_, ok = <-s.chunks
+		}
+		require.False(t, ok, "the pump still hands out chunks after Close")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the pump did not stop")
+	}
+	_, err = r.Read(make([]byte, 10))
+	require.ErrorIs(t, err, os.ErrClosed)
+}
