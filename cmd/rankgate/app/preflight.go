@@ -173,7 +173,7 @@ func (a *App) inventoryError(ctx context.Context, err error) error {
 	}
 	var ie *topology.InputError
 	if errors.As(err, &ie) {
-		return inputError(ctx, err)
+		return &ExitError{Code: preflight.ExitUsage, Err: err}
 	}
 	var de *topology.DiscoveryError
 	if errors.As(err, &de) {
