@@ -4,11 +4,12 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -76,9 +77,13 @@ func (r *runner) lookupEnv(key string) bool {
 // checkHostfile: HOSTFILE_INVALID, HOSTFILE_SLOTS, HOST_UNREACHABLE.
 func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 	path := r.opts.MPIHostfile
-	data, err := os.ReadFile(path)
+	data, err := fileinput.ReadFile(ctx, path, nil, MaxHostfileSize)
 	var hf *Hostfile
-	if err == nil {
+	var fe *fileinput.Error
+	switch {
+	case errors.As(err, &fe):
+		err = errors.New(fe.Reason()) // the message names the file
+	case err == nil:
 		hf, err = ParseHostfile(data)
 	}
 	if err != nil {

@@ -36,6 +36,10 @@ func (h *Hostfile) TotalSlots() (int, bool) {
 // maxSlots bounds a slot count, so that sums cannot overflow.
 const maxSlots = 1 << 20
 
+// MaxHostfileSize bounds a hostfile: a line per host ("pod.svc.ns.svc
+// slots=8", about 60 bytes), so 4 MiB is some 70,000 hosts.
+const MaxHostfileSize = 4 << 20
+
 // ParseHostfile reads an Open MPI hostfile ("host slots=N max_slots=M",
 // what the MPIJob operator writes to /etc/mpi/hostfile) or an Intel MPI /
 // MPICH machinefile ("host:N"). Comments start with #. Errors name the

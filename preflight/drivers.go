@@ -1,12 +1,14 @@
 package preflight
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/configs"
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/topology"
 )
 
@@ -71,6 +73,24 @@ func DefaultDriverTable() *DriverTable {
 		panic(fmt.Sprintf("embedded known-bad driver table is invalid: %v", err))
 	}
 	return t
+}
+
+// MaxDriverTableSize bounds a known-bad driver table file: the embedded
+// one is 2 KiB.
+const MaxDriverTableSize = 1 << 20
+
+// ReadDriverTableFile reads and parses a table file: a regular file of at
+// most MaxDriverTableSize bytes.
+func ReadDriverTableFile(ctx context.Context, path string) (*DriverTable, error) {
+	data, err := fileinput.ReadFile(ctx, path, nil, MaxDriverTableSize)
+	if err != nil {
+		return nil, fmt.Errorf("known-bad driver table: %w", err)
+	}
+	t, err := ParseDriverTable(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
 }
 
 // ParseDriverTable decodes and validates a table strictly.

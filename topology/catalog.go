@@ -2,6 +2,7 @@ package topology
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/configs"
+	"github.com/rankgate/rankgate/internal/fileinput"
 )
 
 // Catalog is the offline table of MIG profiles per GPU model. It is data
@@ -51,6 +53,24 @@ func DefaultCatalog() *Catalog {
 		panic(fmt.Sprintf("embedded MIG catalog is invalid: %v", err))
 	}
 	return c
+}
+
+// MaxCatalogSize bounds a catalog file: the embedded one, every
+// MIG-capable model NVIDIA documents, is 6 KiB.
+const MaxCatalogSize = 1 << 20
+
+// ReadCatalogFile reads and parses a catalog file: a regular file of at
+// most MaxCatalogSize bytes.
+func ReadCatalogFile(ctx context.Context, path string) (*Catalog, error) {
+	data, err := fileinput.ReadFile(ctx, path, nil, MaxCatalogSize)
+	if err != nil {
+		return nil, fmt.Errorf("MIG profile catalog: %w", err)
+	}
+	c, err := ParseCatalog(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
 }
 
 // ParseCatalog decodes and validates a catalog file strictly.

@@ -4,30 +4,33 @@ package offline
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
-	"os"
 
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/smi"
 )
 
-// MaxFileSize bounds what is read from one input file: pasted outputs are
-// kilobytes, a 64-GPU -q -x a few megabytes.
-const MaxFileSize = 32 << 20
+// MaxFileSize bounds what is read from one input file, a snapshot or an
+// nvidia-smi output: pasted outputs are kilobytes, `nvidia-smi -q` of eight
+// H100s 105 KiB, so a 64-GPU -q -x is a few megabytes.
+const MaxFileSize = 16 << 20
 
 // Load reads the files and builds one inventory. A snapshot stands alone; any
-// number of nvidia-smi outputs combine. Errors are *topology.InputError.
-func Load(paths []string, cat *topology.Catalog) (*topology.Inventory, error) {
+// number of nvidia-smi outputs combine. "-" is stdin, read until ctx ends.
+// Errors are *topology.InputError, or ctx's error wrapped when it ended a
+// read of stdin.
+func Load(ctx context.Context, paths []string, stdin io.Reader, cat *topology.Catalog) (*topology.Inventory, error) {
 	if len(paths) == 0 {
 		return nil, &topology.InputError{Msg: "no inventory file given"}
 	}
 	var inputs []smi.Input
 	var snap *topology.Inventory
 	for _, p := range paths {
-		data, err := readBounded(p)
+		data, err := fileinput.ReadFile(ctx, p, stdin, MaxFileSize)
 		if err != nil {
-			return nil, err
+			return nil, readError(p, err)
 		}
 		if topology.LooksLikeSnapshot(data) {
 			if snap != nil || len(paths) > 1 {
@@ -50,28 +53,20 @@ func Load(paths []string, cat *topology.Catalog) (*topology.Inventory, error) {
 }
 
 // Source returns a topology.Source over the files, read at each call.
-func Source(paths []string, cat *topology.Catalog) topology.Source {
-	return topology.SourceFunc(func(context.Context) (*topology.Inventory, error) { return Load(paths, cat) })
+func Source(paths []string, stdin io.Reader, cat *topology.Catalog) topology.Source {
+	return topology.SourceFunc(func(ctx context.Context) (*topology.Inventory, error) { return Load(ctx, paths, stdin, cat) })
 }
 
-func readBounded(p string) ([]byte, error) {
-	var r io.Reader
-	if p == "-" {
-		r = os.Stdin
-	} else {
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, &topology.InputError{File: p, Msg: "cannot read inventory file", Err: err}
+func readError(p string, err error) error {
+	var fe *fileinput.Error
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // not bad input: the caller was interrupted
+	}
+	if errors.As(err, &fe) {
+		if p == fileinput.Stdin {
+			p = "standard input"
 		}
-		defer f.Close()
-		r = f
+		return &topology.InputError{File: p, Msg: "inventory: " + fe.Reason()}
 	}
-	data, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
-	if err != nil {
-		return nil, &topology.InputError{File: p, Msg: "cannot read inventory file", Err: err}
-	}
-	if len(data) > MaxFileSize {
-		return nil, &topology.InputError{File: p, Msg: fmt.Sprintf("file is larger than %d MiB; not an nvidia-smi output or snapshot", MaxFileSize>>20)}
-	}
-	return data, nil
+	return &topology.InputError{File: p, Msg: "cannot read inventory file", Err: err}
 }

@@ -1,8 +1,10 @@
 package offline
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -15,10 +17,10 @@ const fixtures = "../../testdata/fixtures/nvidia-smi/"
 
 func TestLoadCombinesOutputs(t *testing.T) {
 	// -L names devices and UUIDs; the plain table adds GI IDs, SMs and memory.
-	inv, err := Load([]string{
+	inv, err := Load(context.Background(), []string{
 		fixtures + "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt",
 		fixtures + "03_smi-table_h100-80gb-hbm3_mig-mixed_590.48.01.txt",
-	}, topology.DefaultCatalog())
+	}, nil, topology.DefaultCatalog())
 	require.NoError(t, err)
 	require.Len(t, inv.GPUs, 1)
 	g := inv.GPUs[0]
@@ -34,13 +36,13 @@ func TestLoadSnapshot(t *testing.T) {
 	require.True(t, ok)
 	p := filepath.Join(t.TempDir(), "node.json")
 	require.NoError(t, os.WriteFile(p, data, 0o644))
-	inv, err := Load([]string{p}, nil)
+	inv, err := Load(context.Background(), []string{p}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, "snapshot:"+p, inv.Source)
 	require.Len(t, inv.GPUs, 2)
 
 	// A snapshot already holds the whole node: mixing it with outputs is refused.
-	_, err = Load([]string{p, fixtures + "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt"}, nil)
+	_, err = Load(context.Background(), []string{p, fixtures + "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt"}, nil, nil)
 	var ie *topology.InputError
 	require.ErrorAs(t, err, &ie)
 	require.Equal(t, p, ie.File)
@@ -53,13 +55,19 @@ func TestLoadErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Truncate(MaxFileSize+1))
 	require.NoError(t, f.Close())
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	for name, paths := range map[string][]string{
-		"none":    nil,
-		"missing": {filepath.Join(dir, "absent")},
-		"too big": {big},
+		"none":        nil,
+		"missing":     {filepath.Join(dir, "absent")},
+		"too big":     {big},
+		"named pipe":  {fifo},
+		"device":      {"/dev/zero"},
+		"directory":   {dir},
+		"stdin, none": {"-"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Load(paths, nil)
+			_, err := Load(context.Background(), paths, nil, nil)
 			var ie *topology.InputError
 			require.ErrorAs(t, err, &ie)
 		})

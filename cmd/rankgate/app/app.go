@@ -48,14 +48,28 @@ func exitf(code int, format string, args ...any) error {
 	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
 }
 
+// inputError is the exit for an input that could not be read or is
+// wrong: 2, or 128+N when signal N cut the read short.
+func inputError(ctx context.Context, err error) error {
+	if exit, ok := interrupted(ctx, err); ok {
+		return exit
+	}
+	return &ExitError{Code: preflight.ExitUsage, Err: err}
+}
+
 // silentExit is an ExitError whose message was already printed (a report).
 func silentExit(code int) error { return &ExitError{Code: code} }
 
-// Main runs rankgate with the process's arguments and exits.
+// Main runs rankgate with the process's arguments and exits. SIGINT and
+// SIGTERM end the command (see interrupts).
 func Main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
-	stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &interrupts{cancel: cancel, exit: os.Exit, stderr: os.Stderr}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go h.watch(sigs)
+	code := Run(context.WithValue(ctx, interruptsKey{}, h), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	signal.Stop(sigs)
 	os.Exit(code)
 }
 
@@ -104,7 +118,7 @@ reason a person can act on.`,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := LoadConfig(cmd, configFile)
 			if err != nil {
-				return &ExitError{Code: preflight.ExitUsage, Err: err}
+				return inputError(cmd.Context(), err)
 			}
 			a.Config = cfg
 			log, err := newLogger(a.Streams.Err, cfg.LogLevel, cfg.LogFormat)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/topology"
 )
 
@@ -34,6 +35,10 @@ type Config struct {
 	// File is the config file that was read, if any.
 	File string
 }
+
+// maxConfigSize bounds the config file: it holds one value per flag, a
+// few hundred bytes.
+const maxConfigSize = 1 << 20
 
 // defaults apply to keys no flag defines a default for.
 var defaults = map[string]any{
@@ -55,7 +60,7 @@ func LoadConfig(cmd *cobra.Command, file string) (*Config, error) {
 		file = os.Getenv("RANKGATE_CONFIG")
 	}
 	if file != "" {
-		data, err := os.ReadFile(file)
+		data, err := fileinput.ReadFile(cmd.Context(), file, nil, maxConfigSize)
 		if err != nil {
 			return nil, fmt.Errorf("config file: %w", err)
 		}

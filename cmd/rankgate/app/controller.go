@@ -16,6 +16,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/preflight"
 )
 
@@ -86,7 +87,8 @@ func (a *App) runController(cmd *cobra.Command) error {
 	rc.UserAgent = "rankgate-controller/" + Version
 	podNS := os.Getenv("POD_NAMESPACE")
 	if podNS == "" {
-		if b, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+		// A namespace name is at most 63 bytes.
+		if b, err := fileinput.ReadFile(cmd.Context(), inClusterNamespaceFile, nil, 4<<10); err == nil {
 			podNS = strings.TrimSpace(string(b))
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -69,7 +68,7 @@ usage; 3: the API server could not be reached.`,
 			if !a.Config.Bool("offline") {
 				return exitf(preflight.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
 			}
-			return a.diagnoseOffline()
+			return a.diagnoseOffline(cmd.Context())
 		},
 	}
 	pf := cmd.PersistentFlags()
@@ -110,34 +109,26 @@ usage; 3: the API server could not be reached.`,
 }
 
 // engine builds the engine with the configured data tables.
-func (a *App) diagnoseEngine() (*schedule.Engine, error) {
+func (a *App) diagnoseEngine(ctx context.Context) (*schedule.Engine, error) {
 	var opts []schedule.Option
 	if p := a.Config.String("catalog"); p != "" {
-		data, err := os.ReadFile(p)
+		c, err := topology.ReadCatalogFile(ctx, p)
 		if err != nil {
-			return nil, exitf(preflight.ExitUsage, "catalog: %v", err)
-		}
-		c, err := topology.ParseCatalog(data)
-		if err != nil {
-			return nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+			return nil, inputError(ctx, err)
 		}
 		opts = append(opts, schedule.WithCatalog(c))
 	}
 	if p := a.Config.String("known-bad-drivers"); p != "" {
-		data, err := os.ReadFile(p)
+		t, err := preflight.ReadDriverTableFile(ctx, p)
 		if err != nil {
-			return nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
-		}
-		t, err := preflight.ParseDriverTable(data)
-		if err != nil {
-			return nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+			return nil, inputError(ctx, err)
 		}
 		opts = append(opts, schedule.WithDriverTable(t))
 	}
 	return schedule.New(opts...), nil
 }
 
-func (a *App) diagnoseOffline() error {
+func (a *App) diagnoseOffline(ctx context.Context) error {
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
 		return err
@@ -146,15 +137,15 @@ func (a *App) diagnoseOffline() error {
 	if len(files) == 0 {
 		return exitf(preflight.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
 	}
-	e, err := a.diagnoseEngine()
+	e, err := a.diagnoseEngine(ctx)
 	if err != nil {
 		return err
 	}
 	b := cluster.NewBuilder()
 	var stats cluster.LoadStats
 	for _, f := range files {
-		if err := cluster.LoadFile(b, f, a.Streams.In, &stats); err != nil {
-			return exitf(preflight.ExitUsage, "%v", err)
+		if err := cluster.LoadFile(ctx, b, f, a.Streams.In, &stats); err != nil {
+			return inputError(ctx, err)
 		}
 	}
 	for _, k := range sortedCountKeys(stats.Skipped) {
@@ -260,7 +251,7 @@ func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name str
 type podRef struct{ ns, name string }
 
 func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
-	e, err := a.diagnoseEngine()
+	e, err := a.diagnoseEngine(ctx)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"diagnose", "--offline"}, "--offline needs at least one -f FILE"},
 		{[]string{"diagnose", "--offline", "-f", bad}, "bad.yaml: document 1 (Node gpu-7): status.allocatable nvidia.com/gpu is -3: must not be negative"},
 		{[]string{"diagnose", "--offline", "-f", yamlErr}, "broken.yaml: document 1: not valid YAML or JSON"},
-		{[]string{"diagnose", "--offline", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml: document 0: open"},
+		{[]string{"diagnose", "--offline", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file or directory"},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes}, "nothing to diagnose"},
 		{[]string{"diagnose", "--offline", "-f", badLabel}, `node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "yaml"}, `output format "yaml"`},

@@ -150,8 +150,18 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 			opts.ExpectDerived = opts.ExpectTransport != launcher.TransportUnknown
 		}
 	}
-	// Signals are forwarded through opts.Signals; the context's own
-	// cancellation on SIGINT/SIGTERM would send CMD a second one.
+	// A signal before CMD starts ends the launch (exit 128+N).
+	if err := ctx.Err(); err != nil {
+		if exit, ok := interrupted(ctx, err); ok {
+			return exit
+		}
+		return &ExitError{Code: preflight.ExitTimeout, Err: err}
+	}
+	// From here every signal is forwarded to CMD's group through
+	// opts.Signals, and the end is bounded by --grace: a second signal must
+	// not make rankgate exit and leave CMD's processes behind. The
+	// context's own cancellation would send CMD a second one.
+	takeOverSignals(ctx)
 	res, err := launcher.Run(context.WithoutCancel(ctx), opts)
 	if err != nil {
 		return &ExitError{Code: res.ExitCode, Err: err}

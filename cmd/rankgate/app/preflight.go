@@ -85,12 +85,9 @@ func (a *App) rankPreflight(ctx context.Context) (preflight.Report, *topology.In
 	}
 	drivers := preflight.DefaultDriverTable()
 	if p := a.Config.String("known-bad-drivers"); p != "" {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "known-bad driver table: %v", err)
-		}
-		if drivers, err = preflight.ParseDriverTable(data); err != nil {
-			return preflight.Report{}, nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+		var err error
+		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
+			return preflight.Report{}, nil, inputError(ctx, err)
 		}
 	}
 	alloc, err := a.allocation(ctx)
@@ -132,12 +129,9 @@ func orUnknown(s string) string {
 func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology.Catalog, error) {
 	cat := topology.DefaultCatalog()
 	if p := a.Config.String("catalog"); p != "" {
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return nil, nil, exitf(preflight.ExitUsage, "MIG catalog: %v", err)
-		}
-		if cat, err = topology.ParseCatalog(data); err != nil {
-			return nil, nil, exitf(preflight.ExitUsage, "%s: %v", p, err)
+		var err error
+		if cat, err = topology.ReadCatalogFile(ctx, p); err != nil {
+			return nil, nil, inputError(ctx, err)
 		}
 	}
 	files := a.Config.Strings("inventory")
@@ -157,7 +151,7 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 			inv.Source = "sample:" + sample
 		}
 	case len(files) > 0:
-		inv, err = offline.Load(files, cat)
+		inv, err = offline.Load(ctx, files, a.Streams.In, cat)
 	default:
 		src := nvmlsource.NewDefault(nvmlsource.WithCallTimeout(a.Config.Duration("nvml-timeout")))
 		inv, err = src.Inventory(ctx)
@@ -166,14 +160,17 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 		}
 	}
 	if err != nil {
-		return nil, nil, a.inventoryError(err)
+		return nil, nil, a.inventoryError(ctx, err)
 	}
 	return inv, cat, nil
 }
 
 // inventoryError maps discovery and input errors to exit codes; NVML
 // failures also become a report with their NVML_* rule.
-func (a *App) inventoryError(err error) error {
+func (a *App) inventoryError(ctx context.Context, err error) error {
+	if exit, ok := interrupted(ctx, err); ok {
+		return exit
+	}
 	var ie *topology.InputError
 	if errors.As(err, &ie) {
 		return &ExitError{Code: preflight.ExitUsage, Err: err}

@@ -253,7 +253,7 @@ func TestTrainingOperatorPods(t *testing.T) {
 // (kubeflow.ReplicaTypeOf falls back to replica-type).
 func TestLegacyReplicaTypeLabels(t *testing.T) {
 	b := NewBuilder()
-	require.NoError(t, LoadFile(b, filepath.Join(legacyDir, "mpijob-replica-type-labels.yaml"), nil, nil))
+	require.NoError(t, LoadFile(context.Background(), b, filepath.Join(legacyDir, "mpijob-replica-type-labels.yaml"), nil, nil))
 	require.Len(t, b.Jobs(), 1)
 	w, err := b.WorkloadFor(b.Jobs()[0])
 	require.NoError(t, err)

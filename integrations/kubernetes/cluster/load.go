@@ -2,11 +2,11 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
@@ -15,6 +15,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/internal/fileinput"
 )
 
 // InputError is bad input in a file: it names the file, the document (and
@@ -57,17 +58,27 @@ func (s *LoadStats) skip(apiVersion, kind string) {
 	s.Skipped[apiVersion+" "+kind]++
 }
 
-// LoadFile reads one file ("-" is r) into b.
-func LoadFile(b *Builder, path string, stdin io.Reader, stats *LoadStats) error {
-	if path == "-" {
-		return Load(b, "(stdin)", stdin, stats)
+// MaxDumpSize bounds one file of `kubectl get -o yaml|json` output: a GPU
+// Node with its GPU feature discovery labels is about 10 KiB, a pod about
+// 4 KiB, so 64 MiB holds 1,000 GPU nodes and 13,000 pods. Bigger clusters
+// are read from several files (-f per namespace), each with its own bound.
+// The decoder holds several copies of a document: 64 MiB of garbage on one
+// line peaks at about 600 MiB.
+const MaxDumpSize = 64 << 20
+
+// LoadFile reads one file ("-" is stdin, read until ctx ends) into b. It
+// reads regular files only, and at most MaxDumpSize bytes.
+func LoadFile(ctx context.Context, b *Builder, path string, stdin io.Reader, stats *LoadStats) error {
+	name := path
+	if path == fileinput.Stdin {
+		name = "(stdin)"
 	}
-	f, err := os.Open(path)
+	r, err := fileinput.Open(ctx, path, stdin, MaxDumpSize)
 	if err != nil {
-		return &InputError{File: path, Doc: 0, Err: err}
+		return err
 	}
-	defer f.Close()
-	return Load(b, path, f, stats)
+	defer r.Close()
+	return Load(b, name, r, stats)
 }
 
 // Load reads Kubernetes objects as `kubectl get -o yaml|json` prints them:
@@ -79,12 +90,18 @@ func Load(b *Builder, name string, r io.Reader, stats *LoadStats) error {
 	if stats == nil {
 		stats = &LoadStats{}
 	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(r, 64<<10)
+	// The decoder retries JSON as YAML and reports its own errors: keep
+	// the reader's, which say what really ended the input.
+	src := &readErr{r: r}
+	dec := utilyaml.NewYAMLOrJSONDecoder(src, 64<<10)
 	for doc := 1; ; doc++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
+			}
+			if src.err != nil {
+				return src.err // too large, or interrupted: not a syntax error
 			}
 			return &InputError{File: name, Doc: doc, Err: fmt.Errorf("not valid YAML or JSON: %w", err)}
 		}
@@ -211,4 +228,18 @@ func addJob(b *Builder, obj kubeflow.Object) error {
 		return err
 	}
 	return b.AddJob(j)
+}
+
+// readErr remembers the first error of r other than io.EOF.
+type readErr struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErr) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && err != io.EOF && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }

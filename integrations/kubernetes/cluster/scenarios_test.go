@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -374,7 +375,7 @@ func TestScenarios(t *testing.T) {
 	for _, s := range append(scenarios(), legacyScenarios()...) {
 		t.Run(s.file, func(t *testing.T) {
 			b := NewBuilder()
-			require.NoError(t, LoadFile(b, s.path(), nil, nil))
+			require.NoError(t, LoadFile(context.Background(), b, s.path(), nil, nil))
 			c := e.NewCluster(b.Nodes())
 			require.Empty(t, c.LabelErrors)
 			ws, err := b.Workloads()

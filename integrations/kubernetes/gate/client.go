@@ -12,10 +12,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rankgate/rankgate/internal/fileinput"
 )
 
 // ClientOptions configure a Client.
@@ -42,6 +43,13 @@ type Client struct {
 	token     string
 }
 
+// Bounds on the client's files: a projected service-account token is
+// about 1 KiB; a CA bundle (the whole Mozilla set) about 220 KiB.
+const (
+	MaxTokenFileSize = 64 << 10
+	MaxCAFileSize    = 1 << 20
+)
+
 // NewClient checks the options and builds a client.
 func NewClient(o ClientOptions) (*Client, error) {
 	u, err := url.Parse(o.URL)
@@ -53,7 +61,7 @@ func NewClient(o ClientOptions) (*Client, error) {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.CAFile != "" {
-			pem, err := os.ReadFile(o.CAFile)
+			pem, err := fileinput.ReadFile(context.Background(), o.CAFile, nil, MaxCAFileSize)
 			if err != nil {
 				return nil, fmt.Errorf("gate CA file: %w", err)
 			}
@@ -72,11 +80,11 @@ func NewClient(o ClientOptions) (*Client, error) {
 	return &Client{base: u, http: &http.Client{Transport: rt}, tokenFile: o.TokenFile, token: o.Token}, nil
 }
 
-func (c *Client) bearer() (string, error) {
+func (c *Client) bearer(ctx context.Context) (string, error) {
 	if c.tokenFile == "" {
 		return c.token, nil
 	}
-	b, err := os.ReadFile(c.tokenFile)
+	b, err := fileinput.ReadFile(ctx, c.tokenFile, nil, MaxTokenFileSize)
 	if err != nil {
 		return "", &permanentError{fmt.Errorf("reading token file: %w", err)}
 	}
@@ -102,7 +110,7 @@ func (c *Client) Verdict(ctx context.Context, namespace, pod string, wait time.D
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body []byte, wait time.Duration) (*Response, error) {
-	token, err := c.bearer()
+	token, err := c.bearer(ctx)
 	if err != nil {
 		return nil, err
 	}
