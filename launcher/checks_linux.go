@@ -10,23 +10,23 @@ import (
 	"time"
 
 	"github.com/rankgate/rankgate/internal/fileinput"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Pre-launch checks and the environment CMD gets.
 
 // checkNproc: NPROC_EXCEEDS_DEVICES.
-func (r *runner) checkNproc() (preflight.Finding, bool) {
+func (r *runner) checkNproc() (verdict.Finding, bool) {
 	if r.opts.Devices == nil {
-		return preflight.Finding{}, false
+		return verdict.Finding{}, false
 	}
 	info, ok := torchrunNproc(r.opts.Command, r.getenv)
 	if !ok || info.n == 0 {
-		return preflight.Finding{}, false
+		return verdict.Finding{}, false
 	}
 	devs := r.opts.Devices
 	if info.n <= len(devs) {
-		return preflight.Finding{}, false
+		return verdict.Finding{}, false
 	}
 	ids := make([]string, len(devs))
 	mig := 0
@@ -45,8 +45,8 @@ func (r *runner) checkNproc() (preflight.Finding, bool) {
 	if len(devs) == 0 {
 		what = "no device"
 	}
-	return preflight.Finding{
-		Rule: RuleNprocExceedsDevices, Severity: preflight.SeverityFail, Devices: ids,
+	return verdict.Finding{
+		Rule: verdict.RuleNprocExceedsDevices, Severity: verdict.SeverityFail, Devices: ids,
 		Message: fmt.Sprintf("torchrun would start %d local processes (%s=%s) but the rank has %s: %s",
 			info.n, info.from, info.raw, what, why),
 		Remediation: fmt.Sprintf("set --nproc-per-node (PyTorchJob: spec.nprocPerNode) to at most %d, or request %d devices for the pod", len(devs), info.n),
@@ -75,7 +75,7 @@ func (r *runner) lookupEnv(key string) bool {
 }
 
 // checkHostfile: HOSTFILE_INVALID, HOSTFILE_SLOTS, HOST_UNREACHABLE.
-func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
+func (r *runner) checkHostfile(ctx context.Context) (verdict.Finding, bool) {
 	path := r.opts.MPIHostfile
 	data, err := fileinput.ReadFile(ctx, path, nil, MaxHostfileSize)
 	var hf *Hostfile
@@ -87,8 +87,8 @@ func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 		hf, err = ParseHostfile(data)
 	}
 	if err != nil {
-		return preflight.Finding{
-			Rule: RuleHostfileInvalid, Severity: preflight.SeverityFail,
+		return verdict.Finding{
+			Rule: verdict.RuleHostfileInvalid, Severity: verdict.SeverityFail,
 			Message:     fmt.Sprintf("MPI hostfile %s: %v", path, err),
 			Remediation: "write one host per line: \"host slots=N\" (Open MPI) or \"host:N\" (Intel MPI, MPICH)",
 		}, true
@@ -99,8 +99,8 @@ func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 	}
 	if np, over, isMPI := mpirunNP(r.opts.Command); isMPI && np > 0 && !over {
 		if total, known := hf.TotalSlots(); known && np > total {
-			return preflight.Finding{
-				Rule: RuleHostfileSlots, Severity: preflight.SeverityFail, Nodes: names,
+			return verdict.Finding{
+				Rule: verdict.RuleHostfileSlots, Severity: verdict.SeverityFail, Nodes: names,
 				Message: fmt.Sprintf("mpirun -np %d needs %d slots but hostfile %s gives %d on %d host(s)",
 					np, np, path, total, len(hf.Hosts)),
 				Remediation: "make -np equal to workers x slotsPerWorker (MPIJob: spec.slotsPerWorker and the Worker replicas), or add workers",
@@ -112,11 +112,11 @@ func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 	defer cancel()
 	fails := waitHosts(hctx, names, r.opts.SSHPort, r.opts.Resolver, r.opts.Dialer)
 	if ctx.Err() != nil {
-		return preflight.Finding{}, false
+		return verdict.Finding{}, false
 	}
 	if len(fails) == 0 {
 		r.say(fmt.Sprintf("%d MPI host(s) reachable on port %d after %s", len(names), r.opts.SSHPort, time.Since(start).Round(time.Millisecond)))
-		return preflight.Finding{}, false
+		return verdict.Finding{}, false
 	}
 	var lines []string
 	failed := make([]string, 0, len(fails))
@@ -129,8 +129,8 @@ func (r *runner) checkHostfile(ctx context.Context) (preflight.Finding, bool) {
 	if len(fails) > 10 {
 		lines = append(lines, fmt.Sprintf("and %d more", len(fails)-10))
 	}
-	return preflight.Finding{
-		Rule: RuleHostUnreachable, Severity: preflight.SeverityFail, Nodes: failed,
+	return verdict.Finding{
+		Rule: verdict.RuleHostUnreachable, Severity: verdict.SeverityFail, Nodes: failed,
 		Message: fmt.Sprintf("%d of %d MPI host(s) not reachable on port %d within %s: %s",
 			len(fails), len(names), r.opts.SSHPort, r.opts.HostsTimeout, strings.Join(lines, "; ")),
 		Remediation: "check that the worker pods are Running and their sshd listens (kubectl get pods; MPIJob launcherCreationPolicy: WaitForWorkersReady); " +
@@ -159,8 +159,8 @@ func (r *runner) prepareEnv() []string {
 	hidden := ncclHidden(get("NCCL_DEBUG"), get("NCCL_DEBUG_SUBSYS"), get("NCCL_DEBUG_FILE"))
 	if hidden != "" && r.watchdog && r.opts.ReadyPattern == nil && r.opts.ReadyFile == "" {
 		r.watchdog = false
-		f := preflight.Finding{
-			Rule: RuleNCCLDebugHidden, Severity: preflight.SeverityWarn,
+		f := verdict.Finding{
+			Rule: verdict.RuleNCCLDebugHidden, Severity: verdict.SeverityWarn,
 			Message:     hidden + ", so the NCCL init watchdog cannot see Init COMPLETE and is off",
 			Remediation: "unset NCCL_DEBUG and NCCL_DEBUG_SUBSYS (rankgate then sets INFO/INIT), or set NCCL_DEBUG=INFO with INIT in NCCL_DEBUG_SUBSYS, or use --ready-pattern / --ready-file",
 		}

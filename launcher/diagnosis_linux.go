@@ -7,13 +7,13 @@ import (
 	"os"
 	"strings"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // What a launch says: findings on stderr, the init-timeout diagnosis, the
 // termination log.
 
-func (r *runner) timeoutFinding() preflight.Finding {
+func (r *runner) timeoutFinding() verdict.Finding {
 	s := r.mon.snapshot()
 	msg := fmt.Sprintf("NCCL init did not complete within %s: %d of %d local rank(s) reported Init COMPLETE",
 		r.opts.InitTimeout, len(s.completed), s.expect)
@@ -38,12 +38,12 @@ func (r *runner) timeoutFinding() preflight.Finding {
 		rem = "CMD never reached NCCL init, or NCCL's lines do not reach rankgate: a rendezvous that waits for missing ranks " +
 			"(torchrun, init_process_group), or mpirun without -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS; use --ready-pattern for non-NCCL readiness"
 	}
-	return preflight.Finding{Rule: RuleNCCLInitTimeout, Severity: preflight.SeverityFail, Message: msg, Remediation: rem, Ranks: ranks}
+	return verdict.Finding{Rule: verdict.RuleNCCLInitTimeout, Severity: verdict.SeverityFail, Message: msg, Remediation: rem, Ranks: ranks}
 }
 
 // printDiagnosis explains an init timeout: ranks, transports, NCCL's
 // view, the preflight, NCCL's last lines.
-func (r *runner) printDiagnosis(f preflight.Finding) {
+func (r *runner) printDiagnosis(f verdict.Finding) {
 	s := r.mon.snapshot()
 	var b strings.Builder
 	fmt.Fprintf(&b, "FAIL %s: NCCL init did not complete within %s\n", f.Rule, r.opts.InitTimeout)
@@ -85,7 +85,7 @@ func (r *runner) printDiagnosis(f preflight.Finding) {
 	r.say(b.String())
 }
 
-func (r *runner) printFinding(f preflight.Finding) {
+func (r *runner) printFinding(f verdict.Finding) {
 	msg := fmt.Sprintf("%s %s: %s", strings.ToUpper(string(f.Severity)), f.Rule, f.Message)
 	if f.Remediation != "" {
 		msg += "\n  fix: " + f.Remediation
@@ -109,7 +109,7 @@ func (r *runner) writeTerminationLog(reason string) {
 }
 
 // oneFinding is a finding as one termination-message paragraph.
-func oneFinding(f preflight.Finding) string {
+func oneFinding(f verdict.Finding) string {
 	s := f.Rule + ": " + f.Message
 	if f.Remediation != "" {
 		s += " Fix: " + f.Remediation

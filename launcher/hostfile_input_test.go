@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // A hostfile that is a named pipe or a device, or too large, is
@@ -34,7 +33,7 @@ func TestHostfileInputIsBounded(t *testing.T) {
 	} {
 		t.Run(filepath.Base(tc.path), func(t *testing.T) {
 			r := launch(t, Options{Command: child(t, "touch:"+marker), MPIHostfile: tc.path, HostsTimeout: time.Minute})
-			require.Equal(t, preflight.ExitUsage, r.res.ExitCode)
+			require.Equal(t, verdict.ExitUsage, r.res.ExitCode)
 			require.False(t, r.res.Started)
 			require.Contains(t, r.res.Reason, "HOSTFILE_INVALID: "+tc.want)
 			require.Less(t, r.duration, 10*time.Second)

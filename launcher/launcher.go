@@ -12,7 +12,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Defaults of the CLI flags.
@@ -68,10 +68,10 @@ type Options struct {
 	// Preflight is the rank preflight's report; nil when skipped. A fail
 	// verdict stops before CMD starts (exit 1); its findings go into the
 	// init diagnosis.
-	Preflight *preflight.Report
+	Preflight *verdict.Report
 	// Devices are the rank's devices (for NPROC_EXCEEDS_DEVICES); nil when
 	// unknown, which skips that check.
-	Devices []preflight.DeviceSummary
+	Devices []verdict.DeviceSummary
 
 	// MPIHostfile, when set, is checked before CMD starts: every host must
 	// resolve and accept TCP on SSHPort within HostsTimeout, and its slots
@@ -103,7 +103,7 @@ type Result struct {
 	// message.
 	Reason string
 	// Findings are the launch's findings (preflight's first).
-	Findings []preflight.Finding
+	Findings []verdict.Finding
 	// Started reports whether CMD was started; Ready whether it became
 	// ready (NCCL Init COMPLETE, the ready pattern or file), and when.
 	Started    bool
@@ -117,15 +117,15 @@ type Result struct {
 }
 
 // Report is the result as a report, for -o json and tests.
-func (r Result) Report(subject string) preflight.Report {
-	return preflight.NewReport(subject, append([]preflight.Finding(nil), r.Findings...))
+func (r Result) Report(subject string) verdict.Report {
+	return verdict.NewReport(subject, append([]verdict.Finding(nil), r.Findings...))
 }
 
 // DeriveTransport is the path NCCL should find between a rank's devices,
 // from its preflight: two or more full GPUs that showed no P2P problem
 // should connect over P2P. It returns unknown otherwise (one device, MIG,
 // or a P2P_UNSUPPORTED finding).
-func DeriveTransport(r *preflight.Report) Transport {
+func DeriveTransport(r *verdict.Report) Transport {
 	if r == nil || len(r.Devices) < 2 {
 		return TransportUnknown
 	}
@@ -135,7 +135,7 @@ func DeriveTransport(r *preflight.Report) Transport {
 		}
 	}
 	for _, f := range r.Findings {
-		if f.Rule == preflight.RuleP2PUnsupported {
+		if f.Rule == verdict.RuleP2PUnsupported {
 			return TransportUnknown
 		}
 	}

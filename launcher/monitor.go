@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 type eventKind int
@@ -25,7 +25,7 @@ const (
 type event struct {
 	kind    eventKind
 	how     string // evReady: what made CMD ready
-	finding preflight.Finding
+	finding verdict.Finding
 }
 
 // procState is one process that printed NCCL init lines, keyed by the
@@ -161,8 +161,8 @@ func (m *monitor) line(b []byte) {
 	}
 	if fp != nil && !m.fatalSent && !m.ready.Load() {
 		m.fatalSent = true
-		m.events <- event{kind: evFatal, finding: preflight.Finding{
-			Rule: RuleNCCLFatal, Severity: preflight.SeverityFail,
+		m.events <- event{kind: evFatal, finding: verdict.Finding{
+			Rule: verdict.RuleNCCLFatal, Severity: verdict.SeverityFail,
 			Message:     "fatal line during NCCL init: " + clip(b, ringLineMax),
 			Remediation: fp.remediation,
 		}}
@@ -269,12 +269,12 @@ func (m *monitor) observe(name []byte, class Transport, line []byte) {
 		return
 	}
 	m.fallbackSent = true
-	sev := preflight.SeverityWarn
+	sev := verdict.SeverityWarn
 	if m.strict {
-		sev = preflight.SeverityFail
+		sev = verdict.SeverityFail
 	}
-	m.events <- event{kind: evFallback, finding: preflight.Finding{
-		Rule: RuleTransportFallback, Severity: sev,
+	m.events <- event{kind: evFallback, finding: verdict.Finding{
+		Rule: verdict.RuleTransportFallback, Severity: sev,
 		Message:     fmt.Sprintf("NCCL connects ranks via %s (%s) where %s was expected%s: %s", name, class, want, m.derivedNote(), clip(line, ringLineMax)),
 		Remediation: m.fallbackRemedy(class),
 	}}

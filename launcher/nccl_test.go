@@ -6,9 +6,8 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 const fixtureDir = "../testdata/fixtures/nccl"
@@ -119,8 +118,8 @@ func TestMonitorFixture10SeparatePodsFallBackToNetwork(t *testing.T) {
 	require.Equal(t, evReady, evs[0].kind, "Init COMPLETE comes before the channel lines")
 	require.Equal(t, evFallback, evs[1].kind)
 	f := evs[1].finding
-	require.Equal(t, RuleTransportFallback, f.Rule)
-	require.Equal(t, preflight.SeverityWarn, f.Severity)
+	require.Equal(t, verdict.RuleTransportFallback, f.Rule)
+	require.Equal(t, verdict.SeverityWarn, f.Severity)
 	require.Contains(t, f.Message, "NET/Libfabric/0/GDRDMA")
 	require.Contains(t, f.Remediation, "nNodes 4, localRanks 1")
 
@@ -146,7 +145,7 @@ func TestMonitorDerivedExpectationNeedsOneNode(t *testing.T) {
 		"h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n"), 4096)
 	evs := drainEvents(m)
 	require.Len(t, evs, 1)
-	require.Equal(t, preflight.SeverityFail, evs[0].finding.Severity)
+	require.Equal(t, verdict.SeverityFail, evs[0].finding.Severity)
 	require.Contains(t, evs[0].finding.Message, "derived from the preflight")
 }
 
@@ -158,7 +157,7 @@ func TestMonitorFatalFixtures(t *testing.T) {
 			evs := drainEvents(m)
 			require.Len(t, evs, 1, "one fatal event, however many fatal lines")
 			require.Equal(t, evFatal, evs[0].kind)
-			require.Equal(t, RuleNCCLFatal, evs[0].finding.Rule)
+			require.Equal(t, verdict.RuleNCCLFatal, evs[0].finding.Rule)
 			require.NotEmpty(t, evs[0].finding.Remediation)
 		})
 	}
@@ -230,14 +229,14 @@ func TestParseTransport(t *testing.T) {
 }
 
 func TestDeriveTransport(t *testing.T) {
-	gpu := func(id string) preflight.DeviceSummary { return preflight.DeviceSummary{ID: id, Kind: "gpu"} }
-	mig := preflight.DeviceSummary{ID: "MIG-1", Kind: "mig"}
+	gpu := func(id string) verdict.DeviceSummary { return verdict.DeviceSummary{ID: id, Kind: "gpu"} }
+	mig := verdict.DeviceSummary{ID: "MIG-1", Kind: "mig"}
 	require.Equal(t, TransportUnknown, DeriveTransport(nil))
-	require.Equal(t, TransportUnknown, DeriveTransport(&preflight.Report{Devices: []preflight.DeviceSummary{gpu("a")}}))
-	require.Equal(t, TransportP2P, DeriveTransport(&preflight.Report{Devices: []preflight.DeviceSummary{gpu("a"), gpu("b")}}))
-	require.Equal(t, TransportUnknown, DeriveTransport(&preflight.Report{Devices: []preflight.DeviceSummary{gpu("a"), mig}}))
-	require.Equal(t, TransportUnknown, DeriveTransport(&preflight.Report{
-		Devices:  []preflight.DeviceSummary{gpu("a"), gpu("b")},
-		Findings: []preflight.Finding{{Rule: preflight.RuleP2PUnsupported}},
+	require.Equal(t, TransportUnknown, DeriveTransport(&verdict.Report{Devices: []verdict.DeviceSummary{gpu("a")}}))
+	require.Equal(t, TransportP2P, DeriveTransport(&verdict.Report{Devices: []verdict.DeviceSummary{gpu("a"), gpu("b")}}))
+	require.Equal(t, TransportUnknown, DeriveTransport(&verdict.Report{Devices: []verdict.DeviceSummary{gpu("a"), mig}}))
+	require.Equal(t, TransportUnknown, DeriveTransport(&verdict.Report{
+		Devices:  []verdict.DeviceSummary{gpu("a"), gpu("b")},
+		Findings: []verdict.Finding{{Rule: verdict.RuleP2PUnsupported}},
 	}))
 }

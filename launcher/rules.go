@@ -1,41 +1,26 @@
 package launcher
 
-import "github.com/rankgate/rankgate/preflight"
+import "github.com/rankgate/rankgate/verdict"
 
 // Rule IDs that launch adds to the preflight's: a public vocabulary
 // (README, rankgate launch). Never rename one.
 const (
-	// RuleNCCLInitTimeout: NCCL did not report Init COMPLETE (nor did the
-	// ready pattern or file show up) within the init deadline. Exit 4.
-	RuleNCCLInitTimeout = "NCCL_INIT_TIMEOUT"
-	// RuleNCCLFatal: a fatal NCCL or CUDA line during init. Exit 1.
-	RuleNCCLFatal = "NCCL_FATAL"
-	// RuleTransportFallback: NCCL connected ranks over a slower path than
-	// expected. Warn, or fail (exit 1) with --strict-transport.
-	RuleTransportFallback = "TRANSPORT_FALLBACK"
-	// RuleNprocExceedsDevices: torchrun would start more local processes
-	// than the rank has devices. Exit 1 before the command starts.
-	RuleNprocExceedsDevices = "NPROC_EXCEEDS_DEVICES"
-	// RuleHostUnreachable: an MPI hostfile host did not resolve or accept
-	// TCP on the ssh port within --hosts-timeout. Exit 4.
-	RuleHostUnreachable = "HOST_UNREACHABLE"
-	// RuleHostfileSlots: the hostfile's slots do not cover mpirun -np.
-	// Exit 1.
-	RuleHostfileSlots = "HOSTFILE_SLOTS"
-	// RuleHostfileInvalid: the hostfile cannot be read or parsed. Exit 2.
-	RuleHostfileInvalid = "HOSTFILE_INVALID"
-	// RuleNCCLDebugHidden: the environment hides the NCCL lines the init
-	// watchdog waits for, so the watchdog is off. Warn.
-	RuleNCCLDebugHidden = "NCCL_DEBUG_HIDDEN"
+// RuleNCCLInitTimeout: NCCL did not report Init COMPLETE (nor did the
+// ready pattern or file show up) within the init deadline. Exit 4.
+// expected. Warn, or fail (exit 1) with --strict-transport.
+// than the rank has devices. Exit 1 before the command starts.
+// TCP on the ssh port within --hosts-timeout. Exit 4.
+// Exit 1.
+// watchdog waits for, so the watchdog is off. Warn.
 )
 
 // exitCodeFor is the exit code a failing launch finding gives.
 func exitCodeFor(rule string) int {
 	switch rule {
-	case RuleNCCLInitTimeout, RuleHostUnreachable:
-		return preflight.ExitTimeout
-	case RuleHostfileInvalid:
-		return preflight.ExitUsage
+	case verdict.RuleNCCLInitTimeout, verdict.RuleHostUnreachable:
+		return verdict.ExitTimeout
+	case verdict.RuleHostfileInvalid:
+		return verdict.ExitUsage
 	}
-	return preflight.ExitFail
+	return verdict.ExitFail
 }

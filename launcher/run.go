@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 const (
@@ -39,7 +39,7 @@ const (
 // pipes, CMD not found); Result.ExitCode is set either way.
 func Run(ctx context.Context, opts Options) (Result, error) {
 	if len(opts.Command) == 0 {
-		return Result{ExitCode: preflight.ExitUsage}, errors.New("no command to launch (usage: rankgate launch [flags] -- CMD ARGS...)")
+		return Result{ExitCode: verdict.ExitUsage}, errors.New("no command to launch (usage: rankgate launch [flags] -- CMD ARGS...)")
 	}
 	r := &runner{opts: opts, out: opts.Stdout, errw: &stderrWriter{w: opts.Stderr}}
 	if r.out == nil {
@@ -73,7 +73,7 @@ type runner struct {
 	opts     Options
 	out      io.Writer
 	errw     *stderrWriter
-	findings []preflight.Finding
+	findings []verdict.Finding
 	mon      *monitor
 	watchdog bool
 
@@ -81,7 +81,7 @@ type runner struct {
 	pgid      int
 	startedAt time.Time
 
-	reason      *preflight.Finding
+	reason      *verdict.Finding
 	terminating bool
 	killed      bool
 	graceEnd    time.Time
@@ -100,7 +100,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		r.say("preflight verdict fail; CMD not started")
 		reason := p.Reason(terminationMax)
 		r.writeTerminationLog(reason)
-		return Result{ExitCode: preflight.ExitFail, Reason: reason, Findings: r.findings}, nil
+		return Result{ExitCode: verdict.ExitFail, Reason: reason, Findings: r.findings}, nil
 	}
 	if f, ok := r.checkNproc(); ok {
 		return r.fail(f, exitCodeFor(f.Rule)), nil
@@ -137,7 +137,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 			return r.fail(f, exitCodeFor(f.Rule)), nil
 		}
 		if ctx.Err() != nil {
-			return Result{ExitCode: preflight.ExitTimeout, Findings: r.findings}, ctx.Err()
+			return Result{ExitCode: verdict.ExitTimeout, Findings: r.findings}, ctx.Err()
 		}
 	}
 	env := r.prepareEnv()
@@ -151,7 +151,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 }
 
 // fail ends a launch that rankgate refuses or aborts before CMD started.
-func (r *runner) fail(f preflight.Finding, code int) Result {
+func (r *runner) fail(f verdict.Finding, code int) Result {
 	r.findings = append(r.findings, f)
 	r.printFinding(f)
 	reason := oneFinding(f)
@@ -174,14 +174,14 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	cmd.SysProcAttr = sysProcAttr()
 	outR, outW, err := newPipe()
 	if err != nil {
-		res.ExitCode = preflight.ExitEnvironment
+		res.ExitCode = verdict.ExitEnvironment
 		return res, fmt.Errorf("stdout pipe: %w", err)
 	}
 	errR, errW, err := newPipe()
 	if err != nil {
 		syscall.Close(outR)
 		outW.Close()
-		res.ExitCode = preflight.ExitEnvironment
+		res.ExitCode = verdict.ExitEnvironment
 		return res, fmt.Errorf("stderr pipe: %w", err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -261,7 +261,7 @@ func startErrorCode(err error) int {
 // exitStatus is CMD's exit code, 128+signal for a signal death.
 func exitStatus(ps *os.ProcessState) int {
 	if ps == nil {
-		return preflight.ExitEnvironment
+		return verdict.ExitEnvironment
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 		return 128 + int(ws.Signal())

@@ -6,10 +6,10 @@ import (
 	"context"
 	"errors"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Run needs Linux.
 func Run(context.Context, Options) (Result, error) {
-	return Result{ExitCode: preflight.ExitEnvironment}, errors.New("rankgate launch runs on Linux only: it needs process groups, a child subreaper and tee(2)")
+	return Result{ExitCode: verdict.ExitEnvironment}, errors.New("rankgate launch runs on Linux only: it needs process groups, a child subreaper and tee(2)")
 }

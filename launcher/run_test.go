@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/launcher/launchertest"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // The children are real processes: the helper binary testbin (built once,
@@ -200,7 +200,7 @@ func TestRankgateLinesStartOnALineOfTheirOwn(t *testing.T) {
 				opts.Stderr, get = pipeSink(t)
 			}
 			r := launch(t, opts)
-			require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+			require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 			got := r.stderr
 			if tee {
 				got = string(get())
@@ -273,7 +273,7 @@ func TestExitCodes(t *testing.T) {
 func TestNoCommand(t *testing.T) {
 	r := launch(t, Options{})
 	require.Error(t, r.err)
-	require.Equal(t, preflight.ExitUsage, r.res.ExitCode)
+	require.Equal(t, verdict.ExitUsage, r.res.ExitCode)
 }
 
 func TestSignalsAreForwardedThenGraceThenKill(t *testing.T) {
@@ -348,7 +348,7 @@ func TestInitTimeout(t *testing.T) {
 	pids := filepath.Join(t.TempDir(), "pids")
 	termLog := filepath.Join(t.TempDir(), "termination-log")
 	const timeout, grace = 500 * time.Millisecond, 300 * time.Millisecond
-	pre := preflight.NewReport("test", []preflight.Finding{{Rule: "MIG_MODE_PENDING", Severity: preflight.SeverityWarn, Message: "a pending MIG change"}})
+	pre := verdict.NewReport("test", []verdict.Finding{{Rule: "MIG_MODE_PENDING", Severity: verdict.SeverityWarn, Message: "a pending MIG change"}})
 	// Rank 0 starts NCCL init and never completes; the leader ignores
 	// SIGTERM and has grandchildren that do too.
 	r := launch(t, Options{
@@ -359,14 +359,14 @@ func TestInitTimeout(t *testing.T) {
 		Preflight:      &pre,
 	})
 	require.NoError(t, r.err)
-	require.Equal(t, preflight.ExitTimeout, r.res.ExitCode)
+	require.Equal(t, verdict.ExitTimeout, r.res.ExitCode)
 	require.False(t, r.res.Ready)
 	// After the deadline, the group is gone within grace + 1s.
 	require.Less(t, r.res.Elapsed, timeout+grace+time.Second)
 	for _, pid := range readPids(t, pids) {
 		require.True(t, gone(pid), "grandchild %d survived", pid)
 	}
-	require.Contains(t, r.res.Reason, RuleNCCLInitTimeout)
+	require.Contains(t, r.res.Reason, verdict.RuleNCCLInitTimeout)
 	require.Contains(t, r.res.Reason, "never completed: rank 0/2")
 	log, err := os.ReadFile(termLog)
 	require.NoError(t, err)
@@ -383,13 +383,13 @@ func TestInitTimeout(t *testing.T) {
 		require.Contains(t, r.stderr, want)
 	}
 	f := r.res.Findings[len(r.res.Findings)-1]
-	require.Equal(t, RuleNCCLInitTimeout, f.Rule)
+	require.Equal(t, verdict.RuleNCCLInitTimeout, f.Rule)
 	require.Equal(t, []int{0}, f.Ranks)
 }
 
 func TestInitTimeoutWithoutAnyNCCLLine(t *testing.T) {
 	r := launch(t, Options{Command: child(t, "out:waiting for rendezvous", "hang"), InitTimeout: 300 * time.Millisecond, Grace: 100 * time.Millisecond})
-	require.Equal(t, preflight.ExitTimeout, r.res.ExitCode)
+	require.Equal(t, verdict.ExitTimeout, r.res.ExitCode)
 	require.Contains(t, r.res.Reason, "no NCCL line was seen")
 	require.Contains(t, r.res.Reason, "-x NCCL_DEBUG")
 }
@@ -404,9 +404,9 @@ func TestFatalLineAbortsAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := launch(t, Options{Command: child(t, tc.action, "hang"), InitTimeout: time.Minute, Grace: 200 * time.Millisecond})
 			require.NoError(t, r.err)
-			require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+			require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 			require.Less(t, r.duration, 10*time.Second, "no waiting for the init deadline")
-			require.Contains(t, r.res.Reason, RuleNCCLFatal)
+			require.Contains(t, r.res.Reason, verdict.RuleNCCLFatal)
 			require.Contains(t, r.stderr, "rankgate: FAIL NCCL_FATAL: fatal line during NCCL init")
 		})
 	}
@@ -422,7 +422,7 @@ func TestMultiRankReadiness(t *testing.T) {
 	})
 	t.Run("one rank hangs", func(t *testing.T) {
 		r := launch(t, Options{Command: child(t, "ranks:3:1"), LocalRanks: 3, InitTimeout: 3 * time.Second, Grace: 200 * time.Millisecond})
-		require.Equal(t, preflight.ExitTimeout, r.res.ExitCode)
+		require.Equal(t, verdict.ExitTimeout, r.res.ExitCode)
 		require.False(t, r.res.Ready)
 		require.Contains(t, r.res.Reason, "2 of 3 local rank(s) reported Init COMPLETE; never completed: rank 1/3")
 		require.Equal(t, []int{1}, r.res.Findings[len(r.res.Findings)-1].Ranks)
@@ -442,8 +442,8 @@ func TestTransportFallback(t *testing.T) {
 	t.Run("strict", func(t *testing.T) {
 		r := launch(t, Options{Command: child(t, "replay:"+fixture10, "hang"), InitTimeout: time.Minute, Grace: 200 * time.Millisecond,
 			ExpectTransport: TransportP2P, StrictTransport: true})
-		require.Equal(t, preflight.ExitFail, r.res.ExitCode)
-		require.Contains(t, r.res.Reason, RuleTransportFallback)
+		require.Equal(t, verdict.ExitFail, r.res.ExitCode)
+		require.Contains(t, r.res.Reason, verdict.RuleTransportFallback)
 	})
 }
 
@@ -486,23 +486,23 @@ func TestPreLaunchChecksStopBeforeCMD(t *testing.T) {
 	cmd := child(t, "touch:"+marker)
 	t.Run("preflight fail", func(t *testing.T) {
 		termLog := filepath.Join(t.TempDir(), "log")
-		pre := preflight.NewReport("x", []preflight.Finding{{Rule: "MIG_SPANS_GPUS", Severity: preflight.SeverityFail, Message: "two GPUs"}})
+		pre := verdict.NewReport("x", []verdict.Finding{{Rule: "MIG_SPANS_GPUS", Severity: verdict.SeverityFail, Message: "two GPUs"}})
 		r := launch(t, Options{Command: cmd, Preflight: &pre, TerminationLog: termLog})
-		require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+		require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 		require.False(t, r.res.Started)
 		log, _ := os.ReadFile(termLog)
 		require.Contains(t, string(log), "MIG_SPANS_GPUS: two GPUs")
 	})
 	t.Run("nproc exceeds devices", func(t *testing.T) {
-		devs := []preflight.DeviceSummary{{ID: "MIG-aaaa", Kind: "mig"}}
+		devs := []verdict.DeviceSummary{{ID: "MIG-aaaa", Kind: "mig"}}
 		r := launch(t, Options{Command: []string{"torchrun", "--nproc-per-node=2", "train.py"}, Devices: devs})
-		require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+		require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 		require.False(t, r.res.Started)
 		require.Contains(t, r.res.Reason, "NPROC_EXCEEDS_DEVICES: torchrun would start 2 local processes (--nproc-per-node=2) but the rank has 1 MIG device(s)")
 		// A wrapper that runs torchrun: PET_NPROC_PER_NODE is what counts.
 		wrapper := append([]string{"sh", "-c", `exec "$0" "$@" # torchrun`}, cmd...)
 		r = launch(t, Options{Command: wrapper, Devices: devs, Env: append(cleanEnv(), "PET_NPROC_PER_NODE=2")})
-		require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+		require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 		require.Contains(t, r.res.Reason, "(PET_NPROC_PER_NODE=2)")
 		r = launch(t, Options{Command: wrapper, Devices: devs, Env: append(cleanEnv(), "PET_NPROC_PER_NODE=1")})
 		require.Equal(t, 0, r.res.ExitCode, "one process per device is fine")
@@ -520,7 +520,7 @@ func TestPreLaunchChecksStopBeforeCMD(t *testing.T) {
 		res := mapResolver{"worker-1.job.ns.svc": {"127.0.0.1"}}
 		// Unreachable: exit 4, the host named.
 		r := launch(t, Options{Command: cmd, MPIHostfile: hf, SSHPort: closed, HostsTimeout: 300 * time.Millisecond, Resolver: res})
-		require.Equal(t, preflight.ExitTimeout, r.res.ExitCode)
+		require.Equal(t, verdict.ExitTimeout, r.res.ExitCode)
 		require.False(t, r.res.Started)
 		require.Contains(t, r.res.Reason, "HOST_UNREACHABLE: 2 of 2 MPI host(s) not reachable on port")
 		require.Contains(t, r.res.Reason, "127.0.0.1 refuses or drops TCP")
@@ -528,12 +528,12 @@ func TestPreLaunchChecksStopBeforeCMD(t *testing.T) {
 
 		// Too few slots for -np: exit 1 before any connection.
 		r = launch(t, Options{Command: []string{"mpirun", "-np", "8", "python", "train.py"}, MPIHostfile: hf, SSHPort: open, Resolver: res})
-		require.Equal(t, preflight.ExitFail, r.res.ExitCode)
+		require.Equal(t, verdict.ExitFail, r.res.ExitCode)
 		require.Contains(t, r.res.Reason, "HOSTFILE_SLOTS: mpirun -np 8 needs 8 slots but hostfile")
 
 		// Invalid: exit 2.
 		r = launch(t, Options{Command: cmd, MPIHostfile: write("node slots=two\n")})
-		require.Equal(t, preflight.ExitUsage, r.res.ExitCode)
+		require.Equal(t, verdict.ExitUsage, r.res.ExitCode)
 		require.Contains(t, r.res.Reason, "HOSTFILE_INVALID")
 
 		// Reachable: CMD runs.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // supervision is the state of one supervise loop: the watchdog and
@@ -116,7 +116,7 @@ func (st *supervision) event(ev event) {
 		f := ev.finding
 		r.findings = append(r.findings, f)
 		r.printFinding(f)
-		if f.Severity == preflight.SeverityFail && r.reason == nil && !r.terminating {
+		if f.Severity == verdict.SeverityFail && r.reason == nil && !r.terminating {
 			r.reason = &f
 			r.say(fmt.Sprintf("--strict-transport: terminating process group %d", r.pgid))
 			st.terminate()
@@ -142,8 +142,8 @@ func (st *supervision) initTimeout() {
 // lateEvents handles what the output showed after CMD exited or was
 // ended (the pumps read on until the end of its output): findings are
 // recorded and printed; the first fatal one is returned.
-func (r *runner) lateEvents() *preflight.Finding {
-	var fatal *preflight.Finding
+func (r *runner) lateEvents() *verdict.Finding {
+	var fatal *verdict.Finding
 	for {
 		select {
 		case ev := <-r.mon.events:

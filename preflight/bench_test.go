@@ -13,6 +13,7 @@ import (
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
 	"github.com/rankgate/rankgate/topology/nvmlsource/nvmltest"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // splitDGXA100 is an 8-GPU DGX A100 mock with every GPU split into seven 1g.5gb
@@ -43,7 +44,7 @@ func BenchmarkPreflight56MIG(b *testing.B) {
 		}
 		r := preflight.RankRules(preflight.RankInput{Inventory: inv, Allocation: topology.Allocation{From: "bench", Refs: []string{"3:4"}},
 			ExpectProfile: "1g.5gb", Catalog: cat, Drivers: drivers})
-		if r.Verdict != preflight.VerdictPass {
+		if r.Verdict != verdict.VerdictPass {
 			b.Fatalf("verdict %s: %+v", r.Verdict, r.Findings)
 		}
 	}
@@ -77,14 +78,14 @@ func TestPreflightOnSplitMock(t *testing.T) {
 	require.Len(t, inv.AllDevices(), 56)
 	in := preflight.RankInput{Inventory: inv, Catalog: topology.DefaultCatalog(), Drivers: preflight.DefaultDriverTable(), ExpectProfile: "1g.5gb"}
 	in.Allocation = topology.Allocation{Refs: []string{"0:0"}}
-	require.Equal(t, preflight.VerdictPass, preflight.RankRules(in).Verdict)
+	require.Equal(t, verdict.VerdictPass, preflight.RankRules(in).Verdict)
 	in.Allocation = topology.Allocation{Refs: []string{"0:0", "5:3"}}
 	r := preflight.RankRules(in)
-	require.Equal(t, preflight.VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, r.RuleIDs())
 	in.ExpectProfile = "2g.20gb"
 	in.Allocation = topology.Allocation{Refs: []string{"0:0"}}
-	require.Equal(t, preflight.RuleProfileMismatch, preflight.RankRules(in).Findings[0].Rule)
+	require.Equal(t, verdict.RuleProfileMismatch, preflight.RankRules(in).Findings[0].Rule)
 }
 
 var writeSnapshot = flag.String("write-56mig-snapshot", "", "write the 56-MIG mock node as a snapshot to this file (for the RSS measurement in `make bench`)")

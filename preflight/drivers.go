@@ -10,6 +10,7 @@ import (
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // DriverTable is the known-bad driver table (configs/known-bad-drivers.yaml).
@@ -20,13 +21,13 @@ type DriverTable struct {
 
 // DriverEntry is one known-bad driver condition.
 type DriverEntry struct {
-	ID        string   `json:"id"`
-	Drivers   []string `json:"drivers"`
-	Condition string   `json:"condition"`
-	Severity  Severity `json:"severity"`
-	Problem   string   `json:"problem"`
-	Fix       string   `json:"fix"`
-	Source    string   `json:"source"`
+	ID        string           `json:"id"`
+	Drivers   []string         `json:"drivers"`
+	Condition string           `json:"condition"`
+	Severity  verdict.Severity `json:"severity"`
+	Problem   string           `json:"problem"`
+	Fix       string           `json:"fix"`
+	Source    string           `json:"source"`
 }
 
 // NodeShape is what a driver condition is matched against. Both preflight
@@ -106,7 +107,7 @@ func ParseDriverTable(data []byte) (*DriverTable, error) {
 		if e.ID == "" || len(e.Drivers) == 0 || e.Fix == "" || e.Source == "" {
 			return nil, fmt.Errorf("known-bad driver table: entry %q needs id, drivers, fix and source", e.ID)
 		}
-		if e.Severity != SeverityWarn && e.Severity != SeverityFail {
+		if e.Severity != verdict.SeverityWarn && e.Severity != verdict.SeverityFail {
 			return nil, fmt.Errorf("known-bad driver table: entry %s: severity %q must be warn or fail", e.ID, e.Severity)
 		}
 		if _, err := parseCondition(e.Condition); err != nil {

@@ -6,35 +6,25 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Gang rule IDs: a public vocabulary (README). Never rename one.
 const (
-	RuleGangIncomplete        = "GANG_INCOMPLETE"
-	RuleRankFailed            = "RANK_PREFLIGHT_FAILED"
-	RuleGangMIGMixedWithFull  = "GANG_MIG_MIXED_WITH_FULL"
-	RuleGangMIGSpansGPUs      = "GANG_MIG_SPANS_GPUS"
-	RuleGangProfileMismatch   = "GANG_PROFILE_MISMATCH"
-	RuleGangDriverMismatch    = "GANG_DRIVER_MISMATCH"
-	RuleGangSplitPodsSameNode = "GANG_SPLIT_PODS_SAME_NODE"
-	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
-	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
-	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
-	// RuleRankEnvironment is what `rankgate init` reports for its rank when
-	// it could not check its devices at all (NVML or driver failure, exit 3
-	// or 4), so that the gang fails at once instead of at its deadline.
-	RuleRankEnvironment = "RANK_ENVIRONMENT_FAILED"
+// it could not check its devices at all (NVML or driver failure, exit 3
+// or 4), so that the gang fails at once instead of at its deadline.
 )
 
 // RankReport is what one rank sends the controller: who it is, where it
 // runs, and its own preflight report (whose Devices name its devices).
 type RankReport struct {
-	Rank              int    `json:"rank"`
-	Pod               string `json:"pod"`
-	Node              string `json:"node"`
-	DriverVersion     string `json:"driverVersion,omitempty"`
-	CUDADriverVersion string `json:"cudaDriverVersion,omitempty"`
-	Report            Report `json:"report"`
+	Rank              int            `json:"rank"`
+	Pod               string         `json:"pod"`
+	Node              string         `json:"node"`
+	DriverVersion     string         `json:"driverVersion,omitempty"`
+	CUDADriverVersion string         `json:"cudaDriverVersion,omitempty"`
+	Report            verdict.Report `json:"report"`
 }
 
 // GangInput is a whole job's reports.
@@ -62,17 +52,17 @@ type MissingRank struct {
 
 // GangRules decides for the whole job. Ranks are identified by Rank; a
 // later report of the same rank replaces an earlier one.
-func GangRules(in GangInput) Report {
+func GangRules(in GangInput) verdict.Report {
 	g := newGang(in)
-	var f []Finding
+	var f []verdict.Finding
 	for _, rule := range gangRules {
 		f = append(f, rule(g)...)
 	}
-	return NewReport(in.Job, f)
+	return verdict.NewReport(in.Job, f)
 }
 
 // gangRules are evaluated in this order; their findings are reported in it.
-var gangRules = []func(*gang) []Finding{
+var gangRules = []func(*gang) []verdict.Finding{
 	gangIncomplete,
 	gangRankUnplaceable,
 	gangRankFailed,
@@ -96,7 +86,7 @@ type gang struct {
 // gangDevice is a device of a rank.
 type gangDevice struct {
 	rank int
-	DeviceSummary
+	verdict.DeviceSummary
 }
 
 func newGang(in GangInput) *gang {
@@ -129,7 +119,7 @@ func devRanks(ds []gangDevice) []int {
 // mixed: some ranks run on MIG devices, others on full GPUs.
 func (g *gang) mixed() bool { return len(g.migs) > 0 && len(g.fulls) > 0 }
 
-func gangIncomplete(g *gang) []Finding {
+func gangIncomplete(g *gang) []verdict.Finding {
 	in := g.in
 	if in.Expected <= 0 || len(g.ranks) >= in.Expected {
 		return nil
@@ -142,14 +132,14 @@ func gangIncomplete(g *gang) []Finding {
 	}
 	shown := missing[:min(len(missing), MaxListedRanks)]
 	pods, nodes, states := describeMissing(in.Missing, shown)
-	return []Finding{{
-		Rule: RuleGangIncomplete, Severity: SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
+	return []verdict.Finding{{
+		Rule: verdict.RuleGangIncomplete, Severity: verdict.SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
 		Message:     fmt.Sprintf("%d of %d ranks reported; missing ranks %s%s", len(g.ranks), in.Expected, firstRanks(missing), states),
 		Remediation: "see why those pods did not start their init container (kubectl describe pod; rankgate diagnose job)",
 	}}
 }
 
-func gangRankUnplaceable(g *gang) []Finding {
+func gangRankUnplaceable(g *gang) []verdict.Finding {
 	var unplaceable []int
 	for i, m := range g.in.Missing {
 		if _, reported := g.byRank[i]; m.Unplaceable && !reported {
@@ -162,27 +152,27 @@ func gangRankUnplaceable(g *gang) []Finding {
 	sort.Ints(unplaceable)
 	shown := unplaceable[:min(len(unplaceable), MaxListedRanks)]
 	pods, nodes, states := describeMissing(g.in.Missing, shown)
-	return []Finding{{
-		Rule: RuleGangRankUnplaceable, Severity: SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
+	return []verdict.Finding{{
+		Rule: verdict.RuleGangRankUnplaceable, Severity: verdict.SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
 		Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", firstRanks(unplaceable), states),
 		Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
 	}}
 }
 
-func gangRankFailed(g *gang) []Finding {
-	var f []Finding
+func gangRankFailed(g *gang) []verdict.Finding {
+	var f []verdict.Finding
 	for _, r := range g.ranks {
 		if !r.Report.Failed() {
 			continue
 		}
 		var why []string
 		for _, x := range r.Report.Findings {
-			if x.Severity == SeverityFail {
+			if x.Severity == verdict.SeverityFail {
 				why = append(why, x.Rule)
 			}
 		}
-		f = append(f, Finding{
-			Rule: RuleRankFailed, Severity: SeverityFail, Ranks: []int{r.Rank}, Pods: []string{r.Pod}, Nodes: []string{r.Node},
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail, Ranks: []int{r.Rank}, Pods: []string{r.Pod}, Nodes: []string{r.Node},
 			Message:     fmt.Sprintf("rank %d (pod %s on %s) failed its own preflight: %s", r.Rank, r.Pod, r.Node, strings.Join(why, ", ")),
 			Remediation: "read that rank's report (its init container's termination message) and fix its devices",
 		})
@@ -190,12 +180,12 @@ func gangRankFailed(g *gang) []Finding {
 	return f
 }
 
-func gangMIGMixedWithFull(g *gang) []Finding {
+func gangMIGMixedWithFull(g *gang) []verdict.Finding {
 	if !g.mixed() {
 		return nil
 	}
-	return []Finding{{
-		Rule: RuleGangMIGMixedWithFull, Severity: SeverityFail, Ranks: devRanks(g.migs),
+	return []verdict.Finding{{
+		Rule: verdict.RuleGangMIGMixedWithFull, Severity: verdict.SeverityFail, Ranks: devRanks(g.migs),
 		Message: fmt.Sprintf("ranks %s run on MIG devices and ranks %s on full GPUs; NCCL between them has no P2P and the MIG ranks pace the job",
 			intList(devRanks(g.migs)), intList(devRanks(g.fulls))),
 		Remediation: "request the same resource (one nvidia.com/mig-<profile>, or nvidia.com/gpu) in every replica spec",
@@ -204,7 +194,7 @@ func gangMIGMixedWithFull(g *gang) []Finding {
 
 // gangMIGPlacement: MIG ranks all on one physical GPU (one node), the only
 // placement with a fast path (shared memory).
-func gangMIGPlacement(g *gang) []Finding {
+func gangMIGPlacement(g *gang) []verdict.Finding {
 	parents := map[string][]int{}
 	for _, d := range g.migs {
 		key := d.GPUUUID
@@ -214,15 +204,15 @@ func gangMIGPlacement(g *gang) []Finding {
 		parents[key] = append(parents[key], d.rank)
 	}
 	if len(parents) > 1 {
-		return []Finding{{
-			Rule: RuleGangMIGSpansGPUs, Severity: SeverityFail, Ranks: devRanks(g.migs),
+		return []verdict.Finding{{
+			Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Ranks: devRanks(g.migs),
 			Message:     fmt.Sprintf("the job's MIG devices sit on %d physical GPUs (%s); MIG has no P2P/NVLink, so NCCL falls back to sockets or hangs in init", len(parents), rankGroups(parents)),
 			Remediation: "place every rank on a MIG instance of one physical GPU (one node), or use full GPUs",
 		}}
 	}
 	if len(parents) == 1 && len(devRanks(g.migs)) > 1 {
-		return []Finding{{
-			Rule: RuleGangMIGSharedGPU, Severity: SeverityInfo, Ranks: devRanks(g.migs),
+		return []verdict.Finding{{
+			Rule: verdict.RuleGangMIGSharedGPU, Severity: verdict.SeverityInfo, Ranks: devRanks(g.migs),
 			Message:     "all MIG ranks share one physical GPU: NCCL sees every rank on the same GPU and uses shared memory, never NVLink/NVLS",
 			Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.31+) and keep NCCL_NVLS_ENABLE=0",
 		}}
@@ -232,7 +222,7 @@ func gangMIGPlacement(g *gang) []Finding {
 
 // gangProfileMismatch: the same shape everywhere (a MIG/full mix is
 // reported by gangMIGMixedWithFull instead).
-func gangProfileMismatch(g *gang) []Finding {
+func gangProfileMismatch(g *gang) []verdict.Finding {
 	shapes := map[string][]int{}
 	for _, r := range g.ranks {
 		for _, d := range r.Report.Devices {
@@ -246,14 +236,14 @@ func gangProfileMismatch(g *gang) []Finding {
 	if len(shapes) <= 1 || g.mixed() {
 		return nil
 	}
-	return []Finding{{
-		Rule: RuleGangProfileMismatch, Severity: SeverityFail, Ranks: allRanks(g.ranks),
+	return []verdict.Finding{{
+		Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail, Ranks: allRanks(g.ranks),
 		Message:     "ranks run on devices of different shapes; the smallest paces every collective: " + rankGroups(shapes),
 		Remediation: "give every rank the same profile (same SMs, not only the same memory) or the same GPU model",
 	}}
 }
 
-func gangDriverMismatch(g *gang) []Finding {
+func gangDriverMismatch(g *gang) []verdict.Finding {
 	drivers := map[string][]int{}
 	for _, r := range g.ranks {
 		if r.DriverVersion == "" {
@@ -268,25 +258,25 @@ func gangDriverMismatch(g *gang) []Finding {
 	if len(drivers) <= 1 {
 		return nil
 	}
-	return []Finding{{
-		Rule: RuleGangDriverMismatch, Severity: SeverityWarn, Ranks: allRanks(g.ranks),
+	return []verdict.Finding{{
+		Rule: verdict.RuleGangDriverMismatch, Severity: verdict.SeverityWarn, Ranks: allRanks(g.ranks),
 		Message:     "ranks run on different drivers: " + rankGroups(drivers),
 		Remediation: "pin the job to nodes of one driver version (node selector on nvidia.com/cuda.driver-version.full)",
 	}}
 }
 
-func gangDuplicateDevice(g *gang) []Finding {
+func gangDuplicateDevice(g *gang) []verdict.Finding {
 	owner := map[string][]int{}
 	for _, r := range g.ranks {
 		for _, d := range r.Report.Devices {
 			owner[r.Node+"/"+d.ID] = append(owner[r.Node+"/"+d.ID], r.Rank)
 		}
 	}
-	var f []Finding
+	var f []verdict.Finding
 	for _, k := range slices.Sorted(maps.Keys(owner)) {
 		if rs := dedupe(owner[k]); len(rs) > 1 {
-			f = append(f, Finding{
-				Rule: RuleGangDuplicateDevice, Severity: SeverityFail, Ranks: rs, Devices: []string{k[strings.IndexByte(k, '/')+1:]},
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleGangDuplicateDevice, Severity: verdict.SeverityFail, Ranks: rs, Devices: []string{k[strings.IndexByte(k, '/')+1:]},
 				Message:     fmt.Sprintf("ranks %s were given the same device %s (time-slicing or MPS replicas); NCCL refuses it with 'Duplicate GPU detected'", intList(rs), k),
 				Remediation: "do not run ranks of one job on replicas of one shared GPU; request whole devices",
 			})
@@ -297,7 +287,7 @@ func gangDuplicateDevice(g *gang) []Finding {
 
 // gangSplitPodsSameNode: ranks on one node in different pods; NCCL sees
 // them as separate hosts (no P2P, no SHM) and goes through the network.
-func gangSplitPodsSameNode(g *gang) []Finding {
+func gangSplitPodsSameNode(g *gang) []verdict.Finding {
 	podsByNode := map[string]map[string][]int{}
 	for _, r := range g.ranks {
 		if r.Node == "" || len(r.Report.Devices) == 0 || r.Report.Devices[0].Kind == "mig" {
@@ -308,7 +298,7 @@ func gangSplitPodsSameNode(g *gang) []Finding {
 		}
 		podsByNode[r.Node][r.Pod] = append(podsByNode[r.Node][r.Pod], r.Rank)
 	}
-	var f []Finding
+	var f []verdict.Finding
 	for _, node := range slices.Sorted(maps.Keys(podsByNode)) {
 		pods := podsByNode[node]
 		if len(pods) < 2 {
@@ -321,8 +311,8 @@ func gangSplitPodsSameNode(g *gang) []Finding {
 			ps = append(ps, p)
 		}
 		sort.Ints(rs)
-		f = append(f, Finding{
-			Rule: RuleGangSplitPodsSameNode, Severity: SeverityWarn, Ranks: rs, Pods: ps, Nodes: []string{node},
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleGangSplitPodsSameNode, Severity: verdict.SeverityWarn, Ranks: rs, Pods: ps, Nodes: []string{node},
 			Message:     fmt.Sprintf("ranks %s share node %s but sit in %d pods; NCCL cannot use P2P/NVLink or shared memory across pods and goes through the network", intList(rs), node, len(pods)),
 			Remediation: "run one pod per node with all its GPUs (nproc-per-node = GPUs), or give the pods hostIPC",
 		})

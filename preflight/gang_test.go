@@ -5,20 +5,21 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
 )
 
-func rank(i int, node, pod string, devs ...DeviceSummary) RankReport {
+func rank(i int, node, pod string, devs ...verdict.DeviceSummary) RankReport {
 	return RankReport{Rank: i, Node: node, Pod: pod, DriverVersion: "580.65.06", CUDADriverVersion: "13.0",
-		Report: Report{Verdict: VerdictPass, Findings: []Finding{}, Devices: devs}}
+		Report: verdict.Report{Verdict: verdict.VerdictPass, Findings: []verdict.Finding{}, Devices: devs}}
 }
 
-func full(gpu int, node string) DeviceSummary {
-	return DeviceSummary{ID: fmt.Sprintf("GPU-%s-%d", node, gpu), Kind: "gpu", GPU: gpu, GPUUUID: fmt.Sprintf("GPU-%s-%d", node, gpu), Profile: "full", SMs: 132}
+func full(gpu int, node string) verdict.DeviceSummary {
+	return verdict.DeviceSummary{ID: fmt.Sprintf("GPU-%s-%d", node, gpu), Kind: "gpu", GPU: gpu, GPUUUID: fmt.Sprintf("GPU-%s-%d", node, gpu), Profile: "full", SMs: 132}
 }
 
-func migDev(gpuUUID string, i int, profile string, sms int) DeviceSummary {
-	return DeviceSummary{ID: fmt.Sprintf("MIG-%s-%d", gpuUUID, i), Kind: "mig", GPUUUID: gpuUUID, Profile: profile, SMs: sms}
+func migDev(gpuUUID string, i int, profile string, sms int) verdict.DeviceSummary {
+	return verdict.DeviceSummary{ID: fmt.Sprintf("MIG-%s-%d", gpuUUID, i), Kind: "mig", GPUUUID: gpuUUID, Profile: profile, SMs: sms}
 }
 
 func TestGangRules(t *testing.T) {
@@ -27,29 +28,29 @@ func TestGangRules(t *testing.T) {
 		expected int
 		ranks    []RankReport
 		want     []string
-		verdict  Verdict
+		verdict  verdict.Verdict
 	}{
 		{"four full GPUs, one pod per node", 4, []RankReport{
 			rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2")),
-			rank(2, "n3", "ml/j-2", full(0, "n3")), rank(3, "n4", "ml/j-3", full(0, "n4"))}, nil, VerdictPass},
+			rank(2, "n3", "ml/j-2", full(0, "n3")), rank(3, "n4", "ml/j-3", full(0, "n4"))}, nil, verdict.VerdictPass},
 		{"MIG ranks on one GPU", 2, []RankReport{
 			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.35gb", 26)), rank(1, "n1", "ml/j-1", migDev("GPU-a", 1, "1g.35gb", 26))},
-			[]string{"GANG_MIG_SHARED_GPU/info"}, VerdictPass},
+			[]string{"GANG_MIG_SHARED_GPU/info"}, verdict.VerdictPass},
 		{"MIG ranks on two GPUs", 2, []RankReport{
 			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "3g.40gb", 60)), rank(1, "n1", "ml/j-1", migDev("GPU-b", 0, "3g.40gb", 60))},
-			[]string{"GANG_MIG_SPANS_GPUS/fail"}, VerdictFail},
+			[]string{"GANG_MIG_SPANS_GPUS/fail"}, verdict.VerdictFail},
 		{"MIG mixed with full", 2, []RankReport{
 			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "3g.40gb", 60)), rank(1, "n2", "ml/j-1", full(0, "n2"))},
-			[]string{"GANG_MIG_MIXED_WITH_FULL/fail"}, VerdictFail},
+			[]string{"GANG_MIG_MIXED_WITH_FULL/fail"}, verdict.VerdictFail},
 		{"same memory different SMs", 2, []RankReport{
 			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.20gb", 26)), rank(1, "n1", "ml/j-1", migDev("GPU-a", 1, "2g.20gb", 32))},
-			[]string{"GANG_PROFILE_MISMATCH/fail", "GANG_MIG_SHARED_GPU/info"}, VerdictFail},
+			[]string{"GANG_PROFILE_MISMATCH/fail", "GANG_MIG_SHARED_GPU/info"}, verdict.VerdictFail},
 		{"missing ranks", 4, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(2, "n2", "ml/j-2", full(0, "n2"))},
-			[]string{"GANG_INCOMPLETE/fail"}, VerdictFail},
+			[]string{"GANG_INCOMPLETE/fail"}, verdict.VerdictFail},
 		{"split pods on one node", 2, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n1", "ml/j-1", full(1, "n1"))},
-			[]string{"GANG_SPLIT_PODS_SAME_NODE/warn"}, VerdictWarn},
+			[]string{"GANG_SPLIT_PODS_SAME_NODE/warn"}, verdict.VerdictWarn},
 		{"duplicate device", 2, []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n1", "ml/j-0", full(0, "n1"))},
-			[]string{"GANG_DUPLICATE_DEVICE/fail"}, VerdictFail},
+			[]string{"GANG_DUPLICATE_DEVICE/fail"}, verdict.VerdictFail},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := GangRules(GangInput{Job: "ml/j", Expected: tc.expected, Ranks: tc.ranks})
@@ -66,8 +67,8 @@ func TestGangRules(t *testing.T) {
 func TestGangRankFailureAndDrivers(t *testing.T) {
 	bad := rank(1, "n2", "ml/j-1", full(0, "n2"))
 	bad.DriverVersion = "570.133.20"
-	bad.Report = NewReport("", []Finding{{Rule: RuleNVLinkDown, Severity: SeverityFail, Message: "x"}})
-	bad.Report.Devices = []DeviceSummary{full(0, "n2")}
+	bad.Report = verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleNVLinkDown, Severity: verdict.SeverityFail, Message: "x"}})
+	bad.Report.Devices = []verdict.DeviceSummary{full(0, "n2")}
 	r := GangRules(GangInput{Job: "ml/j", Expected: 2, Ranks: []RankReport{rank(0, "n1", "ml/j-0", full(0, "n1")), bad}})
 	require.ElementsMatch(t, []string{"RANK_PREFLIGHT_FAILED/fail", "GANG_DRIVER_MISMATCH/warn"}, rules(r))
 	require.Contains(t, r.Findings[0].Message, "NVLINK_DOWN")
@@ -109,7 +110,7 @@ func TestGangThousandsMissing(t *testing.T) {
 			State: "Pending, unschedulable: 0/5000 nodes are available: 5000 Insufficient nvidia.com/gpu.", Unplaceable: i%2 == 0}
 	}
 	r := GangRules(GangInput{Job: "ml/PyTorchJob/big", Expected: 5000, Ranks: []RankReport{rank(0, "n0", "train-worker-0", full(0, "n0"))}, Missing: missing})
-	require.Equal(t, VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	b, err := json.Marshal(r)
 	require.NoError(t, err)
 	require.Less(t, len(b), 16<<10, "verdict of %d bytes", len(b))
@@ -117,7 +118,7 @@ func TestGangThousandsMissing(t *testing.T) {
 		require.LessOrEqual(t, len(f.Ranks), MaxListedRanks, f.Rule)
 		require.LessOrEqual(t, len(f.Pods), MaxListedRanks, f.Rule)
 	}
-	require.Equal(t, RuleGangIncomplete, r.Findings[0].Rule)
+	require.Equal(t, verdict.RuleGangIncomplete, r.Findings[0].Rule)
 	require.Contains(t, r.Findings[0].Message, "1 of 5000 ranks reported; missing ranks 1-20 and 4979 more (4999 in all); rank 1 (pod train-worker-1 on gpu-node-0001)")
 	require.Contains(t, r.Findings[1].Message, "ranks 2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40 and 2479 more (2499 in all) can never be placed")
 }

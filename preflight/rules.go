@@ -6,25 +6,12 @@ import (
 	"strings"
 
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Rank rule IDs: a public vocabulary (README). Never rename one.
 const (
-	RuleDeviceNotFound        = "DEVICE_NOT_FOUND"
-	RuleNoDevices             = "NO_DEVICES"
-	RuleMIGMixedWithFull      = "MIG_MIXED_WITH_FULL"
-	RuleMIGSpansGPUs          = "MIG_SPANS_GPUS"
-	RuleMIGMultiplePerProcess = "MIG_MULTIPLE_PER_PROCESS"
-	RuleMIGParentAllocated    = "MIG_PARENT_ALLOCATED"
-	RuleProfileMismatch       = "PROFILE_MISMATCH"
-	RuleProfileUnknown        = "PROFILE_UNKNOWN"
-	RuleProfileHeterogeneous  = "PROFILE_HETEROGENEOUS"
-	RuleMIGModePending        = "MIG_MODE_PENDING"
-	RuleMIGNoInstances        = "MIG_NO_INSTANCES"
-	RuleDriverKnownBad        = "DRIVER_KNOWN_BAD"
-	RuleP2PUnsupported        = "P2P_UNSUPPORTED"
-	RuleNVLinkDown            = "NVLINK_DOWN"
-	ProfileFull               = "full"
+	ProfileFull = "full"
 )
 
 // RankInput is what the rank rules judge: the node, the rank's devices and
@@ -42,11 +29,11 @@ type RankInput struct {
 }
 
 // RankRules runs every rank rule and returns the report.
-func RankRules(in RankInput) Report {
+func RankRules(in RankInput) verdict.Report {
 	inv := in.Inventory
 	devs, missing := inv.Devices(in.Allocation)
-	var f []Finding
-	add := func(x Finding) { f = append(f, x) }
+	var f []verdict.Finding
+	add := func(x verdict.Finding) { f = append(f, x) }
 
 	refs := make([]string, 0, len(missing))
 	for r := range missing {
@@ -54,8 +41,8 @@ func RankRules(in RankInput) Report {
 	}
 	sort.Strings(refs)
 	for _, r := range refs {
-		add(Finding{
-			Rule: RuleDeviceNotFound, Severity: SeverityFail, Devices: []string{r},
+		add(verdict.Finding{
+			Rule: verdict.RuleDeviceNotFound, Severity: verdict.SeverityFail, Devices: []string{r},
 			Message: fmt.Sprintf("device %s (from %s) is not on this node: %v", r, in.Allocation.From, missing[r]),
 			Remediation: "check that the device plugin and NVML agree (a MIG layout changed after the pod was admitted?); " +
 				"list the node's devices with `rankgate inspect` or `nvidia-smi -L`",
@@ -63,13 +50,13 @@ func RankRules(in RankInput) Report {
 	}
 	if len(devs) == 0 {
 		if len(missing) == 0 {
-			add(Finding{
-				Rule: RuleNoDevices, Severity: SeverityFail,
+			add(verdict.Finding{
+				Rule: verdict.RuleNoDevices, Severity: verdict.SeverityFail,
 				Message:     fmt.Sprintf("the rank has no GPU (device list from %s is empty)", orDefault(in.Allocation.From, "nowhere")),
 				Remediation: "request nvidia.com/gpu or nvidia.com/mig-<profile> in the container's resources, or pass --devices",
 			})
 		}
-		return NewReport("", f)
+		return verdict.NewReport("", f)
 	}
 
 	var migs, fulls []topology.Device
@@ -81,24 +68,24 @@ func RankRules(in RankInput) Report {
 		}
 	}
 	if len(migs) > 0 && len(fulls) > 0 {
-		add(Finding{
-			Rule: RuleMIGMixedWithFull, Severity: SeverityFail, Devices: ids(devs),
+		add(verdict.Finding{
+			Rule: verdict.RuleMIGMixedWithFull, Severity: verdict.SeverityFail, Devices: ids(devs),
 			Message: fmt.Sprintf("the rank mixes %d MIG device(s) (%s) with %d full GPU(s) (%s); NCCL cannot use P2P/NVLink between them and CUDA sees one MIG device per process",
 				len(migs), names(migs), len(fulls), names(fulls)),
 			Remediation: "request either only nvidia.com/mig-<profile> or only nvidia.com/gpu for every rank",
 		})
 	}
 	if parents := distinctGPUs(migs); len(parents) > 1 {
-		add(Finding{
-			Rule: RuleMIGSpansGPUs, Severity: SeverityFail, Devices: ids(migs),
+		add(verdict.Finding{
+			Rule: verdict.RuleMIGSpansGPUs, Severity: verdict.SeverityFail, Devices: ids(migs),
 			Message: fmt.Sprintf("the rank's MIG devices sit on %d physical GPUs (%s): MIG has no P2P, so traffic between them goes through host memory or the network",
 				len(parents), strings.Join(parents, ", ")),
 			Remediation: "place all MIG devices of a job on one physical GPU, or use full GPUs",
 		})
 	}
 	if len(migs) > 1 {
-		add(Finding{
-			Rule: RuleMIGMultiplePerProcess, Severity: SeverityFail, Devices: ids(migs),
+		add(verdict.Finding{
+			Rule: verdict.RuleMIGMultiplePerProcess, Severity: verdict.SeverityFail, Devices: ids(migs),
 			Message: fmt.Sprintf("one process would see %d MIG devices (%s); CUDA enumerates only the first MIG device per process, so the others sit idle and a second local rank fails with 'invalid device ordinal'",
 				len(migs), names(migs)),
 			Remediation: "give each rank (pod) exactly one MIG device, or start one process per MIG device with its own CUDA_VISIBLE_DEVICES=<MIG UUID>",
@@ -110,14 +97,14 @@ func RankRules(in RankInput) Report {
 			continue
 		}
 		if len(g.MIGDevices) == 0 {
-			add(Finding{
-				Rule: RuleMIGNoInstances, Severity: SeverityFail, Devices: []string{d.ID()},
+			add(verdict.Finding{
+				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
 				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
 				Remediation: "create the MIG layout (set the node label nvidia.com/mig.config for mig-manager) or disable MIG mode on this GPU",
 			})
 		} else {
-			add(Finding{
-				Rule: RuleMIGParentAllocated, Severity: SeverityFail, Devices: []string{d.ID()},
+			add(verdict.Finding{
+				Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
 				Message:     fmt.Sprintf("%s is in MIG mode with %d instance(s), but the rank was given the whole GPU: CUDA cannot run on a MIG parent", d.Name(), len(g.MIGDevices)),
 				Remediation: "request one of its MIG devices (nvidia.com/mig-<profile>) instead of the whole GPU",
 			})
@@ -126,8 +113,8 @@ func RankRules(in RankInput) Report {
 	f = append(f, profileRules(in, devs)...)
 	for _, g := range distinctGPUPtrs(devs) {
 		if g.MIGCurrent != topology.ModeUnknown && g.MIGPending != topology.ModeUnknown && g.MIGCurrent != g.MIGPending {
-			add(Finding{
-				Rule: RuleMIGModePending, Severity: SeverityWarn, Devices: []string{gpuName(g)},
+			add(verdict.Finding{
+				Rule: verdict.RuleMIGModePending, Severity: verdict.SeverityWarn, Devices: []string{gpuName(g)},
 				Message:     fmt.Sprintf("GPU %d: MIG mode is %s but %s is pending; the GPU changes shape at its next reset", g.Index, g.MIGCurrent, g.MIGPending),
 				Remediation: "finish the change (drain the node, reset the GPU or reboot, let mig-manager reach state success) before running jobs on it",
 			})
@@ -136,29 +123,29 @@ func RankRules(in RankInput) Report {
 	if in.Drivers != nil {
 		shape := ShapeOf(inv)
 		for _, e := range in.Drivers.Match(shape) {
-			add(Finding{
-				Rule: RuleDriverKnownBad, Severity: e.Severity, Devices: ids(devs),
+			add(verdict.Finding{
+				Rule: verdict.RuleDriverKnownBad, Severity: e.Severity, Devices: ids(devs),
 				Message:     fmt.Sprintf("driver %s (%s): %s", orDefault(inv.DriverVersion, "unknown"), e.ID, e.Problem),
 				Remediation: e.Fix + " (source: " + e.Source + ")",
 			})
 		}
 	}
 	f = append(f, linkRules(in, fulls)...)
-	r := NewReport("", f)
+	r := verdict.NewReport("", f)
 	r.Devices = summaries(devs)
 	return r
 }
 
 // profileRules: PROFILE_MISMATCH against the expectation, PROFILE_HETEROGENEOUS
 // among the rank's devices.
-func profileRules(in RankInput, devs []topology.Device) []Finding {
-	var f []Finding
+func profileRules(in RankInput, devs []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
 	if want := strings.ToLower(strings.TrimSpace(in.ExpectProfile)); want != "" {
 		for _, d := range devs {
 			switch have := d.Profile(); {
 			case d.Kind == topology.KindMIG && have == "" && want != ProfileFull:
-				f = append(f, Finding{
-					Rule: RuleProfileUnknown, Severity: SeverityWarn, Devices: []string{d.ID()},
+				f = append(f, verdict.Finding{
+					Rule: verdict.RuleProfileUnknown, Severity: verdict.SeverityWarn, Devices: []string{d.ID()},
 					Message:     fmt.Sprintf("%s: its profile is not known (the input did not name it and SMs/memory did not identify one), so --expect-profile %s cannot be checked", d.Name(), want),
 					Remediation: "give an input that names profiles (nvidia-smi -L, mig -lgi, -q -x) or run on the node",
 				})
@@ -200,8 +187,8 @@ func profileRules(in RankInput, devs []topology.Device) []Finding {
 				}
 				parts = append(parts, fmt.Sprintf("%s: %s", desc, names(groups[s])))
 			}
-			f = append(f, Finding{
-				Rule: RuleProfileHeterogeneous, Severity: SeverityFail, Devices: ids(devs),
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleProfileHeterogeneous, Severity: verdict.SeverityFail, Devices: ids(devs),
 				Message:     "the rank's devices differ in shape; the slowest one paces every collective: " + strings.Join(parts, "; "),
 				Remediation: "give every device of the job the same profile (or the same GPU model)",
 			})
@@ -210,7 +197,7 @@ func profileRules(in RankInput, devs []topology.Device) []Finding {
 	return f
 }
 
-func mismatch(in RankInput, d topology.Device, want string) Finding {
+func mismatch(in RankInput, d topology.Device, want string) verdict.Finding {
 	have := d.Profile()
 	msg := fmt.Sprintf("%s has profile %s, the job expects %s", d.Name(), have, want)
 	if d.Kind == topology.KindMIG && want != ProfileFull {
@@ -233,8 +220,8 @@ func mismatch(in RankInput, d topology.Device, want string) Finding {
 			}
 		}
 	}
-	return Finding{
-		Rule: RuleProfileMismatch, Severity: SeverityFail, Devices: []string{d.ID()},
+	return verdict.Finding{
+		Rule: verdict.RuleProfileMismatch, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
 		Message:     msg,
 		Remediation: fmt.Sprintf("request nvidia.com/mig-%s (mixed strategy) or fix --expect-profile; a node offering %s needs its MIG layout changed", want, want),
 	}
@@ -242,11 +229,11 @@ func mismatch(in RankInput, d topology.Device, want string) Finding {
 
 // linkRules: P2P_UNSUPPORTED between the rank's full GPUs, NVLINK_DOWN on
 // them.
-func linkRules(in RankInput, fulls []topology.Device) []Finding {
-	var f []Finding
-	sev := SeverityWarn
+func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
+	sev := verdict.SeverityWarn
 	if in.RequireP2P {
-		sev = SeverityFail
+		sev = verdict.SeverityFail
 	}
 	for i := 0; i < len(fulls); i++ {
 		for j := i + 1; j < len(fulls); j++ {
@@ -272,8 +259,8 @@ func linkRules(in RankInput, fulls []topology.Device) []Finding {
 			if l.Level != "" {
 				lvl = ", link " + l.Level
 			}
-			f = append(f, Finding{
-				Rule: RuleP2PUnsupported, Severity: sev, Devices: []string{fulls[i].ID(), fulls[j].ID()},
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleP2PUnsupported, Severity: sev, Devices: []string{fulls[i].ID(), fulls[j].ID()},
 				Message: fmt.Sprintf("GPU %d and GPU %d cannot do P2P (%s%s); NCCL falls back to shared host memory, several times slower",
 					a.Index, b.Index, strings.Join(bad, ", "), lvl),
 				Remediation: "place the rank on GPUs with P2P (same NVLink domain or PCIe switch: see nvidia-smi topo -p2p rw); check ACS/IOMMU settings on the host",
@@ -295,12 +282,12 @@ func linkRules(in RankInput, fulls []topology.Device) []Finding {
 		if len(down) == 0 || len(up) == 0 {
 			continue
 		}
-		s := SeverityWarn
+		s := verdict.SeverityWarn
 		if len(fulls) > 1 {
-			s = SeverityFail
+			s = verdict.SeverityFail
 		}
-		f = append(f, Finding{
-			Rule: RuleNVLinkDown, Severity: s, Devices: []string{gpuName(g)},
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleNVLinkDown, Severity: s, Devices: []string{gpuName(g)},
 			Message:     fmt.Sprintf("GPU %d: NVLink(s) %s down while %s are up; collectives over this GPU run on fewer links or fall back to PCIe", g.Index, strings.Join(down, ","), strings.Join(up, ",")),
 			Remediation: "drain the node and have the GPU/NVSwitch checked (nvidia-smi nvlink -s, dmesg for Xid 74/NVLink errors); a reset may bring the link back",
 		})
@@ -351,10 +338,10 @@ func gpuName(g *topology.GPU) string {
 	return fmt.Sprintf("GPU %d", g.Index)
 }
 
-func summaries(ds []topology.Device) []DeviceSummary {
-	out := make([]DeviceSummary, len(ds))
+func summaries(ds []topology.Device) []verdict.DeviceSummary {
+	out := make([]verdict.DeviceSummary, len(ds))
 	for i, d := range ds {
-		out[i] = DeviceSummary{ID: d.ID(), Kind: string(d.Kind), GPU: d.GPU.Index, GPUUUID: d.GPU.UUID,
+		out[i] = verdict.DeviceSummary{ID: d.ID(), Kind: string(d.Kind), GPU: d.GPU.Index, GPUUUID: d.GPU.UUID,
 			Profile: d.Profile(), SMs: d.SMs(), MemoryMiB: d.MemoryMiB()}
 	}
 	return out

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func ptrInt(i int) *int { return &i }
@@ -40,7 +41,7 @@ func node() *topology.Inventory {
 	}
 }
 
-func rules(r Report) []string {
+func rules(r verdict.Report) []string {
 	var out []string
 	for _, f := range r.Findings {
 		out = append(out, f.Rule+"/"+string(f.Severity))
@@ -57,27 +58,27 @@ func TestRankRules(t *testing.T) {
 		p2p      bool
 		driver   string
 		want     []string
-		verdict  Verdict
+		verdict  verdict.Verdict
 		contains string
 	}{
-		{name: "one MIG device", refs: []string{"0:0"}, expect: "3g.40gb", verdict: VerdictPass},
-		{name: "one full GPU", refs: []string{"2"}, expect: "full", verdict: VerdictPass},
-		{name: "two full GPUs with P2P", refs: []string{"GPU-2", "GPU-3"}, want: []string{"NVLINK_DOWN/fail"}, verdict: VerdictFail, contains: "NVLink(s) 1 down"},
-		{name: "MIG on two GPUs", refs: []string{"0:0", "1:0"}, want: []string{"MIG_MULTIPLE_PER_PROCESS/fail", "MIG_SPANS_GPUS/fail"}, verdict: VerdictFail},
-		{name: "MIG with full", refs: []string{"0:0", "2"}, want: []string{"MIG_MIXED_WITH_FULL/fail"}, verdict: VerdictFail},
-		{name: "two MIG one GPU", refs: []string{"1:0", "1:1"}, want: []string{"MIG_MULTIPLE_PER_PROCESS/fail"}, verdict: VerdictFail},
-		{name: "same memory different SMs", refs: []string{"0:2"}, expect: "2g.20gb", want: []string{"PROFILE_MISMATCH/fail"}, verdict: VerdictFail, contains: "same memory (20 GB) but 26 SMs instead of 32"},
-		{name: "MIG when full expected", refs: []string{"0:3"}, expect: "full", want: []string{"PROFILE_MISMATCH/fail"}, verdict: VerdictFail},
-		{name: "heterogeneous full GPUs", refs: []string{"2", "4"}, want: []string{"PROFILE_HETEROGENEOUS/fail", "MIG_MODE_PENDING/warn", "P2P_UNSUPPORTED/warn"}, verdict: VerdictFail, contains: "H100 PCIe (114 SMs)"},
-		{name: "P2P required", refs: []string{"2", "4"}, p2p: true, want: []string{"P2P_UNSUPPORTED/fail", "PROFILE_HETEROGENEOUS/fail", "MIG_MODE_PENDING/warn"}, verdict: VerdictFail, contains: "read CNS"},
-		{name: "MIG parent given whole", refs: []string{"0"}, want: []string{"MIG_PARENT_ALLOCATED/fail"}, verdict: VerdictFail},
-		{name: "MIG enabled no instances", refs: []string{"5"}, want: []string{"MIG_NO_INSTANCES/fail"}, verdict: VerdictFail},
-		{name: "device not found", refs: []string{"GPU-9", "0:0"}, want: []string{"DEVICE_NOT_FOUND/fail"}, verdict: VerdictFail, contains: "GPU-9"},
-		{name: "no devices", refs: nil, want: []string{"NO_DEVICES/fail"}, verdict: VerdictFail},
-		{name: "pending mode warns", refs: []string{"4"}, want: []string{"MIG_MODE_PENDING/warn"}, verdict: VerdictWarn},
-		{name: "single GPU partial NVLink warns", refs: []string{"3"}, want: []string{"NVLINK_DOWN/warn"}, verdict: VerdictWarn},
-		{name: "known-bad driver on mixed node", refs: []string{"0:0"}, driver: "570.133.20", want: []string{"DRIVER_KNOWN_BAD/fail"}, verdict: VerdictFail, contains: "570.172.08"},
-		{name: "fixed driver", refs: []string{"0:0"}, driver: "570.172.08", verdict: VerdictPass},
+		{name: "one MIG device", refs: []string{"0:0"}, expect: "3g.40gb", verdict: verdict.VerdictPass},
+		{name: "one full GPU", refs: []string{"2"}, expect: "full", verdict: verdict.VerdictPass},
+		{name: "two full GPUs with P2P", refs: []string{"GPU-2", "GPU-3"}, want: []string{"NVLINK_DOWN/fail"}, verdict: verdict.VerdictFail, contains: "NVLink(s) 1 down"},
+		{name: "MIG on two GPUs", refs: []string{"0:0", "1:0"}, want: []string{"MIG_MULTIPLE_PER_PROCESS/fail", "MIG_SPANS_GPUS/fail"}, verdict: verdict.VerdictFail},
+		{name: "MIG with full", refs: []string{"0:0", "2"}, want: []string{"MIG_MIXED_WITH_FULL/fail"}, verdict: verdict.VerdictFail},
+		{name: "two MIG one GPU", refs: []string{"1:0", "1:1"}, want: []string{"MIG_MULTIPLE_PER_PROCESS/fail"}, verdict: verdict.VerdictFail},
+		{name: "same memory different SMs", refs: []string{"0:2"}, expect: "2g.20gb", want: []string{"PROFILE_MISMATCH/fail"}, verdict: verdict.VerdictFail, contains: "same memory (20 GB) but 26 SMs instead of 32"},
+		{name: "MIG when full expected", refs: []string{"0:3"}, expect: "full", want: []string{"PROFILE_MISMATCH/fail"}, verdict: verdict.VerdictFail},
+		{name: "heterogeneous full GPUs", refs: []string{"2", "4"}, want: []string{"PROFILE_HETEROGENEOUS/fail", "MIG_MODE_PENDING/warn", "P2P_UNSUPPORTED/warn"}, verdict: verdict.VerdictFail, contains: "H100 PCIe (114 SMs)"},
+		{name: "P2P required", refs: []string{"2", "4"}, p2p: true, want: []string{"P2P_UNSUPPORTED/fail", "PROFILE_HETEROGENEOUS/fail", "MIG_MODE_PENDING/warn"}, verdict: verdict.VerdictFail, contains: "read CNS"},
+		{name: "MIG parent given whole", refs: []string{"0"}, want: []string{"MIG_PARENT_ALLOCATED/fail"}, verdict: verdict.VerdictFail},
+		{name: "MIG enabled no instances", refs: []string{"5"}, want: []string{"MIG_NO_INSTANCES/fail"}, verdict: verdict.VerdictFail},
+		{name: "device not found", refs: []string{"GPU-9", "0:0"}, want: []string{"DEVICE_NOT_FOUND/fail"}, verdict: verdict.VerdictFail, contains: "GPU-9"},
+		{name: "no devices", refs: nil, want: []string{"NO_DEVICES/fail"}, verdict: verdict.VerdictFail},
+		{name: "pending mode warns", refs: []string{"4"}, want: []string{"MIG_MODE_PENDING/warn"}, verdict: verdict.VerdictWarn},
+		{name: "single GPU partial NVLink warns", refs: []string{"3"}, want: []string{"NVLINK_DOWN/warn"}, verdict: verdict.VerdictWarn},
+		{name: "known-bad driver on mixed node", refs: []string{"0:0"}, driver: "570.133.20", want: []string{"DRIVER_KNOWN_BAD/fail"}, verdict: verdict.VerdictFail, contains: "570.172.08"},
+		{name: "fixed driver", refs: []string{"0:0"}, driver: "570.172.08", verdict: verdict.VerdictPass},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			inv := node()
@@ -110,17 +111,17 @@ func TestRankRules(t *testing.T) {
 }
 
 func TestReportVerdictAndReason(t *testing.T) {
-	r := NewReport("x", []Finding{
-		{Rule: "B_RULE", Severity: SeverityWarn, Message: "w"},
-		{Rule: "A_RULE", Severity: SeverityFail, Message: "f", Remediation: "do it"},
+	r := verdict.NewReport("x", []verdict.Finding{
+		{Rule: "B_RULE", Severity: verdict.SeverityWarn, Message: "w"},
+		{Rule: "A_RULE", Severity: verdict.SeverityFail, Message: "f", Remediation: "do it"},
 	})
-	require.Equal(t, VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	require.Equal(t, "A_RULE", r.Findings[0].Rule)
 	require.Equal(t, "A_RULE: f Fix: do it", r.Reason(0))
 	require.Len(t, r.Reason(8), 8)
-	require.Equal(t, ExitFail, r.ExitCode())
-	require.Equal(t, VerdictPass, NewReport("", nil).Verdict)
-	require.NotNil(t, NewReport("", nil).Findings)
+	require.Equal(t, verdict.ExitFail, r.ExitCode())
+	require.Equal(t, verdict.VerdictPass, verdict.NewReport("", nil).Verdict)
+	require.NotNil(t, verdict.NewReport("", nil).Findings)
 }
 
 func TestDriverTable(t *testing.T) {
@@ -132,7 +133,7 @@ func TestDriverTable(t *testing.T) {
 	gh := NodeShape{Driver: "580.1", HasMIG: true, Products: []string{"NVIDIA GH200 480GB"}, Profiles: []string{"1g.12gb"}}
 	m := tbl.Match(gh)
 	require.Len(t, m, 1)
-	require.Equal(t, SeverityWarn, m[0].Severity)
+	require.Equal(t, verdict.SeverityWarn, m[0].Severity)
 	gh.Profiles = []string{"1g.24gb"}
 	require.Empty(t, tbl.Match(gh))
 

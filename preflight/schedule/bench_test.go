@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Fleet generator for benchmarks: mixed GPU models and MIG layouts, about
@@ -148,7 +150,7 @@ func BenchmarkNewCluster(b *testing.B) {
 func TestBenchJobsVerdicts(t *testing.T) {
 	e := New()
 	c := e.NewCluster(benchFleet(5000, 30))
-	want := map[string]string{"mig-1000x1": RuleSchedulable, "gpu-125x8": RuleWaitCapacity, "shape-2g.35gb": RuleShapeMismatch}
+	want := map[string]string{"mig-1000x1": verdict.RuleSchedulable, "gpu-125x8": verdict.RuleWaitCapacity, "shape-2g.35gb": verdict.RuleShapeMismatch}
 	for name, w := range benchJobs() {
 		start := time.Now()
 		res := e.Diagnose(c, w)

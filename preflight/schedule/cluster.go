@@ -7,6 +7,7 @@ import (
 
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Engine judges workloads against clusters. It holds only read-only data
@@ -141,7 +142,7 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 		bad, ok := badByShape[sk]
 		if !ok {
 			for _, d := range e.drivers.Match(ni.shape) {
-				if d.Severity == preflight.SeverityFail {
+				if d.Severity == verdict.SeverityFail {
 					bad[0] = append(bad[0], d)
 				} else {
 					bad[1] = append(bad[1], d)

@@ -4,39 +4,26 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Rule IDs of the schedulability engine: a public vocabulary (README,
 // README, rankgate diagnose). Renaming one is a breaking change.
-const (
-	RuleSchedulable        = "SCHEDULABLE"
-	RuleWaitCapacity       = "WAIT_CAPACITY"
-	RuleShapeMismatch      = "SHAPE_MISMATCH"
-	RuleStrategyMismatch   = "STRATEGY_MISMATCH"
-	RuleMIGLayoutInvalid   = "MIG_LAYOUT_INVALID"
-	RuleMIGReconfigPending = "MIG_RECONFIG_PENDING"
-	RuleMIGReconfigFailed  = "MIG_RECONFIG_FAILED"
-	RuleDriverKnownBad     = "DRIVER_KNOWN_BAD"
-	RuleGangTooLarge       = "GANG_TOO_LARGE"
-	RuleNodeConstraints    = "NODE_CONSTRAINTS"
-	RuleReconfigurable     = "RECONFIGURABLE"
-	RuleMIGMultiPod        = "MIG_MULTI_POD"
-)
+const ()
 
 // Rules lists every rule ID, for documentation tests.
 var Rules = []string{
-	RuleSchedulable, RuleWaitCapacity, RuleShapeMismatch, RuleStrategyMismatch,
-	RuleMIGLayoutInvalid, RuleMIGReconfigPending, RuleMIGReconfigFailed,
-	RuleDriverKnownBad, RuleGangTooLarge, RuleNodeConstraints,
-	RuleReconfigurable, RuleMIGMultiPod,
+	verdict.RuleSchedulable, verdict.RuleWaitCapacity, verdict.RuleShapeMismatch, verdict.RuleStrategyMismatch,
+	verdict.RuleMIGLayoutInvalid, verdict.RuleMIGReconfigPending, verdict.RuleMIGReconfigFailed,
+	verdict.RuleDriverKnownBad, verdict.RuleGangTooLarge, verdict.RuleNodeConstraints,
+	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod,
 }
 
 // Result is the engine's judgement of one workload.
 type Result struct {
 	// Report holds every finding; its verdict is fail when the workload
 	// cannot run as it is (Hopeless), warn when it waits.
-	Report preflight.Report
+	Report verdict.Report
 	// Rule is the primary verdict: SCHEDULABLE, WAIT_CAPACITY,
 	// MIG_RECONFIG_PENDING, or the first rule that makes it hopeless.
 	Rule string
@@ -71,7 +58,7 @@ type diag struct {
 	resName []string
 	resIdx  []int // cluster resource index, -1 when no node has it
 	sets    []setState
-	out     []preflight.Finding
+	out     []verdict.Finding
 	// lastPlacement is the placement found when the job fits now.
 	lastPlacement []Assignment
 }
@@ -157,7 +144,7 @@ func (s *setState) merge(ps *PodSet, label string) {
 	s.label += " + " + label
 }
 
-func (d *diag) add(f preflight.Finding) {
+func (d *diag) add(f verdict.Finding) {
 	d.out = append(d.out, f)
 }
 
@@ -165,40 +152,40 @@ func (d *diag) add(f preflight.Finding) {
 // pending MIG change, excluded nodes, waiting for capacity, in that order.
 func (d *diag) result() Result {
 	res := Result{
-		Report:    preflight.NewReport(d.w.Subject(), append([]preflight.Finding(nil), d.out...)),
+		Report:    verdict.NewReport(d.w.Subject(), append([]verdict.Finding(nil), d.out...)),
 		Placement: d.lastPlacement,
 	}
 	var wait, pending, excluded bool
 	for _, f := range d.out {
-		if f.Severity == preflight.SeverityFail && res.Rule == "" {
+		if f.Severity == verdict.SeverityFail && res.Rule == "" {
 			res.Rule, res.Hopeless = f.Rule, true
 		}
-		wait = wait || f.Rule == RuleWaitCapacity
-		pending = pending || (f.Rule == RuleMIGReconfigPending && f.Severity == preflight.SeverityWarn)
-		excluded = excluded || (f.Rule == RuleNodeConstraints && f.Severity == preflight.SeverityWarn)
+		wait = wait || f.Rule == verdict.RuleWaitCapacity
+		pending = pending || (f.Rule == verdict.RuleMIGReconfigPending && f.Severity == verdict.SeverityWarn)
+		excluded = excluded || (f.Rule == verdict.RuleNodeConstraints && f.Severity == verdict.SeverityWarn)
 	}
 	switch {
 	case res.Rule != "":
 	case pending:
-		res.Rule = RuleMIGReconfigPending
+		res.Rule = verdict.RuleMIGReconfigPending
 	case excluded:
-		res.Rule = RuleNodeConstraints
+		res.Rule = verdict.RuleNodeConstraints
 	case wait:
-		res.Rule = RuleWaitCapacity
+		res.Rule = verdict.RuleWaitCapacity
 	default:
-		res.Rule = RuleSchedulable
+		res.Rule = verdict.RuleSchedulable
 	}
 	return res
 }
 
 // finding about a pod set s, or about the whole job when s is nil.
-func (d *diag) finding(s *setState, rule string, sev preflight.Severity, msg, fix string, nodes []int32) preflight.Finding {
-	f := preflight.Finding{Rule: rule, Severity: sev, Message: upperFirst(msg), Remediation: fix}
+func (d *diag) finding(s *setState, rule string, sev verdict.Severity, msg, fix string, nodes []int32) verdict.Finding {
+	f := verdict.Finding{Rule: rule, Severity: sev, Message: upperFirst(msg), Remediation: fix}
 	f.Nodes = d.nodeNames(nodes, 50)
 	if s != nil {
 		ps := s.ps
 		f.Pods = limit(ps.Pods, 50)
-		if ps.SchedulerMessage != "" && sev != preflight.SeverityInfo {
+		if ps.SchedulerMessage != "" && sev != verdict.SeverityInfo {
 			f.Message += fmt.Sprintf(" The scheduler said: %q.", clip(ps.SchedulerMessage, 600))
 		}
 	}

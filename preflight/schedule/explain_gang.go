@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Explanations of the gang family: the whole job fits now (SCHEDULABLE),
@@ -15,11 +15,11 @@ import (
 func (d *diag) explainJob(j jobClass) {
 	switch j.verdict {
 	case jobNoPods:
-		d.add(d.finding(nil, RuleSchedulable, preflight.SeverityInfo, "The workload has no pods to place.", "", nil))
+		d.add(d.finding(nil, verdict.RuleSchedulable, verdict.SeverityInfo, "The workload has no pods to place.", "", nil))
 	case jobTooLarge:
 		d.gangTooLarge(j.classes, j.placement, j.capOf)
 	case jobAllBound:
-		d.add(d.finding(nil, RuleSchedulable, preflight.SeverityInfo, "Every pod of the workload is already bound to a node.", "", nil))
+		d.add(d.finding(nil, verdict.RuleSchedulable, verdict.SeverityInfo, "Every pod of the workload is already bound to a node.", "", nil))
 	case jobFitsNow:
 		d.schedulable(j.classes, j.placement)
 	case jobWaitCapacity:
@@ -61,7 +61,7 @@ func (d *diag) gangTooLarge(classes []class, p placement, capOf capFunc) {
 		parts = append(parts, fmt.Sprintf("%s asks %s per pod; the nodes that offer it and admit the pods (%d) hold at most %d of its %d pods even with every other pod gone (%s)",
 			d.className(cl), d.classRequest(cl), len(cl.nodes), p.placed[ci], cl.need, strings.Join(totals, "; ")))
 	}
-	d.add(d.finding(nil, RuleGangTooLarge, preflight.SeverityFail,
+	d.add(d.finding(nil, verdict.RuleGangTooLarge, verdict.SeverityFail,
 		"The job must start all its ranks at once, and even an empty cluster cannot hold them: "+strings.Join(parts, "; ")+".",
 		"Lower the replica count to what fits, ask for fewer or smaller devices per pod, or add nodes with this shape; waiting will not help.", d.dedupe(nodes)))
 }
@@ -101,7 +101,7 @@ func (d *diag) schedulable(classes []class, p placement) {
 		fix = "rankgate models GPU and MIG resources, cpu, memory, pod counts, nodeSelector, required node affinity, taints and cordons. The cause is outside those: pod (anti-)affinity, topology spread, volumes, quotas, a gang scheduler's queue, or a scheduler that counts MIG resources wrongly (seen with mixed strategy); look at that scheduler's events."
 	}
 	d.lastPlacement = res
-	d.add(d.finding(nil, RuleSchedulable, preflight.SeverityInfo, msg, fix, d.dedupe(nodes)))
+	d.add(d.finding(nil, verdict.RuleSchedulable, verdict.SeverityInfo, msg, fix, d.dedupe(nodes)))
 }
 
 func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
@@ -160,7 +160,7 @@ func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
 		msg = fmt.Sprintf("The pod's shape exists, but %s.", strings.Join(parts, "; "))
 		fix = "Wait for pods on those nodes to finish, or free devices there (lower-priority work, idle notebooks). Nothing is wrong with the pod's shape."
 	}
-	d.add(d.finding(nil, RuleWaitCapacity, preflight.SeverityWarn, msg, fix, d.dedupe(busy)))
+	d.add(d.finding(nil, verdict.RuleWaitCapacity, verdict.SeverityWarn, msg, fix, d.dedupe(busy)))
 	var pending []int32
 	for i := range d.sets {
 		pending = append(pending, d.sets[i].pendingOnly...)

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Explanations of the MIG family: a layout change pending or failed
@@ -18,24 +18,24 @@ func (d *diag) reconfigPending(s *setState, ns []int32, r string) {
 	if r != "" {
 		what = "The new layout offers " + r
 	}
-	d.add(d.finding(s, RuleMIGReconfigPending, preflight.SeverityWarn,
+	d.add(d.finding(s, verdict.RuleMIGReconfigPending, verdict.SeverityWarn,
 		fmt.Sprintf("%s: mig-manager is changing the MIG layout (%s). %s; the device plugin is paused until the change ends, so %s waits.",
 			d.nodeCountNames(ns), d.migStates(ns), what, d.setName(s)),
 		"Wait for nvidia.com/mig.config.state=success on those nodes. If it stays pending or rebooting, look at the mig-manager pod on the node: GPU pods still running there block the change.", ns))
 }
 
 func (d *diag) reconfigFailed(s *setState, ns []int32, r string, decisive bool) {
-	sev := preflight.SeverityWarn
+	sev := verdict.SeverityWarn
 	tail := "such nodes are left out of the placement"
 	if decisive {
-		sev = preflight.SeverityFail
+		sev = verdict.SeverityFail
 		tail = "no other node offers the shape"
 	}
 	what := "Those nodes offer what " + d.setName(s) + " asks"
 	if r != "" {
 		what = "The new layout would offer " + r
 	}
-	d.add(d.finding(s, RuleMIGReconfigFailed, sev,
+	d.add(d.finding(s, verdict.RuleMIGReconfigFailed, sev,
 		fmt.Sprintf("%s: mig-manager failed to change the MIG layout (%s). %s, but %s.", d.nodeCountNames(ns), d.migStates(ns), what, tail),
 		"Read the mig-manager logs on those nodes (kubectl -n gpu-operator logs -l app=nvidia-mig-manager), fix the mig-parted config or the node (GPU processes still running block a change), then set nvidia.com/mig.config again.", ns))
 }
@@ -68,7 +68,7 @@ func (d *diag) layoutInvalid(s *setState, ns []int32, r string) {
 			parts = append(parts, fmt.Sprintf("%s: %s applied (state %s) but the node advertises %s 0", ni.node.Name, "mig.config="+ni.gpu.MIGConfig, orUnset(ni.gpu.MIGConfigState), r))
 		}
 	}
-	d.add(d.finding(s, RuleMIGLayoutInvalid, preflight.SeverityFail,
+	d.add(d.finding(s, verdict.RuleMIGLayoutInvalid, verdict.SeverityFail,
 		fmt.Sprintf("No node advertises %s, which %s asks for. Nodes whose layout should offer it advertise none: %s.", r, d.setName(s), strings.Join(parts, "; ")),
 		"Give the node a layout its strategy can advertise: under mig.strategy=single every GPU needs the same one profile (or MIG off on all); otherwise use mixed. Then restart the device plugin and GFD pods on the node and check kubectl describe node.", ns))
 }
@@ -76,7 +76,7 @@ func (d *diag) layoutInvalid(s *setState, ns []int32, r string) {
 func (d *diag) strategyMismatch(s *setState, ns []int32, r string) {
 	ni := &d.c.nodes[ns[0]]
 	if p, ok := MIGProfileOf(r); ok {
-		d.add(d.finding(s, RuleStrategyMismatch, preflight.SeverityFail,
+		d.add(d.finding(s, verdict.RuleStrategyMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s, but the nodes with %s instances use mig.strategy=single (%s): they advertise them as nvidia.com/gpu (product %s), never as %s.",
 				d.setName(s), r, p, d.nodeCountNames(ns), ni.gpu.Product, r),
 			fmt.Sprintf("Ask for nvidia.com/gpu with nodeSelector %s=%s, or switch those nodes' device plugin and GFD to mig.strategy=mixed.", LabelProduct, ni.gpu.Product), ns))
@@ -91,7 +91,7 @@ func (d *diag) strategyMismatch(s *setState, ns []int32, r string) {
 			}
 		}
 	}
-	d.add(d.finding(s, RuleStrategyMismatch, preflight.SeverityFail,
+	d.add(d.finding(s, verdict.RuleStrategyMismatch, verdict.SeverityFail,
 		fmt.Sprintf("%s asks nvidia.com/gpu (full GPUs), but no node advertises it: the GPU nodes (%s) use mig.strategy=mixed with every GPU partitioned and offer only %s.",
 			d.setName(s), d.nodeCountNames(ns), strings.Join(sortedKeys(offered), ", ")),
 		"Ask for one of those MIG resources, or give nodes full GPUs: label them nvidia.com/mig.config=all-disabled (mig-manager drains the GPUs).", ns))
@@ -115,7 +115,7 @@ func (d *diag) gpuMeaning(s *setState, ns []int32) {
 			single = append(single, kinds[k]...)
 		}
 	}
-	d.add(d.finding(s, RuleStrategyMismatch, preflight.SeverityWarn,
+	d.add(d.finding(s, verdict.RuleStrategyMismatch, verdict.SeverityWarn,
 		fmt.Sprintf("%s asks nvidia.com/gpu, which means %s (mig.strategy=single advertises MIG instances as nvidia.com/gpu). Its ranks may land on either and mix MIG instances with full GPUs.",
 			d.setName(s), strings.Join(parts, ", ")),
 		fmt.Sprintf("Pin the job with a nodeSelector on %s to the kind of device it needs.", LabelProduct), single))
@@ -145,7 +145,7 @@ func (d *diag) shortLayouts(s *setState, ns []int32) {
 		if len(short) == 0 {
 			continue
 		}
-		d.add(d.finding(s, RuleMIGLayoutInvalid, preflight.SeverityWarn,
+		d.add(d.finding(s, verdict.RuleMIGLayoutInvalid, verdict.SeverityWarn,
 			fmt.Sprintf("Fewer %s are advertised than the MIG layout creates on %s: %s.", r, d.nodeCountNames(short), strings.Join(parts, "; ")),
 			"Check the device plugin and mig-manager on those nodes (kubectl describe node; their pod logs); restarting the device plugin pod re-advertises the instances. Cluster autoscalers that only know nvidia.com/gpu cannot add MIG capacity.", short))
 	}
@@ -177,6 +177,6 @@ func (d *diag) multiPod() {
 	if len(fullSets) > 0 {
 		msg += fmt.Sprintf(" It also mixes MIG instances with full GPUs (%s): the slowest path sets the pace.", strings.Join(fullSets, ", "))
 	}
-	d.add(d.finding(nil, RuleMIGMultiPod, preflight.SeverityWarn, msg,
+	d.add(d.finding(nil, verdict.RuleMIGMultiPod, verdict.SeverityWarn, msg,
 		"For MIG, run all ranks in one pod on instances of one physical GPU (one process per instance, NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL's MIG support); for multi-node training ask for full GPUs (nvidia.com/gpu on nodes with MIG disabled).", nil))
 }

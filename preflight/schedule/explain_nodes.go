@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Explanations of the node family: nodes the pod's placement rules or the
@@ -56,12 +57,12 @@ func (d *diag) nodeConstraints(s *setState) {
 			fixes = append(fixes, "unset spec.nodeName or pin the pod to a node that has the shape")
 		}
 	}
-	sev, tail := preflight.SeverityFail, ""
+	sev, tail := verdict.SeverityFail, ""
 	if len(transient) > 0 {
-		sev = preflight.SeverityWarn
+		sev = verdict.SeverityWarn
 		tail = fmt.Sprintf(" Cordoned or unhealthy nodes come back (%s): the %s waits for them.", d.names(transient), d.noun())
 	}
-	d.add(d.finding(s, RuleNodeConstraints, sev,
+	d.add(d.finding(s, verdict.RuleNodeConstraints, sev,
 		fmt.Sprintf("%s asks %s per pod; %s offer that, but the pod's own placement rules or the nodes' state exclude all of them: %s.%s",
 			d.setName(s), fmtRequests(s.ps.Requests), plural(s.fitting, "node"), strings.Join(parts, "; "), tail),
 		upperFirst(strings.Join(dedupe(fixes), "; "))+".", all))
@@ -102,11 +103,11 @@ func (d *diag) driverBad(s *setState, ns []int32, decisive bool) {
 		for _, n := range list {
 			drivers[d.c.nodes[n].gpu.Driver] = true
 		}
-		sev, lead := preflight.SeverityWarn, "Such nodes are left out of the placement"
+		sev, lead := verdict.SeverityWarn, "Such nodes are left out of the placement"
 		if decisive {
-			sev, lead = preflight.SeverityFail, "No other node would fit"
+			sev, lead = verdict.SeverityFail, "No other node would fit"
 		}
-		d.add(d.finding(s, RuleDriverKnownBad, sev,
+		d.add(d.finding(s, verdict.RuleDriverKnownBad, sev,
 			fmt.Sprintf("What %s asks is offered by %s, on driver %s, known bad on this node shape (%s): %s. %s. Source: %s.",
 				d.setName(s), d.nodeCountNames(list), strings.Join(sortedKeys(drivers), ", "), condText(e.Condition), e.Problem, lead, e.Source),
 			upperFirst(e.Fix)+".", list))
@@ -131,7 +132,7 @@ func (d *diag) driverWarnings(s *setState, ns []int32) {
 	}
 	for _, id := range sortedKeys(byEntry) {
 		e, list := entries[id], byEntry[id]
-		d.add(d.finding(s, RuleDriverKnownBad, preflight.SeverityWarn,
+		d.add(d.finding(s, verdict.RuleDriverKnownBad, verdict.SeverityWarn,
 			fmt.Sprintf("Nodes that would run %s match a known driver issue (%s): %s. Nodes: %s. Source: %s.",
 				d.setName(s), condText(e.Condition), e.Problem, d.nodeCountNames(list), e.Source),
 			upperFirst(e.Fix)+".", list))

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Explanations of a pod set's class (classify.go), and of the shape family:
@@ -17,7 +17,7 @@ func (d *diag) explainSet(s *setState) {
 	case setNoNodeFits:
 		d.noNodeFits(s)
 	case setLosingShape:
-		d.add(d.finding(s, RuleShapeMismatch, preflight.SeverityFail,
+		d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s per pod; the only nodes that offer it (%s) are being changed by mig-manager to a layout without it (%s).",
 				d.setName(s), fmtRequests(s.ps.Requests), d.names(s.losing), d.migStates(s.losing)),
 			"Ask for a shape the new layout offers, or set nvidia.com/mig.config on those nodes back to a layout with this one.", s.losing))
@@ -62,7 +62,7 @@ func (d *diag) usable(s *setState) {
 // noNodeFits explains a pod set that no node could hold even empty.
 func (d *diag) noNodeFits(s *setState) {
 	if len(s.missing) == 0 {
-		d.add(d.finding(s, RuleShapeMismatch, preflight.SeverityFail,
+		d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s per pod, and no node offers all of it in one node. The most any node offers: %s.",
 				d.setName(s), fmtRequests(s.ps.Requests), d.mostOffered(s)),
 			"Ask for at most what one node offers: split each pod into more, smaller pods (more replicas, fewer GPUs each), or add nodes of that size.",
@@ -75,7 +75,7 @@ func (d *diag) noNodeFits(s *setState) {
 			continue
 		}
 		name := d.resName[m.k]
-		d.add(d.finding(s, RuleShapeMismatch, preflight.SeverityFail,
+		d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s %s per pod; no node offers %s at all.", d.setName(s), name, fmtAmount(name, s.req[m.k]), name),
 			fmt.Sprintf("Remove the %s request or add nodes that advertise it.", name), nil))
 	}
@@ -149,7 +149,7 @@ func (d *diag) shapeMismatch(s *setState, r string, stale, excludedPending []int
 	if _, ok := MIGProfileOf(r); !ok {
 		fix = "Add GPU nodes, or check that the NVIDIA device plugin runs on them (kubectl describe node shows nvidia.com/gpu under Allocatable)."
 	}
-	d.add(d.finding(s, RuleShapeMismatch, preflight.SeverityFail, msg, fix, stale))
+	d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail, msg, fix, stale))
 }
 
 // reconfigurable names nodes whose GPU model can carry profile r and the
@@ -210,7 +210,7 @@ func (d *diag) reconfigurable(s *setState, r string, ns []int32) {
 	if supply < need {
 		msg += " Even all of them would not be enough; add nodes too."
 	}
-	d.add(d.finding(s, RuleReconfigurable, preflight.SeverityInfo, msg,
+	d.add(d.finding(s, verdict.RuleReconfigurable, verdict.SeverityInfo, msg,
 		fmt.Sprintf("Reconfiguring destroys the node's MIG instances and the work on them: drain the node first (kubectl drain), then label it nvidia.com/mig.config=all-%s (add that name to the mig-parted config map if it is missing) and wait for nvidia.com/mig.config.state=success. Under mig.strategy=mixed it appears as %s.", p, r),
 		all))
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // caller bounds every NVML call of one discovery by a deadline. The calls
@@ -72,7 +73,7 @@ func (c *caller) do(o op, timeout time.Duration, f func()) (err error) {
 		c.mu.Unlock()
 		if p != nil {
 			err = &topology.DiscoveryError{
-				Class:       ClassUnknown,
+				Class:       verdict.ClassUnknown,
 				Op:          o.String(),
 				Message:     fmt.Sprintf("%sthe NVML binding panicked: %v", o.subject(), p),
 				Remediation: remediationPanic,

@@ -16,6 +16,7 @@ import (
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
 	"github.com/rankgate/rankgate/topology/nvmlsource/nvmltest"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func discoveryError(t *testing.T, err error) *topology.DiscoveryError {
@@ -33,23 +34,23 @@ func TestErrorClasses(t *testing.T) {
 		class  string
 		op     string // in DiscoveryError.Op
 	}{
-		{nvml.ERROR_DRIVER_NOT_LOADED, "Init", nvmlsource.ClassDriverNotLoaded, "nvmlInit()"},
-		{nvml.ERROR_LIBRARY_NOT_FOUND, "Init", nvmlsource.ClassLibraryNotFound, "nvmlInit()"},
-		{nvml.ERROR_LIB_RM_VERSION_MISMATCH, "Init", nvmlsource.ClassLibRMVersionMismatch, "nvmlInit()"},
-		{nvml.ERROR_GPU_IS_LOST, "Device.GetUUID", nvmlsource.ClassGPUIsLost, "nvmlDeviceGetUUID(GPU 0)"},
-		{nvml.ERROR_RESET_REQUIRED, "GetMemoryInfo", nvmlsource.ClassResetRequired, "nvmlDeviceGetMemoryInfo(GPU 0)"},
-		{nvml.ERROR_CORRUPTED_INFOROM, "GetName", nvmlsource.ClassCorruptedInfoROM, "nvmlDeviceGetName(GPU 0)"},
-		{nvml.ERROR_IRQ_ISSUE, "GetPciInfo", nvmlsource.ClassIRQIssue, "nvmlDeviceGetPciInfo(GPU 0)"},
-		{nvml.ERROR_OPERATING_SYSTEM, "Init", nvmlsource.ClassOperatingSystem, "nvmlInit()"},
-		{nvml.ERROR_NO_PERMISSION, "DeviceGetHandleByIndex", nvmlsource.ClassNoPermission, "nvmlDeviceGetHandleByIndex(GPU 0)"},
-		{nvml.ERROR_TIMEOUT, "GetNvLinkState", nvmlsource.ClassTimeout, "nvmlDeviceGetNvLinkState(GPU 0, link 0)"},
-		{nvml.ERROR_NOT_READY, "GetMigMode", nvmlsource.ClassNotReady, "nvmlDeviceGetMigMode(GPU 0)"},
-		{nvml.ERROR_NOT_FOUND, "GetGpuInstanceById", nvmlsource.ClassNotFound, "nvmlDeviceGetGpuInstanceById(MIG 0:0, GI "},
-		{nvml.ERROR_GPU_NOT_FOUND, "DeviceGetCount", nvmlsource.ClassGPUNotFound, "nvmlDeviceGetCount()"},
-		{nvml.ERROR_UNKNOWN, "GetP2PStatus", nvmlsource.ClassUnknown, "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, READ)"},
-		{nvml.ERROR_MEMORY, "MIG.GetAttributes", nvmlsource.ClassUnknown, "nvmlDeviceGetAttributes(MIG 0:0)"},
-		{nvml.ERROR_INSUFFICIENT_POWER, "SystemGetDriverVersion", nvmlsource.ClassUnknown, "nvmlSystemGetDriverVersion()"},
-		{nvml.ERROR_UNINITIALIZED, "GetTopologyCommonAncestor", nvmlsource.ClassUnknown, "nvmlDeviceGetTopologyCommonAncestor(GPU 0, GPU 1)"},
+		{nvml.ERROR_DRIVER_NOT_LOADED, "Init", verdict.ClassDriverNotLoaded, "nvmlInit()"},
+		{nvml.ERROR_LIBRARY_NOT_FOUND, "Init", verdict.ClassLibraryNotFound, "nvmlInit()"},
+		{nvml.ERROR_LIB_RM_VERSION_MISMATCH, "Init", verdict.ClassLibRMVersionMismatch, "nvmlInit()"},
+		{nvml.ERROR_GPU_IS_LOST, "Device.GetUUID", verdict.ClassGPUIsLost, "nvmlDeviceGetUUID(GPU 0)"},
+		{nvml.ERROR_RESET_REQUIRED, "GetMemoryInfo", verdict.ClassResetRequired, "nvmlDeviceGetMemoryInfo(GPU 0)"},
+		{nvml.ERROR_CORRUPTED_INFOROM, "GetName", verdict.ClassCorruptedInfoROM, "nvmlDeviceGetName(GPU 0)"},
+		{nvml.ERROR_IRQ_ISSUE, "GetPciInfo", verdict.ClassIRQIssue, "nvmlDeviceGetPciInfo(GPU 0)"},
+		{nvml.ERROR_OPERATING_SYSTEM, "Init", verdict.ClassOperatingSystem, "nvmlInit()"},
+		{nvml.ERROR_NO_PERMISSION, "DeviceGetHandleByIndex", verdict.ClassNoPermission, "nvmlDeviceGetHandleByIndex(GPU 0)"},
+		{nvml.ERROR_TIMEOUT, "GetNvLinkState", verdict.ClassTimeout, "nvmlDeviceGetNvLinkState(GPU 0, link 0)"},
+		{nvml.ERROR_NOT_READY, "GetMigMode", verdict.ClassNotReady, "nvmlDeviceGetMigMode(GPU 0)"},
+		{nvml.ERROR_NOT_FOUND, "GetGpuInstanceById", verdict.ClassNotFound, "nvmlDeviceGetGpuInstanceById(MIG 0:0, GI "},
+		{nvml.ERROR_GPU_NOT_FOUND, "DeviceGetCount", verdict.ClassGPUNotFound, "nvmlDeviceGetCount()"},
+		{nvml.ERROR_UNKNOWN, "GetP2PStatus", verdict.ClassUnknown, "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, READ)"},
+		{nvml.ERROR_MEMORY, "MIG.GetAttributes", verdict.ClassUnknown, "nvmlDeviceGetAttributes(MIG 0:0)"},
+		{nvml.ERROR_INSUFFICIENT_POWER, "SystemGetDriverVersion", verdict.ClassUnknown, "nvmlSystemGetDriverVersion()"},
+		{nvml.ERROR_UNINITIALIZED, "GetTopologyCommonAncestor", verdict.ClassUnknown, "nvmlDeviceGetTopologyCommonAncestor(GPU 0, GPU 1)"},
 	}
 	messages, remediations := map[string]string{}, map[string]string{}
 	for _, tt := range tests {
@@ -67,7 +68,7 @@ func TestErrorClasses(t *testing.T) {
 			require.NotEmpty(t, de.Remediation)
 			require.ErrorIs(t, err, tt.ret, "Err is the NVML return code")
 			require.Contains(t, err.Error(), "NVML_"+tt.class)
-			if tt.class == nvmlsource.ClassUnknown {
+			if tt.class == verdict.ClassUnknown {
 				require.Contains(t, de.Message, tt.ret.Error(), "UNKNOWN carries NVML's error string")
 				return
 			}
@@ -82,7 +83,7 @@ func TestErrorClasses(t *testing.T) {
 			messages[tt.class], remediations[tt.class] = msg, de.Remediation
 		})
 	}
-	covered := map[string]bool{nvmlsource.ClassCallHung: true} // TestHungCall
+	covered := map[string]bool{verdict.ClassCallHung: true} // TestHungCall
 	for _, tt := range tests {
 		covered[tt.class] = true
 	}
@@ -97,7 +98,7 @@ func TestErrorNamesTheDevice(t *testing.T) {
 	s.FaultGPU("MIG.GetUUID", 6, nvml.ERROR_GPU_IS_LOST)
 	_, err := discover(t, s)
 	de := discoveryError(t, err)
-	require.Equal(t, nvmlsource.ClassGPUIsLost, de.Class)
+	require.Equal(t, verdict.ClassGPUIsLost, de.Class)
 	require.Equal(t, "nvmlDeviceGetUUID(MIG 6:0)", de.Op)
 	require.True(t, strings.HasPrefix(de.Message, "MIG device 6:0: "), de.Message)
 }
@@ -127,7 +128,7 @@ func TestHungCall(t *testing.T) {
 			took := time.Since(start)
 			require.Less(t, took, timeout+time.Second, "discovery must return soon after the deadline")
 			de := discoveryError(t, err)
-			require.Equal(t, nvmlsource.ClassCallHung, de.Class)
+			require.Equal(t, verdict.ClassCallHung, de.Class)
 			require.Equal(t, "NVML_CALL_HUNG", de.Rule())
 			require.True(t, de.Hung)
 			require.Contains(t, de.Op, tt.op)
@@ -177,7 +178,7 @@ func TestContextDeadline(t *testing.T) {
 	_, err := nvmlsource.New(s.Interface()).Inventory(ctx) // 5 s per call
 	require.Less(t, time.Since(start), 2*time.Second, "the context's deadline wins over the call timeout")
 	de := discoveryError(t, err)
-	require.Equal(t, nvmlsource.ClassCallHung, de.Class)
+	require.Equal(t, verdict.ClassCallHung, de.Class)
 	require.True(t, de.Hung)
 	require.Equal(t, "nvmlDeviceGetName(GPU 0)", de.Op)
 }
@@ -219,7 +220,7 @@ func TestPanicInBinding(t *testing.T) {
 	s.GPU(2).GetNameFunc = nil  // go-nvml's mock panics on an unset method
 	_, err := discover(t, s)
 	de := discoveryError(t, err)
-	require.Equal(t, nvmlsource.ClassUnknown, de.Class)
+	require.Equal(t, verdict.ClassUnknown, de.Class)
 	require.Equal(t, "nvmlDeviceGetName(GPU 2)", de.Op)
 	require.Contains(t, de.Message, "panicked")
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // liveEnv names the environment variable that runs TestLiveNVML against
@@ -72,7 +73,7 @@ func TestDefaultWithoutLibrary(t *testing.T) {
 		t.Skip("this machine has a working NVML")
 	}
 	de := discoveryError(t, err)
-	if de.Class != nvmlsource.ClassLibraryNotFound {
+	if de.Class != verdict.ClassLibraryNotFound {
 		t.Skipf("this machine has an NVML library that fails otherwise: %v", err)
 	}
 	require.Equal(t, "nvmlInit()", de.Op)

@@ -11,10 +11,9 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // Version is set at build time with -ldflags "-X .../app.Version=...".
@@ -54,7 +53,7 @@ func inputError(ctx context.Context, err error) error {
 	if exit, ok := interrupted(ctx, err); ok {
 		return exit
 	}
-	return &ExitError{Code: preflight.ExitUsage, Err: err}
+	return &ExitError{Code: verdict.ExitUsage, Err: err}
 }
 
 // silentExit is an ExitError whose message was already printed (a report).
@@ -94,7 +93,7 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 	}
 	// Cobra's own errors: unknown flags, wrong argument counts.
 	fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
-	return preflight.ExitUsage
+	return verdict.ExitUsage
 }
 
 // App is the state shared by subcommands: streams, logger and loaded config.
@@ -123,7 +122,7 @@ reason a person can act on.`,
 			a.Config = cfg
 			log, err := newLogger(a.Streams.Err, cfg.LogLevel, cfg.LogFormat)
 			if err != nil {
-				return &ExitError{Code: preflight.ExitUsage, Err: err}
+				return &ExitError{Code: verdict.ExitUsage, Err: err}
 			}
 			a.Log = log
 			return nil

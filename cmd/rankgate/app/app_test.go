@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -51,9 +51,9 @@ func golden(t *testing.T, name, got string) {
 	require.Equal(t, string(want), got)
 }
 
-func decodeReport(t *testing.T, s string) preflight.Report {
+func decodeReport(t *testing.T, s string) verdict.Report {
 	t.Helper()
-	var r preflight.Report
+	var r verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(s), &r), s)
 	return r
 }
@@ -69,20 +69,20 @@ func TestDemo(t *testing.T) {
 
 func TestPreflightSampleJSON(t *testing.T) {
 	code, out, _ := run(t, nil, "preflight", "--sample", "h100-mig", "--devices", "0:0,1:0", "-o", "json")
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	r := decodeReport(t, out)
-	require.Equal(t, preflight.VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	require.ElementsMatch(t, []string{"MIG_SPANS_GPUS", "MIG_MULTIPLE_PER_PROCESS"}, r.RuleIDs())
 	require.Len(t, r.Devices, 2)
 
 	code, out, _ = run(t, nil, "preflight", "--sample", "h100-mig", "--devices", "1:1", "--expect-profile", "3g.40gb", "-o", "json")
 	require.Equal(t, 0, code)
-	require.Equal(t, preflight.VerdictPass, decodeReport(t, out).Verdict)
+	require.Equal(t, verdict.VerdictPass, decodeReport(t, out).Verdict)
 }
 
 func TestPreflightDevicesFromEnv(t *testing.T) {
 	code, out, _ := run(t, map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, "preflight", "--sample", "h100-mig", "-o", "json")
-	require.Equal(t, preflight.ExitFail, code) // all six MIG devices of two GPUs
+	require.Equal(t, verdict.ExitFail, code) // all six MIG devices of two GPUs
 	r := decodeReport(t, out)
 	require.Contains(t, r.RuleIDs(), "MIG_SPANS_GPUS")
 	require.Contains(t, r.Subject, "NVIDIA_VISIBLE_DEVICES")
@@ -91,14 +91,14 @@ func TestPreflightDevicesFromEnv(t *testing.T) {
 	require.Equal(t, 0, code, out)
 
 	code, out, _ = run(t, map[string]string{"NVIDIA_VISIBLE_DEVICES": "void"}, "preflight", "--sample", "a100-full", "-o", "json")
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	require.Equal(t, []string{"NO_DEVICES"}, decodeReport(t, out).RuleIDs())
 }
 
 func TestTerminationLog(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "termination-log")
 	code, _, _ := run(t, nil, "preflight", "--sample", "h100-mig", "--devices", "0:0,0:1", "--termination-log", p)
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	require.Contains(t, string(b), "MIG_MULTIPLE_PER_PROCESS")
@@ -147,7 +147,7 @@ func TestBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := run(t, nil, tc.args...)
-			require.Equal(t, preflight.ExitUsage, code)
+			require.Equal(t, verdict.ExitUsage, code)
 			require.Contains(t, stderr, tc.want)
 		})
 	}
@@ -161,7 +161,7 @@ func TestConfigPrecedence(t *testing.T) {
 
 	// File alone: 0:0 is a 3g.40gb, the file expects 2g.20gb.
 	code, out, _ := run(t, nil, args...)
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	require.Equal(t, []string{"PROFILE_MISMATCH"}, decodeReport(t, out).RuleIDs())
 
 	// Environment beats the file.
@@ -170,11 +170,11 @@ func TestConfigPrecedence(t *testing.T) {
 
 	// A flag beats the environment.
 	code, _, _ = run(t, map[string]string{"RANKGATE_EXPECT_PROFILE": "3g.40gb"}, append(args, "--expect-profile", "1g.10gb")...)
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 
 	// The config file can come from RANKGATE_CONFIG.
 	code, _, _ = run(t, map[string]string{"RANKGATE_CONFIG": cfg}, "preflight", "--sample", "h100-mig")
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 }
 
 func TestConfigFileStrict(t *testing.T) {
@@ -189,7 +189,7 @@ func TestConfigFileStrict(t *testing.T) {
 			p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 			require.NoError(t, os.WriteFile(p, []byte(body), 0o644))
 			code, _, stderr := run(t, nil, "preflight", "--config", p, "--sample", "a100-full")
-			require.Equal(t, preflight.ExitUsage, code, stderr)
+			require.Equal(t, verdict.ExitUsage, code, stderr)
 		})
 	}
 	p := filepath.Join(dir, "ok.yaml")
@@ -207,9 +207,9 @@ func TestPreflightWithoutDriver(t *testing.T) {
 		}
 	}
 	code, out, _ := run(t, nil, "preflight", "-o", "json")
-	require.Equal(t, preflight.ExitEnvironment, code)
+	require.Equal(t, verdict.ExitEnvironment, code)
 	r := decodeReport(t, out)
-	require.Equal(t, preflight.VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	require.Equal(t, "NVML_LIBRARY_NOT_FOUND", r.Findings[0].Rule)
 	require.NotEmpty(t, r.Findings[0].Remediation)
 }

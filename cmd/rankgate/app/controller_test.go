@@ -5,19 +5,18 @@ package app
 import (
 	"testing"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 func TestControllerFlags(t *testing.T) {
 	code, _, stderr := run(t, nil, "controller", "--on-fail", "explode")
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, stderr, "--on-fail")
 
 	// Outside a cluster, without a kubeconfig: an environment failure.
 	code, _, stderr = run(t, nil, "controller", "--leader-elect=false")
-	require.Equal(t, preflight.ExitEnvironment, code, stderr)
+	require.Equal(t, verdict.ExitEnvironment, code, stderr)
 
 	code, out, _ := run(t, nil, "controller", "--help")
 	require.Equal(t, 0, code)

@@ -9,6 +9,7 @@ import (
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // demoSample is the embedded node the demo runs on: two H100s in MIG mode.
@@ -31,16 +32,16 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 			data, _ := configs.Sample(demoSample)
 			inv, err := topology.DecodeSnapshot("sample:"+demoSample, data)
 			if err != nil {
-				return exitf(preflight.ExitEnvironment, "embedded sample: %v", err)
+				return exitf(verdict.ExitEnvironment, "embedded sample: %v", err)
 			}
 			runs := []struct {
 				title   string
 				devices []string
 				expect  string
-				want    preflight.Verdict
+				want    verdict.Verdict
 			}{
-				{"rank given MIG 3g.40gb instances on GPU 0 and GPU 1", []string{"0:0", "1:0"}, "3g.40gb", preflight.VerdictFail},
-				{"rank given one MIG 3g.40gb instance of GPU 0", []string{"0:0"}, "3g.40gb", preflight.VerdictPass},
+				{"rank given MIG 3g.40gb instances on GPU 0 and GPU 1", []string{"0:0", "1:0"}, "3g.40gb", verdict.VerdictFail},
+				{"rank given one MIG 3g.40gb instance of GPU 0", []string{"0:0"}, "3g.40gb", verdict.VerdictPass},
 			}
 			ok := true
 			for i, run := range runs {
@@ -61,7 +62,7 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 				ok = ok && r.Verdict == run.want
 			}
 			if !ok {
-				return exitf(preflight.ExitFail, "demo verdicts differ from the expected fail/pass")
+				return exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
 			}
 			return nil
 		},

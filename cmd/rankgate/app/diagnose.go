@@ -21,6 +21,7 @@ import (
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func init() { extraCommands = append(extraCommands, (*App).newDiagnoseCommand) }
@@ -66,7 +67,7 @@ usage; 3: the API server could not be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !a.Config.Bool("offline") {
-				return exitf(preflight.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
+				return exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
 			}
 			return a.diagnoseOffline(cmd.Context())
 		},
@@ -86,11 +87,11 @@ usage; 3: the API server could not be reached.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ns, name, ok := strings.Cut(args[0], "/")
 				if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-					return exitf(preflight.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
+					return exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
 				}
 				l, err := liveSource(a.Config.String("kubeconfig"), a.Config.String("context"))
 				if err != nil {
-					return exitf(preflight.ExitEnvironment, "kubeconfig: %v", err)
+					return exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), a.Config.Duration("request-timeout"))
 				defer cancel()
@@ -135,7 +136,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	}
 	files := a.Config.Strings("filename")
 	if len(files) == 0 {
-		return exitf(preflight.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
+		return exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
 	}
 	e, err := a.diagnoseEngine(ctx)
 	if err != nil {
@@ -153,14 +154,14 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	}
 	c := e.NewCluster(b.Nodes())
 	if len(c.LabelErrors) > 0 {
-		return exitf(preflight.ExitUsage, "%v", errors.Join(c.LabelErrors...))
+		return exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
 	}
 	ws, err := b.Workloads()
 	if err != nil {
-		return exitf(preflight.ExitUsage, "%v", err)
+		return exitf(verdict.ExitUsage, "%v", err)
 	}
 	if len(ws) == 0 {
-		return exitf(preflight.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		return exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
@@ -168,8 +169,8 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	if c.NodeCount() == 0 {
 		fmt.Fprintln(a.Streams.Err, "rankgate: warning: the files hold no Node: every workload is judged against an empty cluster (add `kubectl get nodes -o yaml` output)")
 	}
-	reports := make([]preflight.Report, 0, len(ws))
-	code := preflight.ExitPass
+	reports := make([]verdict.Report, 0, len(ws))
+	code := verdict.ExitPass
 	for _, w := range ws {
 		res := e.Diagnose(c, w)
 		reports = append(reports, withSuspended(res.Report, w))
@@ -178,7 +179,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	if err := writeReports(a.Streams.Out, reports, format); err != nil {
 		return err
 	}
-	if code != preflight.ExitPass {
+	if code != verdict.ExitPass {
 		return silentExit(code)
 	}
 	return nil
@@ -186,7 +187,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 
 // writeReports prints several reports: text one after another, JSON as one
 // array (a single live report is printed as one object, like preflight's).
-func writeReports(w io.Writer, rs []preflight.Report, format string) error {
+func writeReports(w io.Writer, rs []verdict.Report, format string) error {
 	if format == formatJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -203,7 +204,7 @@ func writeReports(w io.Writer, rs []preflight.Report, format string) error {
 	return nil
 }
 
-func withSuspended(r preflight.Report, w schedule.Workload) preflight.Report {
+func withSuspended(r verdict.Report, w schedule.Workload) verdict.Report {
 	if w.Suspended {
 		r.Subject += " (suspended: judged as if resumed)"
 	}
@@ -230,8 +231,8 @@ func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name str
 		return liveErr(err)
 	}
 	if p.Spec.NodeName != "" {
-		r := preflight.NewReport("Pod "+ns+"/"+name, []preflight.Finding{{
-			Rule: schedule.RuleSchedulable, Severity: preflight.SeverityInfo,
+		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
+			Rule: verdict.RuleSchedulable, Severity: verdict.SeverityInfo,
 			Message: fmt.Sprintf("The pod is already bound to node %s (phase %s): the scheduler placed it. If it does not start, look at its events and at the node.", p.Spec.NodeName, p.Status.Phase),
 			Nodes:   []string{p.Spec.NodeName}, Pods: []string{ns + "/" + name},
 		}})
@@ -267,22 +268,22 @@ func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, po
 	var w schedule.Workload
 	if j != nil {
 		if err := b.AddJob(j); err != nil {
-			return exitf(preflight.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 		if w, err = b.WorkloadFor(j); err != nil {
-			return exitf(preflight.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 	} else {
 		var ok bool
 		if w, ok = b.PodWorkload(pod.ns, pod.name); !ok {
-			return exitf(preflight.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
+			return exitf(verdict.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
 		}
 	}
 	res := e.Diagnose(c, w)
 	if err := a.printReport(withSuspended(res.Report, w), a.Config.String("output")); err != nil {
 		return err
 	}
-	if code := res.ExitCode(); code != preflight.ExitPass {
+	if code := res.ExitCode(); code != verdict.ExitPass {
 		return silentExit(code)
 	}
 	return nil
@@ -294,9 +295,9 @@ func liveErr(err error) error {
 	var nf *cluster.NotFoundError
 	var arg *cluster.ArgError
 	if errors.As(err, &nf) || errors.As(err, &arg) {
-		return exitf(preflight.ExitUsage, "%v", err)
+		return exitf(verdict.ExitUsage, "%v", err)
 	}
-	return exitf(preflight.ExitEnvironment, "%v", err)
+	return exitf(verdict.ExitEnvironment, "%v", err)
 }
 
 func sortedCountKeys(m map[string]int) []string {

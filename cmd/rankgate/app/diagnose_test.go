@@ -18,7 +18,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // The scenario dumps are built around the posted fixtures by the cluster
@@ -53,11 +53,11 @@ func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
 	var out, errb strings.Builder
 	code := Run(t.Context(), Streams{In: strings.NewReader(string(data)), Out: &out, Err: &errb},
 		[]string{"diagnose", "--offline", "-f", "-", "-o", "json"})
-	require.Equal(t, preflight.ExitFail, code, errb.String())
-	var rs []preflight.Report
+	require.Equal(t, verdict.ExitFail, code, errb.String())
+	var rs []verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(out.String()), &rs), out.String())
 	require.Len(t, rs, 1)
-	require.Equal(t, preflight.VerdictFail, rs[0].Verdict)
+	require.Equal(t, verdict.VerdictFail, rs[0].Verdict)
 	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
 	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "RECONFIGURABLE"}, rs[0].RuleIDs())
 	require.Equal(t, []string{"dgx-a100-01", "dgx-a100-02"}, rs[0].Findings[2].Nodes)
@@ -114,7 +114,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, _, errOut := run(t, nil, tc.args...)
-			require.Equal(t, preflight.ExitUsage, code, errOut)
+			require.Equal(t, verdict.ExitUsage, code, errOut)
 			require.Contains(t, errOut, tc.err)
 		})
 	}
@@ -148,14 +148,14 @@ func TestDiagnoseLive(t *testing.T) {
 	useLive(t, l)
 
 	code, out, errOut := run(t, nil, "diagnose", "job", "ml/llm")
-	require.Equal(t, preflight.ExitFail, code, errOut)
+	require.Equal(t, verdict.ExitFail, code, errOut)
 	require.Contains(t, out, "verdict: FAIL  PyTorchJob ml/llm")
 	require.Contains(t, out, "SHAPE_MISMATCH")
 	require.Contains(t, out, "RECONFIGURABLE")
 
 	// A pod of the job: the whole job is judged.
 	code, out, _ = run(t, nil, "diagnose", "pod", "ml/llm-worker-0", "-o", "json")
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	r := decodeReport(t, out)
 	require.Equal(t, "PyTorchJob ml/llm", r.Subject)
 
@@ -169,11 +169,11 @@ func TestDiagnoseLive(t *testing.T) {
 	require.Contains(t, out, "already bound to node a100-1")
 
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/missing")
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, errOut, "PyTorchJob or MPIJob ml/missing (or its CRD is not installed) not found")
 
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm", "--kind", "TFJob")
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, errOut, `kind "TFJob": want PyTorchJob or MPIJob`)
 
 	// The API server fails: environment error.
@@ -181,6 +181,6 @@ func TestDiagnoseLive(t *testing.T) {
 		return true, nil, errors.New("connection refused")
 	})
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm")
-	require.Equal(t, preflight.ExitEnvironment, code)
+	require.Equal(t, verdict.ExitEnvironment, code)
 	require.Contains(t, errOut, "list nodes: connection refused")
 }

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func init() { extraCommands = append(extraCommands, (*App).newInitCommand) }
@@ -67,19 +67,19 @@ func (a *App) runInit(ctx context.Context) error {
 	pod := firstNonEmpty(a.Config.String("pod-name"), os.Getenv("POD_NAME"))
 	ns := firstNonEmpty(a.Config.String("pod-namespace"), os.Getenv("POD_NAMESPACE"))
 	if pod == "" || ns == "" {
-		return exitf(preflight.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
+		return exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
 	}
 	gateURL := a.Config.String("gate-url")
 	if u, err := url.Parse(gateURL); gateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return exitf(preflight.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
+		return exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
 	}
 	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: a.Config.String("ca-file"), TokenFile: a.Config.String("token-file")})
 	if err != nil {
-		return a.initFail(preflight.ExitEnvironment, "rankgate init: %v", err)
+		return a.initFail(verdict.ExitEnvironment, "rankgate init: %v", err)
 	}
 	timeout := a.Config.Duration("timeout")
 	if timeout <= 0 {
-		return exitf(preflight.ExitUsage, "--timeout must be positive")
+		return exitf(verdict.ExitUsage, "--timeout must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -102,14 +102,14 @@ func (a *App) runInit(ctx context.Context) error {
 	r, inv, err := a.rankPreflight(ctx)
 	if err != nil {
 		var ee *ExitError
-		if !errors.As(err, &ee) || ee.Code == preflight.ExitUsage {
+		if !errors.As(err, &ee) || ee.Code == verdict.ExitUsage {
 			return err
 		}
 		// This rank cannot check its devices: tell the gate so the gang
 		// fails now rather than at its deadline, then exit with our own code.
 		req.Node = nodeName()
-		req.Report = preflight.NewReport(req.Node, []preflight.Finding{{
-			Rule: preflight.RuleRankEnvironment, Severity: preflight.SeverityFail,
+		req.Report = verdict.NewReport(req.Node, []verdict.Finding{{
+			Rule: verdict.RuleRankEnvironment, Severity: verdict.SeverityFail,
 			Message:     fmt.Sprintf("rank pod %s/%s could not check its devices (rankgate init exit %d): %v", ns, pod, ee.Code, orText(ee.Err, "see its init container's log and termination message")),
 			Remediation: "fix the node's driver or NVML access (kubectl logs POD -c rankgate-init), then resume the job",
 		}})
@@ -166,7 +166,7 @@ func (a *App) runInit(ctx context.Context) error {
 			log.Warn("the gate did not confirm this rank's failure", zap.Error(err))
 		}
 		a.writeTerminationLog(reason)
-		return silentExit(preflight.ExitFail)
+		return silentExit(verdict.ExitFail)
 	}
 	if err != nil {
 		return a.awaitError(err, timeout, time.Since(started))
@@ -184,7 +184,7 @@ func (a *App) runInit(ctx context.Context) error {
 			reason += fmt.Sprintf(" (job action: %s)", resp.Action)
 		}
 		a.writeTerminationLog(reason + ": " + v.Reason(terminationMessageMax))
-		return silentExit(preflight.ExitFail)
+		return silentExit(verdict.ExitFail)
 	}
 	return nil
 }
@@ -194,15 +194,15 @@ func (a *App) awaitError(err error, timeout, waited time.Duration) error {
 	var ge *gate.Error
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
-		return a.initFail(preflight.ExitTimeout, "no gang verdict within --timeout %s (waited %s): %v", timeout, waited.Round(time.Second), err)
+		return a.initFail(verdict.ExitTimeout, "no gang verdict within --timeout %s (waited %s): %v", timeout, waited.Round(time.Second), err)
 	case errors.Is(err, context.Canceled):
-		return a.initFail(preflight.ExitEnvironment, "interrupted while waiting for the gang verdict: %v", err)
+		return a.initFail(verdict.ExitEnvironment, "interrupted while waiting for the gang verdict: %v", err)
 	case errors.As(err, &ge) && (ge.Code == gate.CodeBadRequest || ge.Code == gate.CodeNotARank || ge.Code == gate.CodeNotOptedIn):
-		return a.initFail(preflight.ExitUsage, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
+		return a.initFail(verdict.ExitUsage, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
 	case errors.As(err, &ge):
-		return a.initFail(preflight.ExitEnvironment, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
+		return a.initFail(verdict.ExitEnvironment, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
 	}
-	return a.initFail(preflight.ExitEnvironment, "%v", err)
+	return a.initFail(verdict.ExitEnvironment, "%v", err)
 }
 
 // initFail writes the reason to the termination log and exits with code.

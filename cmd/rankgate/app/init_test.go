@@ -10,7 +10,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
 	"github.com/rankgate/rankgate/launcher/launchertest"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // closedPort is a local address nothing listens on.
@@ -36,19 +36,19 @@ func TestInitExitCodes(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no pod identity", nil, []string{"init", "--gate-url", url}, preflight.ExitUsage, "POD_NAME"},
-		{"no gate URL", pod, []string{"init"}, preflight.ExitUsage, "--gate-url"},
-		{"gate URL not https", pod, []string{"init", "--gate-url", "ftp://x"}, preflight.ExitUsage, "--gate-url"},
-		{"CA file missing", pod, []string{"init", "--gate-url", url, "--ca-file", filepath.Join(dir, "nope")}, preflight.ExitEnvironment, "CA file"},
-		{"bad inventory", pod, []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--sample", "nope"}, preflight.ExitUsage, "unknown sample"},
+		{"no pod identity", nil, []string{"init", "--gate-url", url}, verdict.ExitUsage, "POD_NAME"},
+		{"no gate URL", pod, []string{"init"}, verdict.ExitUsage, "--gate-url"},
+		{"gate URL not https", pod, []string{"init", "--gate-url", "ftp://x"}, verdict.ExitUsage, "--gate-url"},
+		{"CA file missing", pod, []string{"init", "--gate-url", url, "--ca-file", filepath.Join(dir, "nope")}, verdict.ExitEnvironment, "CA file"},
+		{"bad inventory", pod, []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--sample", "nope"}, verdict.ExitUsage, "unknown sample"},
 		// The gate never answers: retry until --timeout, then exit 4 with
 		// the reason in the termination log.
 		{"gate unreachable", pod, append([]string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--timeout", "2s"}, rank...),
-			preflight.ExitTimeout, "no gang verdict within --timeout 2s"},
+			verdict.ExitTimeout, "no gang verdict within --timeout 2s"},
 		// The rank fails its own rules: exit 1 with its reason even though
 		// the gate cannot confirm.
 		{"rank fails locally", pod, []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tok, "--timeout", "2s",
-			"--sample", "h100-mig", "--devices", "0:0,1:0", "--termination-log", term}, preflight.ExitFail, "MIG_SPANS_GPUS"},
+			"--sample", "h100-mig", "--devices", "0:0,1:0", "--termination-log", term}, verdict.ExitFail, "MIG_SPANS_GPUS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_ = os.Remove(term)

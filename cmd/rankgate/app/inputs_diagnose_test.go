@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func TestDiagnoseFileInputsAreBounded(t *testing.T) {
@@ -37,7 +37,7 @@ func TestDiagnoseFileInputsAreBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runBounded(t, t.Context(), strings.NewReader(""), tc.args...)
-			require.Equal(t, preflight.ExitUsage, code, stderr)
+			require.Equal(t, verdict.ExitUsage, code, stderr)
 			require.Contains(t, stderr, tc.want)
 		})
 	}
@@ -46,6 +46,6 @@ func TestDiagnoseFileInputsAreBounded(t *testing.T) {
 func TestDiagnoseStdinIsBounded(t *testing.T) {
 	big := strings.Repeat("# a comment line of a dump that never ends\n", cluster.MaxDumpSize/40)
 	code, _, stderr := runBounded(t, t.Context(), strings.NewReader(big), "diagnose", "--offline", "-f", "-")
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, stderr, "rankgate: standard input: larger than 64 MiB, the most rankgate reads from this input")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/offline"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // runBounded is run with stdin and ctx, failing the test if the command
@@ -93,7 +94,7 @@ func TestFileInputsAreBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runBounded(t, t.Context(), strings.NewReader(""), tc.args...)
-			require.Equal(t, preflight.ExitUsage, code, stderr)
+			require.Equal(t, verdict.ExitUsage, code, stderr)
 			require.Contains(t, stderr, tc.want)
 		})
 	}
@@ -112,7 +113,7 @@ func TestInventoryAtTheLimitIsRead(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(p, append(padded, ' '), 0o644))
 	code, _, stderr = runBounded(t, t.Context(), strings.NewReader(""), "inspect", "--inventory", p)
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, stderr, "larger than 16 MiB")
 }
 
@@ -128,7 +129,7 @@ func TestInventoryFromStdin(t *testing.T) {
 	require.NoError(t, err)
 	defer zero.Close()
 	code, _, stderr = runBounded(t, t.Context(), zero, "preflight", "--inventory", "-")
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, stderr, "rankgate: standard input: inventory: larger than 16 MiB, the most rankgate reads from this input")
 }
 

@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func (a *App) newInspectCommand() *cobra.Command {
@@ -32,7 +32,7 @@ links and driver. With -o json it prints the versioned snapshot that
 			if format == formatJSON {
 				b, err := topology.EncodeSnapshot(inv)
 				if err != nil {
-					return exitf(preflight.ExitEnvironment, "encode snapshot: %v", err)
+					return exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
 				}
 				_, err = a.Streams.Out.Write(b)
 				return err

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rankgate/rankgate/launcher"
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func init() { extraCommands = append(extraCommands, (*App).newLaunchCommand) }
@@ -104,17 +104,17 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	if p := a.Config.String("ready-pattern"); p != "" {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return exitf(preflight.ExitUsage, "--ready-pattern: %v", err)
+			return exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
 		}
 		opts.ReadyPattern = re
 	}
 	want, err := launcher.ParseTransport(a.Config.String("expect-transport"))
 	if err != nil {
-		return exitf(preflight.ExitUsage, "--expect-transport: %v", err)
+		return exitf(verdict.ExitUsage, "--expect-transport: %v", err)
 	}
 	opts.ExpectTransport = want
 	if opts.LocalRanks < 0 || opts.SSHPort <= 0 || opts.SSHPort > 65535 {
-		return exitf(preflight.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
+		return exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
 	}
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
@@ -155,7 +155,7 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 		if exit, ok := interrupted(ctx, err); ok {
 			return exit
 		}
-		return &ExitError{Code: preflight.ExitTimeout, Err: err}
+		return &ExitError{Code: verdict.ExitTimeout, Err: err}
 	}
 	// From here every signal is forwarded to CMD's group through
 	// opts.Signals, and the end is bounded by --grace: a second signal must
@@ -176,12 +176,12 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 // NPROC_EXCEEDS_DEVICES check: --devices, else NVIDIA_VISIBLE_DEVICES or
 // CUDA_VISIBLE_DEVICES. nil (check skipped) when they are unknown or
 // "all". Nothing slow: this runs on the start-up path.
-func (a *App) launchDevices() ([]preflight.DeviceSummary, error) {
+func (a *App) launchDevices() ([]verdict.DeviceSummary, error) {
 	var refs []string
 	if s := a.Config.String("devices"); s != "" {
 		var err error
 		if refs, err = topology.ParseDeviceList(s); err != nil {
-			return nil, exitf(preflight.ExitUsage, "--devices: %v", err)
+			return nil, exitf(verdict.ExitUsage, "--devices: %v", err)
 		}
 	} else {
 		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
@@ -190,14 +190,14 @@ func (a *App) launchDevices() ([]preflight.DeviceSummary, error) {
 		}
 		refs = alloc.Refs
 	}
-	out := make([]preflight.DeviceSummary, 0, len(refs))
+	out := make([]verdict.DeviceSummary, 0, len(refs))
 	for _, r := range refs {
 		r = topology.StripSharing(r)
 		kind := string(topology.KindGPU)
 		if strings.HasPrefix(strings.ToUpper(r), "MIG-") || strings.Contains(r, ":") {
 			kind = string(topology.KindMIG)
 		}
-		out = append(out, preflight.DeviceSummary{ID: r, Kind: kind, GPU: -1})
+		out = append(out, verdict.DeviceSummary{ID: r, Kind: kind, GPU: -1})
 	}
 	return out, nil
 }

@@ -13,9 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rankgate/rankgate/launcher"
 	"github.com/rankgate/rankgate/launcher/launchertest"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // In-process launch must not make the test binary a subreaper.
@@ -49,7 +48,7 @@ func TestLaunchUsageErrors(t *testing.T) {
 		{"launch", "--no-preflight", "-o", "yaml", "--", "true"},
 	} {
 		code, out, errs := run(t, nil, args...)
-		require.Equal(t, preflight.ExitUsage, code, "%v: %s", args, errs)
+		require.Equal(t, verdict.ExitUsage, code, "%v: %s", args, errs)
 		require.Empty(t, out)
 	}
 }
@@ -66,7 +65,7 @@ func TestLaunchPreflightFailStopsBeforeCMD(t *testing.T) {
 	// Two MIG devices on two GPUs: MIG_SPANS_GPUS.
 	code, out, errs := run(t, nil, "launch", "--sample", "h100-mig", "--devices", "0:0,1:0", "--termination-log", termLog,
 		"--", "touch", marker)
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	require.Empty(t, out, "the report goes to stderr; stdout is CMD's")
 	require.Contains(t, errs, "MIG_SPANS_GPUS")
 	require.Contains(t, errs, "rankgate: preflight verdict fail; CMD not started")
@@ -87,13 +86,13 @@ func TestLaunchNprocExceedsDevices(t *testing.T) {
 	t.Run("from the preflight's devices", func(t *testing.T) {
 		code, _, errs := run(t, nil, "launch", "--sample", "h100-mig", "--devices", "0:0", "--",
 			"torchrun", "--nproc-per-node=2", "train.py")
-		require.Equal(t, preflight.ExitFail, code)
+		require.Equal(t, verdict.ExitFail, code)
 		require.Contains(t, errs, "FAIL NPROC_EXCEEDS_DEVICES: torchrun would start 2 local processes (--nproc-per-node=2) but the rank has 1 MIG device(s)")
 	})
 	t.Run("from the environment without preflight", func(t *testing.T) {
 		env := map[string]string{"CUDA_VISIBLE_DEVICES": "0,1", "PET_NPROC_PER_NODE": "4"}
 		code, _, errs := run(t, env, "launch", "--no-preflight", "--", "torchrun", "train.py")
-		require.Equal(t, preflight.ExitFail, code)
+		require.Equal(t, verdict.ExitFail, code)
 		require.Contains(t, errs, "(PET_NPROC_PER_NODE=4) but the rank has 2 device(s)")
 	})
 }
@@ -104,19 +103,19 @@ func TestLaunchInitTimeoutFromEnvironmentConfig(t *testing.T) {
 	start := time.Now()
 	code, out, errs := run(t, env, "launch", "--no-preflight", "--termination-log", termLog, "--", "sh", "-c",
 		`echo "h:$$:1 [0] NCCL INFO ncclCommInitRankConfig comm 0x1 rank 3 nranks 4 cudaDev 0 busId 1000 - Init START"; exec sleep 30`)
-	require.Equal(t, preflight.ExitTimeout, code, errs)
+	require.Equal(t, verdict.ExitTimeout, code, errs)
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.Contains(t, out, "Init START")
 	require.Contains(t, errs, "NEVER COMPLETED: rank 3/4")
 	log, err := os.ReadFile(termLog)
 	require.NoError(t, err)
-	require.True(t, strings.HasPrefix(string(log), launcher.RuleNCCLInitTimeout+": "))
+	require.True(t, strings.HasPrefix(string(log), verdict.RuleNCCLInitTimeout+": "))
 }
 
 func TestLaunchFatalNCCLLine(t *testing.T) {
 	fixture := ncclFixtures + "40_nccl-errors_h200_4-ranks-on-1g.35gb-same-gpu_nccl1716.txt"
 	code, _, errs := run(t, nil, "launch", "--no-preflight", "--grace", "100ms", "--", "sh", "-c", `cat "$0"; exec sleep 30`, fixture)
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	require.Contains(t, errs, "FAIL NCCL_FATAL")
 }
 
@@ -129,7 +128,7 @@ echo "h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct"`
 	require.Equal(t, 0, code)
 	require.Contains(t, errs, "WARN TRANSPORT_FALLBACK: NCCL connects ranks via SHM/direct/direct (shm) where p2p was expected (derived from the preflight")
 	code, _, errs = run(t, nil, "launch", "--sample", "a100-full", "--devices", "0,1", "--strict-transport", "--", "sh", "-c", script+"; exec sleep 30")
-	require.Equal(t, preflight.ExitFail, code, errs)
+	require.Equal(t, verdict.ExitFail, code, errs)
 }
 
 func TestLaunchHostfileUnreachable(t *testing.T) {
@@ -137,10 +136,10 @@ func TestLaunchHostfileUnreachable(t *testing.T) {
 	require.NoError(t, os.WriteFile(hf, []byte("127.0.0.1 slots=2\n"), 0o644))
 	code, _, errs := run(t, nil, "launch", "--no-preflight", "--mpi-hostfile", hf, "--ssh-port", strconv.Itoa(launchertest.ClosedPort(t)),
 		"--hosts-timeout", "300ms", "--", "mpirun", "-np", "2", "true")
-	require.Equal(t, preflight.ExitTimeout, code)
+	require.Equal(t, verdict.ExitTimeout, code)
 	require.Contains(t, errs, "FAIL HOST_UNREACHABLE: 1 of 1 MPI host(s) not reachable")
 	code, _, errs = run(t, nil, "launch", "--no-preflight", "--mpi-hostfile", hf, "--", "mpirun", "-np", "4", "true")
-	require.Equal(t, preflight.ExitFail, code)
+	require.Equal(t, verdict.ExitFail, code)
 	require.Contains(t, errs, "FAIL HOSTFILE_SLOTS: mpirun -np 4 needs 4 slots")
 }
 

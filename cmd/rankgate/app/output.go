@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Output formats.
@@ -18,17 +18,17 @@ const (
 
 func checkFormat(f string) error {
 	if f != formatText && f != formatJSON {
-		return exitf(preflight.ExitUsage, "output format %q: want text or json", f)
+		return exitf(verdict.ExitUsage, "output format %q: want text or json", f)
 	}
 	return nil
 }
 
 // printReport writes a report as JSON or as a human table.
-func (a *App) printReport(r preflight.Report, format string) error {
+func (a *App) printReport(r verdict.Report, format string) error {
 	return writeReport(a.Streams.Out, r, format)
 }
 
-func writeReport(w io.Writer, r preflight.Report, format string) error {
+func writeReport(w io.Writer, r verdict.Report, format string) error {
 	if format == formatJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")

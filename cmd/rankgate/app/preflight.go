@@ -16,6 +16,7 @@ import (
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
 	"github.com/rankgate/rankgate/topology/offline"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // terminationMessageMax is the kubelet's limit for a termination message.
@@ -65,7 +66,7 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 			}
 			if r.Failed() {
 				a.writeTerminationLog(r.Reason(terminationMessageMax))
-				return silentExit(preflight.ExitFail)
+				return silentExit(verdict.ExitFail)
 			}
 			return nil
 		},
@@ -78,25 +79,25 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 // the report and the inventory it judged (init sends its driver versions). An error is
 // an *ExitError: 2 bad input, 3 environment, 4 hung NVML call; for NVML
 // failures the report with the NVML_* finding has already been printed.
-func (a *App) rankPreflight(ctx context.Context) (preflight.Report, *topology.Inventory, error) {
+func (a *App) rankPreflight(ctx context.Context) (verdict.Report, *topology.Inventory, error) {
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
-		return preflight.Report{}, nil, err
+		return verdict.Report{}, nil, err
 	}
 	drivers := preflight.DefaultDriverTable()
 	if p := a.Config.String("known-bad-drivers"); p != "" {
 		var err error
 		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
-			return preflight.Report{}, nil, inputError(ctx, err)
+			return verdict.Report{}, nil, inputError(ctx, err)
 		}
 	}
 	alloc, err := a.allocation(ctx)
 	if err != nil {
-		return preflight.Report{}, nil, err
+		return verdict.Report{}, nil, err
 	}
 	inv, cat, err := a.loadInventory(ctx)
 	if err != nil {
-		return preflight.Report{}, nil, err
+		return verdict.Report{}, nil, err
 	}
 	r := preflight.RankRules(preflight.RankInput{
 		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
@@ -140,11 +141,11 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 	var err error
 	switch {
 	case len(files) > 0 && sample != "":
-		return nil, nil, exitf(preflight.ExitUsage, "--inventory and --sample exclude each other")
+		return nil, nil, exitf(verdict.ExitUsage, "--inventory and --sample exclude each other")
 	case sample != "":
 		data, ok := configs.Sample(sample)
 		if !ok {
-			return nil, nil, exitf(preflight.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
+			return nil, nil, exitf(verdict.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
 		}
 		inv, err = topology.DecodeSnapshot("sample:"+sample, data)
 		if err == nil {
@@ -173,26 +174,26 @@ func (a *App) inventoryError(ctx context.Context, err error) error {
 	}
 	var ie *topology.InputError
 	if errors.As(err, &ie) {
-		return &ExitError{Code: preflight.ExitUsage, Err: err}
+		return &ExitError{Code: verdict.ExitUsage, Err: err}
 	}
 	var de *topology.DiscoveryError
 	if errors.As(err, &de) {
-		r := preflight.NewReport("NVML discovery", []preflight.Finding{{
-			Rule: de.Rule(), Severity: preflight.SeverityFail,
+		r := verdict.NewReport("NVML discovery", []verdict.Finding{{
+			Rule: de.Rule(), Severity: verdict.SeverityFail,
 			Message: de.Error(), Remediation: de.Remediation,
 		}})
 		_ = a.printReport(r, a.Config.String("output"))
 		a.writeTerminationLog(r.Reason(terminationMessageMax))
-		code := preflight.ExitEnvironment
+		code := verdict.ExitEnvironment
 		if de.Hung {
-			code = preflight.ExitTimeout
+			code = verdict.ExitTimeout
 		}
 		return silentExit(code)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &ExitError{Code: preflight.ExitTimeout, Err: err}
+		return &ExitError{Code: verdict.ExitTimeout, Err: err}
 	}
-	return &ExitError{Code: preflight.ExitEnvironment, Err: err}
+	return &ExitError{Code: verdict.ExitEnvironment, Err: err}
 }
 
 func nodeName() string {
@@ -210,13 +211,13 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 	if s := a.Config.String("devices"); s != "" {
 		refs, err := topology.ParseDeviceList(s)
 		if err != nil {
-			return topology.Allocation{}, exitf(preflight.ExitUsage, "--devices: %v", err)
+			return topology.Allocation{}, exitf(verdict.ExitUsage, "--devices: %v", err)
 		}
 		return topology.Allocation{From: "--devices", Refs: refs}, nil
 	}
 	alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
 	if err != nil {
-		return alloc, exitf(preflight.ExitUsage, "%v", err)
+		return alloc, exitf(verdict.ExitUsage, "%v", err)
 	}
 	if ok {
 		return alloc, nil
@@ -228,7 +229,7 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 			c := podresources.New(sock, a.Config.Duration("nvml-timeout"))
 			refs, err := c.PodDevices(ctx, ns, pod)
 			if err != nil {
-				return alloc, exitf(preflight.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
+				return alloc, exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
 			}
 			return topology.Allocation{From: "podresources", Refs: refs}, nil
 		}

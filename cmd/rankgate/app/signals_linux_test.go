@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // buildRankgate builds the binary these tests are compiled into (full, or
@@ -113,7 +112,7 @@ func TestBinary(t *testing.T) {
 		}
 		for _, a := range args {
 			p := start(t, bin, nil, a...)
-			require.Equal(t, preflight.ExitUsage, p.wait(t, 10*time.Second), p.stderr.String())
+			require.Equal(t, verdict.ExitUsage, p.wait(t, 10*time.Second), p.stderr.String())
 			require.Contains(t, p.stderr.String(), ": not a regular file (a named pipe)")
 		}
 	})
@@ -139,7 +138,7 @@ func TestBinary(t *testing.T) {
 		}
 		for _, r := range runs {
 			p := start(t, bin, r.stdin, r.args...)
-			require.Equal(t, preflight.ExitUsage, p.wait(t, 30*time.Second), p.stderr.String())
+			require.Equal(t, verdict.ExitUsage, p.wait(t, 30*time.Second), p.stderr.String())
 			require.Contains(t, p.stderr.String(), r.want)
 			rss := p.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB
 			t.Logf("rankgate %s: peak RSS %d MiB", strings.Join(r.args, " "), rss>>10)

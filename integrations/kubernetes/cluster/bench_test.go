@@ -18,6 +18,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // End-to-end cost of one diagnosis from Kubernetes objects: add every node
@@ -205,7 +206,7 @@ func TestEndToEndVerdict(t *testing.T) {
 	}
 	require(err == nil, "%v", err)
 	t.Logf("%d nodes, %d pods: %s in %v, peak heap %.0f MB", nodes, nodes*30+1000, res.Rule, time.Since(start), float64(peak)/(1<<20))
-	require(res.Rule == schedule.RuleSchedulable, "got %s: %s", res.Rule, res.Report.Reason(0))
+	require(res.Rule == verdict.RuleSchedulable, "got %s: %s", res.Rule, res.Report.Reason(0))
 }
 
 // cpuTime is the process's user+system CPU time.

@@ -15,6 +15,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 const h100Msg = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
@@ -144,7 +145,7 @@ func TestMPIOperatorPods(t *testing.T) {
 			e := schedule.New()
 			c := e.NewCluster(b.Nodes())
 			res := e.Diagnose(c, w)
-			require.Equal(t, schedule.RuleSchedulable, res.Rule, res.Report.Reason(0))
+			require.Equal(t, verdict.RuleSchedulable, res.Rule, res.Report.Reason(0))
 
 			// Offline, the same pods with the job object missing: one
 			// workload, the launcher (known by its labels) with the
@@ -228,7 +229,7 @@ func TestTrainingOperatorPods(t *testing.T) {
 			}
 			e := schedule.New()
 			res := e.Diagnose(e.NewCluster(b.Nodes()), w)
-			require.Equal(t, schedule.RuleSchedulable, res.Rule, res.Report.Reason(0))
+			require.Equal(t, verdict.RuleSchedulable, res.Rule, res.Report.Reason(0))
 
 			// Without the job object.
 			ws, err := build(t, nodes, pods).Workloads()

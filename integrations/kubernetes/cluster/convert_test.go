@@ -10,6 +10,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func rl(kv ...string) corev1.ResourceList {
@@ -172,7 +173,7 @@ func TestTolerationsMatchKubernetes(t *testing.T) {
 			e := schedule.New()
 			res := e.Diagnose(e.NewCluster([]schedule.Node{n}), w)
 			want := tol.ToleratesTaint(logr.Discard(), &taint, true)
-			require.Equal(t, want, res.Rule == schedule.RuleSchedulable, "taint %v toleration %v: %s", taint, tol, res.Report.Reason(0))
+			require.Equal(t, want, res.Rule == verdict.RuleSchedulable, "taint %v toleration %v: %s", taint, tol, res.Report.Reason(0))
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // newFakeLive returns a Live over client-go fakes holding objs: core
@@ -55,7 +56,7 @@ func TestLiveJob(t *testing.T) {
 
 	e := schedule.New()
 	res := e.Diagnose(e.NewCluster(b.Nodes()), w)
-	require.Equal(t, schedule.RuleSchedulable, res.Rule, res.Report.Reason(0))
+	require.Equal(t, verdict.RuleSchedulable, res.Rule, res.Report.Reason(0))
 	require.Equal(t, []schedule.Assignment{{PodSet: "Master (1 pod) + Worker (3 pods)", Node: "a100-3", Pods: 4}}, res.Placement)
 
 	_, err = live.Job(ctx, "ml", "missing", "")

@@ -19,8 +19,8 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Scenario files: `kubectl get -o yaml` style dumps built around the real
@@ -159,7 +159,7 @@ func scenarios() []scenario {
 				return []runtime.Object{h100MixedNode(t).Obj(), h100DisabledNode(t, "s4124-0074").Obj(),
 					clustertest.MakePod("notebook-3g", "research").Request("nvidia.com/mig-3g.40gb", "1").Request("cpu", "4").Obj()}
 			},
-			rule: schedule.RuleSchedulable, exit: 0,
+			rule: verdict.RuleSchedulable, exit: 0,
 		},
 		{
 			file:  "02-wait-capacity.yaml",
@@ -177,7 +177,7 @@ func scenarios() []scenario {
 					Unschedulable("0/3 nodes are available: 1 Insufficient nvidia.com/mig-1g.10gb, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling.")
 				return []runtime.Object{gpu.Obj(), sys0.Obj(), sys1.Obj(), running.Obj(), pending.Obj()}
 			},
-			rule: schedule.RuleWaitCapacity, exit: 0, rules: []string{schedule.RuleMIGLayoutInvalid},
+			rule: verdict.RuleWaitCapacity, exit: 0, rules: []string{verdict.RuleMIGLayoutInvalid},
 		},
 		{
 			file:  "03-shape-mismatch.yaml",
@@ -194,7 +194,7 @@ func scenarios() []scenario {
 				out = append(out, job)
 				return append(out, jobPods(asJob(t, job), "0/2 nodes are available: 2 Insufficient nvidia.com/mig-2g.20gb. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")...)
 			},
-			rule: schedule.RuleShapeMismatch, exit: 1, rules: []string{schedule.RuleReconfigurable, schedule.RuleMIGMultiPod},
+			rule: verdict.RuleShapeMismatch, exit: 1, rules: []string{verdict.RuleReconfigurable, verdict.RuleMIGMultiPod},
 		},
 		{
 			file:  "04-strategy-mismatch.yaml",
@@ -203,7 +203,7 @@ func scenarios() []scenario {
 				job := kubeflowtest.MakePyTorchJob("bert", "ml").Request("nvidia.com/gpu", "1").Obj()
 				return append([]runtime.Object{h100MixedNode(t).Obj(), job}, jobPods(asJob(t, job), "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")...)
 			},
-			rule: schedule.RuleStrategyMismatch, exit: 1,
+			rule: verdict.RuleStrategyMismatch, exit: 1,
 		},
 		{
 			file:  "05-mig-layout-invalid.yaml",
@@ -215,7 +215,7 @@ func scenarios() []scenario {
 					Unschedulable("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.")
 				return []runtime.Object{n.Obj(), p.Obj()}
 			},
-			rule: schedule.RuleMIGLayoutInvalid, exit: 1,
+			rule: verdict.RuleMIGLayoutInvalid, exit: 1,
 		},
 		{
 			file:  "06-mig-reconfig-pending.yaml",
@@ -228,7 +228,7 @@ func scenarios() []scenario {
 				p := clustertest.MakePod("notebook-1g", "research").Request("nvidia.com/mig-1g.10gb", "1")
 				return []runtime.Object{n.Obj(), p.Obj()}
 			},
-			rule: schedule.RuleMIGReconfigPending, exit: 0,
+			rule: verdict.RuleMIGReconfigPending, exit: 0,
 		},
 		{
 			file:  "07-mig-reconfig-failed.yaml",
@@ -239,7 +239,7 @@ func scenarios() []scenario {
 				p := clustertest.MakePod("notebook-1g", "research").Request("nvidia.com/mig-1g.10gb", "1")
 				return []runtime.Object{n.Obj(), p.Obj()}
 			},
-			rule: schedule.RuleMIGReconfigFailed, exit: 1,
+			rule: verdict.RuleMIGReconfigFailed, exit: 1,
 		},
 		{
 			file:  "08-driver-known-bad.yaml",
@@ -250,7 +250,7 @@ func scenarios() []scenario {
 				job := kubeflowtest.MakePyTorchJob("resnet", "vision").Request("nvidia.com/gpu", "4").Obj()
 				return append([]runtime.Object{n.Obj(), job}, jobPods(asJob(t, job), "")...)
 			},
-			rule: schedule.RuleDriverKnownBad, exit: 1,
+			rule: verdict.RuleDriverKnownBad, exit: 1,
 		},
 		{
 			file:  "09-gang-too-large.yaml",
@@ -260,7 +260,7 @@ func scenarios() []scenario {
 					WorkerRequest("nvidia.com/gpu", "8").WorkerRequest("rdma/ib0", "1").LauncherRequest("cpu", "1").Obj()
 				return append([]runtime.Object{staleNode(t).Obj(), job}, jobPods(asJob(t, job), "")...)
 			},
-			rule: schedule.RuleGangTooLarge, exit: 1,
+			rule: verdict.RuleGangTooLarge, exit: 1,
 		},
 		{
 			file:  "10-node-constraints.yaml",
@@ -273,7 +273,7 @@ func scenarios() []scenario {
 					PodSpec(func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{"pool": "training"} }).Obj()
 				return append([]runtime.Object{a.Obj(), b.Obj(), c.Obj(), job}, jobPods(asJob(t, job), "")...)
 			},
-			rule: schedule.RuleNodeConstraints, exit: 1,
+			rule: verdict.RuleNodeConstraints, exit: 1,
 		},
 		{
 			file:  "11-stale-mig-resources.yaml",
@@ -282,7 +282,7 @@ func scenarios() []scenario {
 				p := clustertest.MakePod("vllm-0", "serving").Request("nvidia.com/mig-1g.24gb", "1")
 				return []runtime.Object{staleNode(t).Obj(), p.Obj()}
 			},
-			rule: schedule.RuleShapeMismatch, exit: 1,
+			rule: verdict.RuleShapeMismatch, exit: 1,
 		},
 		{
 			file:  "12-scheduler-disagrees.yaml",
@@ -301,7 +301,7 @@ func scenarios() []scenario {
 					EditSpec(func(s *corev1.PodSpec) { s.SchedulerName = "kai-scheduler" }).Unschedulable(msg)
 				return append(out, p.Obj())
 			},
-			rule: schedule.RuleSchedulable, exit: 0,
+			rule: verdict.RuleSchedulable, exit: 0,
 		},
 		{
 			file:  "13-mig-multi-pod.yaml",
@@ -312,7 +312,7 @@ func scenarios() []scenario {
 				job := kubeflowtest.MakePyTorchJob("nccl-mig", "ml").Workers(4).Request("nvidia.com/mig-1g.35gb", "1").Obj()
 				return append([]runtime.Object{n.Obj(), job}, jobPods(asJob(t, job), "")...)
 			},
-			rule: schedule.RuleSchedulable, exit: 0, rules: []string{schedule.RuleMIGMultiPod},
+			rule: verdict.RuleSchedulable, exit: 0, rules: []string{verdict.RuleMIGMultiPod},
 		},
 	}
 }
@@ -328,7 +328,7 @@ func legacyScenarios() []scenario {
 					WorkerRequest("nvidia.com/gpu", "8").WorkerRequest("rdma/ib0", "1").LauncherRequest("cpu", "1").Obj()
 				return append([]runtime.Object{staleNode(t).Obj(), job}, legacyJobPods(asJob(t, job), "")...)
 			},
-			rule: schedule.RuleGangTooLarge, exit: 1,
+			rule: verdict.RuleGangTooLarge, exit: 1,
 		},
 	}
 }
@@ -413,11 +413,11 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-func find(r preflight.Report, rule string) (preflight.Finding, bool) {
+func find(r verdict.Report, rule string) (verdict.Finding, bool) {
 	for _, f := range r.Findings {
 		if f.Rule == rule {
 			return f, true
 		}
 	}
-	return preflight.Finding{}, false
+	return verdict.Finding{}, false
 }

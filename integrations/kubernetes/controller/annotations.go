@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rankgate/rankgate/verdict"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // Keys under rankgate.io/ on jobs and namespaces: a public contract
@@ -55,7 +54,7 @@ const (
 
 // decision is a recorded verdict.
 type decision struct {
-	Report    preflight.Report
+	Report    verdict.Report
 	DecidedAt time.Time
 	DecidedBy string // the replica that decided
 	Action    string
@@ -71,15 +70,15 @@ type decision struct {
 // recordedDecision reads the verdict the job carries, if any.
 func recordedDecision(o client.Object) (*decision, bool) {
 	a := o.GetAnnotations()
-	v := preflight.Verdict(a[KeyVerdict])
-	if v != preflight.VerdictPass && v != preflight.VerdictWarn && v != preflight.VerdictFail {
+	v := verdict.Verdict(a[KeyVerdict])
+	if v != verdict.VerdictPass && v != verdict.VerdictWarn && v != verdict.VerdictFail {
 		return nil, false
 	}
 	d := &decision{Action: a[KeyAction], DecidedBy: a[KeyDecidedBy], adopted: true}
 	d.DecidedAt, _ = time.Parse(time.RFC3339Nano, a[KeyDecidedAt])
 	if err := json.Unmarshal([]byte(a[KeyReport]), &d.Report); err != nil || d.Report.Verdict != v {
 		// Edited by hand or truncated: the verdict and reason still stand.
-		d.Report = preflight.Report{Verdict: v, Subject: a[KeyReason], Findings: []preflight.Finding{}}
+		d.Report = verdict.Report{Verdict: v, Subject: a[KeyReason], Findings: []verdict.Finding{}}
 	}
 	return d, true
 }
@@ -89,7 +88,7 @@ func decisionAnnotations(d *decision) map[string]string {
 	var rules []string
 	seen := map[string]bool{}
 	for _, f := range d.Report.Findings {
-		if f.Severity != preflight.SeverityInfo && !seen[f.Rule] {
+		if f.Severity != verdict.SeverityInfo && !seen[f.Rule] {
 			seen[f.Rule] = true
 			rules = append(rules, f.Rule)
 		}
@@ -111,10 +110,10 @@ func decisionAnnotations(d *decision) map[string]string {
 }
 
 // summary is the reason text of a pass or warn verdict.
-func summary(r preflight.Report) string {
+func summary(r verdict.Report) string {
 	var warn []string
 	for _, f := range r.Findings {
-		if f.Severity == preflight.SeverityWarn {
+		if f.Severity == verdict.SeverityWarn {
 			warn = append(warn, f.Rule+": "+f.Message)
 		}
 	}
@@ -130,12 +129,12 @@ func summary(r preflight.Report) string {
 
 // compactReport is the report as JSON within maxReportLen: remediations,
 // then findings beyond the first, are dropped when it is too long.
-func compactReport(r preflight.Report) string {
+func compactReport(r verdict.Report) string {
 	b, _ := json.Marshal(r)
 	if len(b) <= maxReportLen {
 		return string(b)
 	}
-	r.Findings = append([]preflight.Finding(nil), r.Findings...)
+	r.Findings = append([]verdict.Finding(nil), r.Findings...)
 	for i := range r.Findings {
 		r.Findings[i].Remediation = ""
 	}

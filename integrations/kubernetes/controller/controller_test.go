@@ -19,6 +19,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func ptJob(master bool, workers int32) *kubeflowv1.PyTorchJob {
@@ -117,7 +118,7 @@ func TestSuspend(t *testing.T) {
 }
 
 func TestDecisionRoundTrip(t *testing.T) {
-	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: preflight.NewReport("", nil)}}})
+	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: verdict.NewReport("", nil)}}})
 	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend, DecidedBy: "replica-a"}
 	ann := decisionAnnotations(d)
 	require.Equal(t, "fail", ann[KeyVerdict])
@@ -138,22 +139,22 @@ func TestDecisionRoundTrip(t *testing.T) {
 	j.Annotations[KeyReport] = "{"
 	got, ok = recordedDecision(j)
 	require.True(t, ok)
-	require.Equal(t, preflight.VerdictFail, got.Report.Verdict)
+	require.Equal(t, verdict.VerdictFail, got.Report.Verdict)
 	j.Annotations[KeyVerdict] = "maybe"
 	_, ok = recordedDecision(j)
 	require.False(t, ok)
 }
 
 func TestCompactReportBounded(t *testing.T) {
-	var f []preflight.Finding
+	var f []verdict.Finding
 	for i := 0; i < 2000; i++ {
-		f = append(f, preflight.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: preflight.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
+		f = append(f, verdict.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: verdict.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
 	}
-	s := compactReport(preflight.NewReport("big", f))
+	s := compactReport(verdict.NewReport("big", f))
 	require.LessOrEqual(t, len(s), maxReportLen)
-	var r preflight.Report
+	var r verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(s), &r))
-	require.Equal(t, preflight.VerdictFail, r.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict)
 	require.NotEmpty(t, r.Findings)
 }
 
@@ -221,7 +222,7 @@ func TestTrimPod(t *testing.T) {
 // The unapplied-verdicts gauge follows the pending verdicts.
 func TestUnappliedGauge(t *testing.T) {
 	c := &Controller{pending: map[types.UID]*decision{}}
-	d := &decision{Report: preflight.NewReport("", nil)}
+	d := &decision{Report: verdict.NewReport("", nil)}
 	c.setPending(target{ns: "ml", uid: "u1"}, d)
 	c.setPending(target{ns: "ml", uid: "u2"}, d)
 	c.setPending(target{ns: "ml", uid: "u2"}, d)

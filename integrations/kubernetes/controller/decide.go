@@ -15,6 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // decidedGangTTL: how long a decided gang stays in memory for late polls;
@@ -173,7 +174,7 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 		case ActionDelete:
 			note = "job deleted: " + note
 		}
-	case d.Report.Verdict == preflight.VerdictWarn:
+	case d.Report.Verdict == verdict.VerdictWarn:
 		reason = "GangPassedWithWarnings"
 	}
 	// events.k8s.io notes are limited to 1 kB.

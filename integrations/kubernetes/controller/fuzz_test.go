@@ -4,10 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rankgate/rankgate/verdict"
 	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // FuzzRecordedDecision: the rankgate.io/ annotations of a job or a verdict
@@ -16,24 +15,24 @@ import (
 // that read back to the same verdict, action and decider; the per-job
 // overrides fall back to the defaults when they do not parse.
 func FuzzRecordedDecision(f *testing.F) {
-	d := &decision{Report: preflight.NewReport("ml/PyTorchJob/j: 2 of 2 ranks reported", nil), DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), DecidedBy: "replica-a"}
+	d := &decision{Report: verdict.NewReport("ml/PyTorchJob/j: 2 of 2 ranks reported", nil), DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), DecidedBy: "replica-a"}
 	a := decisionAnnotations(d)
 	f.Add(a[KeyVerdict], a[KeyReport], a[KeyDecidedAt], a[KeyAction], "15m", "suspend")
 	f.Add("fail", `{"verdict":"fail","findings":[{"rule":"GANG_INCOMPLETE","severity":"fail"}]}`, "yesterday", "delete", "-1s", "DELETE")
 	f.Add("warn", `{"verdict":"pass"}`, "", "", "1e400h", "")
 	f.Add("pass", `{`, "2026-11-30T12:00:00Z", "annotate", "0", "annotate")
-	f.Fuzz(func(t *testing.T, verdict, report, decidedAt, action, timeout, onFail string) {
-		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{KeyVerdict: verdict, KeyReport: report,
+	f.Fuzz(func(t *testing.T, wantVerdict, report, decidedAt, action, timeout, onFail string) {
+		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{KeyVerdict: wantVerdict, KeyReport: report,
 			KeyDecidedAt: decidedAt, KeyAction: action, KeyDecidedBy: "x", KeyGangTimeout: timeout, KeyOnFail: onFail}}}
 		got, ok := recordedDecision(l)
 		if ok {
 			switch got.Report.Verdict {
-			case preflight.VerdictPass, preflight.VerdictWarn, preflight.VerdictFail:
+			case verdict.VerdictPass, verdict.VerdictWarn, verdict.VerdictFail:
 			default:
 				t.Fatalf("read verdict %q", got.Report.Verdict)
 			}
-			if string(got.Report.Verdict) != verdict {
-				t.Fatalf("verdict %q read as %q", verdict, got.Report.Verdict)
+			if string(got.Report.Verdict) != wantVerdict {
+				t.Fatalf("verdict %q read as %q", wantVerdict, got.Report.Verdict)
 			}
 			again, ok := recordedDecision(&coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: decisionAnnotations(got)}})
 			if !ok || again.Report.Verdict != got.Report.Verdict || again.DecidedBy != got.DecidedBy ||

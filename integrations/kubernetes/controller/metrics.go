@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rankgate/rankgate/verdict"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // Metrics, served on the manager's metrics endpoint (--metrics-addr,
@@ -70,7 +69,7 @@ func registerMetrics() {
 	})
 }
 
-func observeVerdict(r preflight.Report, first, last time.Time, at time.Time) {
+func observeVerdict(r verdict.Report, first, last time.Time, at time.Time) {
 	metricVerdicts.WithLabelValues(string(r.Verdict)).Inc()
 	seen := map[string]bool{}
 	for _, f := range r.Findings {

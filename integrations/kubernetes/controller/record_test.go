@@ -9,6 +9,7 @@ import (
 	coordv1 "k8s.io/api/coordination/v1"
 
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // A record names its job by labels and an annotation in the controller's
@@ -19,7 +20,7 @@ func TestRecordTargetOnlyOwnRecords(t *testing.T) {
 	job := ptJob(false, 2)
 	job.UID = "6f1c2b3a-1111-4222-8333-444455556666"
 	k, _ := kindByName("PyTorchJob")
-	d := &decision{Report: preflight.Report{Verdict: preflight.VerdictPass}, DecidedAt: time.Now(), DecidedBy: "r"}
+	d := &decision{Report: verdict.Report{Verdict: verdict.VerdictPass}, DecidedAt: time.Now(), DecidedBy: "r"}
 	rec := c.newRecord(k, job, d)
 	require.Equal(t, "rankgate-system", rec.Namespace)
 	require.Equal(t, RecordNamePrefix+string(job.UID), rec.Name)
@@ -57,8 +58,8 @@ func TestRecordTargetOnlyOwnRecords(t *testing.T) {
 // is gone) the other pod takes the rank.
 func TestGangRankHeldByFirstPod(t *testing.T) {
 	g := newGang(wrap(ptJob(false, 2)), time.Minute)
-	pass := preflight.Report{Verdict: preflight.VerdictPass}
-	fail := preflight.Report{Verdict: preflight.VerdictFail, Findings: []preflight.Finding{{Rule: "X", Severity: preflight.SeverityFail}}}
+	pass := verdict.Report{Verdict: verdict.VerdictPass}
+	fail := verdict.Report{Verdict: verdict.VerdictFail, Findings: []verdict.Finding{{Rule: "X", Severity: verdict.SeverityFail}}}
 	isNew, decide, _, h := g.add(preflight.RankReport{Rank: 0, Pod: "a", Report: pass}, "uid-a", time.Now())
 	require.True(t, isNew)
 	require.False(t, decide)

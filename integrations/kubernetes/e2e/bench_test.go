@@ -36,7 +36,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // The performance checks of the README (The cluster gate). They create tens of
@@ -413,7 +413,7 @@ func TestBenchRankClients(t *testing.T) {
 				defer cancel()
 				r, err := cl.Await(actx, req, gate.AwaitOptions{Poll: 30 * time.Second})
 				res.Held[j][i] = time.Now()
-				if err != nil || r.Verdict.Verdict != preflight.VerdictPass {
+				if err != nil || r.Verdict.Verdict != verdict.VerdictPass {
 					fails.Add(1)
 					t.Logf("job %d rank %d: %v", j, i, err)
 				}
@@ -439,9 +439,9 @@ func benchPod(owner client.Object, typ string, idx int, node string) *corev1.Pod
 	}
 }
 
-func benchRankReport(node string) preflight.Report {
-	r := preflight.NewReport("node "+node, nil)
-	r.Devices = []preflight.DeviceSummary{{ID: "GPU-" + node + "-0", Kind: "gpu", GPU: 0, GPUUUID: "GPU-" + node + "-0", Profile: "full", SMs: 108, MemoryMiB: 81920}}
+func benchRankReport(node string) verdict.Report {
+	r := verdict.NewReport("node "+node, nil)
+	r.Devices = []verdict.DeviceSummary{{ID: "GPU-" + node + "-0", Kind: "gpu", GPU: 0, GPUUUID: "GPU-" + node + "-0", Profile: "full", SMs: 108, MemoryMiB: 81920}}
 	return r
 }
 

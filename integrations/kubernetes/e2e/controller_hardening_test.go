@@ -27,7 +27,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // asUser is a client that acts as user name (impersonated), with only the
@@ -126,9 +126,9 @@ func TestE2EStandbyReadyRollout(t *testing.T) {
 
 // forgedVerdict is the annotations of a fail verdict nobody decided.
 func forgedVerdict(action string) map[string]string {
-	rep := preflight.NewReport("forged", []preflight.Finding{{Rule: preflight.RuleGangMIGSpansGPUs, Severity: preflight.SeverityFail, Message: "forged"}})
+	rep := verdict.NewReport("forged", []verdict.Finding{{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "forged"}})
 	b, _ := json.Marshal(rep)
-	return map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: preflight.RuleGangMIGSpansGPUs, controller.KeyReason: "forged",
+	return map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: verdict.RuleGangMIGSpansGPUs, controller.KeyReason: "forged",
 		controller.KeyDecidedAt: time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), controller.KeyDecidedBy: "replica-forged",
 		controller.KeyReport: string(b), controller.KeyAction: action}
 }
@@ -202,7 +202,7 @@ func TestE2EForgedRecordLeaseIgnored(t *testing.T) {
 	}
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks(ranks))
-		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
+		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	a := appliedVerdict(t, job)
 	require.Equal(t, "pass", a[controller.KeyVerdict])
@@ -268,7 +268,7 @@ func TestE2EImpostorPodRefused(t *testing.T) {
 	}
 	require.NoError(t, asUser(t, "mallory").Create(context.Background(), evil))
 	ri := startRank(t, c.URL, evil, token(t, evil, gate.Audience), "--sample", "h100-mig", "--devices", "0:0")
-	require.Equal(t, preflight.ExitEnvironment, ri.wait(t, 30*time.Second), ri.String())
+	require.Equal(t, verdict.ExitEnvironment, ri.wait(t, 30*time.Second), ri.String())
 	require.Contains(t, ri.termination(), gate.CodeForbidden, ri.String())
 	require.Contains(t, ri.termination(), evil.Name, ri.String())
 	require.Contains(t, ri.termination(), "held by pod "+p0.Name, ri.String())
@@ -276,7 +276,7 @@ func TestE2EImpostorPodRefused(t *testing.T) {
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
 	for _, r := range []*rank{r0, r1} {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks([]*rank{r0, r1, ri}))
-		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
+		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
 	require.Contains(t, c.logs.String(), evil.Name)
@@ -306,7 +306,7 @@ func TestE2EFirstReportInThePast(t *testing.T) {
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
 	for _, r := range []*rank{r0, r1} {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks([]*rank{r0, r1}))
-		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
+		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	require.Less(t, time.Since(created), 20*time.Second, "passed only because the test ran past the deadline")
 	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])

@@ -32,16 +32,16 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // A full-GPU rank: four NVLink-connected A100s of the embedded sample node,
 // checked with --require-p2p.
 var fullGPURank = []string{"--sample", "a100-full", "--devices", "0,1,2,3", "--require-p2p"}
 
-func decodeVerdict(t *testing.T, r *rank) preflight.Report {
+func decodeVerdict(t *testing.T, r *rank) verdict.Report {
 	t.Helper()
-	var rep preflight.Report
+	var rep verdict.Report
 	require.NoError(t, json.Unmarshal(r.stdout.Bytes(), &rep), r.String())
 	return rep
 }
@@ -63,7 +63,7 @@ func TestE2EPassFullGPUs(t *testing.T) {
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 		v := decodeVerdict(t, r)
-		require.Equal(t, preflight.VerdictPass, v.Verdict, r.String())
+		require.Equal(t, verdict.VerdictPass, v.Verdict, r.String())
 		require.Contains(t, v.Subject, "4 of 4 ranks")
 	}
 	a := appliedVerdict(t, job)
@@ -90,8 +90,8 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), "--sample", "h100-mig", "--devices", "0:0")
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), "--sample", "h100-mig", "--devices", "1:0")
 	for _, r := range []*rank{r0, r1} {
-		require.Equal(t, preflight.ExitFail, r.wait(t, time.Minute), r.String())
-		require.Contains(t, decodeVerdict(t, r).RuleIDs(), preflight.RuleGangMIGSpansGPUs)
+		require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), r.String())
+		require.Contains(t, decodeVerdict(t, r).RuleIDs(), verdict.RuleGangMIGSpansGPUs)
 		require.Contains(t, r.termination(), "GANG_MIG_SPANS_GPUS", r.String())
 		require.Contains(t, r.termination(), "job action: suspend")
 	}
@@ -103,9 +103,9 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 	require.Equal(t, "suspend", a[controller.KeyAction])
 	require.Contains(t, a[controller.KeyRules], "GANG_MIG_SPANS_GPUS")
 	require.Contains(t, a[controller.KeyReason], "physical GPUs")
-	var rep preflight.Report
+	var rep verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &rep))
-	require.Equal(t, preflight.VerdictFail, rep.Verdict)
+	require.Equal(t, verdict.VerdictFail, rep.Verdict)
 	require.Eventually(t, func() bool {
 		ev := jobEvents(t, job)["GangFailed"]
 		return len(ev) == 1 && strings.Contains(ev[0], "GANG_MIG_SPANS_GPUS") && strings.Contains(ev[0], "job suspended")
@@ -128,7 +128,7 @@ func TestE2EMPIJobLauncherAsWorker(t *testing.T) {
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks(ranks))
 		resp := decodeVerdict(t, r)
-		require.Equal(t, preflight.VerdictPass, resp.Verdict, r.String())
+		require.Equal(t, verdict.VerdictPass, resp.Verdict, r.String())
 		require.Contains(t, resp.Subject, "3 of 3 ranks")
 	}
 	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
@@ -151,9 +151,9 @@ func TestE2EGangDeadline(t *testing.T) {
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
 	for _, r := range []*rank{r0, r1} {
-		require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
+		require.Equal(t, verdict.ExitFail, r.wait(t, 30*time.Second), r.String())
 		v := decodeVerdict(t, r)
-		require.Equal(t, []string{preflight.RuleGangIncomplete}, v.RuleIDs(), r.String())
+		require.Equal(t, []string{verdict.RuleGangIncomplete}, v.RuleIDs(), r.String())
 		f := v.Findings[0]
 		require.Equal(t, []int{2}, f.Ranks)
 		require.Equal(t, []string{p2.Name}, f.Pods)
@@ -175,9 +175,9 @@ func TestE2EGangDeadline(t *testing.T) {
 	r := startRank(t, c.URL, q0, token(t, q0, gate.Audience), fullGPURank...)
 	require.Eventually(t, func() bool { return jobAnnotations(t, job2)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
 	markUnschedulable(t, q1, "0/5 nodes are available: 5 Insufficient nvidia.com/mig-7g.80gb.")
-	require.Equal(t, preflight.ExitFail, r.wait(t, 30*time.Second), r.String())
+	require.Equal(t, verdict.ExitFail, r.wait(t, 30*time.Second), r.String())
 	v := decodeVerdict(t, r)
-	require.Equal(t, []string{preflight.RuleGangRankUnplaceable}, v.RuleIDs(), r.String())
+	require.Equal(t, []string{verdict.RuleGangRankUnplaceable}, v.RuleIDs(), r.String())
 	require.Contains(t, v.Findings[0].Message, "no node advertises nvidia.com/mig-7g.80gb")
 }
 
@@ -213,7 +213,7 @@ func TestE2EControllerRestart(t *testing.T) {
 	all := append(early, late...)
 	for _, r := range all {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks(all))
-		require.Equal(t, preflight.VerdictPass, decodeVerdict(t, r).Verdict)
+		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	require.EqualValues(t, 1, b.Decisions())
 	ann := appliedVerdict(t, job)
@@ -243,12 +243,12 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	job := pytorchJob(t, ns, "llama", false, 2, nil)
 	p0 := rankPod(t, job, "worker", 0, "node-0", "")
 	rankPod(t, job, "worker", 1, "node-1", "") // never reports: the verdict is recorded
-	rep := preflight.NewReport("e2e-record/PyTorchJob/llama: 2 of 2 ranks reported", []preflight.Finding{{
-		Rule: preflight.RuleGangMIGSpansGPUs, Severity: preflight.SeverityFail, Message: "ranks 0 and 1 use MIG instances on 2 physical GPUs",
+	rep := verdict.NewReport("e2e-record/PyTorchJob/llama: 2 of 2 ranks reported", []verdict.Finding{{
+		Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "ranks 0 and 1 use MIG instances on 2 physical GPUs",
 	}})
 	rb, err := json.Marshal(rep)
 	require.NoError(t, err)
-	require.Equal(t, preflight.VerdictFail, rep.Verdict)
+	require.Equal(t, verdict.VerdictFail, rep.Verdict)
 	decidedAt := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
 	holder := "replica-crashed"
 	ensureNamespace(t, controllerNamespace)
@@ -257,7 +257,7 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
 			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict",
 				controller.LabelJobNamespace: ns, controller.LabelJobKind: "PyTorchJob", controller.KeyJobName: job.Name},
-			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: preflight.RuleGangMIGSpansGPUs,
+			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: verdict.RuleGangMIGSpansGPUs,
 				controller.KeyReason: "GANG_MIG_SPANS_GPUS: ranks 0 and 1 use MIG instances on 2 physical GPUs", controller.KeyDecidedAt: decidedAt,
 				controller.KeyDecidedBy: holder, controller.KeyReport: string(rb), controller.KeyAction: controller.ActionSuspend,
 				controller.KeyJobName: job.Name}},
@@ -267,8 +267,8 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
-	require.Equal(t, preflight.ExitFail, r0.wait(t, 30*time.Second), r0.String())
-	require.Contains(t, decodeVerdict(t, r0).RuleIDs(), preflight.RuleGangMIGSpansGPUs)
+	require.Equal(t, verdict.ExitFail, r0.wait(t, 30*time.Second), r0.String())
+	require.Contains(t, decodeVerdict(t, r0).RuleIDs(), verdict.RuleGangMIGSpansGPUs)
 
 	a := appliedVerdict(t, job)
 	require.Eventually(t, func() bool { return gaugeValue(t, "rankgate_verdicts_unapplied") == 0 }, 5*time.Second, 20*time.Millisecond)
@@ -295,12 +295,12 @@ func TestE2ERejectsForeignToken(t *testing.T) {
 	p1 := rankPod(t, job, "worker", 1, "node-2", "")
 
 	r := startRank(t, c.URL, p0, token(t, p1, gate.Audience), fullGPURank...)
-	require.Equal(t, preflight.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
+	require.Equal(t, verdict.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
 	require.Contains(t, r.termination(), gate.CodeForbidden)
 	require.Contains(t, r.termination(), "may only report for itself")
 
 	r = startRank(t, c.URL, p0, token(t, p0, "some-other-service"), fullGPURank...)
-	require.Equal(t, preflight.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
+	require.Equal(t, verdict.ExitEnvironment, r.wait(t, 30*time.Second), r.String())
 	require.Contains(t, r.termination(), gate.CodeUnauthenticated)
 
 	// Nothing was recorded for the forged reports.
@@ -310,7 +310,7 @@ func TestE2ERejectsForeignToken(t *testing.T) {
 	job2 := pytorchJob(t, other, "t5", false, 1, nil)
 	q := rankPod(t, job2, "worker", 0, "node-1", "")
 	r = startRank(t, c.URL, q, token(t, q, gate.Audience), fullGPURank...)
-	require.Equal(t, preflight.ExitUsage, r.wait(t, 30*time.Second), r.String())
+	require.Equal(t, verdict.ExitUsage, r.wait(t, 30*time.Second), r.String())
 	require.Contains(t, r.termination(), gate.CodeNotOptedIn)
 }
 
@@ -442,7 +442,7 @@ func TestE2EDeployManifests(t *testing.T) {
 						}
 						cmd := exec.Command(binary, append(keep, "--pod-name", "p", "--pod-namespace", "ml", "--sample", "a100-full", "--devices", "0", "--timeout", "1s")...)
 						out, _ := cmd.CombinedOutput()
-						require.Equal(t, preflight.ExitEnvironment, cmd.ProcessState.ExitCode(), "%s: %v\n%s", f, keep, out)
+						require.Equal(t, verdict.ExitEnvironment, cmd.ProcessState.ExitCode(), "%s: %v\n%s", f, keep, out)
 						require.Contains(t, string(out), "CA file")
 						checked++
 					}
@@ -495,7 +495,7 @@ func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
 	job := pytorchJob(t, ns, "w", false, 1, nil)
 	p := rankPod(t, job, "worker", 0, "node-0", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), append(fullGPURank, "--timeout", "4s")...)
-	require.Equal(t, preflight.ExitTimeout, r.wait(t, 30*time.Second), r.String())
+	require.Equal(t, verdict.ExitTimeout, r.wait(t, 30*time.Second), r.String())
 	require.Contains(t, r.stderr.String(), "leases.coordination.k8s.io", r.String())
 	require.Contains(t, r.stderr.String(), "configs/deploy/rbac.yaml", r.String())
 }
@@ -574,7 +574,7 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	for i, r := range ranks {
 		want := 0
 		if i >= 2 {
-			want = preflight.ExitFail
+			want = verdict.ExitFail
 		}
 		require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
 	}

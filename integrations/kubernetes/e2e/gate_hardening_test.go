@@ -26,6 +26,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // gateHTTP is an HTTPS client that trusts the test CA.
@@ -121,8 +122,8 @@ func TestE2EGateNonRankBodyNotRead(t *testing.T) {
 
 	// A rank's report beyond the bounds: read, refused, nothing recorded.
 	rtok := token(t, rank0, gate.Audience)
-	over := gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: rank0.Name, Report: preflight.NewReport("node-1", nil)}
-	over.Report.Devices = make([]preflight.DeviceSummary, gate.MaxReportDevices+1)
+	over := gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: rank0.Name, Report: verdict.NewReport("node-1", nil)}
+	over.Report.Devices = make([]verdict.DeviceSummary, gate.MaxReportDevices+1)
 	data, err := json.Marshal(over)
 	require.NoError(t, err)
 	code, e = postReport(t, hc, c.URL, rtok, data)
@@ -205,10 +206,10 @@ func TestE2EGateThousandsOfMissingRanks(t *testing.T) {
 	job := pytorchJob(t, ns, "huge", false, 5000, map[string]string{controller.KeyGangTimeout: "3s"})
 	p := rankPod(t, job, "worker", 0, "node-1", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)
-	require.Equal(t, preflight.ExitFail, r.wait(t, 60*time.Second), r.String())
+	require.Equal(t, verdict.ExitFail, r.wait(t, 60*time.Second), r.String())
 	rep := decodeVerdict(t, r)
-	require.Equal(t, preflight.VerdictFail, rep.Verdict)
-	require.Equal(t, preflight.RuleGangIncomplete, rep.Findings[0].Rule)
+	require.Equal(t, verdict.VerdictFail, rep.Verdict)
+	require.Equal(t, verdict.RuleGangIncomplete, rep.Findings[0].Rule)
 	require.Contains(t, rep.Findings[0].Message, "1 of 5000 ranks reported; missing ranks 1-20 and 4979 more (4999 in all)")
 	require.Len(t, rep.Findings[0].Ranks, preflight.MaxListedRanks)
 	require.Less(t, r.stdout.Len(), 32<<10, "verdict printed by rankgate init")

@@ -24,7 +24,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // APIVersion names this version of the wire format. A server refuses
@@ -74,10 +74,10 @@ type ReportRequest struct {
 	Pod        string `json:"pod"`
 	// Node is the host name as the rank sees it; informational (the
 	// controller uses the pod's spec.nodeName when it is set).
-	Node              string           `json:"node,omitempty"`
-	DriverVersion     string           `json:"driverVersion,omitempty"`
-	CUDADriverVersion string           `json:"cudaDriverVersion,omitempty"`
-	Report            preflight.Report `json:"report"`
+	Node              string         `json:"node,omitempty"`
+	DriverVersion     string         `json:"driverVersion,omitempty"`
+	CUDADriverVersion string         `json:"cudaDriverVersion,omitempty"`
+	Report            verdict.Report `json:"report"`
 }
 
 // Validate checks the fields a server needs.
@@ -87,7 +87,7 @@ func (r *ReportRequest) Validate() error {
 		return fmt.Errorf("apiVersion %q is not supported (want %q)", r.APIVersion, APIVersion)
 	case r.Namespace == "" || r.Pod == "":
 		return fmt.Errorf("namespace and pod are required")
-	case r.Report.Verdict != preflight.VerdictPass && r.Report.Verdict != preflight.VerdictWarn && r.Report.Verdict != preflight.VerdictFail:
+	case r.Report.Verdict != verdict.VerdictPass && r.Report.Verdict != verdict.VerdictWarn && r.Report.Verdict != verdict.VerdictFail:
 		return fmt.Errorf("report.verdict %q: want pass, warn or fail", r.Report.Verdict)
 	}
 	return r.checkBounds()
@@ -175,8 +175,8 @@ type Response struct {
 	// the first report is not recorded yet.
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Verdict is the gang report, set when State is decided.
-	Verdict   *preflight.Report `json:"verdict,omitempty"`
-	DecidedAt *time.Time        `json:"decidedAt,omitempty"`
+	Verdict   *verdict.Report `json:"verdict,omitempty"`
+	DecidedAt *time.Time      `json:"decidedAt,omitempty"`
 	// Action is what the controller did to the job on a fail verdict:
 	// suspend, delete or annotate.
 	Action string `json:"action,omitempty"`

@@ -4,9 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/rankgate/rankgate/verdict"
 	"github.com/stretchr/testify/require"
-
-	"github.com/rankgate/rankgate/preflight"
 )
 
 func TestErrorCodes(t *testing.T) {
@@ -23,7 +22,7 @@ func TestErrorCodes(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := ReportRequest{APIVersion: APIVersion, Namespace: "ml", Pod: "p", Report: preflight.NewReport("", nil)}
+	ok := ReportRequest{APIVersion: APIVersion, Namespace: "ml", Pod: "p", Report: verdict.NewReport("", nil)}
 	require.NoError(t, ok.Validate())
 	for name, mutate := range map[string]func(*ReportRequest){
 		"version": func(r *ReportRequest) { r.APIVersion = "v0" },

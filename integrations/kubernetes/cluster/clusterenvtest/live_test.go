@@ -29,8 +29,8 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
-	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 func TestMain(m *testing.M) {
@@ -120,7 +120,7 @@ func TestLiveDiagnoseOnAPIServer(t *testing.T) {
 	require.Len(t, w.PodSets[0].Pods, 4)
 	e := schedule.New()
 	res := e.Diagnose(e.NewCluster(b.Nodes()), w)
-	require.Equal(t, schedule.RuleWaitCapacity, res.Rule, res.Report.Reason(0))
+	require.Equal(t, verdict.RuleWaitCapacity, res.Rule, res.Report.Reason(0))
 	f := res.Report.Findings
 	require.Contains(t, fmt.Sprint(f), "2 of 4 pending pods fit now")
 	require.Contains(t, fmt.Sprint(f), "a100-3 (7/7 nvidia.com/mig-1g.10gb in use)")
@@ -130,15 +130,15 @@ func TestLiveDiagnoseOnAPIServer(t *testing.T) {
 	var out, errb bytes.Buffer
 	code := app.Run(ctx, app.Streams{In: &bytes.Buffer{}, Out: &out, Err: &errb},
 		[]string{"diagnose", "pod", "ml/llm-worker-2", "--kubeconfig", kubeconfig, "-o", "json"})
-	require.Equal(t, preflight.ExitPass, code, errb.String())
-	var r preflight.Report
+	require.Equal(t, verdict.ExitPass, code, errb.String())
+	var r verdict.Report
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r), out.String())
 	require.Equal(t, "PyTorchJob ml/llm", r.Subject)
-	require.Equal(t, preflight.VerdictWarn, r.Verdict)
+	require.Equal(t, verdict.VerdictWarn, r.Verdict)
 
 	code = app.Run(ctx, app.Streams{In: &bytes.Buffer{}, Out: &out, Err: &errb},
 		[]string{"diagnose", "job", "ml/nope", "--kubeconfig", kubeconfig})
-	require.Equal(t, preflight.ExitUsage, code)
+	require.Equal(t, verdict.ExitUsage, code)
 
 	// An MPIJob through the dynamic client, judged too large.
 	mj := kubeflowtest.MakeMPIJob("allreduce", "ml").Workers(30).WorkerRequest("nvidia.com/mig-1g.10gb", "1").Obj()
@@ -148,7 +148,7 @@ func TestLiveDiagnoseOnAPIServer(t *testing.T) {
 	require.Equal(t, kubeflow.MPIJobGVK, got.GVK())
 	mw, err := b.WorkloadFor(got)
 	require.NoError(t, err)
-	require.Equal(t, schedule.RuleGangTooLarge, e.Diagnose(e.NewCluster(b.Nodes()), mw).Rule)
+	require.Equal(t, verdict.RuleGangTooLarge, e.Diagnose(e.NewCluster(b.Nodes()), mw).Rule)
 
 	// An MPIJob with runLauncherAsWorker and its pods as mpi-operator
 	// v0.8.0 creates them: job-role labels, worker indexes shifted by one,
@@ -185,8 +185,8 @@ func TestLiveDiagnoseOnAPIServer(t *testing.T) {
 	errb.Reset()
 	code = app.Run(ctx, app.Streams{In: &bytes.Buffer{}, Out: &out, Err: &errb},
 		[]string{"diagnose", "pod", "ml/ring-launcher-x7k2p", "--kubeconfig", kubeconfig, "-o", "json"})
-	require.Contains(t, []int{preflight.ExitPass, preflight.ExitFail}, code, errb.String())
-	r = preflight.Report{}
+	require.Contains(t, []int{verdict.ExitPass, verdict.ExitFail}, code, errb.String())
+	r = verdict.Report{}
 	require.NoError(t, json.Unmarshal(out.Bytes(), &r), out.String())
 	require.Equal(t, "MPIJob ml/ring", r.Subject)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // gangBackend decides at once: the gang rules over the reported rank and a
@@ -24,8 +25,8 @@ type gangBackend struct{}
 func (gangBackend) Admit(context.Context, server.Identity) error { return nil }
 
 func (gangBackend) Report(_ context.Context, _ server.Identity, req *gate.ReportRequest, _ time.Duration) (*gate.Response, error) {
-	peer := preflight.NewReport("node-b", nil)
-	peer.Devices = []preflight.DeviceSummary{{ID: "GPU-b", Kind: "gpu", GPU: 0, GPUUUID: "GPU-b", Profile: "full", SMs: 132}}
+	peer := verdict.NewReport("node-b", nil)
+	peer.Devices = []verdict.DeviceSummary{{ID: "GPU-b", Kind: "gpu", GPU: 0, GPUUUID: "GPU-b", Profile: "full", SMs: 132}}
 	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{
 		{Rank: 0, Pod: req.Pod, Node: req.Node, DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report},
 		{Rank: 1, Pod: "p1", Node: "node-b", DriverVersion: "580.65.06", CUDADriverVersion: "13.0", Report: peer},
@@ -42,8 +43,8 @@ func (gangBackend) Verdict(context.Context, server.Identity, time.Duration) (*ga
 // the gang rules survive any report that passes validation.
 func FuzzReportBody(f *testing.F) {
 	ok := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Node: "node-a", DriverVersion: "580.65.06", CUDADriverVersion: "13.0",
-		Report: preflight.NewReport("node-a", nil)}
-	ok.Report.Devices = []preflight.DeviceSummary{{ID: "MIG-1", Kind: "mig", GPU: 0, GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 14}}
+		Report: verdict.NewReport("node-a", nil)}
+	ok.Report.Devices = []verdict.DeviceSummary{{ID: "MIG-1", Kind: "mig", GPU: 0, GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 14}}
 	b, _ := json.Marshal(ok)
 	f.Add(b)
 	f.Add([]byte(`{"apiVersion":"gate.rankgate.io/v1","namespace":"ml","pod":"p0","report":{"verdict":"fail","findings":[{"rule":"X","severity":"fail","ranks":[-1,99999999]}],"devices":[{"id":"","kind":"","gpu":-5,"sms":-1},{"id":"","kind":"","gpu":-5}]}}`))
@@ -64,7 +65,7 @@ func FuzzReportBody(f *testing.F) {
 				t.Fatalf("200 without a verdict: %v %s", err, rec.Body.String())
 			}
 			switch r.Verdict.Verdict {
-			case preflight.VerdictPass, preflight.VerdictWarn, preflight.VerdictFail:
+			case verdict.VerdictPass, verdict.VerdictWarn, verdict.VerdictFail:
 			default:
 				t.Fatalf("verdict %q", r.Verdict.Verdict)
 			}

@@ -28,6 +28,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // jwt builds an unsigned-looking but well-formed projected token.
@@ -124,7 +125,7 @@ func TestReportBodyReadOnlyForAdmittedRanks(t *testing.T) {
 	require.EqualValues(t, 0, be.reports.Load())
 
 	// A well-formed report of a rank passes.
-	ok, err := json.Marshal(&gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Report: preflight.NewReport("n", nil)})
+	ok, err := json.Marshal(&gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Report: verdict.NewReport("n", nil)})
 	require.NoError(t, err)
 	rec = post(h, "tok-p0", bytes.NewReader(ok))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
@@ -149,7 +150,7 @@ func TestReportBounds(t *testing.T) {
 	s := server.New(server.Options{Auth: fakeAuth{"tok-p0": {Namespace: "ml", Pod: "p0"}}, Backend: &admitBackend{ranks: map[string]bool{"p0": true}}, Log: logr.Discard()})
 	h := s.Handler()
 	base := func() *gate.ReportRequest {
-		return &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Report: preflight.NewReport("n", nil)}
+		return &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Report: verdict.NewReport("n", nil)}
 	}
 	many := func(n int) []string {
 		out := make([]string, n)
@@ -165,16 +166,16 @@ func TestReportBounds(t *testing.T) {
 		want   string
 	}{
 		{name: "findings", mutate: func(r *gate.ReportRequest) {
-			r.Report.Findings = make([]preflight.Finding, gate.MaxReportFindings+1)
+			r.Report.Findings = make([]verdict.Finding, gate.MaxReportFindings+1)
 		}, want: "a list has more than 512 entries"},
 		{name: "devices", mutate: func(r *gate.ReportRequest) {
-			r.Report.Devices = make([]preflight.DeviceSummary, gate.MaxReportDevices+1)
+			r.Report.Devices = make([]verdict.DeviceSummary, gate.MaxReportDevices+1)
 		}, want: "report.devices: 257 entries exceed the limit of 256"},
 		{name: "finding devices", mutate: func(r *gate.ReportRequest) {
-			r.Report.Findings = []preflight.Finding{{Rule: "X", Severity: preflight.SeverityWarn, Devices: many(gate.MaxFindingItems + 1)}}
+			r.Report.Findings = []verdict.Finding{{Rule: "X", Severity: verdict.SeverityWarn, Devices: many(gate.MaxFindingItems + 1)}}
 		}, want: "a list has more than 128 entries"},
 		{name: "message", mutate: func(r *gate.ReportRequest) {
-			r.Report.Findings = []preflight.Finding{{Rule: "X", Severity: preflight.SeverityWarn, Message: strings.Repeat("m", gate.MaxTextLen+1)}}
+			r.Report.Findings = []verdict.Finding{{Rule: "X", Severity: verdict.SeverityWarn, Message: strings.Repeat("m", gate.MaxTextLen+1)}}
 		}, want: "a string of 8193 bytes exceeds the limit of 8192"},
 		{name: "node name", mutate: func(r *gate.ReportRequest) { r.Node = strings.Repeat("n", gate.MaxNameLen+1) }, want: "node: 513 bytes exceed the limit of 512"},
 		{name: "nesting", raw: `{"apiVersion":"gate.rankgate.io/v1","x":[[[[[[[[]]]]]]]]}`, want: "nested deeper than 6"},
@@ -319,7 +320,7 @@ func TestSlowBodyIsCut(t *testing.T) {
 			Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}})
 		require.NoError(t, err)
 		start := time.Now()
-		r, err := c.Report(context.Background(), &gate.ReportRequest{Namespace: "ml", Pod: "p0", Report: preflight.NewReport("n", nil)}, 3*time.Second)
+		r, err := c.Report(context.Background(), &gate.ReportRequest{Namespace: "ml", Pod: "p0", Report: verdict.NewReport("n", nil)}, 3*time.Second)
 		require.NoError(t, err)
 		require.Equal(t, gate.StateWaiting, r.State)
 		require.GreaterOrEqual(t, time.Since(start), 3*time.Second)
@@ -525,7 +526,7 @@ type bigVerdict struct{ admitBackend }
 func (*bigVerdict) Verdict(context.Context, server.Identity, time.Duration) (*gate.Response, error) {
 	var ranks []preflight.RankReport
 	for i := 0; i < 5000; i++ {
-		r := preflight.NewReport("n", []preflight.Finding{{Rule: preflight.RuleRankEnvironment, Severity: preflight.SeverityFail, Message: strings.Repeat("x", 200)}})
+		r := verdict.NewReport("n", []verdict.Finding{{Rule: verdict.RuleRankEnvironment, Severity: verdict.SeverityFail, Message: strings.Repeat("x", 200)}})
 		ranks = append(ranks, preflight.RankReport{Rank: i, Pod: fmt.Sprintf("big-worker-%d", i), Node: fmt.Sprintf("gpu-node-%04d", i), Report: r})
 	}
 	v := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/big", Expected: 5000, Ranks: ranks})
@@ -547,7 +548,7 @@ func TestAnswerFitsTheClient(t *testing.T) {
 	require.NoError(t, err)
 	r, err := c.Verdict(context.Background(), "ml", "p0", 0)
 	require.NoError(t, err)
-	require.Equal(t, preflight.VerdictFail, r.Verdict.Verdict)
+	require.Equal(t, verdict.VerdictFail, r.Verdict.Verdict)
 	require.Positive(t, r.OmittedFindings)
 	require.Equal(t, len(full.Verdict.Findings), len(r.Verdict.Findings)+r.OmittedFindings)
 	require.Equal(t, full.Verdict.Findings[0].Rule, r.Verdict.Findings[0].Rule)

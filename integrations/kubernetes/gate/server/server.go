@@ -26,6 +26,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Backend decides. The controller implements it; tests use fakes. Errors
@@ -424,7 +425,7 @@ func fitAnswer(resp *gate.Response, limit int) []byte {
 		return append(b, '\n')
 	}
 	v := *resp.Verdict
-	v.Findings = make([]preflight.Finding, len(resp.Verdict.Findings))
+	v.Findings = make([]verdict.Finding, len(resp.Verdict.Findings))
 	v.Devices = nil
 	cut := func(xs []string) []string { return xs[:min(len(xs), preflight.MaxListedRanks)] }
 	text := func(s string) string {
@@ -443,7 +444,7 @@ func fitAnswer(resp *gate.Response, limit int) []byte {
 	out.Verdict = &v
 	// Room for the answer without findings, then findings while they fit.
 	all := v.Findings
-	v.Findings = []preflight.Finding{}
+	v.Findings = []verdict.Finding{}
 	out.OmittedFindings = len(all)
 	empty, _ := json.Marshal(&out)
 	room := limit - len(empty) - 64

@@ -24,7 +24,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
-	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // fakeAuth maps tokens to pods.
@@ -82,7 +82,7 @@ func (b *fakeBackend) Verdict(ctx context.Context, _ server.Identity, wait time.
 	defer t.Stop()
 	select {
 	case <-b.done:
-		v := preflight.NewReport("ml/PyTorchJob/j", nil)
+		v := verdict.NewReport("ml/PyTorchJob/j", nil)
 		return &gate.Response{State: gate.StateDecided, Job: "ml/PyTorchJob/j", Expected: b.need, Reported: b.need, Verdict: &v}, nil
 	case <-t.C:
 	case <-ctx.Done():
@@ -132,7 +132,7 @@ func (e env) client(t *testing.T, pod string) *gate.Client {
 }
 
 func report(pod string) *gate.ReportRequest {
-	return &gate.ReportRequest{Namespace: "ml", Pod: pod, Report: preflight.NewReport("n", nil)}
+	return &gate.ReportRequest{Namespace: "ml", Pod: pod, Report: verdict.NewReport("n", nil)}
 }
 
 func TestLongPollDecidesEveryRank(t *testing.T) {
@@ -152,7 +152,7 @@ func TestLongPollDecidesEveryRank(t *testing.T) {
 	wg.Wait()
 	for _, r := range got {
 		require.Equal(t, gate.StateDecided, r.State)
-		require.Equal(t, preflight.VerdictPass, r.Verdict.Verdict)
+		require.Equal(t, verdict.VerdictPass, r.Verdict.Verdict)
 		require.Equal(t, gate.APIVersion, r.APIVersion)
 	}
 	// The verdict endpoint answers without a report.
