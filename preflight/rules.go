@@ -115,8 +115,8 @@ func RankRules(in RankInput) verdict.Report {
 		if g.MIGCurrent != topology.ModeUnknown && g.MIGPending != topology.ModeUnknown && g.MIGCurrent != g.MIGPending {
 			add(verdict.Finding{
 				Rule: verdict.RuleMIGModePending, Severity: verdict.SeverityWarn, Devices: []string{gpuName(g)},
-				Message:     fmt.Sprintf("GPU %d: MIG mode is %s but %s is pending; the GPU changes shape at its next reset", g.Index, g.MIGCurrent, g.MIGPending),
-				Remediation: "finish the change (drain the node, reset the GPU or reboot, let mig-manager reach state success) before running jobs on it",
+				Message:     fmt.Sprintf("GPU %d: MIG mode is %s but %s is pending (nvidia-smi shows %q); %s", g.Index, g.MIGCurrent, g.MIGPending, pendingShown(g.MIGPending), pendingMeaning(g)),
+				Remediation: fmt.Sprintf("apply the pending mode with a GPU reset: stop the work on GPU %d, then `nvidia-smi -r -i %d` (or reboot the node; under the GPU Operator, let mig-manager reach nvidia.com/mig.config.state=success)", g.Index, g.Index),
 			})
 		}
 	}
@@ -361,4 +361,27 @@ func mixedKinds(ds []topology.Device) bool {
 		}
 	}
 	return false
+}
+
+// pendingShown is how the nvidia-smi table prints a pending MIG mode.
+func pendingShown(m topology.MIGMode) string {
+	switch m {
+	case topology.ModeEnabled:
+		return "Enabled*"
+	case topology.ModeDisabled:
+		return "Disabled*"
+	}
+	return string(m) + "*"
+}
+
+// pendingMeaning says what a GPU with a pending MIG mode change can run
+// until its reset.
+func pendingMeaning(g *topology.GPU) string {
+	switch {
+	case g.MIGCurrent == topology.ModeEnabled && g.MIGPending == topology.ModeDisabled:
+		return "the GPU is still in MIG mode: no CUDA work runs on it outside MIG instances until the reset"
+	case g.MIGCurrent == topology.ModeDisabled && g.MIGPending == topology.ModeEnabled:
+		return "the GPU is not in MIG mode yet: full-GPU work still runs and no MIG instance can be created until the reset"
+	}
+	return "the GPU changes shape at its next reset"
 }

@@ -1,0 +1,130 @@
+package smi
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/topology"
+)
+
+// Real outputs of issue 12 (sources in testdata/README.md): columns that
+// read N/A, pending MIG modes, outputs pasted back to back.
+
+// TestTableMemoryNA: the 535 drivers print N/A for the whole Memory-Usage
+// cell of a MIG-enabled GPU; the slash of "N/A" is not the used/total one.
+func TestTableMemoryNA(t *testing.T) {
+	inv := importOK(t, load(t, "testdata", "table_h100_mig-1g.10gb_memory-NA_535.104.12.txt"))
+	g := gpu(t, inv, 0)
+	require.Equal(t, "NVIDIA H100 80GB HBM3", g.Name)
+	require.Zero(t, g.MemoryMiB)
+	require.Equal(t, topology.ModeEnabled, g.MIGCurrent)
+	require.Equal(t, []string{"1g.10gb"}, profiles(g))
+	require.Equal(t, 16, g.MIGDevices[0].SMs)
+}
+
+// TestNotAvailableCells: every spelling drivers use for a value they cannot
+// read is accepted in every column that may carry it.
+func TestNotAvailableCells(t *testing.T) {
+	base, err := readFileString("testdata/table_h100_mig-1g.10gb_memory-NA_535.104.12.txt")
+	require.NoError(t, err)
+	for _, na := range []string{"N/A", "[N/A]", "Not Supported", "[Not Supported]", "[Insufficient Permissions]", "[Unknown Error]"} {
+		t.Run(na, func(t *testing.T) {
+			for _, tc := range []struct{ old, new string }{
+				// the GPU's memory cell, whole and either side
+				{"|                  N/A |     N/A", "|" + padLeft(na, 21) + " |     N/A"},
+				{"|                  N/A |     N/A", "|" + padLeft(na+" / "+na, 21) + " |     N/A"},
+				// a MIG device's memory and SM count
+				{"12MiB /  9984MiB  | 16", padLeft(na+" / "+na, 16) + "  | 16"},
+				{"| 16      0 |", "| " + padRight(na, 9) + " |"},
+			} {
+				data := strings.Replace(base, tc.old, tc.new, 1)
+				if tc.new != tc.old {
+					require.NotEqual(t, base, data, tc.old)
+				}
+				inv, err := Import([]Input{{Name: "t.txt", Data: []byte(data)}}, nil)
+				require.NoError(t, err, "%s -> %s", tc.old, tc.new)
+				require.Len(t, gpu(t, inv, 0).MIGDevices, 1)
+			}
+		})
+	}
+	// -q: memory, UUID, bus ID and MIG device numbers
+	q, err := readFileString(sharedDir + "/05_smi-q_h100-80gb-hbm3_mig-enabled_590.48.01.txt")
+	require.NoError(t, err)
+	for _, na := range []string{"N/A", "[N/A]", "Not Supported", "[Insufficient Permissions]"} {
+		data := replaceValue(q, "Total", na)
+		data = replaceValue(data, "Multiprocessor count", na)
+		_, err := Import([]Input{{Name: "q.txt", Data: []byte(data)}}, nil)
+		require.NoError(t, err, na)
+	}
+}
+
+// TestPendingMIGMode: an asterisk names the pending mode; the GPU still
+// runs in the other one.
+func TestPendingMIGMode(t *testing.T) {
+	inv := importOK(t, load(t, "testdata", "table_h100_mig-disabled-pending_535.104.12.txt"))
+	g := gpu(t, inv, 0)
+	require.Equal(t, topology.ModeEnabled, g.MIGCurrent, "Disabled*: still in MIG mode")
+	require.Equal(t, topology.ModeDisabled, g.MIGPending)
+	require.Len(t, g.MIGDevices, 1)
+
+	inv = importOK(t, load(t, "testdata", "table_h100_mig-enable-pending_535.104.12.txt"))
+	g = gpu(t, inv, 0)
+	require.Equal(t, topology.ModeDisabled, g.MIGCurrent, "Enabled*: not in MIG mode yet")
+	require.Equal(t, topology.ModeEnabled, g.MIGPending)
+	require.Equal(t, uint64(81559), g.MemoryMiB)
+
+	// -q and -q -x print the same asterisk.
+	q, err := readFileString(sharedDir + "/05_smi-q_h100-80gb-hbm3_mig-enabled_590.48.01.txt")
+	require.NoError(t, err)
+	data := replaceValue(replaceValue(q, "Current", "Enabled"), "Pending", "Disabled*")
+	inv, err = Import([]Input{{Name: "q.txt", Data: []byte(data)}}, nil)
+	require.NoError(t, err)
+	g = gpu(t, inv, 0)
+	require.Equal(t, topology.ModeEnabled, g.MIGCurrent)
+	require.Equal(t, topology.ModeDisabled, g.MIGPending)
+
+	x, err := readFileString(sharedDir + "/32_smi-q-x_a100-sxm4-40gb_mig-2x3g.20gb_510.47.03_netdata.xml")
+	require.NoError(t, err)
+	x = strings.Replace(x, "<current_mig>Enabled</current_mig>", "<current_mig>Enabled*</current_mig>", 1)
+	x = strings.Replace(x, "<pending_mig>Enabled</pending_mig>", "<pending_mig>Enabled*</pending_mig>", 1)
+	inv, err = Import([]Input{{Name: "x.xml", Data: []byte(x)}}, nil)
+	require.NoError(t, err)
+	g = gpu(t, inv, 0)
+	require.Equal(t, topology.ModeDisabled, g.MIGCurrent)
+	require.Equal(t, topology.ModeEnabled, g.MIGPending)
+}
+
+func padLeft(s string, n int) string {
+	if len(s) >= n {
+		return s
+	}
+	return strings.Repeat(" ", n-len(s)) + s
+}
+
+func padRight(s string, n int) string {
+	if len(s) >= n {
+		return s
+	}
+	return s + strings.Repeat(" ", n-len(s))
+}
+
+// replaceValue sets every "Key : value" line of a -q output with that key.
+func replaceValue(q, key, val string) string {
+	lines := strings.Split(q, "\n")
+	for i, l := range lines {
+		k, _, ok := splitKV(strings.TrimSpace(l))
+		if !ok || k != key || !strings.Contains(l, ": ") {
+			continue
+		}
+		lines[i] = l[:strings.Index(l, ": ")+2] + val
+	}
+	return strings.Join(lines, "\n")
+}
+
+func readFileString(name string) (string, error) {
+	b, err := os.ReadFile(name)
+	return string(b), err
+}
