@@ -1,6 +1,7 @@
 package smi
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -127,4 +128,102 @@ func replaceValue(q, key, val string) string {
 func readFileString(name string) (string, error) {
 	b, err := os.ReadFile(name)
 	return string(b), err
+}
+
+// singleOutputs are fixtures that hold one output each, with the command
+// that printed it.
+var singleOutputs = []struct{ dir, file, args string }{
+	{sharedDir, "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt", "-L"},
+	{sharedDir, "03_smi-table_h100-80gb-hbm3_mig-mixed_590.48.01.txt", ""},
+	{sharedDir, "05_smi-q_h100-80gb-hbm3_mig-enabled_590.48.01.txt", "-q"},
+	{sharedDir, "07_topo_g6e.12xlarge_4xL40S_pcie-NODE.txt", "topo -m"},
+	{sharedDir, "08_topo_p4d.24xlarge_8xA100_NV12.txt", "topo -m"},
+	{sharedDir, "12_smi-L_a100-sxm4-80gb_7x1g.10gb_datadog33120.txt", "-L"},
+	{sharedDir, "13_smi-L_a100-80gb-pcie_2x3g.40gb_nvct203.txt", "-L"},
+	{sharedDir, "15_topo_3xH100-NVL_NV12-pair-plus-SYS_nccl1608.txt", "topo -m"},
+	{sharedDir, "30_mig-lgip_a100-40gb_all-free_harvester-pcidevices.txt", "mig -lgip"},
+	{sharedDir, "32_smi-q-x_a100-sxm4-40gb_mig-2x3g.20gb_510.47.03_netdata.xml", "-q -x"},
+	{"testdata", "list_a100-40gb_7x1g.5gb_legacy-uuid_470.txt", "-L"},
+	{"testdata", "q_8xh100-sxm_mig-disabled_590.48.01.txt", "-q"},
+	{"testdata", "table_2xh100_mig-3g.40gb-2x1g.20gb_550.54.15.txt", ""},
+	{"testdata", "table_a100-sxm4-40gb_510.47.03_truncated-name.txt", ""},
+	{"testdata", "topo-p2p-r_8xl40s_two-sockets.txt", "topo -p2p r"},
+	{"testdata", "table_h100_mig-1g.10gb_memory-NA_535.104.12.txt", ""},
+}
+
+// promptStyles are shell prompts people paste with their commands.
+var promptStyles = []string{
+	"$ %s",
+	"user@host:~/dir$ %s",
+	"(venv) user@host:~/work$ %s",
+	"root@node:~# %s",
+	"# %s",
+	"[root@node ~]# %s",
+	"[user@gpu-01 work]$ sudo %s",
+	"PS C:\\> %s",
+	"PS C:\\Users\\me> %s",
+	"user@host ~ %% %s",
+	"> %s",
+}
+
+// TestPromptBeforeEveryFormat: any prompt style may stand before any
+// output; the reading is the same as without it.
+func TestPromptBeforeEveryFormat(t *testing.T) {
+	for _, f := range singleOutputs {
+		in := load(t, f.dir, f.file)
+		want := importOK(t, in)
+		cmd := strings.TrimSpace("nvidia-smi " + f.args)
+		for _, p := range promptStyles {
+			line := fmt.Sprintf(p, cmd)
+			t.Run(f.file+"/"+line, func(t *testing.T) {
+				data := line + "\n" + string(in.Data)
+				inv, err := Import([]Input{{Name: in.Name, Data: []byte(data)}}, nil)
+				require.NoError(t, err)
+				require.Equal(t, want, inv)
+			})
+		}
+	}
+}
+
+// TestConcatenatedOutputs: outputs of one node pasted back to back, with
+// or without prompt lines or blank lines between them, read as the same
+// outputs given as separate files.
+func TestConcatenatedOutputs(t *testing.T) {
+	// -L, table and -q of one H100 node, in every order.
+	parts := []Input{
+		load(t, sharedDir, "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt"),
+		load(t, sharedDir, "03_smi-table_h100-80gb-hbm3_mig-mixed_590.48.01.txt"),
+		load(t, sharedDir, "05_smi-q_h100-80gb-hbm3_mig-enabled_590.48.01.txt"),
+	}
+	want := importOK(t, parts...)
+	for _, order := range [][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}} {
+		for _, sep := range []string{"", "\n", "\n\n"} {
+			var b strings.Builder
+			for _, k := range order {
+				b.WriteString(strings.TrimRight(string(parts[k].Data), "\n") + "\n" + sep)
+			}
+			inv, err := Import([]Input{{Name: "all.txt", Data: []byte(b.String())}}, nil)
+			require.NoError(t, err, "order %v sep %q", order, sep)
+			inv.Source = want.Source
+			require.Equal(t, want, inv, "order %v sep %q", order, sep)
+		}
+	}
+	// Sessions pasted with their prompt lines read the same without them.
+	for _, f := range []struct{ dir, file string }{
+		{"testdata", "session_a100-80gb_L-lgip-lgi-lci_1c-split.txt"},
+		{sharedDir, "29_mig-lgip-lgipp-lgi_a30_4x1g.6gb-full_summer-lo.txt"},
+	} {
+		in := load(t, f.dir, f.file)
+		want := importOK(t, in)
+		var kept []string
+		for _, l := range strings.Split(string(in.Data), "\n") {
+			if _, ok := promptCommand(l); !ok {
+				kept = append(kept, l)
+			}
+		}
+		require.NotEqual(t, string(in.Data), strings.Join(kept, "\n"))
+		inv, err := Import([]Input{{Name: in.Name, Data: []byte(strings.Join(kept, "\n"))}}, nil)
+		require.NoError(t, err, f.file)
+		require.Equal(t, want, inv, f.file)
+	}
 }
