@@ -146,8 +146,8 @@ func profileRules(in RankInput, devs []topology.Device) []verdict.Finding {
 			case d.Kind == topology.KindMIG && have == "" && want != ProfileFull:
 				f = append(f, verdict.Finding{
 					Rule: verdict.RuleProfileUnknown, Severity: verdict.SeverityWarn, Devices: []string{d.ID()},
-					Message:     fmt.Sprintf("%s: its profile is not known (the input did not name it and SMs/memory did not identify one), so --expect-profile %s cannot be checked", d.Name(), want),
-					Remediation: "give an input that names profiles (nvidia-smi -L, mig -lgi, -q -x) or run on the node",
+					Message:     fmt.Sprintf("%s: its profile is not known (the input did not name it and SMs/memory did not identify one%s), so --expect-profile %s cannot be checked", d.Name(), catalogGap(in.Catalog, d.GPU), want),
+					Remediation: "paste the output of `nvidia-smi mig -lgip` from this node with the others (it lists the GPU's own profiles), or `nvidia-smi -L`, which names each device's profile; or run preflight on the node",
 				})
 			case strings.EqualFold(have, want):
 			default:
@@ -205,12 +205,8 @@ func mismatch(in RankInput, d topology.Device, want string) verdict.Finding {
 		_, wantGB, err2 := topology.ParseProfileName(want)
 		if err1 == nil && err2 == nil && haveGB == wantGB {
 			wantSMs := 0
-			if in.Catalog != nil {
-				if m, ok := in.Catalog.Model(d.GPU.Name); ok {
-					if p, ok := m.Profile(want); ok {
-						wantSMs = p.SMs
-					}
-				}
+			if p, ok := d.GPU.MIGProfile(in.Catalog, want); ok {
+				wantSMs = p.SMs
 			}
 			switch {
 			case d.SMs() > 0 && wantSMs > 0:
@@ -384,4 +380,16 @@ func pendingMeaning(g *topology.GPU) string {
 		return "the GPU is not in MIG mode yet: full-GPU work still runs and no MIG instance can be created until the reset"
 	}
 	return "the GPU changes shape at its next reset"
+}
+
+// catalogGap says, for a message, that neither the GPU's reported profiles
+// nor the catalog know its model.
+func catalogGap(cat *topology.Catalog, g *topology.GPU) string {
+	if g == nil || len(g.MIGProfiles) > 0 || cat == nil {
+		return ""
+	}
+	if _, ok := cat.Model(g.Name); ok {
+		return ""
+	}
+	return fmt.Sprintf("; the MIG catalog has no entry for %q", g.Name)
 }

@@ -227,3 +227,19 @@ func TestConcatenatedOutputs(t *testing.T) {
 		require.Equal(t, want, inv, f.file)
 	}
 }
+
+// TestLGIPTeachesProfiles: a pasted `mig -lgip` names devices of a GPU the
+// catalog lacks (H100 NVL), and its profiles are kept on the GPU.
+func TestLGIPTeachesProfiles(t *testing.T) {
+	table := load(t, "testdata", "table_h100-nvl_mig-1g.24gb_variant.txt")
+	inv := importOK(t, table)
+	require.Equal(t, []string{""}, profiles(gpu(t, inv, 0)), "the catalog alone cannot name it")
+
+	inv = importOK(t, load(t, "testdata", "lgip_h100-nvl_excerpt_gpuop900.txt"), table)
+	g := gpu(t, inv, 0)
+	require.Equal(t, []string{"1g.24gb"}, profiles(g))
+	require.Len(t, g.MIGProfiles, 4)
+	p, ok := g.MIGProfile(nil, "2g.24gb")
+	require.True(t, ok)
+	require.Equal(t, topology.Profile{Name: "2g.24gb", Slices: 2, SMs: 32, MemoryMiB: 22139, MaxInstances: 3}, *p)
+}
