@@ -115,8 +115,8 @@ func RankRules(in RankInput) verdict.Report {
 		if g.MIGCurrent != topology.ModeUnknown && g.MIGPending != topology.ModeUnknown && g.MIGCurrent != g.MIGPending {
 			add(verdict.Finding{
 				Rule: verdict.RuleMIGModePending, Severity: verdict.SeverityWarn, Devices: []string{gpuName(g)},
-				Message:     fmt.Sprintf("GPU %d: MIG mode is %s but %s is pending; the GPU changes shape at its next reset", g.Index, g.MIGCurrent, g.MIGPending),
-				Remediation: "finish the change (drain the node, reset the GPU or reboot, let mig-manager reach state success) before running jobs on it",
+				Message:     fmt.Sprintf("GPU %d: MIG mode is %s but %s is pending (nvidia-smi shows %q); %s", g.Index, g.MIGCurrent, g.MIGPending, pendingShown(g.MIGPending), pendingMeaning(g)),
+				Remediation: fmt.Sprintf("apply the pending mode with a GPU reset: stop the work on GPU %d, then `nvidia-smi -r -i %d` (or reboot the node; under the GPU Operator, let mig-manager reach nvidia.com/mig.config.state=success)", g.Index, g.Index),
 			})
 		}
 	}
@@ -146,8 +146,8 @@ func profileRules(in RankInput, devs []topology.Device) []verdict.Finding {
 			case d.Kind == topology.KindMIG && have == "" && want != ProfileFull:
 				f = append(f, verdict.Finding{
 					Rule: verdict.RuleProfileUnknown, Severity: verdict.SeverityWarn, Devices: []string{d.ID()},
-					Message:     fmt.Sprintf("%s: its profile is not known (the input did not name it and SMs/memory did not identify one), so --expect-profile %s cannot be checked", d.Name(), want),
-					Remediation: "give an input that names profiles (nvidia-smi -L, mig -lgi, -q -x) or run on the node",
+					Message:     fmt.Sprintf("%s: its profile is not known (the input did not name it and SMs/memory did not identify one%s), so --expect-profile %s cannot be checked", d.Name(), catalogGap(in.Catalog, d.GPU), want),
+					Remediation: "paste the output of `nvidia-smi mig -lgip` from this node with the others (it lists the GPU's own profiles), or `nvidia-smi -L`, which names each device's profile; or run preflight on the node",
 				})
 			case strings.EqualFold(have, want):
 			default:
@@ -205,12 +205,8 @@ func mismatch(in RankInput, d topology.Device, want string) verdict.Finding {
 		_, wantGB, err2 := topology.ParseProfileName(want)
 		if err1 == nil && err2 == nil && haveGB == wantGB {
 			wantSMs := 0
-			if in.Catalog != nil {
-				if m, ok := in.Catalog.Model(d.GPU.Name); ok {
-					if p, ok := m.Profile(want); ok {
-						wantSMs = p.SMs
-					}
-				}
+			if p, ok := d.GPU.MIGProfile(in.Catalog, want); ok {
+				wantSMs = p.SMs
 			}
 			switch {
 			case d.SMs() > 0 && wantSMs > 0:
@@ -361,4 +357,39 @@ func mixedKinds(ds []topology.Device) bool {
 		}
 	}
 	return false
+}
+
+// pendingShown is how the nvidia-smi table prints a pending MIG mode.
+func pendingShown(m topology.MIGMode) string {
+	switch m {
+	case topology.ModeEnabled:
+		return "Enabled*"
+	case topology.ModeDisabled:
+		return "Disabled*"
+	}
+	return string(m) + "*"
+}
+
+// pendingMeaning says what a GPU with a pending MIG mode change can run
+// until its reset.
+func pendingMeaning(g *topology.GPU) string {
+	switch {
+	case g.MIGCurrent == topology.ModeEnabled && g.MIGPending == topology.ModeDisabled:
+		return "the GPU is still in MIG mode: no CUDA work runs on it outside MIG instances until the reset"
+	case g.MIGCurrent == topology.ModeDisabled && g.MIGPending == topology.ModeEnabled:
+		return "the GPU is not in MIG mode yet: full-GPU work still runs and no MIG instance can be created until the reset"
+	}
+	return "the GPU changes shape at its next reset"
+}
+
+// catalogGap says, for a message, that neither the GPU's reported profiles
+// nor the catalog know its model.
+func catalogGap(cat *topology.Catalog, g *topology.GPU) string {
+	if g == nil || len(g.MIGProfiles) > 0 || cat == nil {
+		return ""
+	}
+	if _, ok := cat.Model(g.Name); ok {
+		return ""
+	}
+	return fmt.Sprintf("; the MIG catalog has no entry for %q", g.Name)
 }

@@ -76,6 +76,8 @@ func TestRankRules(t *testing.T) {
 		{name: "device not found", refs: []string{"GPU-9", "0:0"}, want: []string{"DEVICE_NOT_FOUND/fail"}, verdict: verdict.VerdictFail, contains: "GPU-9"},
 		{name: "no devices", refs: nil, want: []string{"NO_DEVICES/fail"}, verdict: verdict.VerdictFail},
 		{name: "pending mode warns", refs: []string{"4"}, want: []string{"MIG_MODE_PENDING/warn"}, verdict: verdict.VerdictWarn},
+		{name: "pending mode names the reset", refs: []string{"4"}, want: []string{"MIG_MODE_PENDING/warn"}, verdict: verdict.VerdictWarn, contains: "`nvidia-smi -r -i 4`"},
+		{name: "Enabled* still runs full-GPU work", refs: []string{"4"}, want: []string{"MIG_MODE_PENDING/warn"}, verdict: verdict.VerdictWarn, contains: "(nvidia-smi shows \"Enabled*\"); the GPU is not in MIG mode yet: full-GPU work still runs"},
 		{name: "single GPU partial NVLink warns", refs: []string{"3"}, want: []string{"NVLINK_DOWN/warn"}, verdict: verdict.VerdictWarn},
 		{name: "known-bad driver on mixed node", refs: []string{"0:0"}, driver: "570.133.20", want: []string{"DRIVER_KNOWN_BAD/fail"}, verdict: verdict.VerdictFail, contains: "570.172.08"},
 		{name: "fixed driver", refs: []string{"0:0"}, driver: "570.172.08", verdict: verdict.VerdictPass},

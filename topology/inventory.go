@@ -87,6 +87,10 @@ type GPU struct {
 	// MIGDevices are the MIG instances (GPU instance + compute instance) on
 	// this GPU. Their order is the MIG device index order nvidia-smi uses.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// MIGProfiles are the GPU-instance profiles the GPU itself reported
+	// (`nvidia-smi mig -lgip`): name, SMs, memory and instance count. They
+	// stand before the catalog's, and serve GPUs the catalog lacks.
+	MIGProfiles []Profile `json:"migProfiles,omitempty"`
 	// NVLinks lists the GPU's NVLinks; empty when it has none or it is unknown.
 	NVLinks []NVLink `json:"nvlinks,omitempty"`
 }
@@ -255,4 +259,22 @@ func (inv *Inventory) Validate() error {
 		}
 	}
 	return nil
+}
+
+// MIGProfile returns the GPU-instance profile by name ("1c.3g.40gb" is
+// its "3g.40gb") from the GPU's reported profiles, then from the catalog's
+// model of the GPU; false when neither knows it.
+func (g *GPU) MIGProfile(cat *Catalog, name string) (*Profile, bool) {
+	if len(g.MIGProfiles) > 0 {
+		m := GPUModel{Profiles: g.MIGProfiles}
+		if p, ok := m.Profile(name); ok {
+			return p, true
+		}
+	}
+	if cat != nil {
+		if m, ok := cat.Model(g.Name); ok {
+			return m.Profile(name)
+		}
+	}
+	return nil, false
 }

@@ -101,7 +101,139 @@ func splitDoc(text string) *doc {
 	}
 	cur.end = len(d.lines)
 	d.sections = append(d.sections, cur)
+	var split []section
+	for _, sec := range d.sections {
+		split = append(split, sec.splitOutputs()...)
+	}
+	d.sections = split
 	return d
+}
+
+// splitOutputs splits a section that holds several outputs pasted back to
+// back without prompt lines between them (`mig -lgip` directly followed by
+// `mig -lgi`, a table then `-L`), at the line where each format's own
+// header starts. The prompt's command belongs to the first output only.
+func (s section) splitOutputs() []section {
+	if _, isSMI := s.args(); s.cmd != "" && !isSMI {
+		return []section{s} // another command's output: skipped whole
+	}
+	var out []section
+	cur := s
+	var curKind Kind
+	lines := s.d.lines
+	for i := s.first; i < s.end; i++ {
+		k, ok := headerKind(lines, i, s.end)
+		if !ok {
+			continue
+		}
+		switch {
+		case curKind == "":
+			curKind = k
+			continue
+		case k == KindList && curKind == KindList:
+			continue // the next GPU of the same -L
+		case k == kindLGIPP && (curKind == KindMIGLGIP || curKind == kindLGIPP):
+			continue // -lgipp lines after -lgip, or the next one
+		}
+		start := headerStart(lines, i, cur.first, k)
+		if start <= cur.first {
+			curKind = k
+			continue
+		}
+		cur.end = start
+		out = append(out, cur)
+		cur = section{d: s.d, first: start, end: s.end}
+		curKind = k
+	}
+	return append(out, cur)
+}
+
+// kindLGIPP marks a `mig -lgipp` placement line for splitOutputs; such
+// lines are read with -lgip (KindMIGLGIP).
+const kindLGIPP Kind = "mig-lgipp"
+
+// headerKind recognises the first line of an output by the format's own
+// header: the "NVSMI LOG" banner of -q, the XML declaration of -q -x, the
+// column header row of topo matrices, a GPU line of -L, the title rows of
+// the mig listings and the version row of the table.
+func headerKind(lines []string, i, end int) (Kind, bool) {
+	t := strings.TrimSpace(lines[i])
+	switch {
+	case t == "":
+		return "", false
+	case strings.HasPrefix(t, "<?xml"):
+		return KindQueryXML, true
+	case strings.HasPrefix(t, "<!DOCTYPE nvidia_smi_log") || strings.HasPrefix(t, "<nvidia_smi_log"):
+		// the XML declaration and DOCTYPE above it start the same output
+		for j := i - 1; j >= 0; j-- {
+			p := strings.TrimSpace(lines[j])
+			if p == "" {
+				continue
+			}
+			if strings.HasPrefix(p, "<?xml") || strings.HasPrefix(p, "<!DOCTYPE") {
+				return "", false
+			}
+			break
+		}
+		return KindQueryXML, true
+	case strings.Contains(t, "NVSMI LOG"):
+		return KindQuery, true
+	case isListLine(t):
+		return KindList, true
+	case isPlacementLine(t):
+		return kindLGIPP, true
+	}
+	if fs := strings.Fields(t); len(fs) >= 2 && fs[0] == "GPU0" && fs[1] != "X" {
+		return KindTopoMatrix, true // matrix header row; -m or -p2p: detect tells
+	}
+	if !strings.HasPrefix(t, "|") {
+		return "", false
+	}
+	inner := strings.TrimSpace(strings.Trim(t, "|"))
+	switch {
+	case strings.HasPrefix(inner, "GPU instance profiles:"):
+		return KindMIGLGIP, true
+	case strings.HasPrefix(inner, "GPU instances:"):
+		return KindMIGLGI, true
+	case strings.HasPrefix(inner, "Compute instances:"):
+		return KindMIGLCI, true
+	case strings.HasPrefix(inner, "Compute instance profiles:"):
+		return Kind("mig-lcip"), true
+	case strings.Contains(inner, "NVIDIA-SMI") && strings.Contains(inner, "Driver Version"):
+		return KindTable, true
+	}
+	return "", false
+}
+
+// headerStart moves a header line up to where its output starts: the box
+// rule above a boxed title, and the timestamp line above the table.
+func headerStart(lines []string, i, min int, k Kind) int {
+	t := func(j int) string { return strings.TrimSpace(lines[j]) }
+	switch k {
+	case KindQueryXML, KindQuery, KindList, KindTopoMatrix, kindLGIPP:
+		return i
+	}
+	if i-1 >= min && strings.HasPrefix(t(i-1), "+") {
+		i--
+	}
+	if k == KindTable && i-1 >= min && isTimestamp(t(i-1)) {
+		i--
+	}
+	return i
+}
+
+// isTimestamp recognises the date line nvidia-smi prints above its table
+// ("Fri Sep  9 05:56:21 2022").
+func isTimestamp(t string) bool {
+	f := strings.Fields(t)
+	if len(f) != 5 || !strings.Contains(f[3], ":") {
+		return false
+	}
+	switch f[0] {
+	case "Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun":
+		return true
+	}
+	return false
 }
 
 // body returns the section's lines; body()[k] is doc line s.first+k.
@@ -200,13 +332,16 @@ func promptCommand(line string) (string, bool) {
 }
 
 // promptPrefix reports whether p can stand before a prompt character: empty,
-// "user@host:path", "[user@host dir]", "host:path" or a Windows path.
+// "user@host:path", "[user@host dir]", "user@host dir" (zsh), "host:path"
+// or a Windows path.
 func promptPrefix(p string) bool {
 	switch {
 	case p == "", p == "~":
 		return true
 	case strings.HasPrefix(p, "[") && strings.HasSuffix(p, "]") && !strings.Contains(p[1:len(p)-1], "]"):
 		return strings.Contains(p, "@") || strings.Count(p, " ") <= 1
+	case zshPrompt(strings.TrimSuffix(p, " ")):
+		return true // zsh: "user@host ~ % "
 	case strings.ContainsAny(p, " \t|<>\"'=;"):
 		return false
 	case strings.Contains(p, "@"):
@@ -353,4 +488,10 @@ func clip(s string) string {
 		return s[:max] + "..."
 	}
 	return s
+}
+
+// zshPrompt recognises zsh's default "user@host dir" before its "%".
+func zshPrompt(p string) bool {
+	user, dir, ok := strings.Cut(p, " ")
+	return ok && strings.Contains(user, "@") && dir != "" && !strings.ContainsAny(dir, " \t|<>\"'=;@")
 }

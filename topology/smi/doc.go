@@ -19,7 +19,12 @@
 //
 // A file may hold several outputs with their command lines between them
 // ("$ nvidia-smi -L", "root@node:~# nvidia-smi topo -m"); outputs of other
-// commands are skipped. Markdown fences, blank lines and "#" comment lines
+// commands are skipped. Outputs pasted back to back without prompt lines
+// are split at each format's own header (splitOutputs). Columns that read
+// N/A, [N/A], Not Supported or [Insufficient Permissions] are unknown; a
+// MIG mode with an asterisk ("Disabled*") is the pending mode, the current
+// one being the other. A `mig -lgip` teaches the GPU's own profiles
+// (GPU.MIGProfiles), used before the catalog to name devices. Markdown fences, blank lines and "#" comment lines
 // are ignored; Windows line ends and a byte-order mark are accepted. Any
 // other line a parser does not understand is a *topology.InputError with
 // its file and line: a wrong reading is worse than none.

@@ -89,9 +89,11 @@ func newMIGFact(i int) migFact {
 
 // profileFact is one row of `mig -lgip`.
 type profileFact struct {
-	name string
-	sms  int
-	p2p  bool
+	name         string
+	sms          int
+	p2p          bool
+	memMiB       uint64
+	maxInstances int
 }
 
 // linkFact is what one output says about the connection of GPUs a < b.

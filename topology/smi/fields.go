@@ -106,10 +106,30 @@ func parseProfile(name string) (int, int, error) {
 	return topology.ParseProfileName(name)
 }
 
-// parseMiB reads "81559 MiB" or "81559MiB"; "N/A" is unknown.
+// notAvailable reports whether a field holds one of the words nvidia-smi
+// prints instead of a value it cannot read: "N/A", "[N/A]", "Not
+// Supported", "[Insufficient Permissions]", "[Unknown Error]", ... (drivers
+// differ in which columns and versions print which). Such a field says
+// nothing; it is never an error.
+func notAvailable(v string) bool {
+	t := strings.TrimSpace(v)
+	if strings.HasPrefix(t, "[") && strings.HasSuffix(t, "]") {
+		t = strings.TrimSpace(t[1 : len(t)-1])
+	}
+	switch strings.ToLower(t) {
+	case "", "n/a", "na", "not supported", "not available", "insufficient permissions",
+		"unknown error", "unknown", "gpu requires reset", "gpu is lost", "no permission",
+		"requested functionality has been deprecated":
+		return true
+	}
+	return false
+}
+
+// parseMiB reads "81559 MiB" or "81559MiB"; "N/A" and the like are
+// unknown.
 func parseMiB(v string) (uint64, bool, error) {
 	v = strings.TrimSpace(v)
-	if v == "" || v == "N/A" || strings.HasPrefix(v, "[") {
+	if notAvailable(v) {
 		return 0, false, nil
 	}
 	num, ok := strings.CutSuffix(v, "MiB")
@@ -156,19 +176,48 @@ func normBusID(s string) (string, error) {
 	return fmt.Sprintf("%08X:%02X:%02X.%X", d, bus, dv, f), nil
 }
 
-// parseMIGMode reads "Enabled", "Disabled" and "N/A" (a GPU without MIG).
+// parseMIGMode reads "Enabled", "Disabled" and "N/A" (a GPU without MIG);
+// other words nvidia-smi prints for a field it cannot read
+// ("[Insufficient Permissions]") are unknown. A trailing asterisk is
+// dropped: see parseMIGModeCell for what it means.
 func parseMIGMode(v string) (topology.MIGMode, bool) {
-	switch strings.ToLower(strings.TrimSuffix(strings.TrimSpace(v), "*")) {
+	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "*"))
+	switch strings.ToLower(strings.Trim(t, "[]")) {
 	case "enabled":
 		return topology.ModeEnabled, true
 	case "disabled":
 		return topology.ModeDisabled, true
 	case "n/a", "not supported":
 		return topology.ModeUnsupported, true
-	case "":
+	}
+	if notAvailable(t) {
 		return topology.ModeUnknown, true
 	}
 	return topology.ModeUnknown, false
+}
+
+// parseMIGModeCell reads a MIG mode as the table and -q print it. An
+// asterisk ("Enabled*", "Disabled*") marks a mode change that waits for a
+// GPU reset: the word is the pending mode and the GPU still runs in the
+// other one. "Disabled*" is a GPU in MIG mode now (no CUDA work without
+// instances), "Enabled*" one not yet in MIG mode (full-GPU work still
+// runs). Without an asterisk the mode is current, and pending is unknown
+// unless star says otherwise.
+func parseMIGModeCell(v string) (current, pending topology.MIGMode, ok bool) {
+	mode, ok := parseMIGMode(v)
+	if !ok {
+		return topology.ModeUnknown, topology.ModeUnknown, false
+	}
+	if !strings.HasSuffix(strings.TrimSpace(v), "*") {
+		return mode, topology.ModeUnknown, true
+	}
+	switch mode {
+	case topology.ModeEnabled:
+		return topology.ModeDisabled, topology.ModeEnabled, true
+	case topology.ModeDisabled:
+		return topology.ModeEnabled, topology.ModeDisabled, true
+	}
+	return mode, topology.ModeUnknown, true
 }
 
 // parseOnOff reads persistence mode: "Enabled"/"On" and "Disabled"/"Off".

@@ -106,10 +106,42 @@ func FuzzDetect(f *testing.F) {
 	})
 }
 
+// concatSeeds pastes seeds back to back, with no separator, a blank line,
+// or a prompt line of another shell style between them: the inputs that
+// splitOutputs cuts at each format's header.
+func concatSeeds(f *testing.F) [][]byte {
+	all := seeds(f)
+	seps := []string{"", "\n", "user@host:~/dir$ nvidia-smi\n", "PS C:\\> nvidia-smi -q\n", "[root@node ~]# nvidia-smi mig -lgi\n"}
+	var out [][]byte
+	for i := range all {
+		a, b := all[i], all[(i+1)%len(all)]
+		out = append(out, append(append(append([]byte{}, a...), seps[i%len(seps)]...), b...))
+	}
+	return out
+}
+
+// FuzzSplit checks that the sections of any input are in order, do not
+// overlap and stay inside the input.
+func FuzzSplit(f *testing.F) {
+	for _, s := range append(seeds(f), concatSeeds(f)...) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := splitDoc(string(data))
+		prev := 0
+		for _, s := range d.sections {
+			if s.first < prev || s.end < s.first || s.end > len(d.lines) {
+				t.Fatalf("section [%d,%d) after %d of %d lines", s.first, s.end, prev, len(d.lines))
+			}
+			prev = s.end
+		}
+	})
+}
+
 // FuzzImport runs the whole path: sections, detection, parsing, merging,
 // and the inventory's own checks.
 func FuzzImport(f *testing.F) {
-	for _, s := range seeds(f) {
+	for _, s := range append(seeds(f), concatSeeds(f)...) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

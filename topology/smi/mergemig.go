@@ -202,8 +202,26 @@ func (gs *gpuState) mergeGIs(gis []fileMIG) error {
 
 // inferProfiles names devices whose outputs gave no profile from the GPU
 // model, SMs and memory, and applies `mig -lgip` rows (P2P support, SMs).
+//
+// A pasted `mig -lgip` is the GPU's own table: its profiles (name, SMs,
+// memory, instance count) are kept on the GPU and name devices before the
+// catalog does, so that a GPU the catalog lacks is read too.
 func (gs *gpuState) inferProfiles(model *topology.GPUModel) {
+	gs.g.MIGProfiles = learnedProfiles(gs.profiles)
+	// "+me" and "+gfx" variants share the memory and SMs of their base
+	// profile: they would make every inference ambiguous.
+	learned := &topology.GPUModel{}
+	for _, p := range gs.g.MIGProfiles {
+		if !strings.Contains(p.Name, "+") {
+			learned.Profiles = append(learned.Profiles, p)
+		}
+	}
 	for _, d := range gs.devs {
+		if d.d.Profile == "" && len(learned.Profiles) > 0 {
+			if p, ok := learned.InferProfile(d.d.SMs, d.d.MemoryMiB); ok {
+				d.d.Profile = p
+			}
+		}
 		if d.d.Profile == "" && model != nil {
 			if p, ok := model.InferProfile(d.d.SMs, d.d.MemoryMiB); ok {
 				d.d.Profile = p
@@ -284,4 +302,23 @@ func mergeGI(obj string, d *devState, f fileMIG, alone bool) error {
 
 func mergePlacement(obj string, d *devState, p *topology.Placement, a at) error {
 	return mergePtr(obj, "placement", &d.d.Placement, d.from, p, a)
+}
+
+// learnedProfiles turns `mig -lgip` rows into profiles, one per name (the
+// first output wins), in the order nvidia-smi listed them.
+func learnedProfiles(fs []profileFact) []topology.Profile {
+	var out []topology.Profile
+	seen := map[string]bool{}
+	for _, f := range fs {
+		if seen[f.name] {
+			continue
+		}
+		seen[f.name] = true
+		slices, _, err := topology.ParseProfileName(f.name)
+		if err != nil {
+			continue
+		}
+		out = append(out, topology.Profile{Name: f.name, Slices: slices, SMs: f.sms, MemoryMiB: f.memMiB, MaxInstances: f.maxInstances})
+	}
+	return out
 }

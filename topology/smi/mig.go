@@ -2,6 +2,7 @@ package smi
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -275,7 +276,8 @@ func parseLGIP(s section, r *report) error {
 		if !ok || err1 != nil || err2 != nil || nf > nt {
 			return s.errAt(i, fmt.Sprintf("%q is not instances free/total", clip(f[4])))
 		}
-		if _, err := strconv.ParseFloat(f[5], 64); err != nil {
+		gib, err := strconv.ParseFloat(f[5], 64)
+		if err != nil || gib < 0 || gib > 1<<20 {
 			return s.errAt(i, fmt.Sprintf("%q is not a memory size in GiB", clip(f[5])))
 		}
 		var p2p bool
@@ -299,7 +301,7 @@ func parseLGIP(s section, r *report) error {
 		if len(g.profiles) >= maxMIGDevices {
 			return s.errAt(i, "too many profiles")
 		}
-		g.profiles = append(g.profiles, profileFact{name: name, sms: sms, p2p: p2p})
+		g.profiles = append(g.profiles, profileFact{name: name, sms: sms, p2p: p2p, memMiB: uint64(math.Round(gib * 1024)), maxInstances: nt})
 		return nil
 	})
 }

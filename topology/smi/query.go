@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // `nvidia-smi -q` is an indented tree of "Key : value" lines and section
@@ -224,13 +226,17 @@ func queryGPUField(g *gpuFact, path []frame, key, val string) error {
 		if !ok {
 			return fmt.Errorf("%q is not Enabled, Disabled or N/A", clip(val))
 		}
-		if key == "Current" {
+		if cur, pending, _ := parseMIGModeCell(val); pending != topology.ModeUnknown {
+			// "Disabled*": the word is the pending mode, the GPU is still
+			// in the other one, whichever field carries the asterisk.
+			g.migCurrent, g.migPending = cur, pending
+		} else if key == "Current" {
 			g.migCurrent = mode
 		} else {
 			g.migPending = mode
 		}
 	case "PCI":
-		if key == "Bus Id" {
+		if key == "Bus Id" && !notAvailable(val) {
 			b, err := normBusID(val)
 			if err != nil {
 				return err
@@ -259,7 +265,7 @@ func queryGPUTopField(g *gpuFact, key, val string) error {
 	case "Product Name":
 		g.name = val
 	case "GPU UUID", "UUID":
-		if val == "N/A" {
+		if notAvailable(val) {
 			return nil
 		}
 		u, err := parseUUID(val, "GPU-")
@@ -289,7 +295,7 @@ func queryNUMA(g *gpuFact, key, val string) {
 func queryMIGField(m *migFact, path []frame, key, val string) error {
 	p := sectionPath(path)
 	num := func(max int) (int, bool, error) {
-		if val == "N/A" {
+		if notAvailable(val) {
 			return 0, false, nil
 		}
 		n, err := parseIndex(val, max)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // `nvidia-smi -q -x` is the -q tree as XML under <nvidia_smi_log>, with a
@@ -250,7 +252,7 @@ func xmlFacts(g *gpuFact, x *xmlGPU) string {
 			return "<gpu id>: " + err.Error()
 		}
 	}
-	if b := tr(x.BusID); b != "" && b != "N/A" {
+	if b := tr(x.BusID); !notAvailable(b) {
 		nb, err := normBusID(b)
 		if err != nil {
 			return "<pci_bus_id>: " + err.Error()
@@ -261,7 +263,7 @@ func xmlFacts(g *gpuFact, x *xmlGPU) string {
 		g.busID = nb
 	}
 	g.name = tr(x.ProductName)
-	if u := tr(x.UUID); u != "" && u != "N/A" {
+	if u := tr(x.UUID); !notAvailable(u) {
 		if g.uuid, err = parseUUID(u, "GPU-"); err != nil {
 			return "<uuid>: " + err.Error()
 		}
@@ -273,6 +275,11 @@ func xmlFacts(g *gpuFact, x *xmlGPU) string {
 	}
 	if g.migPending, ok = parseMIGMode(x.MIGPending); !ok {
 		return fmt.Sprintf("<pending_mig> %q is not Enabled, Disabled or N/A", clip(tr(x.MIGPending)))
+	}
+	for _, v := range []string{x.MIGCurrent, x.MIGPending} {
+		if cur, pending, _ := parseMIGModeCell(v); pending != topology.ModeUnknown {
+			g.migCurrent, g.migPending = cur, pending
+		}
 	}
 	if g.memMiB, _, err = parseMiB(x.FBTotal); err != nil {
 		return "<fb_memory_usage><total>: " + err.Error()
@@ -310,7 +317,7 @@ func xmlMIGFact(g *gpuFact, k int, xm xmlMIG) (migFact, string) {
 		{xm.SMs, 1024, &m.sms, "multiprocessor_count"},
 	} {
 		v := tr(f.v)
-		if v == "" || v == "N/A" {
+		if notAvailable(v) {
 			continue
 		}
 		n, err := parseIndex(v, f.max)

@@ -3,6 +3,8 @@ package smi
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // The plain `nvidia-smi` output is a set of boxes: a header with the driver
@@ -192,11 +194,14 @@ func (p *tableParser) gpuRow(i int, t string, c []string) error {
 		p.cur.memMiB = v
 	}
 	if p.row == p.mig.row && p.mig.col < len(c) {
-		mode, ok := parseMIGMode(c[p.mig.col])
+		cur, pending, ok := parseMIGModeCell(c[p.mig.col])
 		if !ok {
 			return s.errAt(i, fmt.Sprintf("MIG mode %q is not Enabled, Disabled or N/A", clip(strings.TrimSpace(c[p.mig.col]))))
 		}
-		p.cur.migCurrent = mode
+		p.cur.migCurrent = cur
+		if pending != topology.ModeUnknown {
+			p.cur.migPending = pending
+		}
 	}
 	p.row++
 	return nil
@@ -210,7 +215,7 @@ func tableVersions(s section, i int, t string, r *report) error {
 			return ""
 		}
 		f := strings.Fields(strings.Trim(v, "| "))
-		if len(f) == 0 || f[0] == "N/A" {
+		if len(f) == 0 || notAvailable(f[0]) {
 			return ""
 		}
 		return f[0]
@@ -256,12 +261,12 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 	case "On", "Off":
 		g.persistence = parseOnOff(last)
 		name = f[1 : len(f)-1]
-	case "WDDM", "TCC", "N/A":
+	case "WDDM", "TCC", "N/A", "[N/A]":
 		name = f[1 : len(f)-1]
 	}
 	g.name = strings.Join(name, " ")
 	if bus.row == 0 && bus.col >= 0 && bus.col < len(c) {
-		if bf := strings.Fields(c[bus.col]); len(bf) > 0 {
+		if bf := strings.Fields(c[bus.col]); len(bf) > 0 && !notAvailable(bf[0]) {
 			if g.busID, err = normBusID(bf[0]); err != nil {
 				return nil, s.errAt(i, err.Error())
 			}
@@ -270,17 +275,37 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 	return g, nil
 }
 
-// tableMemTotal reads the total of "59MiB /  81559MiB".
+// tableMemTotal reads the total of "59MiB /  81559MiB". Drivers print "N/A"
+// for the whole cell (535 on a MIG-enabled GPU), or for either side
+// ("N/A / 81559MiB", "[N/A] / [N/A]"); an unavailable total is unknown.
 func tableMemTotal(v string) (uint64, error) {
-	_, total, ok := strings.Cut(v, "/")
+	if notAvailable(v) {
+		return 0, nil
+	}
+	used, total, ok := splitUsedTotal(v)
 	if !ok {
-		if strings.TrimSpace(v) == "N/A" || strings.TrimSpace(v) == "" {
-			return 0, nil
-		}
 		return 0, fmt.Errorf("%q is not used / total", clip(strings.TrimSpace(v)))
+	}
+	if _, _, err := parseMiB(used); err != nil {
+		return 0, err
 	}
 	n, _, err := parseMiB(total)
 	return n, err
+}
+
+// splitUsedTotal splits "59MiB /  81559MiB" at the slash between the two
+// values, not at the one inside "N/A".
+func splitUsedTotal(v string) (string, string, bool) {
+	for i := 0; i < len(v); i++ {
+		if v[i] != '/' {
+			continue
+		}
+		if i > 0 && (v[i-1] == 'N' || v[i-1] == 'n') && i+1 < len(v) && (v[i+1] == 'A' || v[i+1] == 'a') {
+			continue // the slash of N/A
+		}
+		return v[:i], v[i+1:], true
+	}
+	return "", "", false
 }
 
 // tableMIG reads a "MIG devices:" row: GPU, GI, CI, MIG device index,
@@ -308,7 +333,7 @@ func tableMIG(s section, i int, c []string, gpuFor func(i, line int) *gpuFact) e
 		m.memMiB = n
 	}
 	if len(c) > 2 {
-		if sf := strings.Fields(c[2]); len(sf) > 0 && sf[0] != "N/A" {
+		if sf := strings.Fields(c[2]); len(sf) > 0 && !leadingNA(sf) {
 			n, err := parseIndex(sf[0], 1024)
 			if err != nil {
 				return s.errAt(i, "MIG device SM count: "+err.Error())
@@ -324,4 +349,14 @@ func tableMIG(s section, i int, c []string, gpuFor func(i, line int) *gpuFact) e
 	}
 	g.migs = append(g.migs, m)
 	return nil
+}
+
+// leadingNA reports whether a cell's fields start with a word nvidia-smi
+// prints for a value it cannot read ("N/A", "[Insufficient Permissions]",
+// "Not Supported").
+func leadingNA(f []string) bool {
+	if len(f) == 0 || notAvailable(f[0]) || strings.HasPrefix(f[0], "[") {
+		return true
+	}
+	return len(f) > 1 && notAvailable(f[0]+" "+f[1])
 }
