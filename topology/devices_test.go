@@ -124,7 +124,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	got, err := DecodeSnapshot("x.json", b)
 	require.NoError(t, err)
-	inv.Version = SnapshotVersion
+	inv.APIVersion, inv.Kind = SnapshotAPIVersion, SnapshotKind
 	require.Equal(t, inv, got)
 }
 
