@@ -32,7 +32,7 @@ const (
 
 // DriverTableFormat is the table's header as this build checks it.
 var DriverTableFormat = fileformat.Format{
-	APIVersion: DriverTableAPIVersion, Kind: DriverTableKind, Noun: "known-bad driver table",
+	APIVersion: DriverTableAPIVersion, Kind: DriverTableKind,
 	LegacyVersion: "rankgate.io/v1",
 }
 

@@ -36,7 +36,7 @@ const (
 
 // CatalogFormat is the catalog's header as this build checks it.
 var CatalogFormat = fileformat.Format{
-	APIVersion: CatalogAPIVersion, Kind: CatalogKind, Noun: "MIG profile catalog",
+	APIVersion: CatalogAPIVersion, Kind: CatalogKind,
 	LegacyVersion: "rankgate.io/v1",
 }
 

@@ -28,7 +28,7 @@ const SnapshotVersion = SnapshotAPIVersion
 
 // SnapshotFormat is the snapshot's header as this build checks it.
 var SnapshotFormat = fileformat.Format{
-	APIVersion: SnapshotAPIVersion, Kind: SnapshotKind, Noun: "inventory snapshot",
+	APIVersion: SnapshotAPIVersion, Kind: SnapshotKind,
 	LegacyVersion: "rankgate.io/v1",
 }
 

@@ -50,7 +50,7 @@ func DecodeSnapshot(name string, data []byte) (*Inventory, error) {
 		// snapshot; its header says more.
 		if h, ok := fileformat.PeekJSON(data); ok {
 			if herr := SnapshotFormat.Check(h); herr != nil {
-				return nil, &InputError{File: name, Msg: "not a rankgate inventory snapshot", Err: herr}
+				return nil, &InputError{File: name, Msg: "inventory snapshot", Err: herr}
 			}
 		}
 		return nil, &InputError{File: name, Line: jsonErrorLine(data, err), Msg: "not a valid rankgate inventory snapshot", Err: err}
@@ -59,7 +59,7 @@ func DecodeSnapshot(name string, data []byte) (*Inventory, error) {
 		return nil, &InputError{File: name, Msg: "trailing data after the snapshot object"}
 	}
 	if err := SnapshotFormat.Check(fileformat.Header{APIVersion: f.APIVersion, Kind: f.Kind, Version: f.Version}); err != nil {
-		return nil, &InputError{File: name, Msg: "not a rankgate inventory snapshot", Err: err}
+		return nil, &InputError{File: name, Msg: "inventory snapshot", Err: err}
 	}
 	inv := f.Inventory
 	if err := inv.Validate(); err != nil {

@@ -19,9 +19,6 @@ type Format struct {
 	APIVersion string
 	// Kind names the format, e.g. "NodeInventory".
 	Kind string
-	// Noun says what a file of this kind is, for messages:
-	// "inventory snapshot".
-	Noun string
 	// LegacyVersion is the value of the single `version` field that files of
 	// this format carried before apiVersion and kind; such files still load.
 	// Empty when the format never had that header.
@@ -55,18 +52,13 @@ func (f Format) Check(h Header) error {
 	case h.Kind == "":
 		return fmt.Errorf("missing kind (want kind: %s)", f.Kind)
 	case h.Kind != f.Kind:
-		return fmt.Errorf("kind %s is not %s (want kind: %s)", h.Kind, article(f.Noun), f.Kind)
+		return fmt.Errorf("the file has kind %s, not %s: it is another format", h.Kind, f.Kind)
 	case h.APIVersion == "":
 		return fmt.Errorf("missing apiVersion (want apiVersion: %s)", f.APIVersion)
 	case h.APIVersion != f.APIVersion:
 		return fmt.Errorf("apiVersion %q is not supported by this build (want apiVersion: %s)", h.APIVersion, f.APIVersion)
 	}
 	return nil
-}
-
-// Current returns the header this build writes for the format.
-func (f Format) Current() Header {
-	return Header{APIVersion: f.APIVersion, Kind: f.Kind}
 }
 
 // PeekJSON reads only the header of a JSON object, ignoring every other
@@ -79,11 +71,4 @@ func PeekJSON(data []byte) (h Header, ok bool) {
 // PeekYAML is PeekJSON for a YAML (or JSON) document.
 func PeekYAML(data []byte) (h Header, ok bool) {
 	return h, yaml.Unmarshal(data, &h) == nil
-}
-
-func article(noun string) string {
-	if noun != "" && (noun[0] == 'a' || noun[0] == 'e' || noun[0] == 'i' || noun[0] == 'o' || noun[0] == 'u') {
-		return "an " + noun
-	}
-	return "a " + noun
 }
