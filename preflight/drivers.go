@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/configs"
+	"github.com/rankgate/rankgate/internal/fileformat"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
@@ -15,8 +16,30 @@ import (
 
 // DriverTable is the known-bad driver table (configs/known-bad-drivers.yaml).
 type DriverTable struct {
-	Version string        `json:"version"`
-	Entries []DriverEntry `json:"entries"`
+	// APIVersion and Kind are the file header: DriverTableAPIVersion and
+	// DriverTableKind.
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Entries    []DriverEntry `json:"entries"`
+}
+
+// The known-bad driver table format. Tables written before the header had a
+// kind carry `version: rankgate.io/v1` and still load.
+const (
+	DriverTableAPIVersion = "rankgate.io/v1"
+	DriverTableKind       = "KnownBadDrivers"
+)
+
+// DriverTableFormat is the table's header as this build checks it.
+var DriverTableFormat = fileformat.Format{
+	APIVersion: DriverTableAPIVersion, Kind: DriverTableKind,
+	LegacyVersion: "rankgate.io/v1",
+}
+
+// driverTableFile is a table with either header.
+type driverTableFile struct {
+	DriverTable
+	Version string `json:"version"`
 }
 
 // DriverEntry is one known-bad driver condition.
@@ -94,15 +117,25 @@ func ReadDriverTableFile(ctx context.Context, path string) (*DriverTable, error)
 	return t, nil
 }
 
-// ParseDriverTable decodes and validates a table strictly.
+// ParseDriverTable decodes and validates a table (YAML or JSON) strictly:
+// unknown keys, a missing header and another apiVersion or kind are errors.
 func ParseDriverTable(data []byte) (*DriverTable, error) {
-	var t DriverTable
-	if err := yaml.UnmarshalStrict(data, &t); err != nil {
+	var f driverTableFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		// A file of another kind fails on its first key unknown to a
+		// table; its header says more.
+		if h, ok := fileformat.PeekYAML(data); ok {
+			if herr := DriverTableFormat.Check(h); herr != nil {
+				return nil, fmt.Errorf("known-bad driver table: %w", herr)
+			}
+		}
 		return nil, fmt.Errorf("known-bad driver table: %w", err)
 	}
-	if t.Version != topology.SnapshotVersion {
-		return nil, fmt.Errorf("known-bad driver table: version %q is not supported (want %q)", t.Version, topology.SnapshotVersion)
+	if err := DriverTableFormat.Check(fileformat.Header{APIVersion: f.APIVersion, Kind: f.Kind, Version: f.Version}); err != nil {
+		return nil, fmt.Errorf("known-bad driver table: %w", err)
 	}
+	t := f.DriverTable
+	t.APIVersion, t.Kind = DriverTableAPIVersion, DriverTableKind
 	for _, e := range t.Entries {
 		if e.ID == "" || len(e.Drivers) == 0 || e.Fix == "" || e.Source == "" {
 			return nil, fmt.Errorf("known-bad driver table: entry %q needs id, drivers, fix and source", e.ID)

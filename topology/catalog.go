@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/configs"
+	"github.com/rankgate/rankgate/internal/fileformat"
 	"github.com/rankgate/rankgate/internal/fileinput"
 )
 
@@ -19,8 +20,30 @@ import (
 // (configs/mig-profiles.yaml) and is used only where the machine cannot be
 // asked: pasted nvidia-smi outputs and cluster-level reasoning.
 type Catalog struct {
-	Version string     `json:"version"`
-	Models  []GPUModel `json:"models"`
+	// APIVersion and Kind are the file header: CatalogAPIVersion and
+	// CatalogKind.
+	APIVersion string     `json:"apiVersion"`
+	Kind       string     `json:"kind"`
+	Models     []GPUModel `json:"models"`
+}
+
+// The MIG profile catalog format. Catalogs written before the header had a
+// kind carry `version: rankgate.io/v1` and still load.
+const (
+	CatalogAPIVersion = "rankgate.io/v1"
+	CatalogKind       = "MIGProfileCatalog"
+)
+
+// CatalogFormat is the catalog's header as this build checks it.
+var CatalogFormat = fileformat.Format{
+	APIVersion: CatalogAPIVersion, Kind: CatalogKind,
+	LegacyVersion: "rankgate.io/v1",
+}
+
+// catalogFile is a catalog with either header.
+type catalogFile struct {
+	Catalog
+	Version string `json:"version"`
 }
 
 // GPUModel is one GPU model's MIG geometry.
@@ -73,15 +96,26 @@ func ReadCatalogFile(ctx context.Context, path string) (*Catalog, error) {
 	return c, nil
 }
 
-// ParseCatalog decodes and validates a catalog file strictly.
+// ParseCatalog decodes and validates a catalog file (YAML or JSON)
+// strictly: unknown keys, a missing header and another apiVersion or kind
+// are errors.
 func ParseCatalog(data []byte) (*Catalog, error) {
-	var c Catalog
-	if err := yaml.UnmarshalStrict(data, &c); err != nil {
+	var f catalogFile
+	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+		// A file of another kind fails on its first key unknown to a
+		// catalog; its header says more.
+		if h, ok := fileformat.PeekYAML(data); ok {
+			if herr := CatalogFormat.Check(h); herr != nil {
+				return nil, fmt.Errorf("MIG profile catalog: %w", herr)
+			}
+		}
 		return nil, fmt.Errorf("MIG profile catalog: %w", err)
 	}
-	if c.Version != SnapshotVersion {
-		return nil, fmt.Errorf("MIG profile catalog: version %q is not supported (want %q)", c.Version, SnapshotVersion)
+	if err := CatalogFormat.Check(fileformat.Header{APIVersion: f.APIVersion, Kind: f.Kind, Version: f.Version}); err != nil {
+		return nil, fmt.Errorf("MIG profile catalog: %w", err)
 	}
+	c := f.Catalog
+	c.APIVersion, c.Kind = CatalogAPIVersion, CatalogKind
 	for _, m := range c.Models {
 		if m.Name == "" || len(m.Match) == 0 || m.Slices <= 0 || m.MemorySlices <= 0 {
 			return nil, fmt.Errorf("MIG profile catalog: model %q needs name, match, slices and memorySlices", m.Name)

@@ -124,7 +124,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	got, err := DecodeSnapshot("x.json", b)
 	require.NoError(t, err)
-	inv.Version = SnapshotVersion
+	inv.APIVersion, inv.Kind = SnapshotAPIVersion, SnapshotKind
 	require.Equal(t, inv, got)
 }
 
@@ -154,12 +154,18 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	good, _ := EncodeSnapshot(testInventory())
 	f.Add(good)
 	f.Add([]byte(`{"version":"rankgate.io/v1","gpus":[]}`))
+	f.Add([]byte(`{"apiVersion":"rankgate.io/v1","kind":"NodeInventory","gpus":[]}`))
+	f.Add([]byte(`{"apiVersion":"rankgate.io/v1","kind":"MIGProfileCatalog","models":[]}`))
+	f.Add([]byte(`{"apiVersion":"rankgate.io/v2","kind":"NodeInventory","gpus":[{"index":0,"uuid":"GPU-a"}]}`))
 	f.Add([]byte(`{`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := DecodeSnapshot("f", data)
 		if err != nil {
 			return
 		}
+		// Whatever header was read, the inventory carries the current one.
+		require.Equal(t, SnapshotAPIVersion, inv.APIVersion)
+		require.Equal(t, SnapshotKind, inv.Kind)
 		// What decodes must satisfy the invariants and resolve without panics.
 		require.NoError(t, inv.Validate())
 		for _, d := range inv.AllDevices() {

@@ -8,11 +8,29 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/rankgate/rankgate/internal/fileformat"
 )
 
-// SnapshotVersion is the version of the inventory snapshot format written by
-// this build. Decoding refuses any other version.
-const SnapshotVersion = "rankgate.io/v1"
+// The inventory snapshot format (`rankgate inspect -o json`, read back by
+// --inventory): its header is SnapshotAPIVersion and SnapshotKind. Decoding
+// refuses any other apiVersion or kind; snapshots written before the header
+// had a kind carry `"version": "rankgate.io/v1"` and still load.
+const (
+	SnapshotAPIVersion = "rankgate.io/v1"
+	SnapshotKind       = "NodeInventory"
+)
+
+// SnapshotVersion is SnapshotAPIVersion under its earlier name, from when
+// every rankgate file shared one version constant. New code names the
+// format's own constant.
+const SnapshotVersion = SnapshotAPIVersion
+
+// SnapshotFormat is the snapshot's header as this build checks it.
+var SnapshotFormat = fileformat.Format{
+	APIVersion: SnapshotAPIVersion, Kind: SnapshotKind,
+	LegacyVersion: "rankgate.io/v1",
+}
 
 // MIGMode is a GPU's MIG mode as NVML reports it.
 type MIGMode string
@@ -52,7 +70,10 @@ func (s P2PStatus) Known() bool { return s != P2PUnknown }
 
 // Inventory is everything rankgate knows about one node's GPUs.
 type Inventory struct {
-	Version string `json:"version"`
+	// APIVersion and Kind are the snapshot header (SnapshotAPIVersion,
+	// SnapshotKind); Normalize sets them.
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
 	// Source says where the facts came from: "nvml", "nvidia-smi" or
 	// "snapshot", with detail after a colon (file names, for example).
 	Source   string `json:"source,omitempty"`
@@ -191,9 +212,9 @@ func (inv *Inventory) SetLink(l Link) {
 }
 
 // Normalize sorts GPUs, MIG devices and links into their canonical order and
-// sets the version. Sources call it before handing an inventory out.
+// sets the snapshot header. Sources call it before handing an inventory out.
 func (inv *Inventory) Normalize() {
-	inv.Version = SnapshotVersion
+	inv.APIVersion, inv.Kind = SnapshotAPIVersion, SnapshotKind
 	sort.SliceStable(inv.GPUs, func(i, j int) bool { return inv.GPUs[i].Index < inv.GPUs[j].Index })
 	for k := range inv.GPUs {
 		m := inv.GPUs[k].MIGDevices

@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
+
+	"github.com/rankgate/rankgate/internal/fileformat"
 )
 
-// EncodeSnapshot writes an inventory as indented, versioned JSON.
+// EncodeSnapshot writes an inventory as indented JSON headed by
+// SnapshotAPIVersion and SnapshotKind.
 func EncodeSnapshot(inv *Inventory) ([]byte, error) {
 	c := *inv
-	c.Version = SnapshotVersion
+	c.APIVersion, c.Kind = SnapshotAPIVersion, SnapshotKind
 	b, err := json.MarshalIndent(&c, "", "  ")
 	if err != nil {
 		return nil, err
@@ -27,22 +29,39 @@ func LooksLikeSnapshot(data []byte) bool {
 	return len(t) > 0 && t[0] == '{'
 }
 
-// DecodeSnapshot decodes a snapshot strictly: unknown fields, a missing or
-// other version, trailing data and broken invariants are errors. name is the
-// file name used in errors.
+// snapshotFile is what a snapshot file may hold: the inventory with its
+// header, or the inventory under the old header, a single "version".
+type snapshotFile struct {
+	Inventory
+	Version string `json:"version"`
+}
+
+// DecodeSnapshot decodes a snapshot strictly: unknown fields, a missing
+// header or another apiVersion or kind, trailing data and broken invariants
+// are errors. Snapshots with the old header ("version": "rankgate.io/v1")
+// decode too, and come out with the current header. name is the file name
+// used in errors.
 func DecodeSnapshot(name string, data []byte) (*Inventory, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var inv Inventory
-	if err := dec.Decode(&inv); err != nil {
+	var f snapshotFile
+	if err := dec.Decode(&f); err != nil {
+		// A file of another kind fails on its first key unknown to a
+		// snapshot; its header says more.
+		if h, ok := fileformat.PeekJSON(data); ok {
+			if herr := SnapshotFormat.Check(h); herr != nil {
+				return nil, &InputError{File: name, Msg: "inventory snapshot", Err: herr}
+			}
+		}
 		return nil, &InputError{File: name, Line: jsonErrorLine(data, err), Msg: "not a valid rankgate inventory snapshot", Err: err}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, &InputError{File: name, Msg: "trailing data after the snapshot object"}
 	}
-	if inv.Version != SnapshotVersion {
-		return nil, &InputError{File: name, Msg: fmt.Sprintf("snapshot version %q is not supported (want %q)", inv.Version, SnapshotVersion)}
+	if err := SnapshotFormat.Check(fileformat.Header{APIVersion: f.APIVersion, Kind: f.Kind, Version: f.Version}); err != nil {
+		return nil, &InputError{File: name, Msg: "inventory snapshot", Err: err}
 	}
+	inv := f.Inventory
 	if err := inv.Validate(); err != nil {
 		return nil, &InputError{File: name, Msg: "inconsistent snapshot", Err: err}
 	}

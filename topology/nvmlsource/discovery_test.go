@@ -47,7 +47,8 @@ func TestInventoryFullGPUs(t *testing.T) {
 			s := nvmltest.NewServer(t, srv.kind)
 			inv := mustDiscover(t, s)
 
-			require.Equal(t, topology.SnapshotVersion, inv.Version)
+			require.Equal(t, topology.SnapshotAPIVersion, inv.APIVersion)
+			require.Equal(t, topology.SnapshotKind, inv.Kind)
 			require.Equal(t, "nvml", inv.Source)
 			require.Empty(t, inv.Hostname, "the hostname is the caller's to set")
 			require.Equal(t, srv.driver, inv.DriverVersion)
