@@ -293,12 +293,15 @@ func TestE2EGateMemoryBounded(t *testing.T) {
 	// (a) 1 MiB bodies of empty findings, streamed, from pods that are not
 	// ranks: refused at admission (NotARank, or TooManyRequests past a
 	// pod's 4 requests in progress), never read.
-	mib := emptyFindingsBody(ns, "intruder-0", 1<<20)
+	var mib [][]byte // each names its sender
+	for i := range intruderToks {
+		mib = append(mib, emptyFindingsBody(ns, fmt.Sprintf("intruder-%d", i), 1<<20))
+	}
 	read := g.requests(t, "report", gate.CodeBadRequest) + g.requests(t, "report", "OK")
 	for _, n := range []int{8, 64} {
 		phase(fmt.Sprintf("%d concurrent 1 MiB bodies from pods that are not ranks", n), 96, func() {
 			codes := concurrently(t, n, func(i int) (int, string, error) {
-				return sendReport(hc, g.URL, intruderToks[i%len(intruderToks)], mib, true)
+				return sendReport(hc, g.URL, intruderToks[i%len(intruderToks)], mib[i%len(mib)], true)
 			})
 			t.Logf("answers: %v", codes)
 			require.Equal(t, n, codes[gate.CodeNotARank]+codes[gate.CodeTooManyRequests], "answers: %v", codes)
@@ -512,7 +515,7 @@ func holdConnections(t *testing.T, g *gateProc, n int, kinds [][]string) (snapsh
 		case d := <-closed:
 			last = max(last, d)
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%d of %d connections still open 30 s after the last closed", n-i, n)
+			t.Fatalf("%d of %d connections still open: none closed in 30 s", n-i, n)
 		}
 	}
 	return s, last
