@@ -36,14 +36,25 @@ func maxStrings() []byte {
 // BenchmarkDecodeHostile measures what decoding a hostile body allocates:
 // "unbounded" is the decoder the gate used before reports were bounded
 // (any body up to 1 MiB, decoded whole), the others are DecodeReport on
-// what reaches it now (at most MaxReportBody bytes).
+// what reaches it now (at most MaxReportBody bytes), side by side with a
+// legitimate report (legit-x: bytes allocated as a multiple of its).
 func BenchmarkDecodeHostile(b *testing.B) {
 	mib := emptyFindings(1 << 20)
+	legit := legitimateReport("p0")
+	legitBytes := allocated(200, func() {
+		if _, err := server.DecodeReport(legit); err != nil {
+			b.Fatal(err)
+		}
+	})
 	for _, bc := range []struct {
 		name string
 		body []byte
 		run  func([]byte) error
 	}{
+		{"bounded/legitimate-8-GPU-report", legit, func(data []byte) error {
+			_, err := server.DecodeReport(data)
+			return err
+		}},
 		{"unbounded/1MiB-empty-findings", mib, func(data []byte) error {
 			var req gate.ReportRequest
 			return json.NewDecoder(io.LimitReader(bytes.NewReader(data), gate.MaxBody)).Decode(&req)
@@ -63,11 +74,15 @@ func BenchmarkDecodeHostile(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.body)))
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
 			for b.Loop() {
 				if err := bc.run(bc.body); err != nil {
 					b.Fatal(err)
 				}
 			}
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N)/legitBytes, "legit-x")
 		})
 	}
 }

@@ -487,7 +487,7 @@ func TestTokenReviewAmplification(t *testing.T) {
 
 // startServerWith serves opts over TLS on a local port, with the tokens
 // tok-p0..tok-p2 unless opts.Auth is set.
-func startServerWith(t *testing.T, opts server.Options) tlsEnv {
+func startServerWith(t testing.TB, opts server.Options) tlsEnv {
 	t.Helper()
 	dir := t.TempDir()
 	certs, err := gatetest.WriteCerts(dir, "127.0.0.1")
