@@ -78,11 +78,11 @@ func (a *App) runController(cmd *cobra.Command) error {
 	}
 	onFail := strings.ToLower(cfg.String("on-fail"))
 	if !controller.ValidAction(onFail) {
-		return exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", onFail)
+		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", onFail)
 	}
 	rc, err := restConfig(cfg.String("kubeconfig"))
 	if err != nil {
-		return exitf(verdict.ExitEnvironment, "%v", err)
+		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
 	}
 	rc.UserAgent = "rankgate-controller/" + Version
 	podNS := os.Getenv("POD_NAMESPACE")
@@ -96,7 +96,7 @@ func (a *App) runController(cmd *cobra.Command) error {
 	ownNS := firstNonEmpty(cfg.String("namespace"), podNS, cfg.String("leader-election-namespace"), defaultControllerNamespace)
 	leaderElect := cfg.Bool("leader-elect")
 	if leaderElect && leNS == "" {
-		return exitf(verdict.ExitUsage, "--leader-election-namespace is required outside a pod (or pass --leader-elect=false)")
+		return verdict.Exitf(verdict.ExitUsage, "--leader-election-namespace is required outside a pod (or pass --leader-elect=false)")
 	}
 	logger := zapr.NewLogger(a.Log)
 	ctrllog.SetLogger(logger)
@@ -126,10 +126,10 @@ func (a *App) runController(cmd *cobra.Command) error {
 		ReleaseMemoryAfterSync:  true,
 	})
 	if err != nil {
-		return exitf(verdict.ExitEnvironment, "%v", err)
+		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
 	}
 	if err := c.Start(cmd.Context()); err != nil {
-		return exitf(verdict.ExitEnvironment, "controller: %v", err)
+		return verdict.Exitf(verdict.ExitEnvironment, "controller: %v", err)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 			data, _ := configs.Sample(demoSample)
 			inv, err := topology.DecodeSnapshot("sample:"+demoSample, data)
 			if err != nil {
-				return exitf(verdict.ExitEnvironment, "embedded sample: %v", err)
+				return verdict.Exitf(verdict.ExitEnvironment, "embedded sample: %v", err)
 			}
 			runs := []struct {
 				title   string
@@ -62,7 +62,7 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 				ok = ok && r.Verdict == run.want
 			}
 			if !ok {
-				return exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
+				return verdict.Exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
 			}
 			return nil
 		},

@@ -67,7 +67,7 @@ usage; 3: the API server could not be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !a.Config.Bool("offline") {
-				return exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
+				return verdict.Exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
 			}
 			return a.diagnoseOffline(cmd.Context())
 		},
@@ -87,11 +87,11 @@ usage; 3: the API server could not be reached.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ns, name, ok := strings.Cut(args[0], "/")
 				if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-					return exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
+					return verdict.Exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
 				}
 				l, err := liveSource(a.Config.String("kubeconfig"), a.Config.String("context"))
 				if err != nil {
-					return exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
+					return verdict.Exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), a.Config.Duration("request-timeout"))
 				defer cancel()
@@ -136,7 +136,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	}
 	files := a.Config.Strings("filename")
 	if len(files) == 0 {
-		return exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
+		return verdict.Exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
 	}
 	e, err := a.diagnoseEngine(ctx)
 	if err != nil {
@@ -154,14 +154,14 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	}
 	c := e.NewCluster(b.Nodes())
 	if len(c.LabelErrors) > 0 {
-		return exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
+		return verdict.Exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
 	}
 	ws, err := b.Workloads()
 	if err != nil {
-		return exitf(verdict.ExitUsage, "%v", err)
+		return verdict.Exitf(verdict.ExitUsage, "%v", err)
 	}
 	if len(ws) == 0 {
-		return exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
@@ -180,7 +180,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 		return err
 	}
 	if code != verdict.ExitPass {
-		return silentExit(code)
+		return verdict.Silent(code)
 	}
 	return nil
 }
@@ -217,7 +217,7 @@ func (a *App) diagnoseLiveJob(ctx context.Context, l *cluster.Live, ns, name str
 	}
 	j, err := l.Job(ctx, ns, name, a.Config.String("kind"))
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
 	return a.judgeLive(ctx, l, j, nil)
 }
@@ -228,7 +228,7 @@ func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name str
 	}
 	p, err := l.Pod(ctx, ns, name)
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
 	if p.Spec.NodeName != "" {
 		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
@@ -240,7 +240,7 @@ func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name str
 	}
 	j, ok, err := l.JobOfPod(ctx, p)
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
 	if ok {
 		a.Log.Info("the pod belongs to a job: judging the whole job", zap.String("job", j.Kind()+" "+j.Namespace()+"/"+j.Name()))
@@ -258,7 +258,7 @@ func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, po
 	}
 	b := cluster.NewBuilder()
 	if err := l.LoadCluster(ctx, b); err != nil {
-		return liveErr(err)
+		return err
 	}
 	c := e.NewCluster(b.Nodes())
 	for _, le := range c.LabelErrors {
@@ -268,15 +268,15 @@ func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, po
 	var w schedule.Workload
 	if j != nil {
 		if err := b.AddJob(j); err != nil {
-			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 		if w, err = b.WorkloadFor(j); err != nil {
-			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 	} else {
 		var ok bool
 		if w, ok = b.PodWorkload(pod.ns, pod.name); !ok {
-			return exitf(verdict.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
+			return verdict.Exitf(verdict.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
 		}
 	}
 	res := e.Diagnose(c, w)
@@ -284,20 +284,9 @@ func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, po
 		return err
 	}
 	if code := res.ExitCode(); code != verdict.ExitPass {
-		return silentExit(code)
+		return verdict.Silent(code)
 	}
 	return nil
-}
-
-// liveErr maps API errors: a missing object or bad argument is exit 2,
-// anything else (unreachable, forbidden, timeout) exit 3.
-func liveErr(err error) error {
-	var nf *cluster.NotFoundError
-	var arg *cluster.ArgError
-	if errors.As(err, &nf) || errors.As(err, &arg) {
-		return exitf(verdict.ExitUsage, "%v", err)
-	}
-	return exitf(verdict.ExitEnvironment, "%v", err)
 }
 
 func sortedCountKeys(m map[string]int) []string {

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -67,19 +66,19 @@ func (a *App) runInit(ctx context.Context) error {
 	pod := firstNonEmpty(a.Config.String("pod-name"), os.Getenv("POD_NAME"))
 	ns := firstNonEmpty(a.Config.String("pod-namespace"), os.Getenv("POD_NAMESPACE"))
 	if pod == "" || ns == "" {
-		return exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
+		return verdict.Exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
 	}
 	gateURL := a.Config.String("gate-url")
 	if u, err := url.Parse(gateURL); gateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
+		return verdict.Exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
 	}
 	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: a.Config.String("ca-file"), TokenFile: a.Config.String("token-file")})
 	if err != nil {
-		return a.initFail(verdict.ExitEnvironment, "rankgate init: %v", err)
+		return a.initFail(fmt.Errorf("rankgate init: %w", err))
 	}
 	timeout := a.Config.Duration("timeout")
 	if timeout <= 0 {
-		return exitf(verdict.ExitUsage, "--timeout must be positive")
+		return verdict.Exitf(verdict.ExitUsage, "--timeout must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -101,8 +100,8 @@ func (a *App) runInit(ctx context.Context) error {
 	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
 	r, inv, err := a.rankPreflight(ctx)
 	if err != nil {
-		var ee *ExitError
-		if !errors.As(err, &ee) || ee.Code == verdict.ExitUsage {
+		code := verdict.Code(err)
+		if code == verdict.ExitUsage {
 			return err
 		}
 		// This rank cannot check its devices: tell the gate so the gang
@@ -110,7 +109,7 @@ func (a *App) runInit(ctx context.Context) error {
 		req.Node = nodeName()
 		req.Report = verdict.NewReport(req.Node, []verdict.Finding{{
 			Rule: verdict.RuleRankEnvironment, Severity: verdict.SeverityFail,
-			Message:     fmt.Sprintf("rank pod %s/%s could not check its devices (rankgate init exit %d): %v", ns, pod, ee.Code, orText(ee.Err, "see its init container's log and termination message")),
+			Message:     fmt.Sprintf("rank pod %s/%s could not check its devices (rankgate init exit %d): %s", ns, pod, code, orText(verdict.Message(err), "see its init container's log and termination message")),
 			Remediation: "fix the node's driver or NVML access (kubectl logs POD -c rankgate-init), then resume the job",
 		}})
 		short, stop := context.WithTimeout(ctx, 20*time.Second)
@@ -159,17 +158,17 @@ func (a *App) runInit(ctx context.Context) error {
 		},
 	})
 	if r.Failed() {
-		reason := r.Reason(terminationMessageMax)
+		reason := r.Reason(verdict.TerminationMax)
 		if err == nil && resp.Verdict != nil {
 			fmt.Fprintf(a.Streams.Err, "rankgate init: gang verdict for %s: %s\n", resp.Job, resp.Verdict.Verdict)
 		} else {
 			log.Warn("the gate did not confirm this rank's failure", zap.Error(err))
 		}
 		a.writeTerminationLog(reason)
-		return silentExit(verdict.ExitFail)
+		return verdict.Silent(verdict.ExitFail)
 	}
 	if err != nil {
-		return a.awaitError(err, timeout, time.Since(started))
+		return a.initFail(&gate.WaitError{Err: err, Timeout: timeout, Waited: time.Since(started)})
 	}
 	v := *resp.Verdict
 	if format == formatText {
@@ -183,33 +182,16 @@ func (a *App) runInit(ctx context.Context) error {
 		if resp.Action != "" {
 			reason += fmt.Sprintf(" (job action: %s)", resp.Action)
 		}
-		a.writeTerminationLog(reason + ": " + v.Reason(terminationMessageMax))
-		return silentExit(verdict.ExitFail)
+		a.writeTerminationLog(reason + ": " + v.Reason(verdict.TerminationMax))
+		return verdict.Silent(verdict.ExitFail)
 	}
 	return nil
 }
 
-// awaitError maps a failed wait to the exit-code contract.
-func (a *App) awaitError(err error, timeout, waited time.Duration) error {
-	var ge *gate.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return a.initFail(verdict.ExitTimeout, "no gang verdict within --timeout %s (waited %s): %v", timeout, waited.Round(time.Second), err)
-	case errors.Is(err, context.Canceled):
-		return a.initFail(verdict.ExitEnvironment, "interrupted while waiting for the gang verdict: %v", err)
-	case errors.As(err, &ge) && (ge.Code == gate.CodeBadRequest || ge.Code == gate.CodeNotARank || ge.Code == gate.CodeNotOptedIn):
-		return a.initFail(verdict.ExitUsage, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
-	case errors.As(err, &ge):
-		return a.initFail(verdict.ExitEnvironment, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
-	}
-	return a.initFail(verdict.ExitEnvironment, "%v", err)
-}
-
-// initFail writes the reason to the termination log and exits with code.
-func (a *App) initFail(code int, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	a.writeTerminationLog(msg)
-	return &ExitError{Code: code, Err: errors.New(msg)}
+// initFail writes err's reason to the termination log.
+func (a *App) initFail(err error) error {
+	a.writeTerminationLog(err.Error())
+	return err
 }
 
 func firstNonEmpty(xs ...string) string {
@@ -221,9 +203,9 @@ func firstNonEmpty(xs ...string) string {
 	return ""
 }
 
-func orText(err error, def string) string {
-	if err == nil {
+func orText(s, def string) string {
+	if s == "" {
 		return def
 	}
-	return err.Error()
+	return s
 }

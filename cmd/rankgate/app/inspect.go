@@ -32,7 +32,7 @@ links and driver. With -o json it prints the versioned snapshot that
 			if format == formatJSON {
 				b, err := topology.EncodeSnapshot(inv)
 				if err != nil {
-					return exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
+					return verdict.Exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
 				}
 				_, err = a.Streams.Out.Write(b)
 				return err

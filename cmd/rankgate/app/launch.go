@@ -104,17 +104,17 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	if p := a.Config.String("ready-pattern"); p != "" {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
+			return verdict.Exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
 		}
 		opts.ReadyPattern = re
 	}
 	want, err := launcher.ParseTransport(a.Config.String("expect-transport"))
 	if err != nil {
-		return exitf(verdict.ExitUsage, "--expect-transport: %v", err)
+		return verdict.Exitf(verdict.ExitUsage, "--expect-transport: %v", err)
 	}
 	opts.ExpectTransport = want
 	if opts.LocalRanks < 0 || opts.SSHPort <= 0 || opts.SSHPort > 65535 {
-		return exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
+		return verdict.Exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
 	}
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
@@ -155,7 +155,7 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 		if exit, ok := interrupted(ctx, err); ok {
 			return exit
 		}
-		return &ExitError{Code: verdict.ExitTimeout, Err: err}
+		return verdict.WithCode(verdict.ExitTimeout, err)
 	}
 	// From here every signal is forwarded to CMD's group through
 	// opts.Signals, and the end is bounded by --grace: a second signal must
@@ -164,10 +164,10 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	takeOverSignals(ctx)
 	res, err := launcher.Run(context.WithoutCancel(ctx), opts)
 	if err != nil {
-		return &ExitError{Code: res.ExitCode, Err: err}
+		return verdict.WithCode(res.ExitCode, err)
 	}
 	if res.ExitCode != 0 {
-		return silentExit(res.ExitCode)
+		return verdict.Silent(res.ExitCode)
 	}
 	return nil
 }
@@ -181,7 +181,7 @@ func (a *App) launchDevices() ([]verdict.DeviceSummary, error) {
 	if s := a.Config.String("devices"); s != "" {
 		var err error
 		if refs, err = topology.ParseDeviceList(s); err != nil {
-			return nil, exitf(verdict.ExitUsage, "--devices: %v", err)
+			return nil, verdict.Exitf(verdict.ExitUsage, "--devices: %v", err)
 		}
 	} else {
 		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)

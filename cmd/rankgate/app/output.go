@@ -18,7 +18,7 @@ const (
 
 func checkFormat(f string) error {
 	if f != formatText && f != formatJSON {
-		return exitf(verdict.ExitUsage, "output format %q: want text or json", f)
+		return verdict.Exitf(verdict.ExitUsage, "output format %q: want text or json", f)
 	}
 	return nil
 }

@@ -19,9 +19,6 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// terminationMessageMax is the kubelet's limit for a termination message.
-const terminationMessageMax = 4096
-
 // addInventoryFlags registers the flags that choose where the node's truth
 // comes from. Shared by preflight, inspect, init and launch.
 func addInventoryFlags(cmd *cobra.Command) {
@@ -65,8 +62,8 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 				return err
 			}
 			if r.Failed() {
-				a.writeTerminationLog(r.Reason(terminationMessageMax))
-				return silentExit(verdict.ExitFail)
+				a.writeTerminationLog(r.Reason(verdict.TerminationMax))
+				return verdict.Silent(verdict.ExitFail)
 			}
 			return nil
 		},
@@ -76,9 +73,10 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 }
 
 // rankPreflight runs the rank rules for this process's devices and returns
-// the report and the inventory it judged (init sends its driver versions). An error is
-// an *ExitError: 2 bad input, 3 environment, 4 hung NVML call; for NVML
-// failures the report with the NVML_* finding has already been printed.
+// the report and the inventory it judged (init sends its driver versions).
+// An error carries its exit code (verdict.Code): 2 bad input, 3
+// environment, 4 hung NVML call; for NVML failures the report with the
+// NVML_* finding has already been printed.
 func (a *App) rankPreflight(ctx context.Context) (verdict.Report, *topology.Inventory, error) {
 	format := a.Config.String("output")
 	if err := checkFormat(format); err != nil {
@@ -141,11 +139,11 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 	var err error
 	switch {
 	case len(files) > 0 && sample != "":
-		return nil, nil, exitf(verdict.ExitUsage, "--inventory and --sample exclude each other")
+		return nil, nil, verdict.Exitf(verdict.ExitUsage, "--inventory and --sample exclude each other")
 	case sample != "":
 		data, ok := configs.Sample(sample)
 		if !ok {
-			return nil, nil, exitf(verdict.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
+			return nil, nil, verdict.Exitf(verdict.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
 		}
 		inv, err = topology.DecodeSnapshot("sample:"+sample, data)
 		if err == nil {
@@ -161,39 +159,30 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 		}
 	}
 	if err != nil {
-		return nil, nil, a.inventoryError(ctx, err)
+		return nil, nil, a.discoveryFailed(ctx, err)
 	}
 	return inv, cat, nil
 }
 
-// inventoryError maps discovery and input errors to exit codes; NVML
-// failures also become a report with their NVML_* rule.
-func (a *App) inventoryError(ctx context.Context, err error) error {
+// discoveryFailed handles an inventory that could not be read: a signal
+// exits 128+N; an NVML failure also becomes a report with its NVML_* rule
+// (printed, and written to the termination log). The error keeps its own
+// exit code (verdict.Code).
+func (a *App) discoveryFailed(ctx context.Context, err error) error {
 	if exit, ok := interrupted(ctx, err); ok {
 		return exit
 	}
-	var ie *topology.InputError
-	if errors.As(err, &ie) {
-		return &ExitError{Code: verdict.ExitUsage, Err: err}
-	}
 	var de *topology.DiscoveryError
-	if errors.As(err, &de) {
-		r := verdict.NewReport("NVML discovery", []verdict.Finding{{
-			Rule: de.Rule(), Severity: verdict.SeverityFail,
-			Message: de.Error(), Remediation: de.Remediation,
-		}})
-		_ = a.printReport(r, a.Config.String("output"))
-		a.writeTerminationLog(r.Reason(terminationMessageMax))
-		code := verdict.ExitEnvironment
-		if de.Hung {
-			code = verdict.ExitTimeout
-		}
-		return silentExit(code)
+	if !errors.As(err, &de) {
+		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &ExitError{Code: verdict.ExitTimeout, Err: err}
-	}
-	return &ExitError{Code: verdict.ExitEnvironment, Err: err}
+	r := verdict.NewReport("NVML discovery", []verdict.Finding{{
+		Rule: de.Rule(), Severity: verdict.SeverityFail,
+		Message: de.Error(), Remediation: de.Remediation,
+	}})
+	_ = a.printReport(r, a.Config.String("output"))
+	a.writeTerminationLog(r.Reason(verdict.TerminationMax))
+	return verdict.Quiet(err)
 }
 
 func nodeName() string {
@@ -211,13 +200,13 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 	if s := a.Config.String("devices"); s != "" {
 		refs, err := topology.ParseDeviceList(s)
 		if err != nil {
-			return topology.Allocation{}, exitf(verdict.ExitUsage, "--devices: %v", err)
+			return topology.Allocation{}, verdict.Exitf(verdict.ExitUsage, "--devices: %v", err)
 		}
 		return topology.Allocation{From: "--devices", Refs: refs}, nil
 	}
 	alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
 	if err != nil {
-		return alloc, exitf(verdict.ExitUsage, "%v", err)
+		return alloc, verdict.Exitf(verdict.ExitUsage, "%v", err)
 	}
 	if ok {
 		return alloc, nil
@@ -229,7 +218,7 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 			c := podresources.New(sock, a.Config.Duration("nvml-timeout"))
 			refs, err := c.PodDevices(ctx, ns, pod)
 			if err != nil {
-				return alloc, exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
+				return alloc, verdict.Exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
 			}
 			return topology.Allocation{From: "podresources", Refs: refs}, nil
 		}
@@ -250,17 +239,10 @@ func listDir(dir string) ([]string, error) {
 }
 
 // writeTerminationLog writes the reason where Kubernetes reads it. Failing
-// to write is logged, never fatal: the exit code still tells.
+// to write is told, never fatal: the exit code still tells.
 func (a *App) writeTerminationLog(reason string) {
 	p := a.Config.String("termination-log")
-	if p == "" {
-		return
-	}
-	if len(reason) > terminationMessageMax {
-		reason = reason[:terminationMessageMax]
-	}
-	if err := os.WriteFile(p, []byte(reason), 0o644); err != nil {
-		a.Log.Warn("cannot write termination log")
-		fmt.Fprintf(a.Streams.Err, "rankgate: cannot write termination log %s: %v\n", p, err)
+	if err := verdict.WriteTerminationLog(p, reason); err != nil {
+		fmt.Fprintf(a.Streams.Err, "rankgate: cannot write termination log %s: %v\n", p, errors.Unwrap(err))
 	}
 }
