@@ -105,10 +105,24 @@ type App struct {
 	Streams Streams
 	Log     *zap.Logger
 	Config  *Config
+	root    rootOptions
 }
 
+// rootOptions are the global flags.
+type rootOptions struct {
+	ConfigFile string
+	LogLevel   string
+	LogFormat  string
+}
+
+// Defaults of the global flags whose flag default is empty ("not given":
+// the controller logs at info unless told).
+const (
+	defaultLogLevel  = "warn"
+	defaultLogFormat = "console"
+)
+
 func (a *App) newRootCommand() *cobra.Command {
-	var configFile, logLevel string
 	root := &cobra.Command{
 		Use:   "rankgate",
 		Short: "Prove that every rank of a distributed GPU job can work with the others",
@@ -119,12 +133,12 @@ reason a person can act on.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := LoadConfig(cmd, configFile)
+			cfg, err := LoadConfig(cmd, a.root.ConfigFile)
 			if err != nil {
 				return inputError(cmd.Context(), err)
 			}
 			a.Config = cfg
-			log, err := newLogger(a.Streams.Err, cfg.LogLevel, cfg.LogFormat)
+			log, err := newLogger(a.Streams.Err, a.logLevel(defaultLogLevel), a.logFormat())
 			if err != nil {
 				return verdict.WithCode(verdict.ExitUsage, err)
 			}
@@ -132,9 +146,10 @@ reason a person can act on.`,
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (YAML, version rankgate.io/v1); env RANKGATE_CONFIG")
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn, error (default warn)")
-	root.PersistentFlags().String("log-format", "", "log format: console or json (default console)")
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
+	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
+	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
 	root.AddCommand(
 		a.newPreflightCommand(),
 		a.newInspectCommand(),
@@ -149,3 +164,18 @@ reason a person can act on.`,
 // extraCommands lets subcommands in other files register themselves without
 // editing the root (launch, diagnose, controller, init).
 var extraCommands []func(*App) *cobra.Command
+
+// logLevel is the level given by flag, file or environment, else def.
+func (a *App) logLevel(def string) string {
+	if a.root.LogLevel == "" {
+		return def
+	}
+	return a.root.LogLevel
+}
+
+func (a *App) logFormat() string {
+	if a.root.LogFormat == "" {
+		return defaultLogFormat
+	}
+	return a.root.LogFormat
+}

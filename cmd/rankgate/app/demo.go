@@ -16,6 +16,7 @@ import (
 const demoSample = "h100-mig"
 
 func (a *App) newDemoCommand() *cobra.Command {
+	var format string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run two real preflights on an embedded sample node (no GPU needed)",
@@ -25,7 +26,6 @@ both GPUs (fails: MIG_SPANS_GPUS, MIG_MULTIPLE_PER_PROCESS) and a rank given
 one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format := a.Config.String("output")
 			if err := checkFormat(format); err != nil {
 				return err
 			}
@@ -67,6 +67,6 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringP("output", "o", formatText, "output format: text or json")
+	cmd.Flags().StringVarP(&format, "output", "o", formatText, "output format: text or json")
 	return cmd
 }

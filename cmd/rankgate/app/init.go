@@ -20,7 +20,20 @@ func init() { extraCommands = append(extraCommands, (*App).newInitCommand) }
 // service-account token (audience rankgate).
 const defaultTokenFile = "/var/run/secrets/rankgate/token"
 
+// initOptions are init's flags.
+type initOptions struct {
+	preflightOptions
+	GateURL      string
+	CAFile       string
+	TokenFile    string
+	PodName      string
+	PodNamespace string
+	Timeout      time.Duration
+	Poll         time.Duration
+}
+
 func (a *App) newInitCommand() *cobra.Command {
+	o := &initOptions{}
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Init container of a rank pod: preflight, report to the controller, wait for the gang verdict",
@@ -43,40 +56,40 @@ Exit 0 the gang passed (warnings allowed), 1 the gang or this rank failed,
   rankgate init --gate-url https://127.0.0.1:8443 --ca-file ca.crt --token-file tok \
     --pod-name job-worker-0 --pod-namespace ml --sample a100-full --devices 0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runInit(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runInit(cmd.Context(), o) },
 	}
-	addPreflightFlags(cmd)
 	f := cmd.Flags()
-	f.String("gate-url", "", "the controller's gate, https://HOST:PORT (required)")
-	f.String("ca-file", "", "PEM CA of the gate's certificate (default: system roots)")
-	f.String("token-file", defaultTokenFile, "projected service-account token with audience rankgate")
-	f.String("pod-name", "", "this pod's name (default $POD_NAME, from the downward API)")
-	f.String("pod-namespace", "", "this pod's namespace (default $POD_NAMESPACE)")
-	f.Duration("timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
-	f.Duration("poll", 30*time.Second, "long-poll wait of each request to the gate")
+	o.preflightOptions.addFlags(f)
+	f.StringVar(&o.GateURL, "gate-url", "", "the controller's gate, https://HOST:PORT (required)")
+	f.StringVar(&o.CAFile, "ca-file", "", "PEM CA of the gate's certificate (default: system roots)")
+	f.StringVar(&o.TokenFile, "token-file", defaultTokenFile, "projected service-account token with audience rankgate")
+	f.StringVar(&o.PodName, "pod-name", "", "this pod's name (default $POD_NAME, from the downward API)")
+	f.StringVar(&o.PodNamespace, "pod-namespace", "", "this pod's namespace (default $POD_NAMESPACE)")
+	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
+	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
 	return cmd
 }
 
-func (a *App) runInit(ctx context.Context) error {
-	format := a.Config.String("output")
+func (a *App) runInit(ctx context.Context, o *initOptions) error {
+	format := o.Output
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	pod := firstNonEmpty(a.Config.String("pod-name"), os.Getenv("POD_NAME"))
-	ns := firstNonEmpty(a.Config.String("pod-namespace"), os.Getenv("POD_NAMESPACE"))
+	pod := firstNonEmpty(o.PodName, os.Getenv("POD_NAME"))
+	ns := firstNonEmpty(o.PodNamespace, os.Getenv("POD_NAMESPACE"))
 	if pod == "" || ns == "" {
 		return verdict.Exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
 	}
-	gateURL := a.Config.String("gate-url")
+	gateURL := o.GateURL
 	if u, err := url.Parse(gateURL); gateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return verdict.Exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
 	}
-	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: a.Config.String("ca-file"), TokenFile: a.Config.String("token-file")})
+	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: o.CAFile, TokenFile: o.TokenFile})
 	if err != nil {
-		return a.initFail(fmt.Errorf("rankgate init: %w", err))
+		return a.initFail(o, fmt.Errorf("rankgate init: %w", err))
 	}
-	timeout := a.Config.Duration("timeout")
+	timeout := o.Timeout
 	if timeout <= 0 {
 		return verdict.Exitf(verdict.ExitUsage, "--timeout must be positive")
 	}
@@ -98,7 +111,7 @@ func (a *App) runInit(ctx context.Context) error {
 	}()
 
 	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
-	r, inv, err := a.rankPreflight(ctx)
+	r, inv, err := a.rankPreflight(ctx, &o.preflightOptions)
 	if err != nil {
 		code := verdict.Code(err)
 		if code == verdict.ExitUsage {
@@ -145,7 +158,7 @@ func (a *App) runInit(ctx context.Context) error {
 	started := time.Now()
 	announced := false
 	resp, err := client.Await(waitCtx, req, gate.AwaitOptions{
-		Poll: a.Config.Duration("poll"),
+		Poll: o.Poll,
 		OnRetry: func(err error, delay time.Duration) {
 			log.Warn("gate not answering; retrying", zap.String("gate", gateURL), zap.Duration("in", delay), zap.Error(err))
 		},
@@ -164,11 +177,11 @@ func (a *App) runInit(ctx context.Context) error {
 		} else {
 			log.Warn("the gate did not confirm this rank's failure", zap.Error(err))
 		}
-		a.writeTerminationLog(reason)
+		a.writeTerminationLog(o.TerminationLog, reason)
 		return verdict.Silent(verdict.ExitFail)
 	}
 	if err != nil {
-		return a.initFail(&gate.WaitError{Err: err, Timeout: timeout, Waited: time.Since(started)})
+		return a.initFail(o, &gate.WaitError{Err: err, Timeout: timeout, Waited: time.Since(started)})
 	}
 	v := *resp.Verdict
 	if format == formatText {
@@ -182,15 +195,15 @@ func (a *App) runInit(ctx context.Context) error {
 		if resp.Action != "" {
 			reason += fmt.Sprintf(" (job action: %s)", resp.Action)
 		}
-		a.writeTerminationLog(reason + ": " + v.Reason(verdict.TerminationMax))
+		a.writeTerminationLog(o.TerminationLog, reason+": "+v.Reason(verdict.TerminationMax))
 		return verdict.Silent(verdict.ExitFail)
 	}
 	return nil
 }
 
 // initFail writes err's reason to the termination log.
-func (a *App) initFail(err error) error {
-	a.writeTerminationLog(err.Error())
+func (a *App) initFail(o *initOptions, err error) error {
+	a.writeTerminationLog(o.TerminationLog, err.Error())
 	return err
 }
 

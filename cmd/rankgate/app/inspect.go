@@ -11,6 +11,7 @@ import (
 )
 
 func (a *App) newInspectCommand() *cobra.Command {
+	o := &inventoryOptions{}
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Print the node's GPU inventory (the bug-report snapshot)",
@@ -21,11 +22,11 @@ links and driver. With -o json it prints the versioned snapshot that
   rankgate inspect --inventory smi-L.txt --inventory topo-m.txt -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format := a.Config.String("output")
+			format := o.Output
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			inv, _, err := a.loadInventory(cmd.Context())
+			inv, _, err := a.loadInventory(cmd.Context(), o, "")
 			if err != nil {
 				return err
 			}
@@ -41,7 +42,7 @@ links and driver. With -o json it prints the versioned snapshot that
 			return nil
 		},
 	}
-	addInventoryFlags(cmd)
+	o.addFlags(cmd.Flags())
 	return cmd
 }
 

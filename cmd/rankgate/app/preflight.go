@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/podresources"
@@ -19,28 +20,47 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// addInventoryFlags registers the flags that choose where the node's truth
-// comes from. Shared by preflight, inspect, init and launch.
-func addInventoryFlags(cmd *cobra.Command) {
-	cmd.Flags().StringArray("inventory", nil, "read the node from a snapshot or nvidia-smi output files instead of NVML (repeatable; - for stdin)")
-	cmd.Flags().String("sample", "", "use an embedded sample node instead of NVML: "+strings.Join(configs.SampleNames(), ", "))
-	cmd.Flags().Duration("nvml-timeout", 5*time.Second, "deadline for each NVML call")
-	cmd.Flags().String("catalog", "", "MIG profile catalog file replacing the embedded one")
-	cmd.Flags().StringP("output", "o", formatText, "output format: text or json")
+// inventoryOptions choose where the node's truth comes from. Shared by
+// preflight, inspect, init and launch.
+type inventoryOptions struct {
+	Inventory   []string
+	Sample      string
+	NVMLTimeout time.Duration
+	Catalog     string
+	Output      string
 }
 
-// addPreflightFlags registers the rank preflight flags.
-func addPreflightFlags(cmd *cobra.Command) {
-	addInventoryFlags(cmd)
-	cmd.Flags().String("devices", "", "the rank's devices: GPU-/MIG- UUIDs, GPU indices N, MIG devices N:M (comma-separated); default from NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, then the kubelet PodResources API")
-	cmd.Flags().String("expect-profile", "", "the profile every device must have: a MIG profile such as 2g.20gb, or full")
-	cmd.Flags().Bool("require-p2p", false, "make P2P_UNSUPPORTED between the rank's GPUs a failure instead of a warning")
-	cmd.Flags().String("known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
-	cmd.Flags().String("termination-log", "", "on failure, write a short reason to this file (Kubernetes: /dev/termination-log)")
-	cmd.Flags().String("pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket, used in a pod when the environment names no devices")
+func (o *inventoryOptions) addFlags(f *pflag.FlagSet) {
+	f.StringArrayVar(&o.Inventory, "inventory", nil, "read the node from a snapshot or nvidia-smi output files instead of NVML (repeatable; - for stdin)")
+	f.StringVar(&o.Sample, "sample", "", "use an embedded sample node instead of NVML: "+strings.Join(configs.SampleNames(), ", "))
+	f.DurationVar(&o.NVMLTimeout, "nvml-timeout", 5*time.Second, "deadline for each NVML call")
+	f.StringVar(&o.Catalog, "catalog", "", "MIG profile catalog file replacing the embedded one")
+	f.StringVarP(&o.Output, "output", "o", formatText, "output format: text or json")
+}
+
+// preflightOptions are the rank preflight's (preflight, init, launch).
+type preflightOptions struct {
+	inventoryOptions
+	Devices            string
+	ExpectProfile      string
+	RequireP2P         bool
+	KnownBadDrivers    string
+	TerminationLog     string
+	PodResourcesSocket string
+}
+
+func (o *preflightOptions) addFlags(f *pflag.FlagSet) {
+	o.inventoryOptions.addFlags(f)
+	f.StringVar(&o.Devices, "devices", "", "the rank's devices: GPU-/MIG- UUIDs, GPU indices N, MIG devices N:M (comma-separated); default from NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, then the kubelet PodResources API")
+	f.StringVar(&o.ExpectProfile, "expect-profile", "", "the profile every device must have: a MIG profile such as 2g.20gb, or full")
+	f.BoolVar(&o.RequireP2P, "require-p2p", false, "make P2P_UNSUPPORTED between the rank's GPUs a failure instead of a warning")
+	f.StringVar(&o.KnownBadDrivers, "known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
+	f.StringVar(&o.TerminationLog, "termination-log", "", "on failure, write a short reason to this file (Kubernetes: /dev/termination-log)")
+	f.StringVar(&o.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket, used in a pod when the environment names no devices")
 }
 
 func (a *App) newPreflightCommand() *cobra.Command {
+	o := &preflightOptions{}
 	cmd := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check that this rank's devices can run a distributed job",
@@ -54,21 +74,21 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
   rankgate preflight --sample h100-mig --devices 0:0,1:0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, _, err := a.rankPreflight(cmd.Context())
+			r, _, err := a.rankPreflight(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			if err := a.printReport(r, a.Config.String("output")); err != nil {
+			if err := a.printReport(r, o.Output); err != nil {
 				return err
 			}
 			if r.Failed() {
-				a.writeTerminationLog(r.Reason(verdict.TerminationMax))
+				a.writeTerminationLog(o.TerminationLog, r.Reason(verdict.TerminationMax))
 				return verdict.Silent(verdict.ExitFail)
 			}
 			return nil
 		},
 	}
-	addPreflightFlags(cmd)
+	o.addFlags(cmd.Flags())
 	return cmd
 }
 
@@ -77,29 +97,28 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 // An error carries its exit code (verdict.Code): 2 bad input, 3
 // environment, 4 hung NVML call; for NVML failures the report with the
 // NVML_* finding has already been printed.
-func (a *App) rankPreflight(ctx context.Context) (verdict.Report, *topology.Inventory, error) {
-	format := a.Config.String("output")
-	if err := checkFormat(format); err != nil {
+func (a *App) rankPreflight(ctx context.Context, o *preflightOptions) (verdict.Report, *topology.Inventory, error) {
+	if err := checkFormat(o.Output); err != nil {
 		return verdict.Report{}, nil, err
 	}
 	drivers := preflight.DefaultDriverTable()
-	if p := a.Config.String("known-bad-drivers"); p != "" {
+	if p := o.KnownBadDrivers; p != "" {
 		var err error
 		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
 			return verdict.Report{}, nil, inputError(ctx, err)
 		}
 	}
-	alloc, err := a.allocation(ctx)
+	alloc, err := a.allocation(ctx, o)
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
-	inv, cat, err := a.loadInventory(ctx)
+	inv, cat, err := a.loadInventory(ctx, &o.inventoryOptions, o.TerminationLog)
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
 	r := preflight.RankRules(preflight.RankInput{
-		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
-		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
+		Inventory: inv, Allocation: alloc, ExpectProfile: o.ExpectProfile,
+		RequireP2P: o.RequireP2P, Catalog: cat, Drivers: drivers,
 	})
 	r.Subject = subject(inv, alloc)
 	return r, inv, nil
@@ -125,16 +144,16 @@ func orUnknown(s string) string {
 }
 
 // loadInventory reads the node: files, a sample, or NVML.
-func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology.Catalog, error) {
+func (a *App) loadInventory(ctx context.Context, o *inventoryOptions, termLog string) (*topology.Inventory, *topology.Catalog, error) {
 	cat := topology.DefaultCatalog()
-	if p := a.Config.String("catalog"); p != "" {
+	if p := o.Catalog; p != "" {
 		var err error
 		if cat, err = topology.ReadCatalogFile(ctx, p); err != nil {
 			return nil, nil, inputError(ctx, err)
 		}
 	}
-	files := a.Config.Strings("inventory")
-	sample := a.Config.String("sample")
+	files := o.Inventory
+	sample := o.Sample
 	var inv *topology.Inventory
 	var err error
 	switch {
@@ -152,14 +171,14 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 	case len(files) > 0:
 		inv, err = offline.Load(ctx, files, a.Streams.In, cat)
 	default:
-		src := nvmlsource.NewDefault(nvmlsource.WithCallTimeout(a.Config.Duration("nvml-timeout")))
+		src := nvmlsource.NewDefault(nvmlsource.WithCallTimeout(o.NVMLTimeout))
 		inv, err = src.Inventory(ctx)
 		if err == nil && inv.Hostname == "" {
 			inv.Hostname = nodeName()
 		}
 	}
 	if err != nil {
-		return nil, nil, a.discoveryFailed(ctx, err)
+		return nil, nil, a.discoveryFailed(ctx, err, o.Output, termLog)
 	}
 	return inv, cat, nil
 }
@@ -168,7 +187,7 @@ func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology
 // exits 128+N; an NVML failure also becomes a report with its NVML_* rule
 // (printed, and written to the termination log). The error keeps its own
 // exit code (verdict.Code).
-func (a *App) discoveryFailed(ctx context.Context, err error) error {
+func (a *App) discoveryFailed(ctx context.Context, err error, format, termLog string) error {
 	if exit, ok := interrupted(ctx, err); ok {
 		return exit
 	}
@@ -180,8 +199,8 @@ func (a *App) discoveryFailed(ctx context.Context, err error) error {
 		Rule: de.Rule(), Severity: verdict.SeverityFail,
 		Message: de.Error(), Remediation: de.Remediation,
 	}})
-	_ = a.printReport(r, a.Config.String("output"))
-	a.writeTerminationLog(r.Reason(verdict.TerminationMax))
+	_ = a.printReport(r, format)
+	a.writeTerminationLog(termLog, r.Reason(verdict.TerminationMax))
 	return verdict.Quiet(err)
 }
 
@@ -196,8 +215,8 @@ func nodeName() string {
 // allocation finds the rank's devices: --devices, then the environment,
 // then (in a pod) the kubelet PodResources API, else every device of the
 // node.
-func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
-	if s := a.Config.String("devices"); s != "" {
+func (a *App) allocation(ctx context.Context, o *preflightOptions) (topology.Allocation, error) {
+	if s := o.Devices; s != "" {
 		refs, err := topology.ParseDeviceList(s)
 		if err != nil {
 			return topology.Allocation{}, verdict.Exitf(verdict.ExitUsage, "--devices: %v", err)
@@ -212,10 +231,10 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 		return alloc, nil
 	}
 	pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
-	sock := a.Config.String("pod-resources-socket")
+	sock := o.PodResourcesSocket
 	if pod != "" && ns != "" && sock != "" {
 		if _, err := os.Stat(sock); err == nil {
-			c := podresources.New(sock, a.Config.Duration("nvml-timeout"))
+			c := podresources.New(sock, o.NVMLTimeout)
 			refs, err := c.PodDevices(ctx, ns, pod)
 			if err != nil {
 				return alloc, verdict.Exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
@@ -240,8 +259,7 @@ func listDir(dir string) ([]string, error) {
 
 // writeTerminationLog writes the reason where Kubernetes reads it. Failing
 // to write is told, never fatal: the exit code still tells.
-func (a *App) writeTerminationLog(reason string) {
-	p := a.Config.String("termination-log")
+func (a *App) writeTerminationLog(p, reason string) {
 	if err := verdict.WriteTerminationLog(p, reason); err != nil {
 		fmt.Fprintf(a.Streams.Err, "rankgate: cannot write termination log %s: %v\n", p, errors.Unwrap(err))
 	}
