@@ -150,20 +150,9 @@ reason a person can act on.`,
 	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
 	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
 	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
-	root.AddCommand(
-		a.newPreflightCommand(),
-		a.newInspectCommand(),
-		a.newDemoCommand(),
-	)
-	for _, add := range extraCommands {
-		root.AddCommand(add(a))
-	}
+	root.AddCommand(a.commands()...)
 	return root
 }
-
-// extraCommands lets subcommands in other files register themselves without
-// editing the root (launch, diagnose, controller, init).
-var extraCommands []func(*App) *cobra.Command
 
 // logLevel is the level given by flag, file or environment, else def.
 func (a *App) logLevel(def string) string {

@@ -20,8 +20,6 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-func init() { extraCommands = append(extraCommands, (*App).newControllerCommand) }
-
 // inClusterNamespaceFile is where a pod finds its own namespace.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 

@@ -20,11 +20,8 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
-	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
-
-func init() { extraCommands = append(extraCommands, (*App).newDiagnoseCommand) }
 
 // liveSource builds the API clients of live diagnose; tests replace it with
 // client-go fakes.
@@ -124,24 +121,13 @@ usage; 3: the API server could not be reached.`,
 	return cmd
 }
 
-// engine builds the engine with the configured data tables.
+// diagnoseEngine builds the engine with the configured data tables.
 func (a *App) diagnoseEngine(ctx context.Context, o *diagnoseOptions) (*schedule.Engine, error) {
-	var opts []schedule.Option
-	if p := o.Catalog; p != "" {
-		c, err := topology.ReadCatalogFile(ctx, p)
-		if err != nil {
-			return nil, inputError(ctx, err)
-		}
-		opts = append(opts, schedule.WithCatalog(c))
+	cat, drivers, err := preflight.LoadTables(ctx, o.Catalog, o.KnownBadDrivers)
+	if err != nil {
+		return nil, inputError(ctx, err)
 	}
-	if p := o.KnownBadDrivers; p != "" {
-		t, err := preflight.ReadDriverTableFile(ctx, p)
-		if err != nil {
-			return nil, inputError(ctx, err)
-		}
-		opts = append(opts, schedule.WithDriverTable(t))
-	}
-	return schedule.New(opts...), nil
+	return schedule.New(schedule.WithCatalog(cat), schedule.WithDriverTable(drivers)), nil
 }
 
 func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
@@ -212,7 +198,7 @@ func writeReports(w io.Writer, rs []verdict.Report, format string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := writeReport(w, r, format); err != nil {
+		if err := verdict.Write(w, r, format); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -26,7 +27,11 @@ links and driver. With -o json it prints the versioned snapshot that
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			inv, _, err := a.loadInventory(cmd.Context(), o, "")
+			cat, _, err := preflight.LoadTables(cmd.Context(), o.Catalog, "")
+			if err != nil {
+				return inputError(cmd.Context(), err)
+			}
+			inv, err := a.readInventory(cmd.Context(), o, cat, "")
 			if err != nil {
 				return err
 			}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"strings"
 	"syscall"
 	"time"
 
@@ -15,8 +14,6 @@ import (
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
-
-func init() { extraCommands = append(extraCommands, (*App).newLaunchCommand) }
 
 // launchSubreaper makes rankgate the reaper of CMD's orphans (see
 // launcher.Options.Subreaper). Tests that run launch inside the test
@@ -147,7 +144,7 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 	opts.Signals = sigs
 
 	if o.NoPreflight {
-		devs, err := a.launchDevices(o.Devices)
+		devs, err := a.launchDevices(ctx, o.Devices)
 		if err != nil {
 			return err
 		}
@@ -158,7 +155,7 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 			return err
 		}
 		// CMD's stdout stays CMD's: the report goes to stderr.
-		if err := writeReport(a.Streams.Err, r, format); err != nil {
+		if err := verdict.Write(a.Streams.Err, r, format); err != nil {
 			return err
 		}
 		opts.Preflight = &r
@@ -192,30 +189,15 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 
 // launchDevices finds the rank's devices without the preflight, for the
 // NPROC_EXCEEDS_DEVICES check: --devices, else NVIDIA_VISIBLE_DEVICES or
-// CUDA_VISIBLE_DEVICES. nil (check skipped) when they are unknown or
-// "all". Nothing slow: this runs on the start-up path.
-func (a *App) launchDevices(devices string) ([]verdict.DeviceSummary, error) {
-	var refs []string
-	if s := devices; s != "" {
-		var err error
-		if refs, err = topology.ParseDeviceList(s); err != nil {
-			return nil, verdict.Exitf(verdict.ExitUsage, "--devices: %v", err)
+// CUDA_VISIBLE_DEVICES, never the kubelet (nothing slow: this runs on the
+// start-up path). nil (check skipped) when they are unknown or "all".
+func (a *App) launchDevices(ctx context.Context, devices string) ([]verdict.DeviceSummary, error) {
+	alloc, err := topology.ResolveAllocation(ctx, topology.AllocationQuery{Devices: devices})
+	if err != nil {
+		if devices != "" {
+			return nil, err
 		}
-	} else {
-		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
-		if err != nil || !ok || alloc.All {
-			return nil, nil // unknown devices only skip a check
-		}
-		refs = alloc.Refs
+		return nil, nil // unknown devices only skip a check
 	}
-	out := make([]verdict.DeviceSummary, 0, len(refs))
-	for _, r := range refs {
-		r = topology.StripSharing(r)
-		kind := string(topology.KindGPU)
-		if strings.HasPrefix(strings.ToUpper(r), "MIG-") || strings.Contains(r, ":") {
-			kind = string(topology.KindMIG)
-		}
-		out = append(out, verdict.DeviceSummary{ID: r, Kind: kind, GPU: -1})
-	}
-	return out, nil
+	return launcher.AllocatedDevices(alloc), nil
 }

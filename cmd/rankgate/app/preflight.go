@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -15,8 +14,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/podresources"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
-	"github.com/rankgate/rankgate/topology/nvmlsource"
-	"github.com/rankgate/rankgate/topology/offline"
+	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -101,18 +99,18 @@ func (a *App) rankPreflight(ctx context.Context, o *preflightOptions) (verdict.R
 	if err := checkFormat(o.Output); err != nil {
 		return verdict.Report{}, nil, err
 	}
-	drivers := preflight.DefaultDriverTable()
-	if p := o.KnownBadDrivers; p != "" {
-		var err error
-		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
-			return verdict.Report{}, nil, inputError(ctx, err)
-		}
+	cat, drivers, err := preflight.LoadTables(ctx, o.Catalog, o.KnownBadDrivers)
+	if err != nil {
+		return verdict.Report{}, nil, inputError(ctx, err)
 	}
-	alloc, err := a.allocation(ctx, o)
+	alloc, err := topology.ResolveAllocation(ctx, topology.AllocationQuery{
+		Devices: o.Devices, KubeletSocket: o.PodResourcesSocket,
+		Kubelet: podresources.New(o.PodResourcesSocket, o.NVMLTimeout).PodDevices,
+	})
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
-	inv, cat, err := a.loadInventory(ctx, &o.inventoryOptions, o.TerminationLog)
+	inv, err := a.readInventory(ctx, &o.inventoryOptions, cat, o.TerminationLog)
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
@@ -143,44 +141,20 @@ func orUnknown(s string) string {
 	return s
 }
 
-// loadInventory reads the node: files, a sample, or NVML.
-func (a *App) loadInventory(ctx context.Context, o *inventoryOptions, termLog string) (*topology.Inventory, *topology.Catalog, error) {
-	cat := topology.DefaultCatalog()
-	if p := o.Catalog; p != "" {
-		var err error
-		if cat, err = topology.ReadCatalogFile(ctx, p); err != nil {
-			return nil, nil, inputError(ctx, err)
-		}
-	}
-	files := o.Inventory
-	sample := o.Sample
-	var inv *topology.Inventory
-	var err error
-	switch {
-	case len(files) > 0 && sample != "":
-		return nil, nil, verdict.Exitf(verdict.ExitUsage, "--inventory and --sample exclude each other")
-	case sample != "":
-		data, ok := configs.Sample(sample)
-		if !ok {
-			return nil, nil, verdict.Exitf(verdict.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
-		}
-		inv, err = topology.DecodeSnapshot("sample:"+sample, data)
-		if err == nil {
-			inv.Source = "sample:" + sample
-		}
-	case len(files) > 0:
-		inv, err = offline.Load(ctx, files, a.Streams.In, cat)
-	default:
-		src := nvmlsource.NewDefault(nvmlsource.WithCallTimeout(o.NVMLTimeout))
-		inv, err = src.Inventory(ctx)
-		if err == nil && inv.Hostname == "" {
-			inv.Hostname = nodeName()
-		}
-	}
+// readInventory reads the node from the source the options choose.
+func (a *App) readInventory(ctx context.Context, o *inventoryOptions, cat *topology.Catalog, termLog string) (*topology.Inventory, error) {
+	src, err := sources.New(sources.Options{
+		Files: o.Inventory, Stdin: a.Streams.In, Sample: o.Sample, Catalog: cat,
+		NVMLTimeout: o.NVMLTimeout, Log: nvmlLogger{a.Log},
+	})
 	if err != nil {
-		return nil, nil, a.discoveryFailed(ctx, err, o.Output, termLog)
+		return nil, err
 	}
-	return inv, cat, nil
+	inv, err := src.Inventory(ctx)
+	if err != nil {
+		return nil, a.discoveryFailed(ctx, err, o.Output, termLog)
+	}
+	return inv, nil
 }
 
 // discoveryFailed handles an inventory that could not be read: a signal
@@ -202,59 +176,6 @@ func (a *App) discoveryFailed(ctx context.Context, err error, format, termLog st
 	_ = a.printReport(r, format)
 	a.writeTerminationLog(termLog, r.Reason(verdict.TerminationMax))
 	return verdict.Quiet(err)
-}
-
-func nodeName() string {
-	if n := os.Getenv("NODE_NAME"); n != "" {
-		return n
-	}
-	h, _ := os.Hostname()
-	return h
-}
-
-// allocation finds the rank's devices: --devices, then the environment,
-// then (in a pod) the kubelet PodResources API, else every device of the
-// node.
-func (a *App) allocation(ctx context.Context, o *preflightOptions) (topology.Allocation, error) {
-	if s := o.Devices; s != "" {
-		refs, err := topology.ParseDeviceList(s)
-		if err != nil {
-			return topology.Allocation{}, verdict.Exitf(verdict.ExitUsage, "--devices: %v", err)
-		}
-		return topology.Allocation{From: "--devices", Refs: refs}, nil
-	}
-	alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
-	if err != nil {
-		return alloc, verdict.Exitf(verdict.ExitUsage, "%v", err)
-	}
-	if ok {
-		return alloc, nil
-	}
-	pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
-	sock := o.PodResourcesSocket
-	if pod != "" && ns != "" && sock != "" {
-		if _, err := os.Stat(sock); err == nil {
-			c := podresources.New(sock, o.NVMLTimeout)
-			refs, err := c.PodDevices(ctx, ns, pod)
-			if err != nil {
-				return alloc, verdict.Exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
-			}
-			return topology.Allocation{From: "podresources", Refs: refs}, nil
-		}
-	}
-	return topology.Allocation{From: "default (all devices of the node)", All: true}, nil
-}
-
-func listDir(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, len(ents))
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	return out, nil
 }
 
 // writeTerminationLog writes the reason where Kubernetes reads it. Failing
