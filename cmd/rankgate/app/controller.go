@@ -5,17 +5,15 @@ package app
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -55,7 +53,7 @@ other answers the gate with NotLeader and ranks retry.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runController(cmd.Context(), o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, then in-cluster config)")
 	f.StringVar(&o.GateAddr, "gate-addr", controller.DefaultGateAddr, "HOST:PORT the gate API listens on (HTTPS)")
 	f.StringVar(&o.CertDir, "cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
 	f.DurationVar(&o.GangTimeout, "gang-timeout", controller.DefaultGangTimeout, "fail a gang when ranks are still missing this long after its first report (per job: annotation rankgate.io/gang-timeout)")
@@ -87,11 +85,10 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	if !controller.ValidAction(opts.OnFail) {
 		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", opts.OnFail)
 	}
-	rc, err := restConfig(o.Kubeconfig)
+	rc, err := kubeconfig.Load(o.Kubeconfig, "", "rankgate-controller/"+Version)
 	if err != nil {
 		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
 	}
-	rc.UserAgent = "rankgate-controller/" + Version
 	podNS := os.Getenv("POD_NAMESPACE")
 	if podNS == "" {
 		// A namespace name is at most 63 bytes.
@@ -123,20 +120,4 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 		return verdict.Exitf(verdict.ExitEnvironment, "controller: %v", err)
 	}
 	return nil
-}
-
-// restConfig: --kubeconfig, else in-cluster, else $KUBECONFIG.
-func restConfig(path string) (*rest.Config, error) {
-	if path != "" {
-		return clientcmd.BuildConfigFromFlags("", path)
-	}
-	rc, err := rest.InClusterConfig()
-	if err == nil {
-		return rc, nil
-	}
-	if env := os.Getenv("KUBECONFIG"); env != "" {
-		return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(env)}, nil).ClientConfig()
-	}
-	return nil, err
 }

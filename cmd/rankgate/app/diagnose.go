@@ -14,10 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
@@ -25,14 +25,11 @@ import (
 
 // liveSource builds the API clients of live diagnose; tests replace it with
 // client-go fakes.
-var liveSource = func(kubeconfig, context string) (*cluster.Live, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+var liveSource = func(path, context string) (*cluster.Live, error) {
+	cfg, err := kubeconfig.Load(path, context, "rankgate-diagnose/"+Version)
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = "rankgate-diagnose/" + Version
 	return cluster.NewLive(cfg)
 }
 
