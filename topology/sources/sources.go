@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
@@ -34,6 +36,9 @@ type Options struct {
 	// Log receives NVML discovery's debug lines (each call and its
 	// duration); nil discards them.
 	Log nvmlsource.Logger
+	// NVML replaces the driver's library (tests: nvmltest); nil loads
+	// libnvidia-ml.
+	NVML nvml.Interface
 }
 
 // New returns the source o asks for. Its errors are usage errors (exit
@@ -68,6 +73,9 @@ func New(o Options) (topology.Source, error) {
 	}
 	if o.Log != nil {
 		opts = append(opts, nvmlsource.WithLogger(o.Log))
+	}
+	if o.NVML != nil {
+		return nodeSource{nvmlsource.New(o.NVML, opts...)}, nil
 	}
 	return nodeSource{nvmlsource.NewDefault(opts...)}, nil
 }

@@ -142,14 +142,16 @@ func (o *initOptions) check() (pod, ns string, err error) {
 	return pod, ns, nil
 }
 
-// announceWaiting tells the person once that the rank waits for the gang,
-// and the log each time the gate answers "waiting".
+// announceWaiting tells the person once that the rank waits for the gang
+// (a line on stderr), and the log each later time the gate answers
+// "waiting": each event is told once.
 func (a *App) announceWaiting(log *zap.Logger) func(*gate.Response) {
 	announced := false
 	return func(w *gate.Response) {
 		if !announced {
 			announced = true
 			fmt.Fprintf(a.Streams.Err, "rankgate init: %s rank %d reported; waiting for the gang (%d of %d ranks so far)\n", w.Job, w.Rank, w.Reported, w.Expected)
+			return
 		}
 		log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
 	}

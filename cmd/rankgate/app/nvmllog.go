@@ -3,8 +3,13 @@ package app
 import (
 	"fmt"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
 )
+
+// nvmlLibrary replaces libnvidia-ml in tests (go-nvml's mock servers);
+// nil in the binary.
+var nvmlLibrary nvml.Interface
 
 // nvmlLogger hands NVML discovery's debug lines to the command's logger
 // (nvmlsource.Logger).

@@ -145,7 +145,7 @@ func orUnknown(s string) string {
 func (a *App) readInventory(ctx context.Context, o *inventoryOptions, cat *topology.Catalog, termLog string) (*topology.Inventory, error) {
 	src, err := sources.New(sources.Options{
 		Files: o.Inventory, Stdin: a.Streams.In, Sample: o.Sample, Catalog: cat,
-		NVMLTimeout: o.NVMLTimeout, Log: nvmlLogger{a.Log},
+		NVMLTimeout: o.NVMLTimeout, Log: nvmlLogger{a.Log}, NVML: nvmlLibrary,
 	})
 	if err != nil {
 		return nil, err
