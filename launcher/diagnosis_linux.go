@@ -3,8 +3,8 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/rankgate/rankgate/verdict"
@@ -96,15 +96,11 @@ func (r *runner) printFinding(f verdict.Finding) {
 func (r *runner) say(msg string) { r.errw.say(msg) }
 
 func (r *runner) writeTerminationLog(reason string) {
-	p := r.opts.TerminationLog
-	if p == "" || reason == "" {
+	if reason == "" {
 		return
 	}
-	if len(reason) > terminationMax {
-		reason = reason[:terminationMax-3] + "..."
-	}
-	if err := os.WriteFile(p, []byte(reason), 0o644); err != nil {
-		r.say(fmt.Sprintf("cannot write termination log %s: %v", p, err))
+	if err := verdict.WriteTerminationLog(r.opts.TerminationLog, reason); err != nil {
+		r.say(fmt.Sprintf("cannot write termination log %s: %v", r.opts.TerminationLog, errors.Unwrap(err)))
 	}
 }
 

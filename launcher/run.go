@@ -30,8 +30,6 @@ const (
 	// killWait bounds the wait for a group after SIGKILL (a process in
 	// uninterruptible sleep cannot die before its I/O ends).
 	killWait = 2 * time.Second
-	// terminationMax is the kubelet's limit for a termination message.
-	terminationMax = 4096
 )
 
 // Run performs one launch: pre-launch checks, CMD, supervision. The error
@@ -98,12 +96,12 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 
 	if p := r.opts.Preflight; p != nil && p.Failed() {
 		r.say("preflight verdict fail; CMD not started")
-		reason := p.Reason(terminationMax)
+		reason := p.Reason(verdict.TerminationMax)
 		r.writeTerminationLog(reason)
 		return Result{ExitCode: verdict.ExitFail, Reason: reason, Findings: r.findings}, nil
 	}
 	if f, ok := r.checkNproc(); ok {
-		return r.fail(f, exitCodeFor(f.Rule)), nil
+		return r.fail(f, verdict.ExitFor(f.Rule)), nil
 	}
 	if r.opts.MPIHostfile != "" {
 		// A signal while the hosts are awaited ends the launch before CMD.
@@ -134,7 +132,7 @@ func (r *runner) run(ctx context.Context) (Result, error) {
 		default:
 		}
 		if ok {
-			return r.fail(f, exitCodeFor(f.Rule)), nil
+			return r.fail(f, verdict.ExitFor(f.Rule)), nil
 		}
 		if ctx.Err() != nil {
 			return Result{ExitCode: verdict.ExitTimeout, Findings: r.findings}, ctx.Err()
@@ -228,7 +226,7 @@ func (r *runner) start(ctx context.Context, env []string) (Result, error) {
 	}
 	switch {
 	case r.reason != nil:
-		res.ExitCode = exitCodeFor(r.reason.Rule)
+		res.ExitCode = verdict.ExitFor(r.reason.Rule)
 		res.Reason = oneFinding(*r.reason)
 		r.writeTerminationLog(res.Reason)
 	default:

@@ -3,6 +3,8 @@ package topology
 import (
 	"context"
 	"fmt"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Source produces a node inventory. NVML discovery (topology/nvmlsource),
@@ -42,6 +44,15 @@ func (e *DiscoveryError) Error() string {
 
 func (e *DiscoveryError) Unwrap() error { return e.Err }
 
+// ExitCode: a call that hung is a timeout (4), any other failure an
+// environment failure (3).
+func (e *DiscoveryError) ExitCode() int {
+	if e.Hung {
+		return verdict.ExitTimeout
+	}
+	return verdict.ExitEnvironment
+}
+
 // Rule is the finding's rule ID.
 func (e *DiscoveryError) Rule() string { return "NVML_" + e.Class }
 
@@ -69,3 +80,6 @@ func (e *InputError) Error() string {
 }
 
 func (e *InputError) Unwrap() error { return e.Err }
+
+// ExitCode: bad input is exit 2.
+func (e *InputError) ExitCode() int { return verdict.ExitUsage }

@@ -59,6 +59,20 @@ func WithCode(code int, err error) error {
 // Silent is an exit with code whose reason was already printed.
 func Silent(code int) error { return &ExitError{Code: code} }
 
+// Quiet keeps err's exit code but marks its message as already told to
+// the user (a report that carries it was printed); nil stays nil.
+func Quiet(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &quietError{err}
+}
+
+type quietError struct{ err error }
+
+func (e *quietError) Error() string { return e.err.Error() }
+func (e *quietError) Unwrap() error { return e.err }
+
 // Code is the one classifier from errors to exit codes:
 //   - nil: ExitPass;
 //   - the outermost error in the chain that implements ExitCoder: its code;
@@ -86,6 +100,9 @@ func Message(err error) string {
 		return ""
 	}
 	if ee, ok := err.(*ExitError); ok && ee.Err == nil {
+		return ""
+	}
+	if _, ok := err.(*quietError); ok {
 		return ""
 	}
 	return err.Error()

@@ -31,6 +31,9 @@ type Rule struct {
 	Summary string
 	// Remediation is the default fix; findings may give a more precise one.
 	Remediation string
+	// Exit is the exit code a failing finding of this rule gives when it
+	// ends a launch before or during CMD's start-up; 0 means ExitFail.
+	Exit int
 }
 
 // Rule IDs: a public vocabulary, like a linter's. Renaming one is a breaking
@@ -162,14 +165,14 @@ var rules = []Rule{
 	{ID: RuleReconfigurable, Severity: SeverityInfo, Faces: place, Summary: "no node has the shape now, but a valid MIG layout for a node's GPU would create it", Remediation: "relabel the named nodes with the named mig-parted layout (drains them)"},
 	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
 
-	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks"},
+	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks", Exit: ExitTimeout},
 	{ID: RuleNCCLFatal, Severity: SeverityFail, Faces: launchF, Summary: "a fatal NCCL or CUDA line before CMD was ready", Remediation: "the line names the cause; fix the devices or environment it names"},
 	{ID: RuleTransportFallback, Severity: SeverityWarn, Varies: true, Faces: launchF, Summary: "NCCL connected ranks over a slower path than expected (fail with --strict-transport)", Remediation: "check P2P/NVLink between the ranks' devices, or place them on one node"},
 	{ID: RuleNCCLDebugHidden, Severity: SeverityWarn, Faces: launchF, Summary: "the environment hides NCCL's Init COMPLETE lines; the watchdog is off", Remediation: "set NCCL_DEBUG=INFO (or give --ready-pattern / --ready-file)"},
 	{ID: RuleNprocExceedsDevices, Severity: SeverityFail, Faces: launchF, Summary: "torchrun would start more local processes than the rank has devices", Remediation: "set --nproc-per-node to the rank's devices (one process per MIG device)"},
-	{ID: RuleHostfileInvalid, Severity: SeverityFail, Faces: launchF, Summary: "the MPI hostfile cannot be read or parsed (exit 2)", Remediation: "fix the named line of the hostfile"},
+	{ID: RuleHostfileInvalid, Severity: SeverityFail, Faces: launchF, Summary: "the MPI hostfile cannot be read or parsed (exit 2)", Remediation: "fix the named line of the hostfile", Exit: ExitUsage},
 	{ID: RuleHostfileSlots, Severity: SeverityFail, Faces: launchF, Summary: "the hostfile's slots do not cover mpirun -np", Remediation: "raise the slots or lower -np"},
-	{ID: RuleHostUnreachable, Severity: SeverityFail, Faces: launchF, Summary: "a hostfile host did not resolve or accept TCP on --ssh-port within --hosts-timeout (exit 4)", Remediation: "check that the worker pods run and their headless Service resolves"},
+	{ID: RuleHostUnreachable, Severity: SeverityFail, Faces: launchF, Summary: "a hostfile host did not resolve or accept TCP on --ssh-port within --hosts-timeout (exit 4)", Remediation: "check that the worker pods run and their headless Service resolves", Exit: ExitTimeout},
 }
 
 // nvmlClasses are registered as NVML_<class> rules.
@@ -212,6 +215,15 @@ var registry = func() map[string]Rule {
 func Lookup(id string) (Rule, bool) {
 	r, ok := registry[id]
 	return r, ok
+}
+
+// ExitFor is the exit code a failing finding of rule id gives: the rule's
+// Exit, else ExitFail.
+func ExitFor(id string) int {
+	if r, ok := registry[id]; ok && r.Exit != 0 {
+		return r.Exit
+	}
+	return ExitFail
 }
 
 // Registered reports whether id is a registered rule.

@@ -76,6 +76,20 @@ func TestCodeIsTheOneClassifier(t *testing.T) {
 	require.Empty(t, Message(Silent(1)))
 	require.Equal(t, "x", Message(Exitf(1, "x")))
 	require.Nil(t, WithCode(2, nil))
+
+	// A quiet error keeps its code; its message was already printed.
+	q := Quiet(fmt.Errorf("discovery: %w", Exitf(ExitTimeout, "hung")))
+	require.Equal(t, ExitTimeout, Code(q))
+	require.Empty(t, Message(q))
+	require.Nil(t, Quiet(nil))
+}
+
+func TestExitForLaunchRules(t *testing.T) {
+	require.Equal(t, ExitTimeout, ExitFor(RuleNCCLInitTimeout))
+	require.Equal(t, ExitTimeout, ExitFor(RuleHostUnreachable))
+	require.Equal(t, ExitUsage, ExitFor(RuleHostfileInvalid))
+	require.Equal(t, ExitFail, ExitFor(RuleNprocExceedsDevices))
+	require.Equal(t, ExitFail, ExitFor("NOT_A_RULE"))
 }
 
 func TestWriteTerminationLogBounded(t *testing.T) {

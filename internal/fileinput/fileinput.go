@@ -71,6 +71,11 @@ func (e *Error) Reason() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// ExitCode: an input that cannot be read is bad input, exit 2 (the
+// verdict.ExitCoder contract; callers for whom the file is not the user's
+// input wrap it in an error of their own).
+func (e *Error) ExitCode() int { return 2 }
+
 // Size prints a limit: "16 MiB", "64 KiB", "100 bytes".
 func Size(n int64) string {
 	switch {

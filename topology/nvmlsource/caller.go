@@ -31,6 +31,8 @@ type caller struct {
 	timeout     time.Duration
 	initTimeout time.Duration
 	counter     *atomic.Int64
+	// log, when set, gets each call and its duration (debug).
+	log Logger
 
 	abandoned atomic.Bool
 
@@ -44,8 +46,8 @@ type caller struct {
 // errAbandoned stops an abandoned discovery; nobody reads it.
 var errAbandoned = errors.New("nvml discovery abandoned")
 
-func newCaller(ctx context.Context, timeout, initTimeout time.Duration, counter *atomic.Int64) *caller {
-	return &caller{ctx: ctx, timeout: timeout, initTimeout: initTimeout, counter: counter}
+func newCaller(ctx context.Context, timeout, initTimeout time.Duration, counter *atomic.Int64, log Logger) *caller {
+	return &caller{ctx: ctx, timeout: timeout, initTimeout: initTimeout, counter: counter, log: log}
 }
 
 // do runs f, one NVML call, on the discovery goroutine under a deadline of
@@ -60,10 +62,14 @@ func (c *caller) do(o op, timeout time.Duration, f func()) (err error) {
 	if c.counter != nil {
 		c.counter.Add(1)
 	}
+	started := time.Now()
 	c.mu.Lock()
-	c.inCall, c.cur, c.started, c.limit = true, o, time.Now(), timeout
+	c.inCall, c.cur, c.started, c.limit = true, o, started, timeout
 	c.mu.Unlock()
 	defer func() {
+		if c.log != nil {
+			c.log.Debugf("nvml: %s took %s", o, time.Since(started))
+		}
 		// A panic in a binding (a mock's unset method, a handle of the
 		// wrong kind) becomes a discovery error instead of killing an
 		// init container.

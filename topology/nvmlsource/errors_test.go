@@ -280,4 +280,14 @@ func TestLogger(t *testing.T) {
 	log := &recordingLogger{}
 	mustDiscover(t, s, nvmlsource.WithLogger(log))
 	require.NotEmpty(t, log.lines)
+	// Each NVML call, with its duration.
+	var calls []string
+	for _, l := range log.lines {
+		if strings.Contains(l, " took ") {
+			calls = append(calls, l)
+		}
+	}
+	require.NotEmpty(t, calls)
+	require.Regexp(t, `^nvml: nvmlInit\(\) took [0-9.]+(ns|µs|ms|s)$`, calls[0])
+	require.Contains(t, strings.Join(calls, "\n"), "nvmlDeviceGetCount() took ")
 }

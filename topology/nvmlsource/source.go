@@ -133,7 +133,11 @@ func (s *Source) Inventory(ctx context.Context) (*topology.Inventory, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("NVML discovery: %w", err)
 	}
-	c := newCaller(ctx, s.opts.callTimeout, s.opts.initTimeout, s.opts.calls)
+	var callLog Logger
+	if _, nop := s.opts.log.(nopLogger); !nop {
+		callLog = s.opts.log
+	}
+	c := newCaller(ctx, s.opts.callTimeout, s.opts.initTimeout, s.opts.calls, callLog)
 	// Buffered: an abandoned discovery must be able to finish and exit.
 	res := make(chan result, 1)
 	go func() {

@@ -26,38 +26,14 @@ type Streams struct {
 	Err io.Writer
 }
 
-// ExitError carries an exit code out of a command. Commands return it; Run
-// turns it into the process exit code.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string {
-	if e.Err == nil {
-		return fmt.Sprintf("exit %d", e.Code)
-	}
-	return e.Err.Error()
-}
-
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// exitf builds an ExitError with a formatted message.
-func exitf(code int, format string, args ...any) error {
-	return &ExitError{Code: code, Err: fmt.Errorf(format, args...)}
-}
-
 // inputError is the exit for an input that could not be read or is
 // wrong: 2, or 128+N when signal N cut the read short.
 func inputError(ctx context.Context, err error) error {
 	if exit, ok := interrupted(ctx, err); ok {
 		return exit
 	}
-	return &ExitError{Code: verdict.ExitUsage, Err: err}
+	return verdict.WithCode(verdict.ExitUsage, err)
 }
-
-// silentExit is an ExitError whose message was already printed (a report).
-func silentExit(code int) error { return &ExitError{Code: code} }
 
 // Main runs rankgate with the process's arguments and exits. SIGINT and
 // SIGTERM end the command (see interrupts).
@@ -76,24 +52,52 @@ func Main() {
 func Run(ctx context.Context, streams Streams, args []string) int {
 	a := &App{Streams: streams, Log: zap.NewNop()}
 	root := a.newRootCommand()
+	markCommandErrors(root)
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
 	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
-	}
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		if ee.Err != nil {
-			fmt.Fprintf(streams.Err, "rankgate: %v\n", ee.Err)
+	var ce commandError
+	if errors.As(err, &ce) {
+		err = ce.err
+		if msg := verdict.Message(err); msg != "" {
+			fmt.Fprintf(streams.Err, "rankgate: %s\n", msg)
 		}
-		return ee.Code
+	} else if err != nil {
+		// Cobra's own errors: unknown flags, wrong argument counts.
+		fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
+		err = verdict.WithCode(verdict.ExitUsage, err)
 	}
-	// Cobra's own errors: unknown flags, wrong argument counts.
-	fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
-	return verdict.ExitUsage
+	return verdict.Code(err)
+}
+
+// commandError marks an error that a command returned, as opposed to
+// cobra's own (flag and argument parsing).
+type commandError struct{ err error }
+
+func (e commandError) Error() string { return e.err.Error() }
+func (e commandError) Unwrap() error { return e.err }
+
+// markCommandErrors wraps the run functions of c and its subcommands so
+// that their errors are told from cobra's.
+func markCommandErrors(c *cobra.Command) {
+	mark := func(f func(*cobra.Command, []string) error) func(*cobra.Command, []string) error {
+		if f == nil {
+			return nil
+		}
+		return func(cmd *cobra.Command, args []string) error {
+			if err := f(cmd, args); err != nil {
+				return commandError{err}
+			}
+			return nil
+		}
+	}
+	c.RunE = mark(c.RunE)
+	c.PersistentPreRunE = mark(c.PersistentPreRunE)
+	for _, sub := range c.Commands() {
+		markCommandErrors(sub)
+	}
 }
 
 // App is the state shared by subcommands: streams, logger and loaded config.
@@ -101,10 +105,24 @@ type App struct {
 	Streams Streams
 	Log     *zap.Logger
 	Config  *Config
+	root    rootOptions
 }
 
+// rootOptions are the global flags.
+type rootOptions struct {
+	ConfigFile string
+	LogLevel   string
+	LogFormat  string
+}
+
+// Defaults of the global flags whose flag default is empty ("not given":
+// the controller logs at info unless told).
+const (
+	defaultLogLevel  = "warn"
+	defaultLogFormat = "console"
+)
+
 func (a *App) newRootCommand() *cobra.Command {
-	var configFile, logLevel string
 	root := &cobra.Command{
 		Use:   "rankgate",
 		Short: "Prove that every rank of a distributed GPU job can work with the others",
@@ -115,33 +133,38 @@ reason a person can act on.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := LoadConfig(cmd, configFile)
+			cfg, err := LoadConfig(cmd, a.root.ConfigFile)
 			if err != nil {
 				return inputError(cmd.Context(), err)
 			}
 			a.Config = cfg
-			log, err := newLogger(a.Streams.Err, cfg.LogLevel, cfg.LogFormat)
+			log, err := newLogger(a.Streams.Err, a.logLevel(defaultLogLevel), a.logFormat())
 			if err != nil {
-				return &ExitError{Code: verdict.ExitUsage, Err: err}
+				return verdict.WithCode(verdict.ExitUsage, err)
 			}
 			a.Log = log
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&configFile, "config", "", "config file (YAML, version rankgate.io/v1); env RANKGATE_CONFIG")
-	root.PersistentFlags().StringVar(&logLevel, "log-level", "", "log level: debug, info, warn, error (default warn)")
-	root.PersistentFlags().String("log-format", "", "log format: console or json (default console)")
-	root.AddCommand(
-		a.newPreflightCommand(),
-		a.newInspectCommand(),
-		a.newDemoCommand(),
-	)
-	for _, add := range extraCommands {
-		root.AddCommand(add(a))
-	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
+	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
+	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
+	root.AddCommand(a.commands()...)
 	return root
 }
 
-// extraCommands lets subcommands in other files register themselves without
-// editing the root (launch, diagnose, controller, init).
-var extraCommands []func(*App) *cobra.Command
+// logLevel is the level given by flag, file or environment, else def.
+func (a *App) logLevel(def string) string {
+	if a.root.LogLevel == "" {
+		return def
+	}
+	return a.root.LogLevel
+}
+
+func (a *App) logFormat() string {
+	if a.root.LogFormat == "" {
+		return defaultLogFormat
+	}
+	return a.root.LogFormat
+}

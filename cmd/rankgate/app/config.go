@@ -17,21 +17,22 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/internal/fileinput"
-	"github.com/rankgate/rankgate/topology"
 )
 
-// ConfigVersion is the only config file version this build reads.
-const ConfigVersion = topology.SnapshotVersion
+// The config file's apiVersion and kind. Files of the first release carry
+// "version: rankgate.io/v1" and no kind; they keep loading.
+const (
+	ConfigAPIVersion = "rankgate.io/v1"
+	ConfigKind       = "Config"
+)
 
-// Config is the merged configuration of one command run. Precedence, lowest
-// first: built-in defaults, config file, RANKGATE_* environment, flags. Keys
-// are the long flag names ("nvml-timeout"); in the environment they are
-// upper case with "_" ("RANKGATE_NVML_TIMEOUT").
+// Config is what LoadConfig learnt beyond the flags: the file it read.
+// Precedence, lowest first: built-in defaults (the flags' own), config
+// file, RANKGATE_* environment, flags. Keys are the long flag names
+// ("nvml-timeout"); in the environment they are upper case with "_"
+// ("RANKGATE_NVML_TIMEOUT"). The merged values end up in the flags, and
+// through them in each command's options struct.
 type Config struct {
-	v *viper.Viper
-
-	LogLevel  string
-	LogFormat string
 	// File is the config file that was read, if any.
 	File string
 }
@@ -40,19 +41,16 @@ type Config struct {
 // few hundred bytes.
 const maxConfigSize = 1 << 20
 
-// defaults apply to keys no flag defines a default for.
-var defaults = map[string]any{
-	"log-level":  "warn",
-	"log-format": "console",
-}
+// notConfigKeys are flags that the file and the environment do not set.
+var notConfigKeys = map[string]bool{"config": true, "help": true, "version": true}
 
-// LoadConfig merges defaults, file, environment and cmd's flags, then
-// validates. Unknown keys in the file and a wrong version are errors.
+// LoadConfig merges the config file and the RANKGATE_* environment under
+// cmd's flags: every flag not given on the command line takes the merged
+// value (pflag Value.Set, SliceValue.Replace), so that commands read only
+// their typed options. Unknown keys in the file, a wrong apiVersion or
+// kind, and values a flag cannot take are errors.
 func LoadConfig(cmd *cobra.Command, file string) (*Config, error) {
 	v := viper.New()
-	for k, val := range defaults {
-		v.SetDefault(k, val)
-	}
 	v.SetEnvPrefix("RANKGATE")
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
@@ -72,57 +70,77 @@ func LoadConfig(cmd *cobra.Command, file string) (*Config, error) {
 			return nil, fmt.Errorf("config file %s: %w", file, err)
 		}
 	}
-	var bindErr error
-	bind := func(f *pflag.Flag) {
-		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
-			bindErr = err
-		}
-	}
-	cmd.Flags().VisitAll(bind)
-	cmd.InheritedFlags().VisitAll(bind)
-	if bindErr != nil {
-		return nil, bindErr
-	}
-	c := &Config{v: v, File: file, LogLevel: v.GetString("log-level"), LogFormat: v.GetString("log-format")}
-	if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
-		return nil, fmt.Errorf("log-level %q: want debug, info, warn or error", c.LogLevel)
-	}
-	if c.LogFormat != "console" && c.LogFormat != "json" {
-		return nil, fmt.Errorf("log-format %q: want console or json", c.LogFormat)
-	}
-	// Durations are validated here so that commands can trust them.
 	var errs []string
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Value.Type() != "duration" {
+	seen := map[string]bool{}
+	visit := func(f *pflag.Flag) {
+		if seen[f.Name] {
 			return
 		}
-		s := v.GetString(f.Name)
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("%s %q is not a duration like 30s", f.Name, s))
-		} else if d < 0 {
-			errs = append(errs, fmt.Sprintf("%s %q must not be negative", f.Name, s))
+		seen[f.Name] = true
+		if !f.Changed && !notConfigKeys[f.Name] && v.IsSet(f.Name) {
+			if err := setFlag(f, v.Get(f.Name)); err != nil {
+				errs = append(errs, err.Error())
+				return
+			}
 		}
-	})
+		// Durations are validated here so that commands can trust them.
+		if f.Value.Type() == "duration" {
+			if d, err := time.ParseDuration(f.Value.String()); err == nil && d < 0 {
+				errs = append(errs, fmt.Sprintf("%s %q must not be negative", f.Name, f.Value.String()))
+			}
+		}
+	}
+	cmd.Flags().VisitAll(visit)
+	cmd.InheritedFlags().VisitAll(visit)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
-	return c, nil
+	return &Config{File: file}, nil
 }
 
-// decodeConfigFile reads a versioned YAML config: a "version" key and flat
-// keys named like the flags. Unknown keys are refused with the list of
-// known ones.
+// setFlag gives f a value from the file or the environment. A list flag
+// takes a YAML list as is (a path may hold a comma) and splits a single
+// string on commas.
+func setFlag(f *pflag.Flag, val any) error {
+	if sv, ok := f.Value.(pflag.SliceValue); ok {
+		var list []string
+		switch t := val.(type) {
+		case string:
+			list = splitList(t)
+		case []any:
+			for _, e := range t {
+				list = append(list, fmt.Sprint(e))
+			}
+		default:
+			list = []string{fmt.Sprint(t)}
+		}
+		return sv.Replace(list)
+	}
+	s := fmt.Sprint(val)
+	if err := f.Value.Set(s); err != nil {
+		if f.Value.Type() == "duration" {
+			return fmt.Errorf("%s %q is not a duration like 30s", f.Name, s)
+		}
+		return fmt.Errorf("%s %q: want a %s", f.Name, s, f.Value.Type())
+	}
+	return nil
+}
+
+// decodeConfigFile reads a versioned YAML config: apiVersion and kind (or,
+// in the first release's form, a "version" key and no kind) and flat keys
+// named like the flags. Unknown keys are refused with the list of known
+// ones.
 func decodeConfigFile(data []byte, known map[string]bool) (map[string]any, error) {
 	var m map[string]any
 	if err := yaml.Unmarshal(data, &m); err != nil {
 		return nil, err
 	}
-	ver, _ := m["version"].(string)
-	if ver != ConfigVersion {
-		return nil, fmt.Errorf("version %q is not supported (want %q)", ver, ConfigVersion)
+	if err := checkConfigHeader(m); err != nil {
+		return nil, err
 	}
+	delete(m, "apiVersion")
 	delete(m, "version")
+	delete(m, "kind")
 	var unknown []string
 	for k := range m {
 		if !known[k] {
@@ -136,6 +154,33 @@ func decodeConfigFile(data []byte, known map[string]bool) (map[string]any, error
 	return m, nil
 }
 
+func checkConfigHeader(m map[string]any) error {
+	apiVersion, hasAPI := m["apiVersion"]
+	version, hasOld := m["version"]
+	kind, hasKind := m["kind"]
+	switch {
+	case hasAPI && hasOld:
+		return fmt.Errorf("both apiVersion and version: keep apiVersion: %s", ConfigAPIVersion)
+	case hasAPI:
+		if apiVersion != ConfigAPIVersion {
+			return fmt.Errorf("apiVersion %q is not supported (want %q)", fmt.Sprint(apiVersion), ConfigAPIVersion)
+		}
+		if !hasKind {
+			return fmt.Errorf("kind is missing (want kind: %s)", ConfigKind)
+		}
+	case hasOld:
+		if version != ConfigAPIVersion {
+			return fmt.Errorf("version %q is not supported (want apiVersion: %s)", fmt.Sprint(version), ConfigAPIVersion)
+		}
+	default:
+		return fmt.Errorf("apiVersion is missing (want apiVersion: %s and kind: %s)", ConfigAPIVersion, ConfigKind)
+	}
+	if hasKind && kind != ConfigKind {
+		return fmt.Errorf("kind %q is not a rankgate config file (want kind: %s; a snapshot, MIG catalog or driver table goes to its own flag)", fmt.Sprint(kind), ConfigKind)
+	}
+	return nil
+}
+
 func knownKeys(root *cobra.Command) map[string]bool {
 	keys := map[string]bool{}
 	var walk func(c *cobra.Command)
@@ -147,39 +192,10 @@ func knownKeys(root *cobra.Command) map[string]bool {
 		}
 	}
 	walk(root)
-	delete(keys, "config")
-	delete(keys, "help")
-	delete(keys, "version")
-	return keys
-}
-
-// String returns a merged string value.
-func (c *Config) String(key string) string { return c.v.GetString(key) }
-
-// Bool returns a merged bool value.
-func (c *Config) Bool(key string) bool { return c.v.GetBool(key) }
-
-// Int returns a merged int value.
-func (c *Config) Int(key string) int { return c.v.GetInt(key) }
-
-// Duration returns a merged duration value (validated in LoadConfig).
-func (c *Config) Duration(key string) time.Duration { return c.v.GetDuration(key) }
-
-// Strings returns a merged list. A list from flags or the file is taken as
-// is (a path may hold a comma); a single string from the environment or
-// the file is split on commas.
-func (c *Config) Strings(key string) []string {
-	switch t := c.v.Get(key).(type) {
-	case string:
-		return splitList(t)
-	case []any:
-		out := make([]string, 0, len(t))
-		for _, e := range t {
-			out = append(out, fmt.Sprint(e))
-		}
-		return out
+	for k := range notConfigKeys {
+		delete(keys, k)
 	}
-	return c.v.GetStringSlice(key)
+	return keys
 }
 
 func splitList(s string) []string {
@@ -196,10 +212,16 @@ func splitList(s string) []string {
 func newLogger(w io.Writer, level, format string) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("log-level %q: want debug, info, warn or error", level)
+	}
+	if format != "console" && format != "json" {
+		return nil, fmt.Errorf("log-format %q: want console or json", format)
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	// Durations read like 175ms, in the console and in JSON, for zap and
+	// for the controller's logr (zapr) alike.
+	enc.EncodeDuration = zapcore.StringDurationEncoder
 	var encoder zapcore.Encoder
 	if format == "json" {
 		encoder = zapcore.NewJSONEncoder(enc)
@@ -212,7 +234,8 @@ func newLogger(w io.Writer, level, format string) (*zap.Logger, error) {
 
 // configExample is printed by docs and tests: a valid file.
 var configExample = bytes.TrimSpace([]byte(`
-version: rankgate.io/v1
+apiVersion: rankgate.io/v1
+kind: Config
 log-level: info
 nvml-timeout: 10s
 `))

@@ -3,24 +3,20 @@
 package app
 
 import (
+	"context"
 	"os"
-	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
 )
-
-func init() { extraCommands = append(extraCommands, (*App).newControllerCommand) }
 
 // inClusterNamespaceFile is where a pod finds its own namespace.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -29,7 +25,16 @@ const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/na
 // controller run outside a pod without --namespace.
 const defaultControllerNamespace = "rankgate-system"
 
+// controllerOptions are the controller's flags; the service's own settings
+// go to controller.Options as they are.
+type controllerOptions struct {
+	controller.Options
+	Kubeconfig string
+	TrimCaches bool
+}
+
 func (a *App) newControllerCommand() *cobra.Command {
+	o := &controllerOptions{}
 	cmd := &cobra.Command{
 		Use:   "controller",
 		Short: "Decide job-wide (gang) verdicts for opted-in PyTorchJobs and MPIJobs",
@@ -45,107 +50,74 @@ other answers the gate with NotLeader and ranks retry.`,
   rankgate controller --kubeconfig ~/.kube/config --gate-addr 127.0.0.1:8443 \
     --cert-dir ./certs --gang-timeout 5m --leader-elect=false`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runController(cmd) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runController(cmd.Context(), o) },
 	}
 	f := cmd.Flags()
-	f.String("kubeconfig", "", "kubeconfig file (default: in-cluster config, then $KUBECONFIG)")
-	f.String("gate-addr", ":8443", "HOST:PORT the gate API listens on (HTTPS)")
-	f.String("cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
-	f.Duration("gang-timeout", 10*time.Minute, "fail a gang when ranks are still missing this long after its first report (per job: annotation rankgate.io/gang-timeout)")
-	f.String("on-fail", controller.ActionSuspend, "what to do to a job whose gang fails: suspend, delete or annotate (per job: annotation rankgate.io/on-fail)")
-	f.String("audience", gate.Audience, "audience the ranks' service-account tokens must carry")
-	f.Duration("max-wait", 30*time.Second, "longest long poll the gate holds open")
-	f.String("metrics-addr", ":8080", "Prometheus /metrics address: HTTPS for callers the API server authorizes (get on /metrics), in clear only on loopback (0 disables)")
-	f.String("health-addr", ":8081", "/healthz and /readyz address (0 disables)")
-	f.Bool("leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")
-	f.String("namespace", "", "the controller's own namespace, where it keeps its verdict records (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")
-	f.String("leader-election-namespace", "", "namespace of the Lease (default: --namespace)")
-	f.Float32("kube-api-qps", 200, "client-side rate limit towards the API server")
-	f.Int("kube-api-burst", 400, "client-side burst towards the API server")
-	f.Bool("trim-caches", true, "keep only the fields the controller reads in its informer caches")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, then in-cluster config)")
+	f.StringVar(&o.GateAddr, "gate-addr", controller.DefaultGateAddr, "HOST:PORT the gate API listens on (HTTPS)")
+	f.StringVar(&o.CertDir, "cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
+	f.DurationVar(&o.GangTimeout, "gang-timeout", controller.DefaultGangTimeout, "fail a gang when ranks are still missing this long after its first report (per job: annotation rankgate.io/gang-timeout)")
+	f.StringVar(&o.OnFail, "on-fail", controller.DefaultOnFail, "what to do to a job whose gang fails: suspend, delete or annotate (per job: annotation rankgate.io/on-fail)")
+	f.StringVar(&o.Audience, "audience", gate.Audience, "audience the ranks' service-account tokens must carry")
+	f.DurationVar(&o.MaxWait, "max-wait", controller.DefaultMaxWait, "longest long poll the gate holds open")
+	f.StringVar(&o.MetricsAddr, "metrics-addr", controller.DefaultMetricsAddr, "Prometheus /metrics address: HTTPS for callers the API server authorizes (get on /metrics), in clear only on loopback (0 disables)")
+	f.StringVar(&o.HealthAddr, "health-addr", controller.DefaultHealthAddr, "/healthz and /readyz address (0 disables)")
+	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")
+	f.StringVar(&o.Namespace, "namespace", "", "the controller's own namespace, where it keeps its verdict records (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")
+	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: --namespace)")
+	f.Float32Var(&o.QPS, "kube-api-qps", controller.DefaultQPS, "client-side rate limit towards the API server")
+	f.IntVar(&o.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst towards the API server")
+	f.BoolVar(&o.TrimCaches, "trim-caches", true, "keep only the fields the controller reads in its informer caches")
 	_ = f.MarkHidden("trim-caches")
-	f.Bool("profiling", false, "serve Go pprof profiles under /debug/pprof/ on the metrics address")
+	f.BoolVar(&o.Profiling, "profiling", false, "serve Go pprof profiles under /debug/pprof/ on the metrics address")
 	return cmd
 }
 
-func (a *App) runController(cmd *cobra.Command) error {
-	cfg := a.Config
+func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	// The controller is a long-running service: log at info unless told.
-	if !cmd.Flags().Changed("log-level") && os.Getenv("RANKGATE_LOG_LEVEL") == "" && cfg.File == "" {
-		if l, err := newLogger(a.Streams.Err, "info", cfg.LogFormat); err == nil {
+	if a.root.LogLevel == "" && a.Config.File == "" {
+		if l, err := newLogger(a.Streams.Err, "info", a.logFormat()); err == nil {
 			a.Log = l
 		}
 	}
-	onFail := strings.ToLower(cfg.String("on-fail"))
-	if !controller.ValidAction(onFail) {
-		return exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", onFail)
+	opts := o.Options
+	opts.OnFail = strings.ToLower(opts.OnFail)
+	if !controller.ValidAction(opts.OnFail) {
+		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", opts.OnFail)
 	}
-	rc, err := restConfig(cfg.String("kubeconfig"))
+	rc, err := kubeconfig.Load(o.Kubeconfig, "", "rankgate-controller/"+Version)
 	if err != nil {
-		return exitf(verdict.ExitEnvironment, "%v", err)
+		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
 	}
-	rc.UserAgent = "rankgate-controller/" + Version
 	podNS := os.Getenv("POD_NAMESPACE")
 	if podNS == "" {
 		// A namespace name is at most 63 bytes.
-		if b, err := fileinput.ReadFile(cmd.Context(), inClusterNamespaceFile, nil, 4<<10); err == nil {
+		if b, err := fileinput.ReadFile(ctx, inClusterNamespaceFile, nil, 4<<10); err == nil {
 			podNS = strings.TrimSpace(string(b))
 		}
 	}
-	leNS := firstNonEmpty(cfg.String("leader-election-namespace"), cfg.String("namespace"), podNS)
-	ownNS := firstNonEmpty(cfg.String("namespace"), podNS, cfg.String("leader-election-namespace"), defaultControllerNamespace)
-	leaderElect := cfg.Bool("leader-elect")
-	if leaderElect && leNS == "" {
-		return exitf(verdict.ExitUsage, "--leader-election-namespace is required outside a pod (or pass --leader-elect=false)")
+	leNS := firstNonEmpty(o.LeaderElectionNamespace, o.Namespace, podNS)
+	opts.Namespace = firstNonEmpty(o.Namespace, podNS, o.LeaderElectionNamespace, defaultControllerNamespace)
+	opts.LeaderElectionNamespace = leNS
+	if opts.LeaderElection && leNS == "" {
+		return verdict.Exitf(verdict.ExitUsage, "--leader-election-namespace is required outside a pod (or pass --leader-elect=false)")
 	}
 	logger := zapr.NewLogger(a.Log)
 	ctrllog.SetLogger(logger)
-	identity := os.Getenv("POD_NAME")
-	if identity == "" {
-		identity, _ = os.Hostname()
+	opts.Identity = os.Getenv("POD_NAME")
+	if opts.Identity == "" {
+		opts.Identity, _ = os.Hostname()
 	}
-	c, err := controller.New(controller.Options{
-		Config:                  rc,
-		QPS:                     float32(cfg.v.GetFloat64("kube-api-qps")),
-		Burst:                   cfg.Int("kube-api-burst"),
-		GateAddr:                cfg.String("gate-addr"),
-		CertDir:                 cfg.String("cert-dir"),
-		Audience:                cfg.String("audience"),
-		MaxWait:                 cfg.Duration("max-wait"),
-		GangTimeout:             cfg.Duration("gang-timeout"),
-		OnFail:                  onFail,
-		MetricsAddr:             cfg.String("metrics-addr"),
-		HealthAddr:              cfg.String("health-addr"),
-		LeaderElection:          leaderElect,
-		LeaderElectionNamespace: leNS,
-		Namespace:               ownNS,
-		Identity:                identity,
-		Log:                     logger,
-		FullCaches:              !cfg.Bool("trim-caches"),
-		Profiling:               cfg.Bool("profiling"),
-		ReleaseMemoryAfterSync:  true,
-	})
+	opts.Config = rc
+	opts.Log = logger
+	opts.FullCaches = !o.TrimCaches
+	opts.ReleaseMemoryAfterSync = true
+	c, err := controller.New(opts)
 	if err != nil {
-		return exitf(verdict.ExitEnvironment, "%v", err)
+		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
 	}
-	if err := c.Start(cmd.Context()); err != nil {
-		return exitf(verdict.ExitEnvironment, "controller: %v", err)
+	if err := c.Start(ctx); err != nil {
+		return verdict.Exitf(verdict.ExitEnvironment, "controller: %v", err)
 	}
 	return nil
-}
-
-// restConfig: --kubeconfig, else in-cluster, else $KUBECONFIG.
-func restConfig(path string) (*rest.Config, error) {
-	if path != "" {
-		return clientcmd.BuildConfigFromFlags("", path)
-	}
-	rc, err := rest.InClusterConfig()
-	if err == nil {
-		return rc, nil
-	}
-	if env := os.Getenv("KUBECONFIG"); env != "" {
-		return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{Precedence: filepath.SplitList(env)}, nil).ClientConfig()
-	}
-	return nil, err
 }

@@ -16,6 +16,7 @@ import (
 const demoSample = "h100-mig"
 
 func (a *App) newDemoCommand() *cobra.Command {
+	var format string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run two real preflights on an embedded sample node (no GPU needed)",
@@ -25,14 +26,13 @@ both GPUs (fails: MIG_SPANS_GPUS, MIG_MULTIPLE_PER_PROCESS) and a rank given
 one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format := a.Config.String("output")
 			if err := checkFormat(format); err != nil {
 				return err
 			}
 			data, _ := configs.Sample(demoSample)
 			inv, err := topology.DecodeSnapshot("sample:"+demoSample, data)
 			if err != nil {
-				return exitf(verdict.ExitEnvironment, "embedded sample: %v", err)
+				return verdict.Exitf(verdict.ExitEnvironment, "embedded sample: %v", err)
 			}
 			runs := []struct {
 				title   string
@@ -62,11 +62,11 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 				ok = ok && r.Verdict == run.want
 			}
 			if !ok {
-				return exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
+				return verdict.Exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringP("output", "o", formatText, "output format: text or json")
+	cmd.Flags().StringVarP(&format, "output", "o", formatText, "output format: text or json")
 	return cmd
 }

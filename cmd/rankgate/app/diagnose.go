@@ -14,32 +14,41 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/schedule"
-	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
-func init() { extraCommands = append(extraCommands, (*App).newDiagnoseCommand) }
-
 // liveSource builds the API clients of live diagnose; tests replace it with
 // client-go fakes.
-var liveSource = func(kubeconfig, context string) (*cluster.Live, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+var liveSource = func(path, context string) (*cluster.Live, error) {
+	cfg, err := kubeconfig.Load(path, context, "rankgate-diagnose/"+Version)
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = "rankgate-diagnose/" + Version
 	return cluster.NewLive(cfg)
 }
 
+// diagnoseOptions are diagnose's flags (the live ones on its job and pod
+// subcommands).
+type diagnoseOptions struct {
+	Output          string
+	Catalog         string
+	KnownBadDrivers string
+	Offline         bool
+	Filenames       []string
+	Kubeconfig      string
+	Context         string
+	RequestTimeout  time.Duration
+	Kind            string
+}
+
 func (a *App) newDiagnoseCommand() *cobra.Command {
+	o := &diagnoseOptions{}
 	cmd := &cobra.Command{
 		Use:   "diagnose (job|pod) NAMESPACE/NAME | diagnose --offline -f FILE...",
 		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
@@ -66,20 +75,20 @@ usage; 3: the API server could not be reached.`,
   rankgate diagnose --offline -f nodes.json -f job.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !a.Config.Bool("offline") {
-				return exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
+			if !o.Offline {
+				return verdict.Exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
 			}
-			return a.diagnoseOffline(cmd.Context())
+			return a.diagnoseOffline(cmd.Context(), o)
 		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringP("output", "o", formatText, "output format: text or json")
-	pf.String("catalog", "", "MIG profile catalog file replacing the embedded one")
-	pf.String("known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
-	cmd.Flags().Bool("offline", false, "judge the objects in files instead of a live cluster")
-	cmd.Flags().StringArrayP("filename", "f", nil, "with --offline: a kubectl get -o yaml|json dump (repeatable; - for stdin)")
+	pf.StringVarP(&o.Output, "output", "o", formatText, "output format: text or json")
+	pf.StringVar(&o.Catalog, "catalog", "", "MIG profile catalog file replacing the embedded one")
+	pf.StringVar(&o.KnownBadDrivers, "known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
+	cmd.Flags().BoolVar(&o.Offline, "offline", false, "judge the objects in files instead of a live cluster")
+	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "with --offline: a kubectl get -o yaml|json dump (repeatable; - for stdin)")
 
-	live := func(use, short string, run func(ctx context.Context, l *cluster.Live, ns, name string) error) *cobra.Command {
+	live := func(use, short string, run func(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error) *cobra.Command {
 		c := &cobra.Command{
 			Use:   use + " NAMESPACE/NAME",
 			Short: short,
@@ -87,58 +96,47 @@ usage; 3: the API server could not be reached.`,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				ns, name, ok := strings.Cut(args[0], "/")
 				if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-					return exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
+					return verdict.Exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
 				}
-				l, err := liveSource(a.Config.String("kubeconfig"), a.Config.String("context"))
+				l, err := liveSource(o.Kubeconfig, o.Context)
 				if err != nil {
-					return exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
+					return verdict.Exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
 				}
-				ctx, cancel := context.WithTimeout(cmd.Context(), a.Config.Duration("request-timeout"))
+				ctx, cancel := context.WithTimeout(cmd.Context(), o.RequestTimeout)
 				defer cancel()
-				return run(ctx, l, ns, name)
+				return run(ctx, o, l, ns, name)
 			},
 		}
-		c.Flags().String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
-		c.Flags().String("context", "", "kubeconfig context to use")
-		c.Flags().Duration("request-timeout", 2*time.Minute, "deadline for reading the cluster")
+		c.Flags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
+		c.Flags().StringVar(&o.Context, "context", "", "kubeconfig context to use")
+		c.Flags().DurationVar(&o.RequestTimeout, "request-timeout", 2*time.Minute, "deadline for reading the cluster")
 		return c
 	}
 	jobCmd := live("job", "Diagnose a PyTorchJob or MPIJob on a live cluster", a.diagnoseLiveJob)
-	jobCmd.Flags().String("kind", "", "PyTorchJob or MPIJob, when both kinds use the name")
+	jobCmd.Flags().StringVar(&o.Kind, "kind", "", "PyTorchJob or MPIJob, when both kinds use the name")
 	cmd.AddCommand(jobCmd, live("pod", "Diagnose a pod (its job when it belongs to one) on a live cluster", a.diagnoseLivePod))
 	return cmd
 }
 
-// engine builds the engine with the configured data tables.
-func (a *App) diagnoseEngine(ctx context.Context) (*schedule.Engine, error) {
-	var opts []schedule.Option
-	if p := a.Config.String("catalog"); p != "" {
-		c, err := topology.ReadCatalogFile(ctx, p)
-		if err != nil {
-			return nil, inputError(ctx, err)
-		}
-		opts = append(opts, schedule.WithCatalog(c))
+// diagnoseEngine builds the engine with the configured data tables.
+func (a *App) diagnoseEngine(ctx context.Context, o *diagnoseOptions) (*schedule.Engine, error) {
+	cat, drivers, err := preflight.LoadTables(ctx, o.Catalog, o.KnownBadDrivers)
+	if err != nil {
+		return nil, inputError(ctx, err)
 	}
-	if p := a.Config.String("known-bad-drivers"); p != "" {
-		t, err := preflight.ReadDriverTableFile(ctx, p)
-		if err != nil {
-			return nil, inputError(ctx, err)
-		}
-		opts = append(opts, schedule.WithDriverTable(t))
-	}
-	return schedule.New(opts...), nil
+	return schedule.New(schedule.WithCatalog(cat), schedule.WithDriverTable(drivers)), nil
 }
 
-func (a *App) diagnoseOffline(ctx context.Context) error {
-	format := a.Config.String("output")
+func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
+	format := o.Output
 	if err := checkFormat(format); err != nil {
 		return err
 	}
-	files := a.Config.Strings("filename")
+	files := o.Filenames
 	if len(files) == 0 {
-		return exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
+		return verdict.Exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
 	}
-	e, err := a.diagnoseEngine(ctx)
+	e, err := a.diagnoseEngine(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -154,14 +152,14 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 	}
 	c := e.NewCluster(b.Nodes())
 	if len(c.LabelErrors) > 0 {
-		return exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
+		return verdict.Exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
 	}
 	ws, err := b.Workloads()
 	if err != nil {
-		return exitf(verdict.ExitUsage, "%v", err)
+		return verdict.Exitf(verdict.ExitUsage, "%v", err)
 	}
 	if len(ws) == 0 {
-		return exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
@@ -180,7 +178,7 @@ func (a *App) diagnoseOffline(ctx context.Context) error {
 		return err
 	}
 	if code != verdict.ExitPass {
-		return silentExit(code)
+		return verdict.Silent(code)
 	}
 	return nil
 }
@@ -197,7 +195,7 @@ func writeReports(w io.Writer, rs []verdict.Report, format string) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := writeReport(w, r, format); err != nil {
+		if err := verdict.Write(w, r, format); err != nil {
 			return err
 		}
 	}
@@ -211,24 +209,24 @@ func withSuspended(r verdict.Report, w schedule.Workload) verdict.Report {
 	return r
 }
 
-func (a *App) diagnoseLiveJob(ctx context.Context, l *cluster.Live, ns, name string) error {
-	if err := checkFormat(a.Config.String("output")); err != nil {
+func (a *App) diagnoseLiveJob(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error {
+	if err := checkFormat(o.Output); err != nil {
 		return err
 	}
-	j, err := l.Job(ctx, ns, name, a.Config.String("kind"))
+	j, err := l.Job(ctx, ns, name, o.Kind)
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
-	return a.judgeLive(ctx, l, j, nil)
+	return a.judgeLive(ctx, o, l, j, nil)
 }
 
-func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name string) error {
-	if err := checkFormat(a.Config.String("output")); err != nil {
+func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error {
+	if err := checkFormat(o.Output); err != nil {
 		return err
 	}
 	p, err := l.Pod(ctx, ns, name)
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
 	if p.Spec.NodeName != "" {
 		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
@@ -236,29 +234,29 @@ func (a *App) diagnoseLivePod(ctx context.Context, l *cluster.Live, ns, name str
 			Message: fmt.Sprintf("The pod is already bound to node %s (phase %s): the scheduler placed it. If it does not start, look at its events and at the node.", p.Spec.NodeName, p.Status.Phase),
 			Nodes:   []string{p.Spec.NodeName}, Pods: []string{ns + "/" + name},
 		}})
-		return a.printReport(r, a.Config.String("output"))
+		return a.printReport(r, o.Output)
 	}
 	j, ok, err := l.JobOfPod(ctx, p)
 	if err != nil {
-		return liveErr(err)
+		return err
 	}
 	if ok {
 		a.Log.Info("the pod belongs to a job: judging the whole job", zap.String("job", j.Kind()+" "+j.Namespace()+"/"+j.Name()))
-		return a.judgeLive(ctx, l, j, nil)
+		return a.judgeLive(ctx, o, l, j, nil)
 	}
-	return a.judgeLive(ctx, l, nil, &podRef{ns, name})
+	return a.judgeLive(ctx, o, l, nil, &podRef{ns, name})
 }
 
 type podRef struct{ ns, name string }
 
-func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
-	e, err := a.diagnoseEngine(ctx)
+func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
+	e, err := a.diagnoseEngine(ctx, o)
 	if err != nil {
 		return err
 	}
 	b := cluster.NewBuilder()
 	if err := l.LoadCluster(ctx, b); err != nil {
-		return liveErr(err)
+		return err
 	}
 	c := e.NewCluster(b.Nodes())
 	for _, le := range c.LabelErrors {
@@ -268,36 +266,25 @@ func (a *App) judgeLive(ctx context.Context, l *cluster.Live, j kubeflow.Job, po
 	var w schedule.Workload
 	if j != nil {
 		if err := b.AddJob(j); err != nil {
-			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 		if w, err = b.WorkloadFor(j); err != nil {
-			return exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 	} else {
 		var ok bool
 		if w, ok = b.PodWorkload(pod.ns, pod.name); !ok {
-			return exitf(verdict.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
+			return verdict.Exitf(verdict.ExitUsage, "pod %s/%s is gone or bound since it was read; run again", pod.ns, pod.name)
 		}
 	}
 	res := e.Diagnose(c, w)
-	if err := a.printReport(withSuspended(res.Report, w), a.Config.String("output")); err != nil {
+	if err := a.printReport(withSuspended(res.Report, w), o.Output); err != nil {
 		return err
 	}
 	if code := res.ExitCode(); code != verdict.ExitPass {
-		return silentExit(code)
+		return verdict.Silent(code)
 	}
 	return nil
-}
-
-// liveErr maps API errors: a missing object or bad argument is exit 2,
-// anything else (unreachable, forbidden, timeout) exit 3.
-func liveErr(err error) error {
-	var nf *cluster.NotFoundError
-	var arg *cluster.ArgError
-	if errors.As(err, &nf) || errors.As(err, &arg) {
-		return exitf(verdict.ExitUsage, "%v", err)
-	}
-	return exitf(verdict.ExitEnvironment, "%v", err)
 }
 
 func sortedCountKeys(m map[string]int) []string {

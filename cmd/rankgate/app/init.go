@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -12,16 +11,28 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
-
-func init() { extraCommands = append(extraCommands, (*App).newInitCommand) }
 
 // defaultTokenFile is where the example manifests mount the projected
 // service-account token (audience rankgate).
 const defaultTokenFile = "/var/run/secrets/rankgate/token"
 
+// initOptions are init's flags.
+type initOptions struct {
+	preflightOptions
+	GateURL      string
+	CAFile       string
+	TokenFile    string
+	PodName      string
+	PodNamespace string
+	Timeout      time.Duration
+	Poll         time.Duration
+}
+
 func (a *App) newInitCommand() *cobra.Command {
+	o := &initOptions{}
 	cmd := &cobra.Command{
 		Use:   "init",
 		Short: "Init container of a rank pod: preflight, report to the controller, wait for the gang verdict",
@@ -44,172 +55,132 @@ Exit 0 the gang passed (warnings allowed), 1 the gang or this rank failed,
   rankgate init --gate-url https://127.0.0.1:8443 --ca-file ca.crt --token-file tok \
     --pod-name job-worker-0 --pod-namespace ml --sample a100-full --devices 0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.runInit(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runInit(cmd.Context(), o) },
 	}
-	addPreflightFlags(cmd)
 	f := cmd.Flags()
-	f.String("gate-url", "", "the controller's gate, https://HOST:PORT (required)")
-	f.String("ca-file", "", "PEM CA of the gate's certificate (default: system roots)")
-	f.String("token-file", defaultTokenFile, "projected service-account token with audience rankgate")
-	f.String("pod-name", "", "this pod's name (default $POD_NAME, from the downward API)")
-	f.String("pod-namespace", "", "this pod's namespace (default $POD_NAMESPACE)")
-	f.Duration("timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
-	f.Duration("poll", 30*time.Second, "long-poll wait of each request to the gate")
+	o.preflightOptions.addFlags(f)
+	f.StringVar(&o.GateURL, "gate-url", "", "the controller's gate, https://HOST:PORT (required)")
+	f.StringVar(&o.CAFile, "ca-file", "", "PEM CA of the gate's certificate (default: system roots)")
+	f.StringVar(&o.TokenFile, "token-file", defaultTokenFile, "projected service-account token with audience rankgate")
+	f.StringVar(&o.PodName, "pod-name", "", "this pod's name (default $POD_NAME, from the downward API)")
+	f.StringVar(&o.PodNamespace, "pod-namespace", "", "this pod's namespace (default $POD_NAMESPACE)")
+	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
+	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
 	return cmd
 }
 
-func (a *App) runInit(ctx context.Context) error {
-	format := a.Config.String("output")
-	if err := checkFormat(format); err != nil {
+func (a *App) runInit(ctx context.Context, o *initOptions) error {
+	pod, ns, err := o.check()
+	if err != nil {
 		return err
 	}
-	pod := firstNonEmpty(a.Config.String("pod-name"), os.Getenv("POD_NAME"))
-	ns := firstNonEmpty(a.Config.String("pod-namespace"), os.Getenv("POD_NAMESPACE"))
-	if pod == "" || ns == "" {
-		return exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
-	}
-	gateURL := a.Config.String("gate-url")
-	if u, err := url.Parse(gateURL); gateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", gateURL)
-	}
-	client, err := gate.NewClient(gate.ClientOptions{URL: gateURL, CAFile: a.Config.String("ca-file"), TokenFile: a.Config.String("token-file")})
+	client, err := gate.NewClient(gate.ClientOptions{URL: o.GateURL, CAFile: o.CAFile, TokenFile: o.TokenFile})
 	if err != nil {
-		return a.initFail(verdict.ExitEnvironment, "rankgate init: %v", err)
+		return a.initFail(o, fmt.Errorf("rankgate init: %w", err))
 	}
-	timeout := a.Config.Duration("timeout")
-	if timeout <= 0 {
-		return exitf(verdict.ExitUsage, "--timeout must be positive")
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	log := a.Log.With(zap.String("pod", ns+"/"+pod))
+	rank := client.StartRank(ctx, gate.RankOptions{
+		Namespace: ns, Pod: pod, Poll: o.Poll, Timeout: o.Timeout,
+		OnWarmUp: func(err error) { log.Debug("gate warm-up", zap.Error(err)) },
+		OnRetry: func(err error, delay time.Duration) {
+			log.Warn("gate not answering; retrying", zap.String("gate", o.GateURL), zap.Duration("in", delay), zap.Error(err))
+		},
+		OnWaiting: a.announceWaiting(log),
+	})
 
-	// While the devices are discovered (seconds with NVML), open the
-	// connection and get the token reviewed with a verdict poll that does
-	// not wait: the report then finds both ready.
-	warm := make(chan struct{})
-	go func() {
-		defer close(warm)
-		wctx, stop := context.WithTimeout(ctx, 10*time.Second)
-		defer stop()
-		if _, err := client.Verdict(wctx, ns, pod, 0); err != nil {
-			log.Debug("gate warm-up", zap.Error(err))
-		}
-	}()
-
-	req := &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: pod}
-	r, inv, err := a.rankPreflight(ctx)
+	r, inv, err := a.rankPreflight(ctx, &o.preflightOptions)
 	if err != nil {
-		var ee *ExitError
-		if !errors.As(err, &ee) || ee.Code == verdict.ExitUsage {
-			return err
-		}
-		// This rank cannot check its devices: tell the gate so the gang
-		// fails now rather than at its deadline, then exit with our own code.
-		req.Node = nodeName()
-		req.Report = verdict.NewReport(req.Node, []verdict.Finding{{
-			Rule: verdict.RuleRankEnvironment, Severity: verdict.SeverityFail,
-			Message:     fmt.Sprintf("rank pod %s/%s could not check its devices (rankgate init exit %d): %v", ns, pod, ee.Code, orText(ee.Err, "see its init container's log and termination message")),
-			Remediation: "fix the node's driver or NVML access (kubectl logs POD -c rankgate-init), then resume the job",
-		}})
-		short, stop := context.WithTimeout(ctx, 20*time.Second)
-		_, rerr := client.Await(short, req, gate.AwaitOptions{Poll: 5 * time.Second})
-		stop()
-		if rerr != nil {
-			log.Warn("could not tell the gate about this rank's failure", zap.Error(rerr))
+		if code := verdict.Code(err); code != verdict.ExitUsage {
+			// This rank cannot check its devices: tell the gate so the gang
+			// fails now rather than at its deadline, then exit with our own code.
+			if rerr := rank.Unchecked(ctx, sources.NodeName(), code, verdict.Message(err)); rerr != nil {
+				log.Warn("could not tell the gate about this rank's failure", zap.Error(rerr))
+			}
 		}
 		return err
 	}
-	req.Report = r
-	req.Node = inv.Hostname
-	req.DriverVersion = inv.DriverVersion
-	req.CUDADriverVersion = inv.CUDADriverVersion
-	if format == formatText || r.Failed() {
-		if err := a.printReport(r, format); err != nil {
+	if o.Output == formatText || r.Failed() {
+		if err := a.printReport(r, o.Output); err != nil {
 			return err
 		}
 	}
-
-	waitCtx := ctx
+	resp, err := rank.Report(ctx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
 	if r.Failed() {
-		// Our own verdict is known: report it so the gang fails at once,
-		// but do not wait long for the answer.
-		var stop context.CancelFunc
-		waitCtx, stop = context.WithTimeout(ctx, 30*time.Second)
-		defer stop()
-	}
-	select {
-	case <-warm:
-	case <-time.After(5 * time.Second):
-	}
-	started := time.Now()
-	announced := false
-	resp, err := client.Await(waitCtx, req, gate.AwaitOptions{
-		Poll: a.Config.Duration("poll"),
-		OnRetry: func(err error, delay time.Duration) {
-			log.Warn("gate not answering; retrying", zap.String("gate", gateURL), zap.Duration("in", delay), zap.Error(err))
-		},
-		OnWaiting: func(w *gate.Response) {
-			if !announced {
-				announced = true
-				fmt.Fprintf(a.Streams.Err, "rankgate init: %s rank %d reported; waiting for the gang (%d of %d ranks so far)\n", w.Job, w.Rank, w.Reported, w.Expected)
-			}
-			log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
-		},
-	})
-	if r.Failed() {
-		reason := r.Reason(terminationMessageMax)
-		if err == nil && resp.Verdict != nil {
+		if err == nil {
 			fmt.Fprintf(a.Streams.Err, "rankgate init: gang verdict for %s: %s\n", resp.Job, resp.Verdict.Verdict)
 		} else {
 			log.Warn("the gate did not confirm this rank's failure", zap.Error(err))
 		}
-		a.writeTerminationLog(reason)
-		return silentExit(verdict.ExitFail)
+		a.writeTerminationLog(o.TerminationLog, r.Reason(verdict.TerminationMax))
+		return verdict.Silent(verdict.ExitFail)
 	}
 	if err != nil {
-		return a.awaitError(err, timeout, time.Since(started))
+		return a.initFail(o, err)
 	}
+	return a.gangVerdict(o, resp)
+}
+
+// check validates init's options and finds the pod's identity.
+func (o *initOptions) check() (pod, ns string, err error) {
+	if err := checkFormat(o.Output); err != nil {
+		return "", "", err
+	}
+	pod = firstNonEmpty(o.PodName, os.Getenv("POD_NAME"))
+	ns = firstNonEmpty(o.PodNamespace, os.Getenv("POD_NAMESPACE"))
+	if pod == "" || ns == "" {
+		return "", "", verdict.Exitf(verdict.ExitUsage, "the pod's identity is unknown: set --pod-name/--pod-namespace or POD_NAME/POD_NAMESPACE (downward API fieldRef metadata.name and metadata.namespace)")
+	}
+	if u, err := url.Parse(o.GateURL); o.GateURL == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return "", "", verdict.Exitf(verdict.ExitUsage, "--gate-url %q: want https://HOST:PORT of the rankgate controller's gate", o.GateURL)
+	}
+	if o.Timeout <= 0 {
+		return "", "", verdict.Exitf(verdict.ExitUsage, "--timeout must be positive")
+	}
+	return pod, ns, nil
+}
+
+// announceWaiting tells the person once that the rank waits for the gang
+// (a line on stderr), and the log each later time the gate answers
+// "waiting": each event is told once.
+func (a *App) announceWaiting(log *zap.Logger) func(*gate.Response) {
+	announced := false
+	return func(w *gate.Response) {
+		if !announced {
+			announced = true
+			fmt.Fprintf(a.Streams.Err, "rankgate init: %s rank %d reported; waiting for the gang (%d of %d ranks so far)\n", w.Job, w.Rank, w.Reported, w.Expected)
+			return
+		}
+		log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
+	}
+}
+
+// gangVerdict prints the gang's verdict and exits 1 on a fail.
+func (a *App) gangVerdict(o *initOptions, resp *gate.Response) error {
 	v := *resp.Verdict
-	if format == formatText {
+	if o.Output == formatText {
 		fmt.Fprintf(a.Streams.Out, "\ngang verdict for %s (rank %d of %d):\n", resp.Job, resp.Rank, resp.Expected)
 	}
-	if err := a.printReport(v, format); err != nil {
+	if err := a.printReport(v, o.Output); err != nil {
 		return err
 	}
-	if v.Failed() {
-		reason := fmt.Sprintf("gang verdict fail for %s", resp.Job)
-		if resp.Action != "" {
-			reason += fmt.Sprintf(" (job action: %s)", resp.Action)
-		}
-		a.writeTerminationLog(reason + ": " + v.Reason(terminationMessageMax))
-		return silentExit(verdict.ExitFail)
+	if !v.Failed() {
+		return nil
 	}
-	return nil
+	reason := fmt.Sprintf("gang verdict fail for %s", resp.Job)
+	if resp.Action != "" {
+		reason += fmt.Sprintf(" (job action: %s)", resp.Action)
+	}
+	a.writeTerminationLog(o.TerminationLog, reason+": "+v.Reason(verdict.TerminationMax))
+	return verdict.Silent(verdict.ExitFail)
 }
 
-// awaitError maps a failed wait to the exit-code contract.
-func (a *App) awaitError(err error, timeout, waited time.Duration) error {
-	var ge *gate.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return a.initFail(verdict.ExitTimeout, "no gang verdict within --timeout %s (waited %s): %v", timeout, waited.Round(time.Second), err)
-	case errors.Is(err, context.Canceled):
-		return a.initFail(verdict.ExitEnvironment, "interrupted while waiting for the gang verdict: %v", err)
-	case errors.As(err, &ge) && (ge.Code == gate.CodeBadRequest || ge.Code == gate.CodeNotARank || ge.Code == gate.CodeNotOptedIn):
-		return a.initFail(verdict.ExitUsage, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
-	case errors.As(err, &ge):
-		return a.initFail(verdict.ExitEnvironment, "the gate refused this rank: %s: %s", ge.Code, ge.Message)
-	}
-	return a.initFail(verdict.ExitEnvironment, "%v", err)
-}
-
-// initFail writes the reason to the termination log and exits with code.
-func (a *App) initFail(code int, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	a.writeTerminationLog(msg)
-	return &ExitError{Code: code, Err: errors.New(msg)}
+// initFail writes err's reason to the termination log.
+func (a *App) initFail(o *initOptions, err error) error {
+	a.writeTerminationLog(o.TerminationLog, err.Error())
+	return err
 }
 
 func firstNonEmpty(xs ...string) string {
@@ -219,11 +190,4 @@ func firstNonEmpty(xs ...string) string {
 		}
 	}
 	return ""
-}
-
-func orText(err error, def string) string {
-	if err == nil {
-		return def
-	}
-	return err.Error()
 }

@@ -6,11 +6,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
 func (a *App) newInspectCommand() *cobra.Command {
+	o := &inventoryOptions{}
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Print the node's GPU inventory (the bug-report snapshot)",
@@ -21,18 +23,22 @@ links and driver. With -o json it prints the versioned snapshot that
   rankgate inspect --inventory smi-L.txt --inventory topo-m.txt -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			format := a.Config.String("output")
+			format := o.Output
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			inv, _, err := a.loadInventory(cmd.Context())
+			cat, _, err := preflight.LoadTables(cmd.Context(), o.Catalog, "")
+			if err != nil {
+				return inputError(cmd.Context(), err)
+			}
+			inv, err := a.readInventory(cmd.Context(), o, cat, "")
 			if err != nil {
 				return err
 			}
 			if format == formatJSON {
 				b, err := topology.EncodeSnapshot(inv)
 				if err != nil {
-					return exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
+					return verdict.Exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
 				}
 				_, err = a.Streams.Out.Write(b)
 				return err
@@ -41,7 +47,7 @@ links and driver. With -o json it prints the versioned snapshot that
 			return nil
 		},
 	}
-	addInventoryFlags(cmd)
+	o.addFlags(cmd.Flags())
 	return cmd
 }
 

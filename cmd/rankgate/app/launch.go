@@ -5,8 +5,8 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,14 +15,29 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-func init() { extraCommands = append(extraCommands, (*App).newLaunchCommand) }
-
 // launchSubreaper makes rankgate the reaper of CMD's orphans (see
 // launcher.Options.Subreaper). Tests that run launch inside the test
 // binary turn it off: there it would adopt every test's orphans.
 var launchSubreaper = true
 
+// launchOptions are launch's flags.
+type launchOptions struct {
+	preflightOptions
+	NoPreflight     bool
+	InitTimeout     time.Duration
+	Grace           time.Duration
+	ReadyPattern    string
+	ReadyFile       string
+	LocalRanks      int
+	ExpectTransport string
+	StrictTransport bool
+	MPIHostfile     string
+	SSHPort         int
+	HostsTimeout    time.Duration
+}
+
 func (a *App) newLaunchCommand() *cobra.Command {
+	o := &launchOptions{}
 	cmd := &cobra.Command{
 		Use:   "launch [flags] -- CMD [ARGS...]",
 		Short: "Run torchrun or mpirun behind the rank preflight and an NCCL init watchdog",
@@ -64,59 +79,59 @@ not found.`,
   # not NCCL: ready when the log says so
   rankgate launch --no-preflight --ready-pattern '^Epoch 1/' --init-timeout 5m -- python train.py`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return a.runLaunch(cmd.Context(), args) },
+		RunE: func(cmd *cobra.Command, args []string) error { return a.runLaunch(cmd.Context(), o, args) },
 	}
-	addPreflightFlags(cmd)
 	f := cmd.Flags()
+	o.preflightOptions.addFlags(f)
 	// Everything from CMD on is CMD's, with or without "--".
 	f.SetInterspersed(false)
-	f.Bool("no-preflight", false, "skip the rank preflight (the NCCL watchdog and pre-launch checks still run)")
-	f.Duration("init-timeout", launcher.DefaultInitTimeout, "NCCL init deadline from CMD's start; 0 turns the watchdog off")
-	f.Duration("grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when ending CMD's process group")
-	f.String("ready-pattern", "", "regular expression: CMD is ready when a line of its output matches (NCCL or not)")
-	f.String("ready-file", "", "CMD is ready when this file exists")
-	f.Int("local-ranks", 0, "processes that must report NCCL Init COMPLETE (default: torchrun --nproc-per-node, mpirun -np, else 1)")
-	f.String("expect-transport", "", "slowest acceptable NCCL path: p2p, shm or net (default: from the preflight)")
-	f.Bool("strict-transport", false, "make TRANSPORT_FALLBACK a failure (exit 1) instead of a warning")
-	f.String("mpi-hostfile", "", "MPI hostfile to check before CMD starts (MPIJob: /etc/mpi/hostfile)")
-	f.Int("ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
-	f.Duration("hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
+	f.BoolVar(&o.NoPreflight, "no-preflight", false, "skip the rank preflight (the NCCL watchdog and pre-launch checks still run)")
+	f.DurationVar(&o.InitTimeout, "init-timeout", launcher.DefaultInitTimeout, "NCCL init deadline from CMD's start; 0 turns the watchdog off")
+	f.DurationVar(&o.Grace, "grace", launcher.DefaultGrace, "time between SIGTERM and SIGKILL when ending CMD's process group")
+	f.StringVar(&o.ReadyPattern, "ready-pattern", "", "regular expression: CMD is ready when a line of its output matches (NCCL or not)")
+	f.StringVar(&o.ReadyFile, "ready-file", "", "CMD is ready when this file exists")
+	f.IntVar(&o.LocalRanks, "local-ranks", 0, "processes that must report NCCL Init COMPLETE (default: torchrun --nproc-per-node, mpirun -np, else 1)")
+	f.StringVar(&o.ExpectTransport, "expect-transport", "", "slowest acceptable NCCL path: p2p, shm or net (default: from the preflight)")
+	f.BoolVar(&o.StrictTransport, "strict-transport", false, "make TRANSPORT_FALLBACK a failure (exit 1) instead of a warning")
+	f.StringVar(&o.MPIHostfile, "mpi-hostfile", "", "MPI hostfile to check before CMD starts (MPIJob: /etc/mpi/hostfile)")
+	f.IntVar(&o.SSHPort, "ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
+	f.DurationVar(&o.HostsTimeout, "hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
 	return cmd
 }
 
-func (a *App) runLaunch(ctx context.Context, argv []string) error {
+func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) error {
 	opts := launcher.Options{
 		Command:         argv,
 		Stdin:           a.Streams.In,
 		Stdout:          a.Streams.Out,
 		Stderr:          a.Streams.Err,
-		Grace:           a.Config.Duration("grace"),
-		InitTimeout:     a.Config.Duration("init-timeout"),
-		ReadyFile:       a.Config.String("ready-file"),
-		LocalRanks:      a.Config.Int("local-ranks"),
-		StrictTransport: a.Config.Bool("strict-transport"),
-		MPIHostfile:     a.Config.String("mpi-hostfile"),
-		SSHPort:         a.Config.Int("ssh-port"),
-		HostsTimeout:    a.Config.Duration("hosts-timeout"),
-		TerminationLog:  a.Config.String("termination-log"),
+		Grace:           o.Grace,
+		InitTimeout:     o.InitTimeout,
+		ReadyFile:       o.ReadyFile,
+		LocalRanks:      o.LocalRanks,
+		StrictTransport: o.StrictTransport,
+		MPIHostfile:     o.MPIHostfile,
+		SSHPort:         o.SSHPort,
+		HostsTimeout:    o.HostsTimeout,
+		TerminationLog:  o.TerminationLog,
 		Subreaper:       launchSubreaper,
 	}
-	if p := a.Config.String("ready-pattern"); p != "" {
+	if p := o.ReadyPattern; p != "" {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
+			return verdict.Exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
 		}
 		opts.ReadyPattern = re
 	}
-	want, err := launcher.ParseTransport(a.Config.String("expect-transport"))
+	want, err := launcher.ParseTransport(o.ExpectTransport)
 	if err != nil {
-		return exitf(verdict.ExitUsage, "--expect-transport: %v", err)
+		return verdict.Exitf(verdict.ExitUsage, "--expect-transport: %v", err)
 	}
 	opts.ExpectTransport = want
 	if opts.LocalRanks < 0 || opts.SSHPort <= 0 || opts.SSHPort > 65535 {
-		return exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
+		return verdict.Exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
 	}
-	format := a.Config.String("output")
+	format := o.Output
 	if err := checkFormat(format); err != nil {
 		return err
 	}
@@ -128,19 +143,19 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	defer signal.Stop(sigs)
 	opts.Signals = sigs
 
-	if a.Config.Bool("no-preflight") {
-		devs, err := a.launchDevices()
+	if o.NoPreflight {
+		devs, err := a.launchDevices(ctx, o.Devices)
 		if err != nil {
 			return err
 		}
 		opts.Devices = devs
 	} else {
-		r, _, err := a.rankPreflight(ctx)
+		r, _, err := a.rankPreflight(ctx, &o.preflightOptions)
 		if err != nil {
 			return err
 		}
 		// CMD's stdout stays CMD's: the report goes to stderr.
-		if err := writeReport(a.Streams.Err, r, format); err != nil {
+		if err := verdict.Write(a.Streams.Err, r, format); err != nil {
 			return err
 		}
 		opts.Preflight = &r
@@ -155,7 +170,7 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 		if exit, ok := interrupted(ctx, err); ok {
 			return exit
 		}
-		return &ExitError{Code: verdict.ExitTimeout, Err: err}
+		return verdict.WithCode(verdict.ExitTimeout, err)
 	}
 	// From here every signal is forwarded to CMD's group through
 	// opts.Signals, and the end is bounded by --grace: a second signal must
@@ -164,40 +179,25 @@ func (a *App) runLaunch(ctx context.Context, argv []string) error {
 	takeOverSignals(ctx)
 	res, err := launcher.Run(context.WithoutCancel(ctx), opts)
 	if err != nil {
-		return &ExitError{Code: res.ExitCode, Err: err}
+		return verdict.WithCode(res.ExitCode, err)
 	}
 	if res.ExitCode != 0 {
-		return silentExit(res.ExitCode)
+		return verdict.Silent(res.ExitCode)
 	}
 	return nil
 }
 
 // launchDevices finds the rank's devices without the preflight, for the
 // NPROC_EXCEEDS_DEVICES check: --devices, else NVIDIA_VISIBLE_DEVICES or
-// CUDA_VISIBLE_DEVICES. nil (check skipped) when they are unknown or
-// "all". Nothing slow: this runs on the start-up path.
-func (a *App) launchDevices() ([]verdict.DeviceSummary, error) {
-	var refs []string
-	if s := a.Config.String("devices"); s != "" {
-		var err error
-		if refs, err = topology.ParseDeviceList(s); err != nil {
-			return nil, exitf(verdict.ExitUsage, "--devices: %v", err)
+// CUDA_VISIBLE_DEVICES, never the kubelet (nothing slow: this runs on the
+// start-up path). nil (check skipped) when they are unknown or "all".
+func (a *App) launchDevices(ctx context.Context, devices string) ([]verdict.DeviceSummary, error) {
+	alloc, err := topology.ResolveAllocation(ctx, topology.AllocationQuery{Devices: devices})
+	if err != nil {
+		if devices != "" {
+			return nil, err
 		}
-	} else {
-		alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
-		if err != nil || !ok || alloc.All {
-			return nil, nil // unknown devices only skip a check
-		}
-		refs = alloc.Refs
+		return nil, nil // unknown devices only skip a check
 	}
-	out := make([]verdict.DeviceSummary, 0, len(refs))
-	for _, r := range refs {
-		r = topology.StripSharing(r)
-		kind := string(topology.KindGPU)
-		if strings.HasPrefix(strings.ToUpper(r), "MIG-") || strings.Contains(r, ":") {
-			kind = string(topology.KindMIG)
-		}
-		out = append(out, verdict.DeviceSummary{ID: r, Kind: kind, GPU: -1})
-	}
-	return out, nil
+	return launcher.AllocatedDevices(alloc), nil
 }

@@ -4,46 +4,61 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/podresources"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
-	"github.com/rankgate/rankgate/topology/nvmlsource"
-	"github.com/rankgate/rankgate/topology/offline"
+	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// terminationMessageMax is the kubelet's limit for a termination message.
-const terminationMessageMax = 4096
-
-// addInventoryFlags registers the flags that choose where the node's truth
-// comes from. Shared by preflight, inspect, init and launch.
-func addInventoryFlags(cmd *cobra.Command) {
-	cmd.Flags().StringArray("inventory", nil, "read the node from a snapshot or nvidia-smi output files instead of NVML (repeatable; - for stdin)")
-	cmd.Flags().String("sample", "", "use an embedded sample node instead of NVML: "+strings.Join(configs.SampleNames(), ", "))
-	cmd.Flags().Duration("nvml-timeout", 5*time.Second, "deadline for each NVML call")
-	cmd.Flags().String("catalog", "", "MIG profile catalog file replacing the embedded one")
-	cmd.Flags().StringP("output", "o", formatText, "output format: text or json")
+// inventoryOptions choose where the node's truth comes from. Shared by
+// preflight, inspect, init and launch.
+type inventoryOptions struct {
+	Inventory   []string
+	Sample      string
+	NVMLTimeout time.Duration
+	Catalog     string
+	Output      string
 }
 
-// addPreflightFlags registers the rank preflight flags.
-func addPreflightFlags(cmd *cobra.Command) {
-	addInventoryFlags(cmd)
-	cmd.Flags().String("devices", "", "the rank's devices: GPU-/MIG- UUIDs, GPU indices N, MIG devices N:M (comma-separated); default from NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, then the kubelet PodResources API")
-	cmd.Flags().String("expect-profile", "", "the profile every device must have: a MIG profile such as 2g.20gb, or full")
-	cmd.Flags().Bool("require-p2p", false, "make P2P_UNSUPPORTED between the rank's GPUs a failure instead of a warning")
-	cmd.Flags().String("known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
-	cmd.Flags().String("termination-log", "", "on failure, write a short reason to this file (Kubernetes: /dev/termination-log)")
-	cmd.Flags().String("pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket, used in a pod when the environment names no devices")
+func (o *inventoryOptions) addFlags(f *pflag.FlagSet) {
+	f.StringArrayVar(&o.Inventory, "inventory", nil, "read the node from a snapshot or nvidia-smi output files instead of NVML (repeatable; - for stdin)")
+	f.StringVar(&o.Sample, "sample", "", "use an embedded sample node instead of NVML: "+strings.Join(configs.SampleNames(), ", "))
+	f.DurationVar(&o.NVMLTimeout, "nvml-timeout", 5*time.Second, "deadline for each NVML call")
+	f.StringVar(&o.Catalog, "catalog", "", "MIG profile catalog file replacing the embedded one")
+	f.StringVarP(&o.Output, "output", "o", formatText, "output format: text or json")
+}
+
+// preflightOptions are the rank preflight's (preflight, init, launch).
+type preflightOptions struct {
+	inventoryOptions
+	Devices            string
+	ExpectProfile      string
+	RequireP2P         bool
+	KnownBadDrivers    string
+	TerminationLog     string
+	PodResourcesSocket string
+}
+
+func (o *preflightOptions) addFlags(f *pflag.FlagSet) {
+	o.inventoryOptions.addFlags(f)
+	f.StringVar(&o.Devices, "devices", "", "the rank's devices: GPU-/MIG- UUIDs, GPU indices N, MIG devices N:M (comma-separated); default from NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, then the kubelet PodResources API")
+	f.StringVar(&o.ExpectProfile, "expect-profile", "", "the profile every device must have: a MIG profile such as 2g.20gb, or full")
+	f.BoolVar(&o.RequireP2P, "require-p2p", false, "make P2P_UNSUPPORTED between the rank's GPUs a failure instead of a warning")
+	f.StringVar(&o.KnownBadDrivers, "known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
+	f.StringVar(&o.TerminationLog, "termination-log", "", "on failure, write a short reason to this file (Kubernetes: /dev/termination-log)")
+	f.StringVar(&o.PodResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "kubelet PodResources socket, used in a pod when the environment names no devices")
 }
 
 func (a *App) newPreflightCommand() *cobra.Command {
+	o := &preflightOptions{}
 	cmd := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check that this rank's devices can run a distributed job",
@@ -57,51 +72,51 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
   rankgate preflight --sample h100-mig --devices 0:0,1:0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, _, err := a.rankPreflight(cmd.Context())
+			r, _, err := a.rankPreflight(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
-			if err := a.printReport(r, a.Config.String("output")); err != nil {
+			if err := a.printReport(r, o.Output); err != nil {
 				return err
 			}
 			if r.Failed() {
-				a.writeTerminationLog(r.Reason(terminationMessageMax))
-				return silentExit(verdict.ExitFail)
+				a.writeTerminationLog(o.TerminationLog, r.Reason(verdict.TerminationMax))
+				return verdict.Silent(verdict.ExitFail)
 			}
 			return nil
 		},
 	}
-	addPreflightFlags(cmd)
+	o.addFlags(cmd.Flags())
 	return cmd
 }
 
 // rankPreflight runs the rank rules for this process's devices and returns
-// the report and the inventory it judged (init sends its driver versions). An error is
-// an *ExitError: 2 bad input, 3 environment, 4 hung NVML call; for NVML
-// failures the report with the NVML_* finding has already been printed.
-func (a *App) rankPreflight(ctx context.Context) (verdict.Report, *topology.Inventory, error) {
-	format := a.Config.String("output")
-	if err := checkFormat(format); err != nil {
+// the report and the inventory it judged (init sends its driver versions).
+// An error carries its exit code (verdict.Code): 2 bad input, 3
+// environment, 4 hung NVML call; for NVML failures the report with the
+// NVML_* finding has already been printed.
+func (a *App) rankPreflight(ctx context.Context, o *preflightOptions) (verdict.Report, *topology.Inventory, error) {
+	if err := checkFormat(o.Output); err != nil {
 		return verdict.Report{}, nil, err
 	}
-	drivers := preflight.DefaultDriverTable()
-	if p := a.Config.String("known-bad-drivers"); p != "" {
-		var err error
-		if drivers, err = preflight.ReadDriverTableFile(ctx, p); err != nil {
-			return verdict.Report{}, nil, inputError(ctx, err)
-		}
+	cat, drivers, err := preflight.LoadTables(ctx, o.Catalog, o.KnownBadDrivers)
+	if err != nil {
+		return verdict.Report{}, nil, inputError(ctx, err)
 	}
-	alloc, err := a.allocation(ctx)
+	alloc, err := topology.ResolveAllocation(ctx, topology.AllocationQuery{
+		Devices: o.Devices, KubeletSocket: o.PodResourcesSocket,
+		Kubelet: podresources.New(o.PodResourcesSocket, o.NVMLTimeout).PodDevices,
+	})
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
-	inv, cat, err := a.loadInventory(ctx)
+	inv, err := a.readInventory(ctx, &o.inventoryOptions, cat, o.TerminationLog)
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
 	r := preflight.RankRules(preflight.RankInput{
-		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
-		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
+		Inventory: inv, Allocation: alloc, ExpectProfile: o.ExpectProfile,
+		RequireP2P: o.RequireP2P, Catalog: cat, Drivers: drivers,
 	})
 	r.Subject = subject(inv, alloc)
 	return r, inv, nil
@@ -126,141 +141,47 @@ func orUnknown(s string) string {
 	return s
 }
 
-// loadInventory reads the node: files, a sample, or NVML.
-func (a *App) loadInventory(ctx context.Context) (*topology.Inventory, *topology.Catalog, error) {
-	cat := topology.DefaultCatalog()
-	if p := a.Config.String("catalog"); p != "" {
-		var err error
-		if cat, err = topology.ReadCatalogFile(ctx, p); err != nil {
-			return nil, nil, inputError(ctx, err)
-		}
-	}
-	files := a.Config.Strings("inventory")
-	sample := a.Config.String("sample")
-	var inv *topology.Inventory
-	var err error
-	switch {
-	case len(files) > 0 && sample != "":
-		return nil, nil, exitf(verdict.ExitUsage, "--inventory and --sample exclude each other")
-	case sample != "":
-		data, ok := configs.Sample(sample)
-		if !ok {
-			return nil, nil, exitf(verdict.ExitUsage, "unknown sample %q (have %s)", sample, strings.Join(configs.SampleNames(), ", "))
-		}
-		inv, err = topology.DecodeSnapshot("sample:"+sample, data)
-		if err == nil {
-			inv.Source = "sample:" + sample
-		}
-	case len(files) > 0:
-		inv, err = offline.Load(ctx, files, a.Streams.In, cat)
-	default:
-		src := nvmlsource.NewDefault(nvmlsource.WithCallTimeout(a.Config.Duration("nvml-timeout")))
-		inv, err = src.Inventory(ctx)
-		if err == nil && inv.Hostname == "" {
-			inv.Hostname = nodeName()
-		}
-	}
-	if err != nil {
-		return nil, nil, a.inventoryError(ctx, err)
-	}
-	return inv, cat, nil
-}
-
-// inventoryError maps discovery and input errors to exit codes; NVML
-// failures also become a report with their NVML_* rule.
-func (a *App) inventoryError(ctx context.Context, err error) error {
-	if exit, ok := interrupted(ctx, err); ok {
-		return exit
-	}
-	var ie *topology.InputError
-	if errors.As(err, &ie) {
-		return &ExitError{Code: verdict.ExitUsage, Err: err}
-	}
-	var de *topology.DiscoveryError
-	if errors.As(err, &de) {
-		r := verdict.NewReport("NVML discovery", []verdict.Finding{{
-			Rule: de.Rule(), Severity: verdict.SeverityFail,
-			Message: de.Error(), Remediation: de.Remediation,
-		}})
-		_ = a.printReport(r, a.Config.String("output"))
-		a.writeTerminationLog(r.Reason(terminationMessageMax))
-		code := verdict.ExitEnvironment
-		if de.Hung {
-			code = verdict.ExitTimeout
-		}
-		return silentExit(code)
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return &ExitError{Code: verdict.ExitTimeout, Err: err}
-	}
-	return &ExitError{Code: verdict.ExitEnvironment, Err: err}
-}
-
-func nodeName() string {
-	if n := os.Getenv("NODE_NAME"); n != "" {
-		return n
-	}
-	h, _ := os.Hostname()
-	return h
-}
-
-// allocation finds the rank's devices: --devices, then the environment,
-// then (in a pod) the kubelet PodResources API, else every device of the
-// node.
-func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
-	if s := a.Config.String("devices"); s != "" {
-		refs, err := topology.ParseDeviceList(s)
-		if err != nil {
-			return topology.Allocation{}, exitf(verdict.ExitUsage, "--devices: %v", err)
-		}
-		return topology.Allocation{From: "--devices", Refs: refs}, nil
-	}
-	alloc, ok, err := topology.AllocationFromEnv(os.LookupEnv, listDir)
-	if err != nil {
-		return alloc, exitf(verdict.ExitUsage, "%v", err)
-	}
-	if ok {
-		return alloc, nil
-	}
-	pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
-	sock := a.Config.String("pod-resources-socket")
-	if pod != "" && ns != "" && sock != "" {
-		if _, err := os.Stat(sock); err == nil {
-			c := podresources.New(sock, a.Config.Duration("nvml-timeout"))
-			refs, err := c.PodDevices(ctx, ns, pod)
-			if err != nil {
-				return alloc, exitf(verdict.ExitEnvironment, "kubelet PodResources API at %s: %v", sock, err)
-			}
-			return topology.Allocation{From: "podresources", Refs: refs}, nil
-		}
-	}
-	return topology.Allocation{From: "default (all devices of the node)", All: true}, nil
-}
-
-func listDir(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
+// readInventory reads the node from the source the options choose.
+func (a *App) readInventory(ctx context.Context, o *inventoryOptions, cat *topology.Catalog, termLog string) (*topology.Inventory, error) {
+	src, err := sources.New(sources.Options{
+		Files: o.Inventory, Stdin: a.Streams.In, Sample: o.Sample, Catalog: cat,
+		NVMLTimeout: o.NVMLTimeout, Log: nvmlLogger{a.Log}, NVML: nvmlLibrary,
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(ents))
-	for _, e := range ents {
-		out = append(out, e.Name())
+	inv, err := src.Inventory(ctx)
+	if err != nil {
+		return nil, a.discoveryFailed(ctx, err, o.Output, termLog)
 	}
-	return out, nil
+	return inv, nil
+}
+
+// discoveryFailed handles an inventory that could not be read: a signal
+// exits 128+N; an NVML failure also becomes a report with its NVML_* rule
+// (printed, and written to the termination log). The error keeps its own
+// exit code (verdict.Code).
+func (a *App) discoveryFailed(ctx context.Context, err error, format, termLog string) error {
+	if exit, ok := interrupted(ctx, err); ok {
+		return exit
+	}
+	var de *topology.DiscoveryError
+	if !errors.As(err, &de) {
+		return err
+	}
+	r := verdict.NewReport("NVML discovery", []verdict.Finding{{
+		Rule: de.Rule(), Severity: verdict.SeverityFail,
+		Message: de.Error(), Remediation: de.Remediation,
+	}})
+	_ = a.printReport(r, format)
+	a.writeTerminationLog(termLog, r.Reason(verdict.TerminationMax))
+	return verdict.Quiet(err)
 }
 
 // writeTerminationLog writes the reason where Kubernetes reads it. Failing
-// to write is logged, never fatal: the exit code still tells.
-func (a *App) writeTerminationLog(reason string) {
-	p := a.Config.String("termination-log")
-	if p == "" {
-		return
-	}
-	if len(reason) > terminationMessageMax {
-		reason = reason[:terminationMessageMax]
-	}
-	if err := os.WriteFile(p, []byte(reason), 0o644); err != nil {
-		a.Log.Warn("cannot write termination log")
-		fmt.Fprintf(a.Streams.Err, "rankgate: cannot write termination log %s: %v\n", p, err)
+// to write is told, never fatal: the exit code still tells.
+func (a *App) writeTerminationLog(p, reason string) {
+	if err := verdict.WriteTerminationLog(p, reason); err != nil {
+		fmt.Fprintf(a.Streams.Err, "rankgate: cannot write termination log %s: %v\n", p, errors.Unwrap(err))
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // interrupts turns SIGINT and SIGTERM into the end of a command. The first
@@ -100,7 +102,7 @@ func interrupted(ctx context.Context, err error) (exit error, ok bool) {
 	if sig == nil {
 		return nil, false
 	}
-	return &ExitError{Code: signalExitCode(sig), Err: fmt.Errorf("%s: %w", signalName(sig), err)}, true
+	return verdict.Exitf(signalExitCode(sig), "%s: %w", signalName(sig), err), true
 }
 
 // takeOverSignals tells Main's handler that the command now handles

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // fakeExit records the code the handler exits with.
@@ -71,14 +73,14 @@ func TestInterruptedReadExitsWithTheSignal(t *testing.T) {
 	h.handle(syscall.SIGTERM)
 	exit, ok := interrupted(ctx, cut)
 	require.True(t, ok)
-	var ee *ExitError
+	var ee *verdict.ExitError
 	require.ErrorAs(t, exit, &ee)
 	require.Equal(t, 143, ee.Code)
 	require.Equal(t, "SIGTERM: standard input: context canceled", ee.Error())
 	_, ok = interrupted(ctx, errors.New("a syntax error"))
 	require.False(t, ok, "an error the signal did not cause keeps its code")
 
-	var ee2 *ExitError
+	var ee2 *verdict.ExitError
 	require.ErrorAs(t, inputError(ctx, cut), &ee2)
 	require.Equal(t, 143, ee2.Code)
 	require.ErrorAs(t, inputError(ctx, errors.New("bad")), &ee2)

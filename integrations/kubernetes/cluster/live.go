@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Live reads the model from an API server. Pods are listed page by page
@@ -47,11 +48,32 @@ type NotFoundError struct{ What string }
 
 func (e *NotFoundError) Error() string { return e.What + " not found" }
 
+// ExitCode: naming an object that does not exist is exit 2.
+func (e *NotFoundError) ExitCode() int { return verdict.ExitUsage }
+
 // ArgError: the request itself is wrong (an unknown kind, an ambiguous
 // name). diagnose exits 2 on it.
 type ArgError struct{ Msg string }
 
 func (e *ArgError) Error() string { return e.Msg }
+
+// ExitCode: a wrong request is exit 2.
+func (e *ArgError) ExitCode() int { return verdict.ExitUsage }
+
+// APIError: the API server could not answer (unreachable, forbidden, too
+// slow). diagnose exits 3 on it, a deadline included: the cluster, not the
+// user's input, is at fault.
+type APIError struct{ Err error }
+
+func (e *APIError) Error() string { return e.Err.Error() }
+func (e *APIError) Unwrap() error { return e.Err }
+
+// ExitCode is 3.
+func (e *APIError) ExitCode() int { return verdict.ExitEnvironment }
+
+func apiErrorf(format string, args ...any) error {
+	return &APIError{Err: fmt.Errorf(format, args...)}
+}
 
 func (l *Live) pageSize() int64 {
 	if l.PageSize > 0 {
@@ -66,11 +88,11 @@ func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
 	for {
 		nodes, err := l.Core.CoreV1().Nodes().List(ctx, opts)
 		if err != nil {
-			return fmt.Errorf("list nodes: %w", err)
+			return apiErrorf("list nodes: %w", err)
 		}
 		for i := range nodes.Items {
 			if err := b.AddNode(&nodes.Items[i]); err != nil {
-				return fmt.Errorf("node %s: %w", nodes.Items[i].Name, err)
+				return apiErrorf("node %s: %w", nodes.Items[i].Name, err)
 			}
 		}
 		if opts.Continue = nodes.Continue; opts.Continue == "" {
@@ -81,12 +103,12 @@ func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
 	for {
 		pods, err := l.Core.CoreV1().Pods("").List(ctx, opts)
 		if err != nil {
-			return fmt.Errorf("list pods: %w", err)
+			return apiErrorf("list pods: %w", err)
 		}
 		for i := range pods.Items {
 			if err := b.AddPod(&pods.Items[i]); err != nil {
 				p := &pods.Items[i]
-				return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+				return apiErrorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 			}
 		}
 		if opts.Continue = pods.Continue; opts.Continue == "" {
@@ -122,11 +144,11 @@ func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("get %s %s/%s: %w", c.kind, namespace, name, err)
+			return nil, apiErrorf("get %s %s/%s: %w", c.kind, namespace, name, err)
 		}
 		j, err := kubeflow.FromUnstructured(u)
 		if err != nil {
-			return nil, err
+			return nil, &APIError{Err: err}
 		}
 		found = append(found, j)
 	}
@@ -150,7 +172,7 @@ func (l *Live) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, er
 		return nil, &NotFoundError{What: fmt.Sprintf("pod %s/%s", namespace, name)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("get pod %s/%s: %w", namespace, name, err)
+		return nil, apiErrorf("get pod %s/%s: %w", namespace, name, err)
 	}
 	return p, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/internal/fileinput"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // InputError is bad input in a file: it names the file, the document (and
@@ -42,6 +43,9 @@ func (e *InputError) Error() string {
 }
 
 func (e *InputError) Unwrap() error { return e.Err }
+
+// ExitCode: bad input is exit 2.
+func (e *InputError) ExitCode() int { return verdict.ExitUsage }
 
 // LoadStats counts what a load read and skipped.
 type LoadStats struct {

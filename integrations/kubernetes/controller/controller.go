@@ -126,6 +126,18 @@ type Options struct {
 	Log      logr.Logger
 }
 
+// Defaults of Options (and of rankgate controller's flags).
+const (
+	DefaultQPS         = 200
+	DefaultBurst       = 400
+	DefaultGateAddr    = ":8443"
+	DefaultMaxWait     = 30 * time.Second
+	DefaultGangTimeout = 10 * time.Minute
+	DefaultMetricsAddr = ":8080"
+	DefaultHealthAddr  = ":8081"
+	DefaultOnFail      = ActionSuspend
+)
+
 func (o *Options) defaults() error {
 	if o.Config == nil {
 		return errors.New("controller: no API server config")
@@ -134,22 +146,22 @@ func (o *Options) defaults() error {
 		o.Scheme = Scheme()
 	}
 	if o.QPS == 0 {
-		o.QPS = 200
+		o.QPS = DefaultQPS
 	}
 	if o.Burst == 0 {
-		o.Burst = 400
+		o.Burst = DefaultBurst
 	}
 	if o.GateAddr == "" {
-		o.GateAddr = ":8443"
+		o.GateAddr = DefaultGateAddr
 	}
 	if o.Audience == "" {
 		o.Audience = gate.Audience
 	}
 	if o.MaxWait <= 0 {
-		o.MaxWait = 30 * time.Second
+		o.MaxWait = DefaultMaxWait
 	}
 	if o.GangTimeout <= 0 {
-		o.GangTimeout = 10 * time.Minute
+		o.GangTimeout = DefaultGangTimeout
 	}
 	if o.ResendGrace <= 0 {
 		o.ResendGrace = o.MaxWait + 5*time.Second
@@ -161,16 +173,16 @@ func (o *Options) defaults() error {
 		o.RecordCleanupDelay = 30 * time.Second
 	}
 	if o.OnFail == "" {
-		o.OnFail = ActionSuspend
+		o.OnFail = DefaultOnFail
 	}
 	if !ValidAction(o.OnFail) {
 		return fmt.Errorf("on-fail %q: want suspend, delete or annotate", o.OnFail)
 	}
 	if o.MetricsAddr == "" {
-		o.MetricsAddr = ":8080"
+		o.MetricsAddr = DefaultMetricsAddr
 	}
 	if o.HealthAddr == "" {
-		o.HealthAddr = ":8081"
+		o.HealthAddr = DefaultHealthAddr
 	}
 	if o.LeaderElectionID == "" {
 		o.LeaderElectionID = "rankgate-controller"

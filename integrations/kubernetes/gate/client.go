@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rankgate/rankgate/internal/fileinput"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // ClientOptions configure a Client.
@@ -50,8 +51,27 @@ const (
 	MaxCAFileSize    = 1 << 20
 )
 
-// NewClient checks the options and builds a client.
+// NewClient checks the options and builds a client. Its errors are
+// *ClientError.
 func NewClient(o ClientOptions) (*Client, error) {
+	c, err := newClient(o)
+	if err != nil {
+		return nil, &ClientError{Err: err}
+	}
+	return c, nil
+}
+
+// ClientError: the client cannot be built (URL, CA file, token): the rank's
+// environment is wrong, exit 3.
+type ClientError struct{ Err error }
+
+func (e *ClientError) Error() string { return e.Err.Error() }
+func (e *ClientError) Unwrap() error { return e.Err }
+
+// ExitCode is 3.
+func (e *ClientError) ExitCode() int { return verdict.ExitEnvironment }
+
+func newClient(o ClientOptions) (*Client, error) {
 	u, err := url.Parse(o.URL)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("gate URL %q: want https://host:port", o.URL)
@@ -176,6 +196,10 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
+
+// ExitCode: a client-side misconfiguration (CA, token file) is an
+// environment failure, exit 3.
+func (e *permanentError) ExitCode() int { return verdict.ExitEnvironment }
 
 // IsPermanent reports whether err will not go away by retrying: a refusal
 // by the gate (bad request, bad token, not a rank, not opted in) or a

@@ -214,6 +214,17 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("gate: %s: %s", e.Code, e.Message) }
 
+// ExitCode is what a rank exits with when the gate refuses it for good: 2
+// when the request or the pod is wrong (BadRequest, NotARank, NotOptedIn),
+// else 3.
+func (e *Error) ExitCode() int {
+	switch e.Code {
+	case CodeBadRequest, CodeNotARank, CodeNotOptedIn:
+		return verdict.ExitUsage
+	}
+	return verdict.ExitEnvironment
+}
+
 // Retryable reports whether asking again may succeed.
 func (e *Error) Retryable() bool {
 	return e.HTTPStatus == http.StatusServiceUnavailable || e.HTTPStatus == http.StatusTooManyRequests ||
