@@ -5,6 +5,7 @@ package app
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,6 +80,30 @@ func (p *proc) exited() bool {
 	}
 }
 
+// waitReadingStdin waits until a thread of pid is blocked in read(0, ...)
+// (/proc/PID/task/*/syscall starts with "0 0x0 "): the signal then lands
+// while the read blocks, however slowly a loaded machine started it.
+func waitReadingStdin(t *testing.T, pid int) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 20*time.Second {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/syscall", pid))
+		readable := false
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			readable = readable || err == nil
+			if err == nil && strings.HasPrefix(string(b), "0 0x0 ") {
+				return
+			}
+		}
+		if !readable && time.Since(start) > 2*time.Second {
+			return // no /proc/PID/task/*/syscall here (no ptrace access): waited 2 s
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("pid %d never blocked reading standard input", pid)
+}
+
 // stdinPipe is a pipe whose writing end stays open: a read of it blocks.
 func stdinPipe(t *testing.T) *os.File {
 	t.Helper()
@@ -97,7 +122,7 @@ func TestBinary(t *testing.T) {
 			code int
 		}{{syscall.SIGTERM, 143}, {syscall.SIGINT, 130}} {
 			p := start(t, bin, stdinPipe(t), "preflight", "--inventory", "-")
-			time.Sleep(300 * time.Millisecond) // let it block in the read
+			waitReadingStdin(t, p.cmd.Process.Pid)
 			require.False(t, p.exited(), p.stderr.String())
 			require.NoError(t, p.cmd.Process.Signal(tc.sig))
 			require.Equal(t, tc.code, p.wait(t, 10*time.Second), p.stderr.String())
