@@ -99,12 +99,18 @@ func (a *App) rankPreflight(ctx context.Context) (verdict.Report, *topology.Inve
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
+	mode := preflight.ModeFor(alloc, a.offlineInventory())
 	r := preflight.RankRules(preflight.RankInput{
 		Inventory: inv, Allocation: alloc, ExpectProfile: a.Config.String("expect-profile"),
-		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers,
+		RequireP2P: a.Config.Bool("require-p2p"), Catalog: cat, Drivers: drivers, Mode: mode,
 	})
-	r.Subject = subject(inv, alloc)
+	r.Subject = subject(inv, alloc) + "; " + mode.Describe()
 	return r, inv, nil
+}
+
+// offlineInventory: the node's facts come from files or a sample, not NVML.
+func (a *App) offlineInventory() bool {
+	return len(a.Config.Strings("inventory")) > 0 || a.Config.String("sample") != ""
 }
 
 func subject(inv *topology.Inventory, alloc topology.Allocation) string {
@@ -234,7 +240,7 @@ func (a *App) allocation(ctx context.Context) (topology.Allocation, error) {
 			return topology.Allocation{From: "podresources", Refs: refs}, nil
 		}
 	}
-	return topology.Allocation{From: "default (all devices of the node)", All: true}, nil
+	return topology.Allocation{From: topology.FromDefault, All: true}, nil
 }
 
 func listDir(dir string) ([]string, error) {
