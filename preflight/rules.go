@@ -14,6 +14,41 @@ const (
 	ProfileFull = "full"
 )
 
+// Mode is what a preflight run judges.
+type Mode string
+
+// Modes.
+const (
+	// ModeRank judges one process's devices: every rule runs.
+	ModeRank Mode = "rank"
+	// ModeNode judges a node without a rank: pasted outputs and no
+	// allocation. Node-level rules run (MIG mode pending, instances,
+	// expected profile, driver, links); the rules that assume one process
+	// sees every listed device (MIG_MULTIPLE_PER_PROCESS, MIG_SPANS_GPUS,
+	// MIG_MIXED_WITH_FULL, PROFILE_HETEROGENEOUS, P2P_UNKNOWN,
+	// LINK_PATHS_MIXED) do not: a node legitimately holds several MIG
+	// devices, on several GPUs, next to full GPUs.
+	ModeNode Mode = "node"
+)
+
+// ModeFor picks the mode: node mode when the node's facts are offline
+// (pasted outputs, a snapshot, a sample) and nothing names the rank's
+// devices (no --devices, no allocation in the environment, no pod).
+func ModeFor(alloc topology.Allocation, offline bool) Mode {
+	if offline && alloc.All && alloc.From == topology.FromDefault {
+		return ModeNode
+	}
+	return ModeRank
+}
+
+// Describe is the mode as the report's subject says it.
+func (m Mode) Describe() string {
+	if m == ModeNode {
+		return "node mode: every device of the pasted node, no rank allocation, so per-process rules are skipped (pass --devices to check one rank)"
+	}
+	return "rank mode"
+}
+
 // RankInput is what the rank rules judge: the node, the rank's devices and
 // what the job expects.
 type RankInput struct {
@@ -26,10 +61,16 @@ type RankInput struct {
 	RequireP2P bool
 	Catalog    *topology.Catalog
 	Drivers    *DriverTable
+	// Mode is ModeRank when empty.
+	Mode Mode
 }
 
 // RankRules runs every rank rule and returns the report.
 func RankRules(in RankInput) verdict.Report {
+	if in.Mode == "" {
+		in.Mode = ModeRank
+	}
+	node := in.Mode == ModeNode
 	inv := in.Inventory
 	devs, missing := inv.Devices(in.Allocation)
 	var f []verdict.Finding
@@ -56,7 +97,9 @@ func RankRules(in RankInput) verdict.Report {
 				Remediation: "request nvidia.com/gpu or nvidia.com/mig-<profile> in the container's resources, or pass --devices",
 			})
 		}
-		return verdict.NewReport("", f)
+		r := verdict.NewReport("", f)
+		r.Mode = string(in.Mode)
+		return r
 	}
 
 	var migs, fulls []topology.Device
@@ -67,7 +110,7 @@ func RankRules(in RankInput) verdict.Report {
 			fulls = append(fulls, d)
 		}
 	}
-	if len(migs) > 0 && len(fulls) > 0 {
+	if len(migs) > 0 && len(fulls) > 0 && !node {
 		add(verdict.Finding{
 			Rule: verdict.RuleMIGMixedWithFull, Severity: verdict.SeverityFail, Devices: ids(devs),
 			Message: fmt.Sprintf("the rank mixes %d MIG device(s) (%s) with %d full GPU(s) (%s); NCCL cannot use P2P/NVLink between them and CUDA sees one MIG device per process",
@@ -75,7 +118,7 @@ func RankRules(in RankInput) verdict.Report {
 			Remediation: "request either only nvidia.com/mig-<profile> or only nvidia.com/gpu for every rank",
 		})
 	}
-	if parents := distinctGPUs(migs); len(parents) > 1 {
+	if parents := distinctGPUs(migs); len(parents) > 1 && !node {
 		add(verdict.Finding{
 			Rule: verdict.RuleMIGSpansGPUs, Severity: verdict.SeverityFail, Devices: ids(migs),
 			Message: fmt.Sprintf("the rank's MIG devices sit on %d physical GPUs (%s): MIG has no P2P, so traffic between them goes through host memory or the network",
@@ -83,7 +126,7 @@ func RankRules(in RankInput) verdict.Report {
 			Remediation: "place all MIG devices of a job on one physical GPU, or use full GPUs",
 		})
 	}
-	if len(migs) > 1 {
+	if len(migs) > 1 && !node {
 		add(verdict.Finding{
 			Rule: verdict.RuleMIGMultiplePerProcess, Severity: verdict.SeverityFail, Devices: ids(migs),
 			Message: fmt.Sprintf("one process would see %d MIG devices (%s); CUDA enumerates only the first MIG device per process, so the others sit idle and a second local rank fails with 'invalid device ordinal'",
@@ -132,6 +175,7 @@ func RankRules(in RankInput) verdict.Report {
 	}
 	f = append(f, linkRules(in, fulls)...)
 	r := verdict.NewReport("", f)
+	r.Mode = string(in.Mode)
 	r.Devices = summaries(devs)
 	return r
 }
@@ -157,7 +201,7 @@ func profileRules(in RankInput, devs []topology.Device) []verdict.Finding {
 	}
 	// MIG mixed with full GPUs is MIG_MIXED_WITH_FULL's finding, not a
 	// second one here.
-	if len(devs) > 1 && !mixedKinds(devs) {
+	if len(devs) > 1 && !mixedKinds(devs) && in.Mode != ModeNode {
 		type shape struct {
 			profile string
 			sms     int
@@ -262,6 +306,9 @@ func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 				Remediation: "place the rank on GPUs with P2P (same NVLink domain or PCIe switch: see nvidia-smi topo -p2p rw); check ACS/IOMMU settings on the host",
 			})
 		}
+	}
+	if in.Mode != ModeNode {
+		f = append(f, pathRules(in, fulls)...)
 	}
 	for _, g := range distinctGPUPtrs(fulls) {
 		var up, down []string
@@ -392,4 +439,51 @@ func catalogGap(cat *topology.Catalog, g *topology.GPU) string {
 		return ""
 	}
 	return fmt.Sprintf("; the MIG catalog has no entry for %q", g.Name)
+}
+
+// pathRules: P2P_UNKNOWN when the inputs say nothing about P2P between some
+// of the rank's full GPUs, LINK_PATHS_MIXED when NVLink joins some pairs
+// and PCIe or the CPU interconnect others.
+func pathRules(in RankInput, fulls []topology.Device) []verdict.Finding {
+	gpus := distinctGPUPtrs(fulls)
+	if len(gpus) < 2 {
+		return nil
+	}
+	var unknown, nvlink, other []string
+	for i := 0; i < len(gpus); i++ {
+		for j := i + 1; j < len(gpus); j++ {
+			a, b := gpus[i].Index, gpus[j].Index
+			pair := fmt.Sprintf("GPU %d-GPU %d", a, b)
+			l, ok := in.Inventory.Link(a, b)
+			if !ok || (!l.P2PRead.Known() && !l.P2PWrite.Known()) {
+				unknown = append(unknown, pair)
+			}
+			switch {
+			case !ok || l.Level == "":
+			case strings.HasPrefix(strings.ToUpper(l.Level), "NV"):
+				nvlink = append(nvlink, pair+" "+l.Level)
+			default:
+				other = append(other, pair+" "+l.Level)
+			}
+		}
+	}
+	var f []verdict.Finding
+	devs := ids(fulls)
+	if len(unknown) > 0 {
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleP2PUnknown, Severity: verdict.SeverityWarn, Devices: devs,
+			Message: fmt.Sprintf("the rank has %d full GPUs and the inputs say nothing about P2P between %s (`nvidia-smi topo -m` gives link classes, not P2P support), so P2P_UNSUPPORTED could not be checked",
+				len(gpus), strings.Join(unknown, ", ")),
+			Remediation: "paste the output of `nvidia-smi topo -p2p rw` from this node with the others (or run preflight on the node)",
+		})
+	}
+	if len(nvlink) > 0 && len(other) > 0 {
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleLinkPathsMixed, Severity: verdict.SeverityWarn, Devices: devs,
+			Message: fmt.Sprintf("the rank's GPUs are joined by different paths: NVLink for %s, but %s; NCCL's rings and trees run at the pace of the slowest path",
+				strings.Join(nvlink, ", "), strings.Join(other, ", ")),
+			Remediation: "place the rank on GPUs that share one NVLink domain (see `nvidia-smi topo -m`), or accept collectives paced by the slowest path",
+		})
+	}
+	return f
 }

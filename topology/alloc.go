@@ -8,6 +8,10 @@ import (
 
 // Allocation is the set of devices one rank was given, before resolution
 // against the inventory.
+// FromDefault is Allocation.From when nothing named the rank's devices (no
+// --devices, nothing in the environment, no pod): every device of the node.
+const FromDefault = "default (all devices of the node)"
+
 type Allocation struct {
 	// From says where the list came from: "--devices",
 	// "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "podresources".

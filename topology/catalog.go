@@ -48,7 +48,11 @@ type catalogFile struct {
 
 // GPUModel is one GPU model's MIG geometry.
 type GPUModel struct {
-	Name         string    `json:"name"`
+	Name string `json:"name"`
+	// Source names where the model's numbers come from (a table of the
+	// NVIDIA MIG user guide, a quoted `nvidia-smi mig -lgip`, mig-parted's
+	// configuration); required.
+	Source       string    `json:"source"`
 	Match        []string  `json:"match"`
 	MemoryMiB    uint64    `json:"memoryMiB"`
 	SMs          int       `json:"sms"`
@@ -120,6 +124,11 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 		if m.Name == "" || len(m.Match) == 0 || m.Slices <= 0 || m.MemorySlices <= 0 {
 			return nil, fmt.Errorf("MIG profile catalog: model %q needs name, match, slices and memorySlices", m.Name)
 		}
+		for _, x := range m.Match {
+			if len(nameTokens(x)) == 0 {
+				return nil, fmt.Errorf("MIG profile catalog: model %s has an empty match string", m.Name)
+			}
+		}
 		for _, p := range m.Profiles {
 			if _, _, err := ParseProfileName(p.Name); err != nil {
 				return nil, fmt.Errorf("MIG profile catalog: model %s: %w", m.Name, err)
@@ -137,20 +146,70 @@ func ParseCatalog(data []byte) (*Catalog, error) {
 	return &c, nil
 }
 
-// Model returns the model whose match string is the longest substring of the
-// product name ("NVIDIA GH200 480GB" is a GH200, not an H200).
+// Model returns the model a product name stands for. A match string
+// matches when its words (split at spaces, dashes and underscores, case
+// ignored) appear in the product name consecutively and whole: "B200" is
+// not a word of "NVIDIA GB200", "H200" not one of "NVIDIA GH200 480GB". When
+// several match, the one with the most words wins ("H100 NVL" over "H100"),
+// then the longest.
 func (c *Catalog) Model(productName string) (*GPUModel, bool) {
-	name := strings.ToUpper(productName)
+	name := nameTokens(productName)
 	var best *GPUModel
-	bestLen := 0
+	bestWords, bestLen := 0, 0
 	for i := range c.Models {
 		for _, m := range c.Models[i].Match {
-			if len(m) > bestLen && strings.Contains(name, strings.ToUpper(m)) {
-				best, bestLen = &c.Models[i], len(m)
+			words := nameTokens(m)
+			if !containsRun(name, words) {
+				continue
+			}
+			if len(words) > bestWords || (len(words) == bestWords && len(m) > bestLen) {
+				best, bestWords, bestLen = &c.Models[i], len(words), len(m)
 			}
 		}
 	}
 	return best, best != nil
+}
+
+// NamesWord reports whether one of the model's match strings has the word
+// (case ignored), e.g. the family word "A100" of a truncated name.
+func (m *GPUModel) NamesWord(word string) bool {
+	word = strings.ToUpper(word)
+	for _, x := range m.Match {
+		for _, w := range nameTokens(x) {
+			if w == word {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// nameTokens splits a GPU name into upper-case words at spaces, dashes and
+// underscores (GPU feature discovery writes "NVIDIA-H100-80GB-HBM3").
+func nameTokens(s string) []string {
+	return strings.FieldsFunc(strings.ToUpper(s), func(r rune) bool {
+		return r == ' ' || r == '-' || r == '_' || r == '\t'
+	})
+}
+
+// containsRun reports whether words occur in name as a consecutive run.
+func containsRun(name, words []string) bool {
+	if len(words) == 0 {
+		return false
+	}
+	for i := 0; i+len(words) <= len(name); i++ {
+		ok := true
+		for j, w := range words {
+			if name[i+j] != w {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // ModelByName returns the model with that catalog name (e.g. "A100-80GB").

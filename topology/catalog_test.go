@@ -2,6 +2,7 @@ package topology
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -11,8 +12,9 @@ import (
 
 func TestDefaultCatalogParses(t *testing.T) {
 	c := DefaultCatalog()
-	require.Len(t, c.Models, 7)
+	require.Len(t, c.Models, 15)
 	for _, m := range c.Models {
+		require.NotEmpty(t, m.Source, m.Name)
 		for _, p := range m.Profiles {
 			require.True(t, m.Fits(Layout{p.Name: p.MaxInstances}), "%s: %d x %s must fit", m.Name, p.MaxInstances, p.Name)
 			require.False(t, m.Fits(Layout{p.Name: p.MaxInstances + 1}), "%s: %d x %s must not fit", m.Name, p.MaxInstances+1, p.Name)
@@ -33,13 +35,80 @@ func TestModelMatch(t *testing.T) {
 		"NVIDIA H200 141GB HBM3e": "H200-141GB",
 		"NVIDIA B200":             "B200-180GB",
 		"NVIDIA A30":              "A30-24GB",
+		// A match is whole words: a model whose name contains another's
+		// (GB200 and B200, GH200 and H200, H20 and H200) is its own.
+		"NVIDIA GB200":            "GB200-186GB",
+		"NVIDIA GB300":            "GB300-278GB",
+		"NVIDIA B300 SXM6 AC":     "B300-269GB",
+		"NVIDIA H100 NVL":         "H100-NVL-94GB",
+		"NVIDIA H800 NVL":         "H100-NVL-94GB",
+		"NVIDIA H100 PCIe":        "H100-80GB",
+		"NVIDIA H800":             "H100-80GB",
+		"NVIDIA H200 NVL":         "H200-NVL",
+		"NVIDIA GH200 144G HBM3e": "GH200-144GB",
+		"NVIDIA H20":              "H20-96GB",
+		"NVIDIA A800-SXM4-80GB":   "A100-80GB",
+		"NVIDIA A800-SXM4-40GB":   "A100-40GB",
+		"NVIDIA-GB200":            "GB200-186GB", // GPU feature discovery's label
+		"NVIDIA-H100-NVL":         "H100-NVL-94GB",
+		"nvidia h200 nvl":         "H200-NVL",
+		"NVIDIA RTX PRO 6000 Blackwell Server Edition":            "RTX-PRO-6000-Blackwell-96GB",
+		"NVIDIA RTX PRO 6000 Blackwell Workstation Edition":       "RTX-PRO-6000-Blackwell-96GB",
+		"NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": "RTX-PRO-6000-Blackwell-96GB",
 	} {
 		m, ok := c.Model(name)
 		require.True(t, ok, name)
 		require.Equal(t, want, m.Name, name)
 	}
-	_, ok := c.Model("NVIDIA L40S")
-	require.False(t, ok)
+	for _, name := range []string{"NVIDIA L40S", "NVIDIA RTX PRO 5000 Blackwell", "NVIDIA RTX 6000 Ada Generation", "NVIDIA H2", ""} {
+		_, ok := c.Model(name)
+		require.False(t, ok, name)
+	}
+}
+
+// TestModelMatchWholeWords checks matching on a catalog that holds only the
+// shorter names: a GB200 is not a B200, a GH200 not an H200, an H200 not an
+// H20, even with nothing better to match.
+func TestModelMatchWholeWords(t *testing.T) {
+	c := &Catalog{Models: []GPUModel{
+		{Name: "B200", Match: []string{"B200"}},
+		{Name: "H200", Match: []string{"H200"}},
+		{Name: "H20", Match: []string{"H20"}},
+		{Name: "B300", Match: []string{"B300"}},
+		{Name: "H100", Match: []string{"H100"}},
+		{Name: "H100-NVL", Match: []string{"H100 NVL"}},
+	}}
+	for name, want := range map[string]string{
+		"NVIDIA GB200": "", "NVIDIA GB300": "", "NVIDIA GH200 480GB": "",
+		"NVIDIA B200": "B200", "NVIDIA H200": "H200", "NVIDIA H20": "H20", "NVIDIA B300": "B300",
+		"NVIDIA H100 NVL": "H100-NVL", "NVIDIA H100 80GB HBM3": "H100", "NVIDIA-H100-NVL": "H100-NVL",
+	} {
+		m, ok := c.Model(name)
+		if want == "" {
+			require.False(t, ok, "%s matched %v", name, m)
+			continue
+		}
+		require.True(t, ok, name)
+		require.Equal(t, want, m.Name, name)
+	}
+}
+
+// TestBuiltInCatalogCitesSources: every model of the embedded catalog says
+// where its numbers come from (a user's own catalog may omit it).
+func TestBuiltInCatalogCitesSources(t *testing.T) {
+	for _, m := range DefaultCatalog().Models {
+		require.NotEmpty(t, strings.TrimSpace(m.Source), "model %s has no source", m.Name)
+	}
+	_, err := ParseCatalog([]byte(`version: rankgate.io/v1
+models:
+  - name: X
+    source: somewhere
+    sourceURL: typo
+    match: ["X"]
+    slices: 7
+    memorySlices: 8
+`))
+	require.Error(t, err, "unknown fields stay refused")
 }
 
 func TestInferProfile(t *testing.T) {
@@ -125,10 +194,15 @@ func TestCatalogAgainstGoNVMLMocks(t *testing.T) {
 				if id == nvml.GPU_INSTANCE_PROFILE_1_SLICE_REV1 || id == nvml.GPU_INSTANCE_PROFILE_2_SLICE_REV1 {
 					continue // +me variants: one per GPU, not in the catalog
 				}
+				// The mock's sizes are the nominal ones of the profile
+				// names (18432 MB for 1g.18gb); the catalog's are what
+				// nvidia-smi mig -lgip prints, or 0 where none is public.
 				var p *Profile
 				for i := range m.Profiles {
 					q := &m.Profiles[i]
-					memRatio := float64(info.MemorySizeMB) / float64(q.MemoryMiB)
+					_, gb, err := ParseProfileName(q.Name)
+					require.NoError(t, err)
+					memRatio := float64(info.MemorySizeMB) / float64(gb*1024)
 					if q.Slices == int(info.SliceCount) && memRatio > 0.9 && memRatio < 1.1 {
 						p = q
 					}

@@ -58,7 +58,7 @@ func ResolveAllocation(ctx context.Context, q AllocationQuery) (Allocation, erro
 			return Allocation{From: "podresources", Refs: refs}, nil
 		}
 	}
-	return Allocation{From: "default (all devices of the node)", All: true}, nil
+	return Allocation{From: FromDefault, All: true}, nil
 }
 
 func listDir(dir string) ([]string, error) {

@@ -55,8 +55,11 @@ type Finding struct {
 
 // Report is what preflight, init, launch, diagnose and the controller print.
 type Report struct {
-	Verdict  Verdict   `json:"verdict"`
-	Subject  string    `json:"subject,omitempty"`
+	Verdict Verdict `json:"verdict"`
+	Subject string  `json:"subject,omitempty"`
+	// Mode is what a preflight report judged: "rank" (one process's
+	// devices) or "node" (a pasted node with no rank allocation).
+	Mode     string    `json:"mode,omitempty"`
 	Findings []Finding `json:"findings"`
 	// Devices lists the devices checked, for the record.
 	Devices []DeviceSummary `json:"devices,omitempty"`

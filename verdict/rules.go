@@ -54,6 +54,8 @@ const (
 	RuleDriverKnownBad        = "DRIVER_KNOWN_BAD"
 	RuleP2PUnsupported        = "P2P_UNSUPPORTED"
 	RuleNVLinkDown            = "NVLINK_DOWN"
+	RuleP2PUnknown            = "P2P_UNKNOWN"
+	RuleLinkPathsMixed        = "LINK_PATHS_MIXED"
 	RuleRankEnvironment       = "RANK_ENVIRONMENT_FAILED"
 
 	// Gang rules (controller).
@@ -140,6 +142,8 @@ var rules = []Rule{
 	{ID: RuleDriverKnownBad, Severity: SeverityFail, Varies: true, Faces: []Face{FacePreflight, FaceDiagnose}, Summary: "the driver is on the known-bad list for this node's shape (configs/known-bad-drivers.yaml)", Remediation: "upgrade the driver past the range in the known-bad table, or avoid the shape it names"},
 	{ID: RuleP2PUnsupported, Severity: SeverityWarn, Varies: true, Faces: rank, Summary: "two of the rank's full GPUs cannot do P2P read or write (fail with --require-p2p)", Remediation: "place the rank on GPUs with P2P (same PCIe switch or NVLink), or accept the slower path"},
 	{ID: RuleNVLinkDown, Severity: SeverityFail, Varies: true, Faces: rank, Summary: "some NVLinks of an allocated GPU are down while others are up (warn with one GPU)", Remediation: "drain the node and check `nvidia-smi nvlink -s`; reset the GPU or reseat the links"},
+	{ID: RuleP2PUnknown, Severity: SeverityWarn, Faces: rank, Summary: "the rank has several full GPUs and the inputs say nothing about P2P between some of them (only `nvidia-smi topo -m`)", Remediation: "paste `nvidia-smi topo -p2p rw` from the node with the other outputs, or run preflight on the node"},
+	{ID: RuleLinkPathsMixed, Severity: SeverityWarn, Faces: rank, Summary: "the rank's GPUs are joined by NVLink for some pairs and by PCIe or the CPU interconnect (PIX, PXB, PHB, NODE, SYS) for others", Remediation: "place the rank on GPUs that share one NVLink domain (`nvidia-smi topo -m`), or accept collectives paced by the slowest path"},
 	{ID: RuleRankEnvironment, Severity: SeverityFail, Faces: []Face{FacePreflight, FaceGang}, Summary: "a rank's rankgate init could not check its devices at all (NVML or driver failure)", Remediation: "read that rank's init container log and termination message; fix the node's driver or runtime"},
 
 	{ID: RuleGangIncomplete, Severity: SeverityFail, Faces: gang, Summary: "fewer ranks reported than the job spec asks for by the gang deadline; lists the missing ranks", Remediation: "find why the missing ranks' pods did not start (rankgate diagnose job), or raise the gang deadline"},

@@ -265,7 +265,14 @@ func TestDiagnoseRules(t *testing.T) {
 			nodes: nodes(full("rtx-1", "A100-80GB", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 8, StrategyMixed).alloc(MIGPrefix+"1g.24gb", 0).alloc(MIGPrefix+"2g.48gb", 0)),
 			job:   pytorchJob("train", podSet("Worker", 1, mig("1g.24gb", 1))),
 			want: want{rule: verdict.RuleShapeMismatch, hopeless: true, absent: []string{verdict.RuleMIGLayoutInvalid},
-				contains: map[string][]string{verdict.RuleShapeMismatch: {"rtx-1 lists nvidia.com/mig-1g.24gb: 0, a stale resource", "1g.24gb (SMs unknown: no public source, 24576 MiB on GH200-96GB"}}},
+				contains: map[string][]string{verdict.RuleShapeMismatch: {"rtx-1 lists nvidia.com/mig-1g.24gb: 0, a stale resource", "1g.24gb (46 SMs, 24187 MiB on RTX-PRO-6000-Blackwell-96GB)"}}},
+		},
+		{
+			name:  "a profile of another GPU model whose memory no public source gives",
+			nodes: nodes(full("rtx-1", "A100-80GB", "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", 8, StrategyMixed)),
+			job:   pytorchJob("train", podSet("Worker", 1, mig("3g.135gb", 1))),
+			want: want{rule: verdict.RuleShapeMismatch, hopeless: true,
+				contains: map[string][]string{verdict.RuleShapeMismatch: {"3g.135gb (SMs unknown: no public source, memory unknown on B300-269GB; no GPU model in this cluster has that profile)"}}},
 		},
 	}
 	e := New()

@@ -138,6 +138,14 @@ func smsText(sms int) string {
 	return fmt.Sprintf("%d SMs", sms)
 }
 
+// memText is a catalog profile's memory; 0 where no public source gives it.
+func memText(mib uint64) string {
+	if mib == 0 {
+		return "memory unknown"
+	}
+	return fmt.Sprintf("%d MiB", mib)
+}
+
 // fmtAmount prints an amount in the unit Kubernetes users read.
 func fmtAmount(res string, v int64) string {
 	switch res {
@@ -209,13 +217,13 @@ func (d *diag) askDescription(r string) string {
 		}
 		seen[m.Name] = true
 		if prof, ok := m.Profile(p); ok {
-			parts = append(parts, fmt.Sprintf("%s, %d MiB on %s", smsText(prof.SMs), prof.MemoryMiB, m.Name))
+			parts = append(parts, fmt.Sprintf("%s, %s on %s", smsText(prof.SMs), memText(prof.MemoryMiB), m.Name))
 		}
 	}
 	if len(parts) == 0 {
 		for _, m := range d.e.catalog.Models {
 			if prof, ok := m.Profile(p); ok {
-				parts = append(parts, fmt.Sprintf("%s, %d MiB on %s", smsText(prof.SMs), prof.MemoryMiB, m.Name))
+				parts = append(parts, fmt.Sprintf("%s, %s on %s", smsText(prof.SMs), memText(prof.MemoryMiB), m.Name))
 			}
 		}
 		if len(parts) > 0 {

@@ -38,12 +38,7 @@ func modelFor(cat *topology.Catalog, name string, memMiB uint64) *topology.GPUMo
 	var found *topology.GPUModel
 	for i := range cat.Models {
 		m := &cat.Models[i]
-		named := false
-		for _, s := range m.Match {
-			if strings.Contains(strings.ToUpper(s), family) {
-				named = true
-			}
-		}
+		named := m.NamesWord(family)
 		diff := float64(m.MemoryMiB) - float64(memMiB)
 		if !named || diff > 0.08*float64(m.MemoryMiB) || -diff > 0.08*float64(m.MemoryMiB) {
 			continue

@@ -229,13 +229,28 @@ func TestConcatenatedOutputs(t *testing.T) {
 }
 
 // TestLGIPTeachesProfiles: a pasted `mig -lgip` names devices of a GPU the
-// catalog lacks (H100 NVL), and its profiles are kept on the GPU.
+// catalog lacks (here a catalog without its H100 NVL entry), and its
+// profiles are kept on the GPU.
 func TestLGIPTeachesProfiles(t *testing.T) {
+	cat := topology.DefaultCatalog()
+	kept := cat.Models[:0]
+	for _, m := range cat.Models {
+		if m.Name != "H100-NVL-94GB" {
+			kept = append(kept, m)
+		}
+	}
+	cat.Models = kept
+	importWith := func(in ...Input) *topology.Inventory {
+		inv, err := Import(in, cat)
+		require.NoError(t, err)
+		require.NoError(t, inv.Validate())
+		return inv
+	}
 	table := load(t, "testdata", "table_h100-nvl_mig-1g.24gb_variant.txt")
-	inv := importOK(t, table)
-	require.Equal(t, []string{""}, profiles(gpu(t, inv, 0)), "the catalog alone cannot name it")
+	require.Equal(t, []string{""}, profiles(gpu(t, importWith(table), 0)), "the catalog alone cannot name it")
+	require.Equal(t, []string{"1g.24gb"}, profiles(gpu(t, importOK(t, table), 0)), "the built-in catalog knows the H100 NVL")
 
-	inv = importOK(t, load(t, "testdata", "lgip_h100-nvl_excerpt_gpuop900.txt"), table)
+	inv := importWith(load(t, "testdata", "lgip_h100-nvl_excerpt_gpuop900.txt"), table)
 	g := gpu(t, inv, 0)
 	require.Equal(t, []string{"1g.24gb"}, profiles(g))
 	require.Len(t, g.MIGProfiles, 4)

@@ -114,12 +114,18 @@ func (a *App) rankPreflight(ctx context.Context, o *preflightOptions) (verdict.R
 	if err != nil {
 		return verdict.Report{}, nil, err
 	}
+	mode := preflight.ModeFor(alloc, o.offline())
 	r := preflight.RankRules(preflight.RankInput{
 		Inventory: inv, Allocation: alloc, ExpectProfile: o.ExpectProfile,
-		RequireP2P: o.RequireP2P, Catalog: cat, Drivers: drivers,
+		RequireP2P: o.RequireP2P, Catalog: cat, Drivers: drivers, Mode: mode,
 	})
-	r.Subject = subject(inv, alloc)
+	r.Subject = subject(inv, alloc) + "; " + mode.Describe()
 	return r, inv, nil
+}
+
+// offline: the node's facts come from files or a sample, not NVML.
+func (o *inventoryOptions) offline() bool {
+	return len(o.Inventory) > 0 || o.Sample != ""
 }
 
 func subject(inv *topology.Inventory, alloc topology.Allocation) string {
