@@ -24,8 +24,7 @@ build-node: ## bin/rankgate-node: the node faces only (preflight, inspect, demo,
 demo: ## the embedded-sample preflight the README starts with
 	$(GO) run ./cmd/rankgate demo
 
-test: test-binaries ## the whole suite: unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
-	$(GO) vet ./...
+test: lint test-binaries ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
 	$(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags rankgate_node ./cmd/...
 
