@@ -90,7 +90,11 @@ func (d *diag) mostOffered(s *setState) string {
 		if q <= 0 {
 			continue
 		}
-		m := fmt.Sprintf("%s %s (%s)", d.resName[k], fmtAmount(d.resName[k], s.maxAlloc[k]), d.c.nodes[s.maxNode[k]].node.Name)
+		amount := fmtAmount(d.resName[k], s.maxAlloc[k])
+		if s.maxAlloc[k] >= Unknown {
+			amount = "unknown (labels only)"
+		}
+		m := fmt.Sprintf("%s %s (%s)", d.resName[k], amount, d.c.nodes[s.maxNode[k]].node.Name)
 		all = append(all, m)
 		if s.maxAlloc[k] < q {
 			most = append(most, m)
