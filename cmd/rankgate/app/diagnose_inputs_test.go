@@ -40,7 +40,7 @@ spec:
 // kubectl describe text is refused with exit 2 and the command to run.
 func TestDiagnoseOfflineRefusesDescribe(t *testing.T) {
 	for file, cmd := range map[string]string{
-		filepath.Join(kubeFixtures, "35_node-capacity_8gpu_mig-disabled-stale-zero-mig-resources_kai1120.txt"): "kubectl get node NAME -o yaml",
+		filepath.Join(kubeFixtures, "35_node-capacity_8gpu_mig-disabled-stale-zero-mig-resources_kai1120.txt"):       "kubectl get node NAME -o yaml",
 		filepath.Join(kubeFixtures, "38_pod-event_aks_a100_NotTriggerScaleUp_Insufficient-mig-1g.10gb_gpuop693.txt"): "kubectl get pod NAME -n NAMESPACE -o yaml",
 	} {
 		t.Run(filepath.Base(file), func(t *testing.T) {
