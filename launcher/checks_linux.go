@@ -179,5 +179,6 @@ func (r *runner) prepareEnv() []string {
 		}
 	}
 	r.mon = newMonitor(r.opts.ReadyPattern, expect, r.opts.ExpectTransport, r.opts.ExpectDerived, r.opts.StrictTransport)
+	r.mon.setDevices(deviceKinds(r.opts.Devices))
 	return env
 }

@@ -81,6 +81,30 @@ type monitor struct {
 	localRanks   int
 	fatalSent    bool
 	fallbackSent bool
+	// mig: whether the rank's devices are MIG instances, for remediation
+	// texts that fit the node.
+	mig migKnown
+	// lastWarn is the last NCCL WARN line: it names the host, process and
+	// device of a failure that a generic line (PyTorch's wrapper) only
+	// reports.
+	lastWarn []byte
+}
+
+// setDevices tells the monitor the rank's device kinds ("gpu", "mig");
+// none known leaves the remediation texts that cover both.
+func (m *monitor) setDevices(kinds []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mig = migUnknown
+	for _, k := range kinds {
+		switch {
+		case k == "mig":
+			m.mig = migYes
+			return
+		case k == "gpu":
+			m.mig = migNo
+		}
+	}
 }
 
 type tally struct {
@@ -157,16 +181,38 @@ func (m *monitor) line(b []byte) {
 		m.sawNCCL = true
 		if info >= 0 {
 			m.ncclLine(b, info)
+			if initPhase {
+				if fix := initTraceFatal(b[info+len(tokNCCLInfo):]); fix != "" {
+					m.fatal(b, fix, true)
+				}
+			}
 		}
 	}
-	if fp != nil && !m.fatalSent && !m.ready.Load() {
-		m.fatalSent = true
-		m.events <- event{kind: evFatal, finding: verdict.Finding{
-			Rule: verdict.RuleNCCLFatal, Severity: verdict.SeverityFail,
-			Message:     "fatal line during NCCL init: " + clip(b, ringLineMax),
-			Remediation: fp.remediation,
-		}}
+	if fp != nil {
+		m.fatal(b, fp.fix(m.mig), fp.generic)
 	}
+	if bytes.Contains(b, tokNCCLWarn) {
+		m.lastWarn = append(m.lastWarn[:0], b[:min(len(b), ringLineMax)]...)
+	}
+}
+
+// fatal sends the first fatal line before CMD is ready. A generic line
+// (PyTorch's wrapper, an error code in NCCL's trace) also quotes the NCCL
+// WARN line before it, which names the host, process and device and says
+// what failed.
+func (m *monitor) fatal(b []byte, fix string, generic bool) {
+	if m.fatalSent || m.ready.Load() {
+		return
+	}
+	m.fatalSent = true
+	msg := "fatal line during NCCL init: " + clip(b, ringLineMax)
+	if generic && len(m.lastWarn) > 0 {
+		msg += "; NCCL said before it: " + clip(m.lastWarn, ringLineMax)
+	}
+	m.events <- event{kind: evFatal, finding: verdict.Finding{
+		Rule: verdict.RuleNCCLFatal, Severity: verdict.SeverityFail,
+		Message: msg, Remediation: fix,
+	}}
 }
 
 func (m *monitor) remember(b []byte) {
@@ -389,4 +435,16 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// deviceKinds lists the kinds of the rank's devices; nil when unknown.
+func deviceKinds(devs []verdict.DeviceSummary) []string {
+	if devs == nil {
+		return nil
+	}
+	out := make([]string, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, d.Kind)
+	}
+	return out
 }

@@ -176,16 +176,35 @@ func (d *diag) targetKeeps(ni *nodeInfo, s *setState) bool {
 		if q <= 0 || !IsGPUResource(r) {
 			continue
 		}
-		if ok, _ := ni.tgt.offers(r); ok {
-			continue
+		if ok, _ := ni.targetOffers(r); !ok {
+			return false
 		}
-		// Under single, a one-profile layout is advertised as nvidia.com/gpu.
-		if r == ResourceGPU && ni.gpu.Strategy == StrategySingle && len(ni.tgt.layout) == 1 {
-			continue
-		}
-		return false
 	}
 	return true
+}
+
+// targetOffers reports whether the layout mig-manager is applying
+// (nvidia.com/mig.config) will be advertised as resource r under the node's
+// MIG strategy, and how many per GPU (0: unknown). Under single, a layout
+// of one profile is advertised as nvidia.com/gpu and never as
+// nvidia.com/mig-<profile>; a layout of several profiles is MIG-INVALID.
+func (ni *nodeInfo) targetOffers(r string) (bool, int) {
+	t := ni.tgt
+	if !t.known || ni.gpu.Strategy != StrategySingle {
+		return t.offers(r)
+	}
+	if r != ResourceGPU {
+		return false, 0
+	}
+	if t.disabled {
+		return true, 1
+	}
+	if len(t.layout) == 1 {
+		for _, n := range t.layout {
+			return true, n
+		}
+	}
+	return false, 0
 }
 
 // classifyNoNodeFits: the set is blocked unless a pending MIG change will
@@ -219,7 +238,7 @@ func (c *Cluster) waitForPending(cl *setClass, o *gpuOffer) {
 	cl.later = append(cl.later, o.pendingN...)
 	cl.pendingOnly = append(cl.pendingOnly, o.pendingN...)
 	for _, n := range o.pendingN {
-		if _, per := c.nodes[n].tgt.offers(o.r); per == 0 || c.nodes[n].gpu.Count == 0 {
+		if _, per := c.nodes[n].targetOffers(o.r); per == 0 || c.nodes[n].gpu.Count == 0 {
 			cl.laterUnknown = true
 		}
 	}
@@ -240,12 +259,11 @@ func (c *Cluster) gpuOfferOf(ps *PodSet, r string) gpuOffer {
 func (o *gpuOffer) add(c *Cluster, n int32, ps *PodSet, profile string, isMIG bool, gpuIdx int) {
 	ni := &c.nodes[n]
 	modelHas := ni.modelHas(profile, isMIG)
-	creates, _ := ni.tgt.offers(o.r)
-	if isMIG && ni.gpu.Strategy == StrategySingle {
-		// Under single, instances are advertised as nvidia.com/gpu.
-		creates = false
-	}
-	mayCreate := creates || (!ni.tgt.known && ni.gpu.MIGConfig != "" && modelHas)
+	creates, _ := ni.targetOffers(o.r)
+	// Under single, instances are advertised as nvidia.com/gpu: no layout
+	// creates nvidia.com/mig-<profile> there.
+	hidden := isMIG && ni.gpu.Strategy == StrategySingle
+	mayCreate := creates || (!ni.tgt.known && ni.gpu.MIGConfig != "" && modelHas && !hidden)
 	admits := func() bool { return ps.Constraints.admits(ni.node).kind == admitted }
 	if list := o.layoutList(ni, modelHas, creates, mayCreate, admits); list != nil {
 		*list = append(*list, n)
@@ -273,13 +291,21 @@ func (ni *nodeInfo) modelHas(profile string, isMIG bool) bool {
 	return !isMIG && (ni.gpu.Count > 0 || ni.model != nil)
 }
 
-// strategyHides: the node offers the shape under the other MIG strategy
-// (profile as nvidia.com/gpu under single, full GPUs beside MIG under
-// mixed).
+// strategyHides: the node offers the shape, or could after a layout
+// change, only under the other MIG strategy: under single, MIG instances
+// (of this profile now, or of any profile its GPU model has) are
+// advertised as nvidia.com/gpu; under mixed, full GPUs are hidden beside
+// MIG.
 func strategyHides(c *Cluster, n int32, profile string, isMIG bool, gpuIdx int) bool {
 	ni := &c.nodes[n]
 	if isMIG {
-		return ni.gpu.SingleProfile() == profile && c.allocOf(int(n), gpuIdx) > 0
+		if ni.gpu.Strategy != StrategySingle {
+			return false
+		}
+		if ni.gpu.SingleProfile() == profile && c.allocOf(int(n), gpuIdx) > 0 {
+			return true
+		}
+		return ni.modelHas(profile, true) && (ni.gpu.Count > 0 || ni.gpuAlloc > 0)
 	}
 	return ni.gpu.Strategy == StrategyMixed && ni.gpuAlloc > 0
 }

@@ -92,7 +92,7 @@ func (d *diag) emptyCapacity() capFunc {
 	return func(n int32, k int) int64 {
 		ni := &c.nodes[n]
 		if pendingSet[n] && ni.tgt.known && IsGPUResource(d.resName[k]) {
-			ok, per := ni.tgt.offers(d.resName[k])
+			ok, per := ni.targetOffers(d.resName[k])
 			if !ok {
 				return 0
 			}

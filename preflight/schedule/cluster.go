@@ -153,12 +153,27 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 		ni.badFail, ni.badWarn = bad[0], bad[1]
 		c.nodes[i] = ni
 	}
+	var labelsOnly bool
+	for i := range nodes {
+		labelsOnly = labelsOnly || nodes[i].LabelsOnly
+	}
+	if labelsOnly {
+		for _, r := range labelsOnlyUnknown {
+			intern(r)
+		}
+	}
 	nr := len(c.resName)
 	c.alloc = make([]int64, len(nodes)*nr)
 	c.free = make([]int64, len(nodes)*nr)
 	for i := range nodes {
 		n := &nodes[i]
 		row := i * nr
+		if n.LabelsOnly {
+			for _, r := range labelsOnlyUnknown {
+				j := c.res[r]
+				c.alloc[row+j], c.free[row+j] = Unknown, Unknown
+			}
+		}
 		for r, v := range n.Allocatable {
 			j := c.res[r]
 			c.alloc[row+j] = v
@@ -170,6 +185,10 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 	}
 	return c
 }
+
+// labelsOnlyUnknown are the resources every node has that labels do not
+// tell.
+var labelsOnlyUnknown = []string{ResourceCPU, ResourceMem, ResourcePods, "ephemeral-storage"}
 
 func (e *Engine) modelOf(product string) *topology.GPUModel {
 	if product == "" {

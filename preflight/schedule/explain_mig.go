@@ -74,12 +74,8 @@ func (d *diag) layoutInvalid(s *setState, ns []int32, r string) {
 }
 
 func (d *diag) strategyMismatch(s *setState, ns []int32, r string) {
-	ni := &d.c.nodes[ns[0]]
 	if p, ok := MIGProfileOf(r); ok {
-		d.add(d.finding(s, verdict.RuleStrategyMismatch, verdict.SeverityFail,
-			fmt.Sprintf("%s asks %s, but the nodes with %s instances use mig.strategy=single (%s): they advertise them as nvidia.com/gpu (product %s), never as %s.",
-				d.setName(s), r, p, d.nodeCountNames(ns), ni.gpu.Product, r),
-			fmt.Sprintf("Ask for nvidia.com/gpu with nodeSelector %s=%s, or switch those nodes' device plugin and GFD to mig.strategy=mixed.", LabelProduct, ni.gpu.Product), ns))
+		d.singleHidesProfile(s, ns, r, p)
 		return
 	}
 	offered := map[string]bool{}
@@ -95,6 +91,60 @@ func (d *diag) strategyMismatch(s *setState, ns []int32, r string) {
 		fmt.Sprintf("%s asks nvidia.com/gpu (full GPUs), but no node advertises it: the GPU nodes (%s) use mig.strategy=mixed with every GPU partitioned and offer only %s.",
 			d.setName(s), d.nodeCountNames(ns), strings.Join(sortedKeys(offered), ", ")),
 		"Ask for one of those MIG resources, or give nodes full GPUs: label them nvidia.com/mig.config=all-disabled (mig-manager drains the GPUs).", ns))
+}
+
+// SwitchToMixed is how a GPU Operator cluster switches the device plugin
+// and GFD to the mixed strategy.
+const SwitchToMixed = `kubectl patch clusterpolicies.nvidia.com/cluster-policy --type=merge -p '{"spec":{"mig":{"strategy":"mixed"}}}'`
+
+// singleHidesProfile: the nodes whose GPUs have MIG profile p run
+// mig.strategy=single, which advertises MIG instances as nvidia.com/gpu.
+// Both ways out are spelled with the strategy they need: keep single and
+// ask nvidia.com/gpu of the <GPU>-MIG-<p> product once the nodes carry
+// all-<p>, or switch to mixed and give the nodes a layout with p.
+func (d *diag) singleHidesProfile(s *setState, ns []int32, r, p string) {
+	var now []string
+	products := map[string]bool{}
+	var relabel []int32
+	for _, n := range ns {
+		ni := &d.c.nodes[n]
+		state := ""
+		if ni.state != migOK {
+			state = ", mig.config.state=" + orUnset(ni.gpu.MIGConfigState)
+		}
+		if len(now) < d.e.maxNames {
+			now = append(now, fmt.Sprintf("%s (product %s, mig.config=%s%s)", ni.node.Name, orUnset(ni.gpu.Product), orUnset(ni.gpu.MIGConfig), state))
+		} else if len(now) == d.e.maxNames {
+			now = append(now, fmt.Sprintf("and %d more", len(ns)-d.e.maxNames))
+		}
+		products[ni.gpu.BaseProduct()+"-MIG-"+p] = true
+		if ni.gpu.SingleProfile() != p && ni.gpu.MIGConfig != "all-"+p {
+			relabel = append(relabel, n)
+		}
+	}
+	sel := make([]string, 0, len(products))
+	for _, pr := range sortedKeys(products) {
+		sel = append(sel, LabelProduct+"="+pr)
+	}
+	keep := fmt.Sprintf("keep mig.strategy=single and ask for nvidia.com/gpu with nodeSelector %s", strings.Join(sel, " (or ")+strings.Repeat(")", len(sel)-1))
+	if len(relabel) > 0 {
+		keep = fmt.Sprintf("keep mig.strategy=single, give %s the one-profile layout nvidia.com/mig.config=all-%s (drain first: the change destroys MIG instances and the work on them), and ask for nvidia.com/gpu with nodeSelector %s",
+			d.nodeCountNames(relabel), p, strings.Join(sel, " (or ")+strings.Repeat(")", len(sel)-1))
+	}
+	mixed := fmt.Sprintf("switch those nodes' device plugin and GFD to mig.strategy=mixed (GPU Operator: %s) and give them a layout with %s (nvidia.com/mig.config=all-%s or a custom one): then they advertise %s", SwitchToMixed, p, p, r)
+	d.add(d.finding(s, verdict.RuleStrategyMismatch, verdict.SeverityFail,
+		fmt.Sprintf("%s asks %s, but the nodes whose GPUs have %s instances use mig.strategy=single: %s. Under single the device plugin advertises MIG instances as nvidia.com/gpu (product <GPU>-MIG-<profile>), never as %s, whatever the layout.",
+			d.setName(s), r, p, strings.Join(now, "; "), r),
+		upperFirst(keep)+"; or "+mixed+".", ns))
+}
+
+// strategyNote says under which MIG strategy a layout with GPU resource r
+// is advertised as r, for fixes that propose a layout.
+func strategyNote(r string) string {
+	if p, ok := MIGProfileOf(r); ok {
+		return fmt.Sprintf("the device plugin and GFD must run mig.strategy=mixed to advertise it as %s (under single, %s instances are advertised as nvidia.com/gpu)", r, p)
+	}
+	return "under mig.strategy=mixed only GPUs with MIG disabled are advertised as nvidia.com/gpu; under single, a layout of one profile on every GPU is advertised as nvidia.com/gpu too"
 }
 
 // gpuMeaning warns when nvidia.com/gpu means a full GPU on some usable

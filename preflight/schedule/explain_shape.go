@@ -20,7 +20,7 @@ func (d *diag) explainSet(s *setState) {
 		d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s per pod; the only nodes that offer it (%s) are being changed by mig-manager to a layout without it (%s).",
 				d.setName(s), fmtRequests(s.ps.Requests), d.names(s.losing), d.migStates(s.losing)),
-			"Ask for a shape the new layout offers, or set nvidia.com/mig.config on those nodes back to a layout with this one.", s.losing))
+			d.losingFix(s), s.losing))
 	case setExcluded:
 		d.nodeConstraints(s)
 	case setUsable:
@@ -90,7 +90,11 @@ func (d *diag) mostOffered(s *setState) string {
 		if q <= 0 {
 			continue
 		}
-		m := fmt.Sprintf("%s %s (%s)", d.resName[k], fmtAmount(d.resName[k], s.maxAlloc[k]), d.c.nodes[s.maxNode[k]].node.Name)
+		amount := fmtAmount(d.resName[k], s.maxAlloc[k])
+		if s.maxAlloc[k] >= Unknown {
+			amount = "unknown (labels only)"
+		}
+		m := fmt.Sprintf("%s %s (%s)", d.resName[k], amount, d.c.nodes[s.maxNode[k]].node.Name)
 		all = append(all, m)
 		if s.maxAlloc[k] < q {
 			most = append(most, m)
@@ -145,11 +149,28 @@ func (d *diag) shapeMismatch(s *setState, r string, stale, excludedPending []int
 	if len(excludedPending) > 0 {
 		msg += fmt.Sprintf(" %s will offer it after a pending MIG change, but the pod's placement rules exclude them.", d.nodeCountNames(excludedPending))
 	}
-	fix := "Ask for a shape the cluster offers (same memory does not mean same compute: compare SMs), or give nodes a MIG layout with this profile."
+	fix := "Ask for a shape the cluster offers (same memory does not mean same compute: compare SMs), or give nodes a MIG layout with this profile; " + strategyNote(r) + "."
 	if _, ok := MIGProfileOf(r); !ok {
 		fix = "Add GPU nodes, or check that the NVIDIA device plugin runs on them (kubectl describe node shows nvidia.com/gpu under Allocatable)."
 	}
 	d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail, msg, fix, stale))
+}
+
+// losingFix: ask what the new layout offers, or go back to a layout with
+// the shape, under the strategy that advertises it.
+func (d *diag) losingFix(s *setState) string {
+	var back []string
+	for _, r := range s.ps.Requests.sortedNames() {
+		if !IsGPUResource(r) {
+			continue
+		}
+		if p, ok := MIGProfileOf(r); ok {
+			back = append(back, fmt.Sprintf("for %s, nvidia.com/mig.config=all-%s or a custom layout with it; %s", r, p, strategyNote(r)))
+		} else {
+			back = append(back, fmt.Sprintf("for %s, nvidia.com/mig.config=all-disabled; %s", r, strategyNote(r)))
+		}
+	}
+	return "Ask for a shape the new layout offers, or set nvidia.com/mig.config on those nodes back to a layout with this one: " + strings.Join(back, "; ") + "."
 }
 
 // reconfigurable names nodes whose GPU model can carry profile r and the
@@ -210,7 +231,26 @@ func (d *diag) reconfigurable(s *setState, r string, ns []int32) {
 	if supply < need {
 		msg += " Even all of them would not be enough; add nodes too."
 	}
+	// Single-strategy nodes are STRATEGY_MISMATCH, never here: these run
+	// mixed, none, or no strategy label.
+	strategies := map[string][]int32{}
+	for _, n := range all {
+		st := d.c.nodes[n].gpu.Strategy
+		strategies[st] = append(strategies[st], n)
+	}
+	strategyFix := fmt.Sprintf(" The nodes already run mig.strategy=mixed, which advertises it as %s.", r)
+	var other []string
+	var otherN []int32
+	for _, st := range sortedKeys(strategies) {
+		if st != StrategyMixed {
+			other = append(other, fmt.Sprintf("mig.strategy=%s on %s", orUnset(st), d.nodeCountNames(strategies[st])))
+			otherN = append(otherN, strategies[st]...)
+		}
+	}
+	if len(otherN) > 0 {
+		strategyFix = fmt.Sprintf(" Only mig.strategy=mixed advertises it as %s, and these nodes have %s: switch the device plugin and GFD to mig.strategy=mixed first (GPU Operator: %s).", r, strings.Join(other, "; "), SwitchToMixed)
+	}
 	d.add(d.finding(s, verdict.RuleReconfigurable, verdict.SeverityInfo, msg,
-		fmt.Sprintf("Reconfiguring destroys the node's MIG instances and the work on them: drain the node first (kubectl drain), then label it nvidia.com/mig.config=all-%s (add that name to the mig-parted config map if it is missing) and wait for nvidia.com/mig.config.state=success. Under mig.strategy=mixed it appears as %s.", p, r),
+		fmt.Sprintf("Reconfiguring destroys the node's MIG instances and the work on them: drain the node first (kubectl drain), then label it nvidia.com/mig.config=all-%s (add that name to the mig-parted config map if it is missing) and wait for nvidia.com/mig.config.state=success.%s", p, strategyFix),
 		all))
 }

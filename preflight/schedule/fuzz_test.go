@@ -17,6 +17,13 @@ func FuzzDiagnose(f *testing.F) {
 		"nvidia.com/gpu=7", "nvidia.com/mig-1g.10gb", uint8(1))
 	f.Add("nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-MIG-INVALID\nnvidia.com/mig.strategy=single\nnvidia.com/cuda.driver-version.full=570.133.20",
 		"nvidia.com/gpu=0\nnvidia.com/mig-1g.5gb=0", "nvidia.com/gpu", uint8(2))
+	// mig.strategy=single: a MIG-disabled node asked for a profile
+	// (fixture 23), and a node being changed to one profile asked for
+	// nvidia.com/gpu.
+	f.Add("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\nnvidia.com/mig.strategy=single\nnvidia.com/mig.config=all-disabled\nnvidia.com/mig.config.state=success\nnvidia.com/gpu.count=1\nnvidia.com/gpu.replicas=1",
+		"nvidia.com/gpu=1", "nvidia.com/mig-1g.10gb", uint8(1))
+	f.Add("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3\nnvidia.com/mig.strategy=single\nnvidia.com/mig.config=all-1g.10gb\nnvidia.com/mig.config.state=pending\nnvidia.com/gpu.deploy.device-plugin=paused-for-mig-change\nnvidia.com/gpu.count=1",
+		"nvidia.com/gpu=", "nvidia.com/gpu", uint8(7))
 	e := New()
 	f.Fuzz(func(t *testing.T, labels, alloc, res string, count uint8) {
 		n := Node{Name: "n", Labels: map[string]string{}, Allocatable: Resources{}, Capacity: Resources{}, Used: Resources{}}

@@ -69,7 +69,16 @@ type Node struct {
 	// Used is the sum of the requests of the pods bound to the node that
 	// have not finished.
 	Used Resources
+	// LabelsOnly: the node is known from its labels alone (`kubectl get
+	// node -o jsonpath='{.metadata.labels}'`). Allocatable holds the GPU
+	// resources its GFD labels imply; cpu, memory, pods and
+	// ephemeral-storage are unknown and never limit placement.
+	LabelsOnly bool
 }
+
+// Unknown is the amount a labels-only node is taken to have of a resource
+// its labels say nothing about: more than any pod asks.
+const Unknown int64 = 1 << 60
 
 // Taint is a node taint.
 type Taint struct {

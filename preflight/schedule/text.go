@@ -193,12 +193,16 @@ func fmtGPURequests(r Resources) string {
 
 // shapeInfo is a GPU shape the cluster offers.
 type shapeInfo struct {
-	res    string
-	model  string
-	sms    int
-	memMiB uint64
-	nodes  int
-	total  int64
+	res   string
+	model string
+	// single is the MIG profile nvidia.com/gpu stands for under
+	// mig.strategy=single ("" for full GPUs), product the label to select
+	// those nodes by.
+	single, product string
+	sms             int
+	memMiB          uint64
+	nodes           int
+	total           int64
 }
 
 // askDescription names a requested GPU resource with its SMs and memory on
@@ -261,7 +265,7 @@ func (d *diag) nearest(r string) string {
 		if di != dj {
 			return di < dj
 		}
-		return list[i].res+list[i].model < list[j].res+list[j].model
+		return list[i].res+list[i].model+list[i].single < list[j].res+list[j].model+list[j].single
 	})
 	var parts []string
 	for _, sh := range list[:min(3, len(list))] {
@@ -272,6 +276,11 @@ func (d *diag) nearest(r string) string {
 		if askMem > 0 && sh.memMiB > 0 && math.Abs(float64(sh.memMiB)-float64(askMem)) <= 0.08*float64(askMem) && askSMs > 0 && sh.sms > 0 && sh.sms != askSMs {
 			desc += fmt.Sprintf(": same memory, %d instead of %d SMs", sh.sms, askSMs)
 		}
+		if sh.single != "" {
+			// Asking nvidia.com/gpu alone may land on full GPUs: say how
+			// to ask for this shape.
+			desc = fmt.Sprintf("MIG %s under mig.strategy=single, %s; ask nvidia.com/gpu with nodeSelector %s=%s", sh.single, desc, LabelProduct, sh.product)
+		}
 		parts = append(parts, fmt.Sprintf("%s (%s, %s) on %s, %d in all", sh.res, desc, sh.model, plural(sh.nodes, "node"), sh.total))
 	}
 	return strings.Join(parts, "; ")
@@ -280,7 +289,7 @@ func (d *diag) nearest(r string) string {
 // shapes lists the GPU shapes the cluster offers: one per GPU resource and
 // GPU model, with its node count and total.
 func (c *Cluster) shapes() []*shapeInfo {
-	type key struct{ res, model string }
+	type key struct{ res, model, single string }
 	shapes := map[key]*shapeInfo{}
 	for i := range c.nodes {
 		ni := &c.nodes[i]
@@ -294,10 +303,14 @@ func (c *Cluster) shapes() []*shapeInfo {
 			if ni.model != nil {
 				model = ni.model.Name
 			}
-			k := key{name, model}
+			single := ""
+			if name == ResourceGPU {
+				single = ni.gpu.SingleProfile()
+			}
+			k := key{name, model, single}
 			sh, ok := shapes[k]
 			if !ok {
-				sh = &shapeInfo{res: name, model: model}
+				sh = &shapeInfo{res: name, model: model, single: single, product: ni.gpu.Product}
 				sh.sms, sh.memMiB = ni.shapeOf(name)
 				shapes[k] = sh
 			}

@@ -134,7 +134,7 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	}
 	files := o.Filenames
 	if len(files) == 0 {
-		return verdict.Exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output; - for stdin)")
+		return verdict.Exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output, or a node's labels as kubectl get node NAME -o jsonpath='{.metadata.labels}' prints them; - for stdin)")
 	}
 	e, err := a.diagnoseEngine(ctx, o)
 	if err != nil {
@@ -146,6 +146,9 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 		if err := cluster.LoadFile(ctx, b, f, a.Streams.In, &stats); err != nil {
 			return inputError(ctx, err)
 		}
+	}
+	for _, ln := range stats.LabelsNodes {
+		fmt.Fprintf(a.Streams.Err, "rankgate: note: node %s read from its labels alone (name from %s): GPU resources from its GPU feature discovery labels; cpu, memory and pods unknown, taken as enough\n", ln.Name, ln.NameFrom)
 	}
 	for _, k := range sortedCountKeys(stats.Skipped) {
 		a.Log.Info("skipped objects of a kind diagnose does not use", zap.String("kind", k), zap.Int("count", stats.Skipped[k]))

@@ -103,6 +103,10 @@ func (b *Builder) AddNode(n *corev1.Node) error {
 	if err != nil {
 		return err
 	}
+	return b.addNode(sn)
+}
+
+func (b *Builder) addNode(sn schedule.Node) error {
 	if _, dup := b.nodeIdx[sn.Name]; dup {
 		return fmt.Errorf("node %s appears twice", sn.Name)
 	}

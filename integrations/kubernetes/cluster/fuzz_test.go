@@ -19,12 +19,20 @@ import (
 func FuzzLoad(f *testing.F) {
 	for _, s := range []string{multiDoc, "", "---\n", "null", "[]", "apiVersion: v1\nkind: List\nitems: [1]\n",
 		`{"apiVersion":"v1","kind":"PodList","items":[{"metadata":{"name":"p"},"spec":{"containers":[{"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}]}`,
+		// A node's labels alone, and kubectl describe text.
+		`{"kubernetes.io/hostname":"h","nvidia.com/gpu.product":"NVIDIA-A100-SXM4-80GB-MIG-1g.10gb","nvidia.com/mig.strategy":"single","nvidia.com/gpu.count":"7"}`,
+		"labels:\n  nvidia.com/mig.strategy: mixed\n  nvidia.com/mig-1g.10gb.count: 2\n  nvidia.com/gpu.replicas: '0'\n",
+		"Name: n\nRoles: worker\nCapacity:\n  nvidia.com/gpu: 8\n",
+		"  Warning  FailedScheduling  2m  default-scheduler  0/2 nodes are available\n",
 	} {
 		f.Add([]byte(s))
 	}
 	files, _ := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
 	legacy, _ := filepath.Glob(filepath.Join(legacyDir, "*.yaml"))
 	files = append(files, legacy...)
+	inputs, _ := filepath.Glob(filepath.Join("testdata", "inputs", "*.*"))
+	fixtures, _ := filepath.Glob(filepath.Join("..", "..", "..", "testdata", "fixtures", "kubernetes", "*"))
+	files = append(append(files, inputs...), fixtures...)
 	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err == nil {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -50,6 +51,8 @@ func (e *InputError) ExitCode() int { return verdict.ExitUsage }
 // LoadStats counts what a load read and skipped.
 type LoadStats struct {
 	Objects int
+	// LabelsNodes lists the nodes read from their labels alone.
+	LabelsNodes []LabelsNode
 	// Skipped counts objects of kinds diagnose does not use, by
 	// "apiVersion kind".
 	Skipped map[string]int
@@ -89,7 +92,10 @@ func LoadFile(ctx context.Context, b *Builder, path string, stdin io.Reader, sta
 // single objects, Lists (v1 List, NodeList, PodList, PyTorchJobList,
 // MPIJobList) and multi-document YAML. Nodes, Pods, PyTorchJobs
 // (kubeflow.org/v1) and MPIJobs (kubeflow.org/v2beta1) go into b; other
-// kinds are counted in stats and skipped.
+// kinds are counted in stats and skipped. A node's label map alone (`kubectl
+// get node NAME -o jsonpath='{.metadata.labels}'`) is a node too
+// (labelsNode). `kubectl describe` output is refused with the command that
+// prints what diagnose reads (ErrDescribe).
 func Load(b *Builder, name string, r io.Reader, stats *LoadStats) error {
 	if stats == nil {
 		stats = &LoadStats{}
@@ -97,7 +103,12 @@ func Load(b *Builder, name string, r io.Reader, stats *LoadStats) error {
 	// The decoder retries JSON as YAML and reports its own errors: keep
 	// the reader's, which say what really ended the input.
 	src := &readErr{r: r}
-	dec := utilyaml.NewYAMLOrJSONDecoder(src, 64<<10)
+	br := bufio.NewReaderSize(src, describeSniff)
+	head, _ := br.Peek(describeSniff) // a shorter input is all there is
+	if err := describeError(head); err != nil {
+		return &InputError{File: name, Doc: 1, Err: err}
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(br, 64<<10)
 	for doc := 1; ; doc++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
@@ -113,7 +124,7 @@ func Load(b *Builder, name string, r io.Reader, stats *LoadStats) error {
 		if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 			continue
 		}
-		if err := loadObject(b, raw, stats); err != nil {
+		if err := loadObject(b, name, raw, stats); err != nil {
 			var ie *InputError
 			if errors.As(err, &ie) {
 				ie.File, ie.Doc = name, doc
@@ -145,13 +156,21 @@ func (t *typeMeta) object() string {
 	return s
 }
 
-func loadObject(b *Builder, raw json.RawMessage, stats *LoadStats) error {
+func loadObject(b *Builder, file string, raw json.RawMessage, stats *LoadStats) error {
 	if raw[0] != '{' {
 		return errors.New("not a Kubernetes object: expected a mapping with apiVersion and kind")
 	}
 	var tm typeMeta
 	if err := json.Unmarshal(raw, &tm); err != nil {
+		if labels, ok := labelsOf(raw); ok {
+			return loadLabels(b, file, labels, stats)
+		}
 		return fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	if tm.APIVersion == "" && tm.Kind == "" {
+		if labels, ok := labelsOf(raw); ok {
+			return loadLabels(b, file, labels, stats)
+		}
 	}
 	if tm.APIVersion == "" || tm.Kind == "" {
 		return errors.New("not a Kubernetes object: apiVersion or kind is missing (diagnose reads `kubectl get -o yaml` or `-o json` output)")
@@ -183,6 +202,20 @@ func loadObject(b *Builder, raw json.RawMessage, stats *LoadStats) error {
 	if err := loadOne(b, &tm, raw, stats); err != nil {
 		return &InputError{Object: tm.object(), Err: err}
 	}
+	return nil
+}
+
+// loadLabels adds a node known from its labels alone.
+func loadLabels(b *Builder, file string, labels map[string]string, stats *LoadStats) error {
+	n, ln, err := labelsNode(file, labels)
+	if err != nil {
+		return fmt.Errorf("node labels: %w", err)
+	}
+	stats.Objects++
+	if err := b.addNode(n); err != nil {
+		return fmt.Errorf("node labels (node %s, name from %s): %w", ln.Name, ln.NameFrom, err)
+	}
+	stats.LabelsNodes = append(stats.LabelsNodes, ln)
 	return nil
 }
 

@@ -110,7 +110,9 @@ func TestLoadBadInput(t *testing.T) {
 	}{
 		{"malformed yaml", "apiVersion: v1\nkind: Node\nmetadata: [unclosed", "dump.yaml: document 1: not valid YAML or JSON"},
 		{"not an object", "- a\n- b\n", "dump.yaml: document 1: not a Kubernetes object"},
-		{"labels json pasted", `{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}`, "apiVersion or kind is missing"},
+		// A node's labels alone are read (load_inputs_test.go); a map that
+		// is neither an object nor labels is not.
+		{"map that is not labels", `{"product": "NVIDIA-H100-80GB-HBM3", "gpus": [1, 2]}`, "apiVersion or kind is missing"},
 		{"node without name", "apiVersion: v1\nkind: Node\nmetadata: {}\n", "dump.yaml: document 1 (Node): metadata.name is empty"},
 		{"negative gpus", "apiVersion: v1\nkind: Node\nmetadata: {name: gpu-7}\nstatus: {allocatable: {nvidia.com/gpu: \"-3\"}}\n",
 			"dump.yaml: document 1 (Node gpu-7): status.allocatable nvidia.com/gpu is -3: must not be negative"},
