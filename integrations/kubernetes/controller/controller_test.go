@@ -151,7 +151,7 @@ func TestCompactReportBounded(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		f = append(f, verdict.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: verdict.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
 	}
-	s := compactReport(verdict.NewReport("big", f))
+	s := compactReport(verdict.NewReport("big", f), maxReportLen)
 	require.LessOrEqual(t, len(s), maxReportLen)
 	var r verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(s), &r))
@@ -202,7 +202,6 @@ func TestTrimPod(t *testing.T) {
 	require.Empty(t, tp.Spec.Containers)
 	require.Len(t, tp.Status.Conditions, 1)
 	require.Equal(t, "n1", tp.Spec.NodeName)
-
 
 	// Whether it can ever be placed is judged from the trimmed objects
 	// (placement_test.go): never placeable where the most any node has is

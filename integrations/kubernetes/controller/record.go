@@ -347,7 +347,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	for k, v := range decisionAnnotations(d) {
+	for k, v := range decisionAnnotationsFor(d, ann) {
 		ann[k] = v
 	}
 	obj.SetAnnotations(ann)
