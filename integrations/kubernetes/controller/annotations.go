@@ -75,6 +75,10 @@ type decision struct {
 	applied bool
 	// unrecorded: the job is gone or replaced; answered, never recorded.
 	unrecorded bool
+	// deleteRefused: the fail policy was delete, but the API server refuses
+	// the controller's delete (the base install grants none): the job is
+	// suspended instead, and the Event says why.
+	deleteRefused string
 }
 
 // recordedDecision reads the verdict the job carries, if any.

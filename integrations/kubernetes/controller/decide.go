@@ -166,19 +166,19 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 	case d.Report.Failed():
 		typ, reason = corev1.EventTypeWarning, "GangFailed"
 		note = d.Report.Reason(0)
-		switch d.Action {
-		case ActionSuspend:
+		switch {
+		case d.Action == ActionSuspend && d.deleteRefused != "":
+			note = "job suspended, not deleted (" + d.deleteRefused + "): " + note
+		case d.Action == ActionSuspend:
 			note = "job suspended: " + note
-		case ActionDelete:
+		case d.Action == ActionDelete:
 			note = "job deleted: " + note
 		}
 	case d.Report.Verdict == verdict.VerdictWarn:
 		reason = "GangPassedWithWarnings"
 	}
 	// events.k8s.io notes are limited to 1 kB.
-	if len(note) > 1000 {
-		note = note[:997] + "..."
-	}
+	note = verdict.Truncate(note, 1000)
 	c.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
 }
 

@@ -28,10 +28,11 @@ import (
 // whole job) applies to it. Waiting verdicts (WAIT_CAPACITY, a pending MIG
 // change, cordoned or NotReady nodes) never are.
 //
-// The caches keep no requests of bound pods, so nodes count as empty and
-// pod sets whose pods are all bound are left out: both can only make a job
-// look easier to place, never unplaceable. Nothing the engine decides
-// hopeless depends on free capacity.
+// Only the job's unbound pods are judged (GANG_TOO_LARGE: even they alone
+// do not fit an empty cluster), and the caches keep no requests of bound
+// pods, so nodes count as empty: both can only make a job look easier to
+// place, never unplaceable. Nothing the engine decides hopeless depends on
+// free capacity.
 
 // unplaceablePods judges job j with its cached pods and returns, for each
 // pod ("namespace/name") that can never be placed, the engine's reason.
@@ -66,13 +67,15 @@ func judgePlacement(e *schedule.Engine, nodes []corev1.Node, j job, pods []*core
 	if err != nil {
 		return nil, err
 	}
-	// Pod sets without an unbound pod are judged from the pod template,
-	// which the cache strips: leave them out. The scheduler's message is
-	// already in each rank's state.
+	// Only the unbound pods are judged. Pod sets without one would be
+	// judged from the pod template, which the cache strips; bound pods stay
+	// where they are even on nodes their pod set could no longer use (a
+	// taint added since), so placing them again could only be wrong. The
+	// scheduler's message is already in each rank's state.
 	sets := w.PodSets[:0]
 	for _, ps := range w.PodSets {
 		if len(ps.Pods) > 0 {
-			ps.SchedulerMessage = ""
+			ps.Count, ps.Bound, ps.SchedulerMessage = len(ps.Pods), 0, ""
 			sets = append(sets, ps)
 		}
 	}

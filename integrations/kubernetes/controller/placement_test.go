@@ -131,6 +131,10 @@ func TestJudgePlacement(t *testing.T) {
 		{"taint not tolerated", []*corev1.Pod{pendingPod("nvidia.com/gpu", 1)}, []*corev1.Node{tainted(full(0))}, verdict.RuleNodeConstraints, "dedicated=inference:NoSchedule", 1},
 		{"node selector matches a label", []*corev1.Pod{selecting(pendingPod("nvidia.com/gpu", 1), "pool", "train")}, []*corev1.Node{full(0), labelled(full(1), "pool", "train")}, "", "", 0},
 		{"node selector matches none", []*corev1.Pod{selecting(pendingPod("nvidia.com/gpu", 1), "pool", "train")}, two(full), verdict.RuleNodeConstraints, "pool", 1},
+		// Worker 0 runs on n0 from before its taint: the pending worker
+		// needs only n1 (judging both again would find them too many).
+		{"bound sibling on a node since tainted", []*corev1.Pod{bound(pendingPod("nvidia.com/gpu", 8), "n0"), pendingPod("nvidia.com/gpu", 8)},
+			[]*corev1.Node{tainted(full(0)), full(1)}, "", "", 0},
 		{"only cordoned nodes: waits", []*corev1.Pod{pendingPod("nvidia.com/gpu", 1)}, []*corev1.Node{cordoned(full(0))}, "", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
