@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -195,4 +196,31 @@ func suspended(t *testing.T, job client.Object) bool {
 	}
 	t.Fatalf("unknown job kind %T", job)
 	return false
+}
+
+// With delete permission (here the test's admin), the dry run that checks
+// it deletes nothing: the verdict is recorded and applied (Event "job
+// deleted"), then the job is deleted, and the ranks hear "delete".
+func TestE2EOnFailDeleteWithPermissionDeletes(t *testing.T) {
+	ns := newNamespace(t, "e2e-ondelete-ok", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute, OnFail: controller.ActionDelete})
+	job := mpiJob(t, ns, "bad", 2)
+	var ranks []*rank
+	for i, dev := range []string{"0:0", "1:0"} {
+		p := rankPod(t, job, "worker", i, "h100-node", "nvidia.com/mig-3g.40gb")
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+	}
+	for _, r := range ranks {
+		require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), joinRanks(ranks))
+		require.Contains(t, r.termination(), "job action: delete", r.String())
+	}
+	require.Eventually(t, func() bool {
+		err := k8s.Get(context.Background(), client.ObjectKeyFromObject(job), &mpiv2beta1.MPIJob{})
+		return apierrors.IsNotFound(err)
+	}, 10*time.Second, 100*time.Millisecond, "job not deleted")
+	require.Eventually(t, func() bool {
+		ev := jobEvents(t, job)["GangFailed"]
+		return len(ev) == 1 && strings.HasPrefix(ev[0], "job deleted: ")
+	}, 10*time.Second, 100*time.Millisecond, "events %v", jobEvents(t, job))
+	require.EqualValues(t, 1, c.Decisions())
 }
