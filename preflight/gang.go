@@ -155,7 +155,7 @@ func gangRankUnplaceable(g *gang) []verdict.Finding {
 	return []verdict.Finding{{
 		Rule: verdict.RuleGangRankUnplaceable, Severity: verdict.SeverityFail, Ranks: shown, Pods: pods, Nodes: nodes,
 		Message:     fmt.Sprintf("ranks %s can never be placed on this cluster%s", firstRanks(unplaceable), states),
-		Remediation: "request a GPU resource some node advertises (kubectl get nodes -o json | jq .items[].status.allocatable), or add such nodes",
+		Remediation: "change what the rank's pod asks for or where it may run, as the reason says, or add such nodes (rankgate diagnose job explains it with the nearest shapes)",
 	}}
 }
 

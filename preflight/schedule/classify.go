@@ -1,6 +1,10 @@
 package schedule
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/rankgate/rankgate/topology"
+)
 
 // Classification: what the cluster offers each pod set and the job, from
 // the cluster and the workload alone. It adds no finding; the explain_*
@@ -173,7 +177,7 @@ func (d *diag) sortNode(s *setState, n int32, cl *setClass) {
 func (d *diag) targetKeeps(ni *nodeInfo, s *setState) bool {
 	for k, q := range s.req {
 		r := d.resName[k]
-		if q <= 0 || !IsGPUResource(r) {
+		if q <= 0 || !topology.IsGPUResource(r) {
 			continue
 		}
 		if ok, _ := ni.targetOffers(r); !ok {
@@ -216,7 +220,7 @@ func (d *diag) classifyNoNodeFits(s *setState, cl *setClass) {
 			continue
 		}
 		m := missingResource{k: k}
-		if name := d.resName[k]; IsGPUResource(name) {
+		if name := d.resName[k]; topology.IsGPUResource(name) {
 			o := d.c.gpuOfferOf(s.ps, name)
 			m.gpu = &o
 			d.c.waitForPending(cl, &o)

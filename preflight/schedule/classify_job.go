@@ -1,5 +1,7 @@
 package schedule
 
+import "github.com/rankgate/rankgate/topology"
+
 // jobVerdict is the family of the whole job's class: whether the gang fits
 // an empty cluster, and whether it fits now.
 type jobVerdict int
@@ -91,7 +93,7 @@ func (d *diag) emptyCapacity() capFunc {
 	}
 	return func(n int32, k int) int64 {
 		ni := &c.nodes[n]
-		if pendingSet[n] && ni.tgt.known && IsGPUResource(d.resName[k]) {
+		if pendingSet[n] && ni.tgt.known && topology.IsGPUResource(d.resName[k]) {
 			ok, per := ni.targetOffers(d.resName[k])
 			if !ok {
 				return 0

@@ -178,7 +178,7 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 			j := c.res[r]
 			c.alloc[row+j] = v
 			c.free[row+j] = v - n.Used[r]
-			if IsGPUResource(r) && v > 0 {
+			if topology.IsGPUResource(r) && v > 0 {
 				c.nodes[i].gpuAlloc += v
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -49,7 +50,7 @@ func (d *diag) gangTooLarge(classes []class, p placement, capOf capFunc) {
 		nodes = append(nodes, cl.nodes...)
 		var totals []string
 		for k, q := range cl.req {
-			if q <= 0 || !IsGPUResource(d.resName[k]) {
+			if q <= 0 || !topology.IsGPUResource(d.resName[k]) {
 				continue
 			}
 			var sum int64
@@ -121,7 +122,7 @@ func (d *diag) waitCapacity(classes []class, p placement, capOf capFunc) {
 				free += capOf(n, k)
 				alloc += d.c.allocOf(int(n), d.resIdx[k])
 			}
-			if IsGPUResource(d.resName[k]) {
+			if topology.IsGPUResource(d.resName[k]) {
 				totals = append(totals, fmt.Sprintf("%s %s free of %s", d.resName[k], fmtAmount(d.resName[k], free), fmtAmount(d.resName[k], alloc)))
 			}
 			if need := q * int64(cl.need); free < need {
@@ -182,7 +183,7 @@ func (d *diag) busyNames(ns []int32, cl class) string {
 		}
 		var use []string
 		for k, q := range cl.req {
-			if q <= 0 || !IsGPUResource(d.resName[k]) {
+			if q <= 0 || !topology.IsGPUResource(d.resName[k]) {
 				continue
 			}
 			a := d.c.allocOf(int(n), d.resIdx[k])

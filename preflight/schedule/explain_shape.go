@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -161,7 +162,7 @@ func (d *diag) shapeMismatch(s *setState, r string, stale, excludedPending []int
 func (d *diag) losingFix(s *setState) string {
 	var back []string
 	for _, r := range s.ps.Requests.sortedNames() {
-		if !IsGPUResource(r) {
+		if !topology.IsGPUResource(r) {
 			continue
 		}
 		if p, ok := MIGProfileOf(r); ok {

@@ -20,14 +20,16 @@ package schedule
 import (
 	"sort"
 	"strings"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // Resource names the engine knows. Other names are treated as opaque
 // counted resources (cpu in millicores, memory in bytes, anything else as
 // the integer the API server stores).
 const (
-	ResourceGPU  = "nvidia.com/gpu"
-	MIGPrefix    = "nvidia.com/mig-"
+	ResourceGPU  = topology.ResourceGPU
+	MIGPrefix    = topology.ResourceMIGPrefix
 	ResourceCPU  = "cpu"
 	ResourceMem  = "memory"
 	ResourcePods = "pods"
@@ -36,12 +38,6 @@ const (
 // Resources maps a resource name to an amount. cpu is in millicores, memory
 // and storage in bytes, everything else in units.
 type Resources map[string]int64
-
-// IsGPUResource reports whether name is an NVIDIA device-plugin resource
-// (nvidia.com/gpu or nvidia.com/mig-<profile>).
-func IsGPUResource(name string) bool {
-	return name == ResourceGPU || strings.HasPrefix(name, MIGPrefix)
-}
 
 // MIGProfileOf returns the profile of a nvidia.com/mig-<profile> resource.
 func MIGProfileOf(name string) (string, bool) {
@@ -186,7 +182,7 @@ func (w Workload) gpuPods() int {
 
 func (p PodSet) gpuRequest() bool {
 	for r, v := range p.Requests {
-		if v > 0 && IsGPUResource(r) {
+		if v > 0 && topology.IsGPUResource(r) {
 			return true
 		}
 	}
@@ -214,7 +210,7 @@ func (r Resources) sortedNames() []string {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
-		gi, gj := IsGPUResource(out[i]), IsGPUResource(out[j])
+		gi, gj := topology.IsGPUResource(out[i]), topology.IsGPUResource(out[j])
 		if gi != gj {
 			return gi
 		}

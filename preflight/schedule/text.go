@@ -184,7 +184,7 @@ func fmtRequests(r Resources) string {
 func fmtGPURequests(r Resources) string {
 	var parts []string
 	for _, k := range r.sortedNames() {
-		if IsGPUResource(k) {
+		if topology.IsGPUResource(k) {
 			parts = append(parts, k+": "+fmtAmount(k, r[k]))
 		}
 	}
@@ -296,7 +296,7 @@ func (c *Cluster) shapes() []*shapeInfo {
 		row := i * len(c.resName)
 		for j, name := range c.resName {
 			v := c.alloc[row+j]
-			if v <= 0 || !IsGPUResource(name) {
+			if v <= 0 || !topology.IsGPUResource(name) {
 				continue
 			}
 			model := ni.gpu.BaseProduct()

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/topology"
 )
 
 // Bounds beyond which a quantity is taken for a typo or garbage, not a
@@ -343,7 +344,7 @@ func schedulerMessage(p *corev1.Pod) string {
 
 func hasGPU(r schedule.Resources) bool {
 	for k, v := range r {
-		if v > 0 && schedule.IsGPUResource(k) {
+		if v > 0 && topology.IsGPUResource(k) {
 			return true
 		}
 	}

@@ -46,10 +46,20 @@ func ValidAction(s string) bool {
 	return s == ActionSuspend || s == ActionDelete || s == ActionAnnotate
 }
 
-// Bounds on what the controller writes (annotations total 256 KiB).
+// Bounds on what the controller writes. The API server refuses an object
+// whose annotations (keys and values) total more than 256 KiB; the job's
+// own annotations count too (kubectl's last-applied-configuration of a big
+// job can be tens of KiB), so the report is trimmed to what is left when it
+// would not fit (applyOnce).
 const (
-	maxReasonLen = 2048
-	maxReportLen = 64 << 10
+	maxReasonLen      = 2048
+	maxReportLen      = 64 << 10
+	annotationsLimit  = 256 << 10
+	annotationsMargin = 4 << 10 // the API server's own bookkeeping, rounding
+	// In a trimmed report: at most this much of each finding's message and
+	// this many of each list (ranks, pods, nodes, devices).
+	trimmedMessageLen = 1024
+	trimmedListLen    = 20
 )
 
 // decision is a recorded verdict.
@@ -65,6 +75,10 @@ type decision struct {
 	applied bool
 	// unrecorded: the job is gone or replaced; answered, never recorded.
 	unrecorded bool
+	// deleteRefused: the fail policy was delete, but the API server refuses
+	// the controller's delete (the base install grants none): the job is
+	// suspended instead, and the Event says why.
+	deleteRefused string
 }
 
 // recordedDecision reads the verdict the job carries, if any.
@@ -85,6 +99,12 @@ func recordedDecision(o client.Object) (*decision, bool) {
 
 // decisionAnnotations renders a decision for the job and its record.
 func decisionAnnotations(d *decision) map[string]string {
+	return decisionAnnotationsWithin(d, maxReportLen)
+}
+
+// decisionAnnotationsWithin renders a decision with the report bounded to
+// reportMax bytes.
+func decisionAnnotationsWithin(d *decision, reportMax int) map[string]string {
 	var rules []string
 	seen := map[string]bool{}
 	for _, f := range d.Report.Findings {
@@ -98,7 +118,7 @@ func decisionAnnotations(d *decision) map[string]string {
 		KeyRules:     strings.Join(rules, ","),
 		KeyDecidedAt: d.DecidedAt.UTC().Format(time.RFC3339Nano),
 		KeyDecidedBy: d.DecidedBy,
-		KeyReport:    compactReport(d.Report),
+		KeyReport:    compactReport(d.Report, reportMax),
 	}
 	if d.Report.Failed() {
 		m[KeyReason] = d.Report.Reason(maxReasonLen)
@@ -120,36 +140,80 @@ func summary(r verdict.Report) string {
 	if len(warn) == 0 {
 		return "all ranks passed"
 	}
-	s := "passed with warnings: " + strings.Join(warn, "\n")
-	if len(s) > maxReasonLen {
-		s = s[:maxReasonLen-3] + "..."
-	}
-	return s
+	return verdict.Truncate("passed with warnings: "+strings.Join(warn, "\n"), maxReasonLen)
 }
 
-// compactReport is the report as JSON within maxReportLen: remediations,
-// then findings beyond the first, are dropped when it is too long.
-func compactReport(r verdict.Report) string {
+// compactReport is the report as JSON within max bytes. A report that is
+// too long keeps its verdict and as many of its findings as fit, in order
+// (fail first), each without its remediation (the rules reference has it),
+// its message and lists shortened; the subject then says how many findings
+// were left out. The reason and rules annotations, and each rank's own
+// answer, still name every failing rule.
+func compactReport(r verdict.Report, max int) string {
 	b, _ := json.Marshal(r)
-	if len(b) <= maxReportLen {
+	if len(b) <= max {
 		return string(b)
 	}
-	r.Findings = append([]verdict.Finding(nil), r.Findings...)
-	for i := range r.Findings {
-		r.Findings[i].Remediation = ""
+	total := len(r.Findings)
+	short := make([]verdict.Finding, total)
+	for i, f := range r.Findings {
+		f.Remediation = ""
+		f.Message = verdict.Truncate(f.Message, trimmedMessageLen)
+		f.Ranks, f.Pods = firstN(f.Ranks, trimmedListLen), firstN(f.Pods, trimmedListLen)
+		f.Nodes, f.Devices = firstN(f.Nodes, trimmedListLen), firstN(f.Devices, trimmedListLen)
+		short[i] = f
 	}
-	for len(r.Findings) > 1 {
-		if b, _ = json.Marshal(r); len(b) <= maxReportLen {
-			return string(b)
+	subject := verdict.Truncate(r.Subject, 512)
+	render := func(keep int) []byte {
+		t := verdict.Report{Verdict: r.Verdict, Findings: short[:keep], Devices: firstN(r.Devices, trimmedListLen),
+			Subject: fmt.Sprintf("%s [report trimmed to fit the job's annotations: %d of %d findings left out, messages and lists shortened]", subject, total-keep, total)}
+		b, _ := json.Marshal(t)
+		return b
+	}
+	// The most findings that fit (render grows with keep).
+	lo, hi := 0, total
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if len(render(mid)) <= max {
+			lo = mid
+		} else {
+			hi = mid - 1
 		}
-		r.Findings = r.Findings[:len(r.Findings)/2]
 	}
-	if len(r.Findings) == 1 && len(r.Findings[0].Message) > maxReasonLen {
-		r.Findings[0].Message = r.Findings[0].Message[:maxReasonLen]
-		r.Findings[0].Ranks, r.Findings[0].Pods, r.Findings[0].Nodes, r.Findings[0].Devices = nil, nil, nil, nil
+	return string(render(lo))
+}
+
+func firstN[T any](xs []T, n int) []T {
+	if len(xs) > n {
+		return xs[:n]
 	}
-	b, _ = json.Marshal(r)
-	return string(b)
+	return xs
+}
+
+// annotationsSize is what the API server counts against its limit.
+func annotationsSize(m map[string]string) int {
+	n := 0
+	for k, v := range m {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// decisionAnnotationsFor renders d for a job that already carries
+// annotations: the report gets what the limit leaves beside them.
+func decisionAnnotationsFor(d *decision, existing map[string]string) map[string]string {
+	ours := decisionAnnotations(d)
+	others := 0
+	for k, v := range existing {
+		if _, overwritten := ours[k]; !overwritten {
+			others += len(k) + len(v)
+		}
+	}
+	if others+annotationsSize(ours) <= annotationsLimit-annotationsMargin {
+		return ours
+	}
+	left := annotationsLimit - annotationsMargin - others - (annotationsSize(ours) - len(ours[KeyReport]))
+	return decisionAnnotationsWithin(d, max(left, 0))
 }
 
 // gateSetting reads the opt-in key from labels, then annotations.

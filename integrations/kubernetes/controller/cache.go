@@ -11,6 +11,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // The informer caches keep only what the controller reads: with 20,000 pods
@@ -18,9 +20,6 @@ import (
 // cache are therefore incomplete and must never be written back with
 // Update; the controller only Patches, computing the patch from two copies
 // of the same trimmed object.
-
-// gpuResourcePrefix: the only resources the controller looks at.
-const gpuResourcePrefix = "nvidia.com/"
 
 // cacheOptions returns the trimmed cache configuration for the kinds in use.
 // Without trim only the pod label selector applies.
@@ -81,10 +80,11 @@ func trimMeta(m metav1.ObjectMeta, labelPrefixes ...string) metav1.ObjectMeta {
 // keys and values, job and node names repeat across thousands of pods).
 func intern(s string) string { return unique.Make(s).Value() }
 
+// gpuList keeps the GPU resources of rl.
 func gpuList(rl corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
 	for k, v := range rl {
-		if strings.HasPrefix(string(k), gpuResourcePrefix) {
+		if topology.IsGPUResource(string(k)) {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}
@@ -102,8 +102,10 @@ func clip(s string, n int) string {
 }
 
 // trimPod keeps identity, rank labels, owner, node, phase, the PodScheduled
-// condition and init container states. No containers: the GPU request of a
-// pod that cannot be scheduled is read from the API server when needed.
+// condition and init container states; for a pod not yet bound to a node,
+// also what the schedule engine needs to judge whether it can ever be
+// placed (placement.go): its containers' resources, overhead and placement
+// rules. A bound pod keeps no containers (nearly every cached pod is bound).
 func trimPod(i any) (any, error) {
 	p, ok := i.(*corev1.Pod)
 	if !ok {
@@ -133,19 +135,48 @@ func trimPod(i any) (any, error) {
 		}
 		out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, t)
 	}
+	if p.Spec.NodeName == "" {
+		keepScheduling(&out.Spec, &p.Spec)
+	}
 	return out, nil
 }
 
-// trimNode keeps GPU allocatable, schedulability and Ready.
+// keepScheduling copies what cluster.PodRequests and cluster.ConstraintsOf
+// read: requests and limits (app, init and sidecar containers, pod level,
+// overhead), node selector, required node affinity and tolerations.
+func keepScheduling(out, in *corev1.PodSpec) {
+	ctrs := func(cs []corev1.Container) []corev1.Container {
+		if len(cs) == 0 {
+			return nil
+		}
+		out := make([]corev1.Container, len(cs))
+		for i, c := range cs {
+			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}, RestartPolicy: c.RestartPolicy}
+		}
+		return out
+	}
+	out.Containers, out.InitContainers = ctrs(in.Containers), ctrs(in.InitContainers)
+	out.Overhead, out.Resources = in.Overhead, in.Resources
+	out.NodeSelector, out.Tolerations = in.NodeSelector, in.Tolerations
+	if a := in.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		out.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
+	}
+	out.SchedulingGates = in.SchedulingGates
+}
+
+// trimNode keeps what the schedule engine reads (cluster.NodeFromCore):
+// labels (GPU feature discovery's, and any a pod may select on; keys and
+// values interned: they repeat across a fleet), taints, schedulability,
+// allocatable, GPU capacity (stale MIG resources) and Ready.
 func trimNode(i any) (any, error) {
 	n, ok := i.(*corev1.Node)
 	if !ok {
 		return unwrapTombstone(i, trimNode)
 	}
 	out := &corev1.Node{
-		ObjectMeta: trimMeta(n.ObjectMeta), // no labels: GFD sets dozens
-		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable},
-		Status:     corev1.NodeStatus{Allocatable: gpuList(n.Status.Allocatable)},
+		ObjectMeta: trimMeta(n.ObjectMeta, ""),
+		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable, Capacity: gpuList(n.Status.Capacity)},
 	}
 	out.OwnerReferences = nil
 	for _, c := range n.Status.Conditions {

@@ -48,6 +48,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
+	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
 // Options configure the controller. Zero values take the defaults noted.
@@ -215,6 +216,7 @@ type Controller struct {
 	rec    events.EventRecorder
 	gate   *gateserver.Server
 	kinds  []jobKind
+	engine *schedule.Engine // judges whether a missing rank can ever be placed
 
 	leader      atomic.Bool
 	synced      atomic.Bool
@@ -244,7 +246,7 @@ func New(opts Options) (*Controller, error) {
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
+		engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {

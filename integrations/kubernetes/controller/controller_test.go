@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -150,7 +151,7 @@ func TestCompactReportBounded(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		f = append(f, verdict.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: verdict.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
 	}
-	s := compactReport(verdict.NewReport("big", f))
+	s := compactReport(verdict.NewReport("big", f), maxReportLen)
 	require.LessOrEqual(t, len(s), maxReportLen)
 	var r verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(s), &r))
@@ -202,11 +203,16 @@ func TestTrimPod(t *testing.T) {
 	require.Len(t, tp.Status.Conditions, 1)
 	require.Equal(t, "n1", tp.Spec.NodeName)
 
-	// never placeable: the most any node has.
-	capa := &gpuCapacity{max: map[corev1.ResourceName]resource.Quantity{"nvidia.com/gpu": resource.MustParse("8")}}
-	require.Equal(t, "no node advertises nvidia.com/mig-3g.40gb", capa.neverFits(p))
-	capa.max["nvidia.com/mig-3g.40gb"] = resource.MustParse("2")
-	require.Equal(t, "", capa.neverFits(p))
+	// Whether it can ever be placed is judged from the trimmed objects
+	// (placement_test.go): never placeable where the most any node has is
+	// 8 full GPUs, placeable once a node offers the MIG profile.
+	p.Spec.NodeName = ""
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	j, pods := rankJob(t, p)
+	why := judgeTrimmed(t, j, pods, gpuNodeObj("n1", "nvidia.com/gpu", 8))
+	require.Contains(t, why["ml/j-worker-0"], "no node offers it")
+	require.Contains(t, why["ml/j-worker-0"], "nvidia.com/mig-3g.40gb")
+	require.Empty(t, judgeTrimmed(t, j, pods, gpuNodeObj("n1", "nvidia.com/gpu", 8), gpuNodeObj("n2", "nvidia.com/mig-3g.40gb", 2)))
 
 	// The effective request: init containers count as their maximum, app
 	// containers as their sum.
@@ -215,8 +221,11 @@ func TestTrimPod(t *testing.T) {
 		{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}}},
 		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}}},
 	}
-	q := podGPURequest(p)["nvidia.com/gpu"]
-	require.Equal(t, "8", q.String())
+	out, err = trimPod(p)
+	require.NoError(t, err)
+	req, err := cluster.PodRequests(&out.(*corev1.Pod).Spec)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, req["nvidia.com/gpu"])
 }
 
 // The unapplied-verdicts gauge follows the pending verdicts.

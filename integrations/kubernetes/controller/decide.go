@@ -3,13 +3,11 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -168,19 +166,19 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 	case d.Report.Failed():
 		typ, reason = corev1.EventTypeWarning, "GangFailed"
 		note = d.Report.Reason(0)
-		switch d.Action {
-		case ActionSuspend:
+		switch {
+		case d.Action == ActionSuspend && d.deleteRefused != "":
+			note = "job suspended, not deleted (" + d.deleteRefused + "): " + note
+		case d.Action == ActionSuspend:
 			note = "job suspended: " + note
-		case ActionDelete:
+		case d.Action == ActionDelete:
 			note = "job deleted: " + note
 		}
 	case d.Report.Verdict == verdict.VerdictWarn:
 		reason = "GangPassedWithWarnings"
 	}
 	// events.k8s.io notes are limited to 1 kB.
-	if len(note) > 1000 {
-		note = note[:997] + "..."
-	}
+	note = verdict.Truncate(note, 1000)
 	c.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
 }
 
@@ -219,36 +217,43 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 		c.log.Error(err, "listing pods of missing ranks", "job", g.key)
 	}
 	out := map[int]preflight.MissingRank{}
-	var gpuFit *gpuCapacity
+	var jobPods, waiting []*corev1.Pod
+	waitingRank := map[*corev1.Pod]int{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid {
 			continue
 		}
+		jobPods = append(jobPods, p)
 		rank, err := kubeflow.RankOf(j, p)
 		if err != nil || have[rank] {
 			continue
 		}
-		m := preflight.MissingRank{Pod: p.Name, Node: p.Spec.NodeName, State: c.podState(ctx, p)}
+		out[rank] = preflight.MissingRank{Pod: p.Name, Node: p.Spec.NodeName, State: c.podState(ctx, p)}
 		if unschedulable(p) {
-			if gpuFit == nil {
-				gpuFit = c.gpuCapacity(ctx)
-			}
-			// The cache keeps no containers: read the pod's request.
-			full := &corev1.Pod{}
-			if err := c.api.Get(ctx, client.ObjectKeyFromObject(p), full); err != nil {
-				c.log.V(1).Info("reading unschedulable pod", "pod", p.Namespace+"/"+p.Name, "error", err.Error())
-			} else if why := gpuFit.neverFits(full); why != "" {
+			waiting = append(waiting, p)
+			waitingRank[p] = rank
+		}
+	}
+	if len(waiting) > 0 {
+		// Only when the scheduler has given up on a pod is it worth asking
+		// whether it ever could be placed (placement.go).
+		why := c.unplaceablePods(ctx, j, jobPods)
+		for _, p := range waiting {
+			if reason, ok := why[p.Namespace+"/"+p.Name]; ok {
+				m := out[waitingRank[p]]
 				m.Unplaceable = true
-				m.State += "; " + why
+				m.State += "; " + reason
+				out[waitingRank[p]] = m
 			}
 		}
-		if onlyUnplaceable && !m.Unplaceable {
-			continue
-		}
-		out[rank] = m
 	}
 	if onlyUnplaceable {
+		for r, m := range out {
+			if !m.Unplaceable {
+				delete(out, r)
+			}
+		}
 		return out
 	}
 	for i := 0; i < g.expected; i++ {
@@ -315,92 +320,4 @@ func unschedulable(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// gpuCapacity is the largest allocatable amount of each GPU resource on
-// any schedulable node.
-type gpuCapacity struct {
-	max map[corev1.ResourceName]resource.Quantity
-}
-
-func (c *Controller) gpuCapacity(ctx context.Context) *gpuCapacity {
-	nodes := &corev1.NodeList{}
-	out := &gpuCapacity{max: map[corev1.ResourceName]resource.Quantity{}}
-	if err := c.client.List(ctx, nodes); err != nil {
-		return nil
-	}
-	for _, n := range nodes.Items {
-		if n.Spec.Unschedulable {
-			continue
-		}
-		for r, q := range n.Status.Allocatable {
-			if cur, ok := out.max[r]; !ok || q.Cmp(cur) > 0 {
-				out.max[r] = q
-			}
-		}
-	}
-	return out
-}
-
-// neverFits says why no node could ever hold p's GPU request ("" when
-// some node could).
-func (g *gpuCapacity) neverFits(p *corev1.Pod) string {
-	if g == nil {
-		return ""
-	}
-	var why []string
-	for r, want := range podGPURequest(p) {
-		if !strings.HasPrefix(string(r), gpuResourcePrefix) {
-			continue
-		}
-		have := g.max[r]
-		if have.Cmp(want) < 0 {
-			if have.IsZero() {
-				why = append(why, fmt.Sprintf("no node advertises %s", r))
-			} else {
-				why = append(why, fmt.Sprintf("it requests %s %s, the most any node has is %s", want.String(), r, have.String()))
-			}
-		}
-	}
-	sort.Strings(why)
-	return strings.Join(why, "; ")
-}
-
-// podGPURequest: per resource, the larger of the app containers' sum and
-// any one init container (the scheduler's effective request).
-func podGPURequest(p *corev1.Pod) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	amount := func(c corev1.Container, r corev1.ResourceName) (resource.Quantity, bool) {
-		if q, ok := c.Resources.Limits[r]; ok {
-			return q, true
-		}
-		q, ok := c.Resources.Requests[r]
-		return q, ok
-	}
-	names := map[corev1.ResourceName]bool{}
-	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
-		for _, c := range cs {
-			for r := range c.Resources.Limits {
-				names[r] = true
-			}
-			for r := range c.Resources.Requests {
-				names[r] = true
-			}
-		}
-	}
-	for r := range names {
-		var sum resource.Quantity
-		for _, c := range p.Spec.Containers {
-			if q, ok := amount(c, r); ok {
-				sum.Add(q)
-			}
-		}
-		for _, c := range p.Spec.InitContainers {
-			if q, ok := amount(c, r); ok && q.Cmp(sum) > 0 {
-				sum = q.DeepCopy()
-			}
-		}
-		out[r] = sum
-	}
-	return out
 }

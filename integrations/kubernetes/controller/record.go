@@ -133,6 +133,15 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 	}
 	if d.Report.Failed() {
 		d.Action = jobAction(obj, c.opts.OnFail)
+		if d.Action == ActionDelete {
+			// Decide the action the ranks hear and the record keeps with
+			// what the API server will allow: without delete permission
+			// the job is suspended instead (never left running).
+			if why := c.deleteRefused(ctx, k, obj); why != "" {
+				d.Action, d.deleteRefused = ActionSuspend, why
+				c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.key, "why", why)
+			}
+		}
 	}
 	lease := c.newRecord(k, obj, d)
 	for attempt := 0; attempt < 3; attempt++ {
@@ -298,16 +307,24 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 		cancel()
 		switch {
 		case err == nil && done:
-			if obj != nil {
-				if !d.adopted {
-					metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
-				}
-				c.emitEvent(obj, d)
+			if obj != nil && !d.adopted {
+				metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
 			}
 			if d.Report.Failed() && d.Action == ActionDelete {
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
-				return c.deleteJob(dctx, t)
+				err := c.deleteJob(dctx, t)
+				if apierrors.IsForbidden(err) {
+					// Allowed when the verdict was recorded, refused now
+					// (the permission went, or an admission policy).
+					return c.suspendInstead(dctx, k, key, t, d, c.refusedText(k, t.ns))
+				}
+				if err != nil {
+					return err
+				}
+			}
+			if obj != nil {
+				c.emitEvent(obj, d)
 			}
 			return nil
 		case apierrors.IsConflict(err):
@@ -347,7 +364,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	for k, v := range decisionAnnotations(d) {
+	for k, v := range decisionAnnotationsFor(d, ann) {
 		ann[k] = v
 	}
 	obj.SetAnnotations(ann)
@@ -359,6 +376,65 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 		return false, nil, err
 	}
 	return true, obj, nil
+}
+
+// deleteRefused asks the API server, with a dry run, whether the
+// controller may delete job; it returns why not when the answer is
+// Forbidden, "" otherwise (other errors leave it to the real delete).
+func (c *Controller) deleteRefused(ctx context.Context, k jobKind, job client.Object) string {
+	err := c.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
+	if apierrors.IsForbidden(err) {
+		return c.refusedText(k, job.GetNamespace())
+	}
+	return ""
+}
+
+func (c *Controller) refusedText(k jobKind, ns string) string {
+	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK.Kind), ns)
+}
+
+// suspendInstead suspends a job whose delete verdict the API server
+// refused, and sets its action annotation to suspend. The in-memory
+// decision keeps delete (ranks were answered with it); the job, its
+// annotations and the Event say what happened.
+func (c *Controller) suspendInstead(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, why string) error {
+	s := *d
+	s.Action, s.deleteRefused = ActionSuspend, why
+	for attempt := 0; attempt < 10; attempt++ {
+		obj := k.New()
+		err := c.api.Get(ctx, key, obj)
+		if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		j := wrap(obj)
+		if j.Suspended() && obj.GetAnnotations()[KeyAction] == ActionSuspend {
+			return nil // done by an earlier try or leader
+		}
+		orig := obj.DeepCopyObject().(client.Object)
+		j.SetSuspended(true)
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[KeyAction] = ActionSuspend
+		obj.SetAnnotations(ann)
+		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case apierrors.IsConflict(err):
+			continue
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("suspending job %s, whose delete is refused: %w", t.key(), err)
+		}
+		c.log.Info("the controller may not delete the job: suspended it instead", "job", t.key(), "why", why)
+		c.emitEvent(obj, &s)
+		return nil
+	}
+	return fmt.Errorf("job %s kept changing while being suspended", t.key())
 }
 
 // dropRecord deletes a job's verdict record once the job carries the

@@ -178,7 +178,10 @@ func TestE2EGangDeadline(t *testing.T) {
 	require.Equal(t, verdict.ExitFail, r.wait(t, 30*time.Second), r.String())
 	v := decodeVerdict(t, r)
 	require.Equal(t, []string{verdict.RuleGangRankUnplaceable}, v.RuleIDs(), r.String())
-	require.Contains(t, v.Findings[0].Message, "no node advertises nvidia.com/mig-7g.80gb")
+	// The reason is the schedule engine's (diagnose's): the shape no node
+	// offers, and the shapes the cluster has.
+	require.Contains(t, v.Findings[0].Message, "SHAPE_MISMATCH: Worker (1 pod) asks nvidia.com/mig-7g.80gb")
+	require.Contains(t, v.Findings[0].Message, "no node offers it. The cluster has nvidia.com/gpu")
 }
 
 // (d) The controller restarts mid-gang: the waiting ranks re-send their

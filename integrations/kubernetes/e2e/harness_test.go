@@ -126,8 +126,8 @@ func mpiJobWith(t testing.TB, ns, name string, workers int, launcherWorks bool) 
 // rankPod creates the pod the operator would create for a replica: its
 // labels, its controller owner reference, the ranks' service account, and
 // (node != "") bound to a node. gpus names the resource the app and init
-// containers request.
-func rankPod(t testing.TB, owner client.Object, replicaType string, index int, node, gpuResource string) *corev1.Pod {
+// containers request; edit, if given, changes the pod before it is created.
+func rankPod(t testing.TB, owner client.Object, replicaType string, index int, node, gpuResource string, edit ...func(*corev1.Pod)) *corev1.Pod {
 	t.Helper()
 	gvk, err := k8s.GroupVersionKindFor(owner)
 	require.NoError(t, err)
@@ -164,6 +164,9 @@ func rankPod(t testing.TB, owner client.Object, replicaType string, index int, n
 			InitContainers: []corev1.Container{{Name: "rankgate-init", Image: "rankgate", Resources: res}},
 			Containers:     []corev1.Container{{Name: "train", Image: "pytorch/pytorch", Resources: res}},
 		},
+	}
+	for _, e := range edit {
+		e(p)
 	}
 	require.NoError(t, k8s.Create(context.Background(), p))
 	return p
@@ -213,7 +216,8 @@ func markUnschedulable(t testing.TB, p *corev1.Pod, msg string) {
 	require.NoError(t, k8s.Status().Update(context.Background(), p))
 }
 
-// gpuNode creates a Ready node advertising count of resource.
+// gpuNode creates a Ready node advertising count of resource, and the cpu,
+// memory and pods every kubelet advertises.
 func gpuNode(t testing.TB, name, res string, count int) {
 	t.Helper()
 	ctx := context.Background()
@@ -222,8 +226,9 @@ func gpuNode(t testing.TB, name, res string, count int) {
 		require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: name}, n))
 	}
 	q := resource.MustParse(fmt.Sprint(count))
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourceName(res): q}
-	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceName(res): q}
+	rl := corev1.ResourceList{corev1.ResourceName(res): q, corev1.ResourceCPU: resource.MustParse("96"),
+		corev1.ResourceMemory: resource.MustParse("1Ti"), corev1.ResourcePods: resource.MustParse("110")}
+	n.Status.Capacity, n.Status.Allocatable = rl, rl
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"}}
 	require.NoError(t, k8s.Status().Update(ctx, n))
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,6 +14,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // DefaultSocket is where the kubelet serves the PodResources API.
@@ -35,13 +36,6 @@ func New(socket string, timeout time.Duration) *Client {
 		timeout = 5 * time.Second
 	}
 	return &Client{socket: socket, timeout: timeout}
-}
-
-// IsGPUResource reports whether a resource name is one the NVIDIA device
-// plugin advertises: nvidia.com/gpu, nvidia.com/mig-<profile>, and shared
-// variants (nvidia.com/gpu.shared).
-func IsGPUResource(name string) bool {
-	return name == "nvidia.com/gpu" || strings.HasPrefix(name, "nvidia.com/gpu.") || strings.HasPrefix(name, "nvidia.com/mig-")
 }
 
 // PodDevices returns the NVIDIA device IDs of the pod's containers, sorted
@@ -84,7 +78,7 @@ func (c *Client) PodDevices(ctx context.Context, namespace, name string) ([]stri
 	var out []string
 	for _, ctr := range pod.GetContainers() {
 		for _, d := range ctr.GetDevices() {
-			if !IsGPUResource(d.GetResourceName()) {
+			if !topology.IsGPUResource(d.GetResourceName()) {
 				continue
 			}
 			for _, id := range d.GetDeviceIds() {

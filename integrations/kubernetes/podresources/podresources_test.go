@@ -104,12 +104,3 @@ func TestPodDevicesNoSocket(t *testing.T) {
 	_, err := New(filepath.Join(t.TempDir(), "absent.sock"), 300*time.Millisecond).PodDevices(context.Background(), "ml", "p")
 	require.Error(t, err)
 }
-
-func TestIsGPUResource(t *testing.T) {
-	for name, want := range map[string]bool{
-		"nvidia.com/gpu": true, "nvidia.com/mig-1g.10gb": true, "nvidia.com/gpu.shared": true,
-		"nvidia.com/gpuX": false, "amd.com/gpu": false, "cpu": false,
-	} {
-		require.Equal(t, want, IsGPUResource(name), name)
-	}
-}
