@@ -32,8 +32,10 @@ func IsHealthRule(id string) bool {
 // process's first CUDA or NVML call brings it up again (driver state, and
 // on ECC GPUs a scrub of memory), which NVIDIA's driver persistence
 // documentation puts at seconds per GPU, paid by every rank at every
-// start and by rankgate's own checks before it.
-const persistenceCost = "without persistence the driver tears the GPU down whenever no process holds it, so each process's first CUDA call re-initializes it: typically 1-3 s per GPU on a data-center GPU (driver state and the ECC memory scrub), paid by every rank at every start and before every collective's first use"
+// start and by rankgate's own checks before it. (The cost has not been
+// measured by rankgate; hack/device-smoke.sh records the first NVML call's
+// time on a lent GPU.)
+const persistenceCost = "without persistence the driver tears the GPU down whenever no process holds it, so each process's first CUDA call re-initializes it, which takes seconds per GPU on data-center GPUs (driver state, and the memory scrub on ECC GPUs), paid by every rank at every start"
 
 // healthRules: the node-health rank rules for the GPUs behind the rank's
 // devices (a MIG device's parent GPU included).

@@ -84,7 +84,7 @@ func TestHealthRulesOnMock(t *testing.T) {
 	require.Contains(t, r.Findings[0].Message, "in progress")
 	require.Contains(t, r.Findings[0].Message, "error 802")
 	require.Contains(t, r.Findings[0].Remediation, "nvidia-fabricmanager")
-	require.Contains(t, rankOn(inv, "2").Findings[0].Message, "1-3 s per GPU")
+	require.Contains(t, rankOn(inv, "2").Findings[0].Message, "seconds per GPU")
 
 	// A GPU with a MIG mode pending and a remap pending: one reset does
 	// both, and both findings say so in the same words.
