@@ -17,9 +17,7 @@ import (
 //	node:      Init, driver, CUDA and NVML versions, device count, Shutdown
 //	per GPU:   handle, UUID, name, PCI info, memory, attributes, compute
 //	           capability, memory affinity, MIG mode, persistence; five
-//	           health reads (remapped rows, volatile uncorrected ECC,
-//	           retired pages pending, fabric info, clocks event reasons;
-//	           health.go); NVLink
+//	           health reads (health.go); NVLink
 //	           state for each link plus one (the answer that ends the list)
 //	           and the remote PCI info of each active link
 //	MIG GPU:   max MIG device count, one handle probe per slot, and at most

@@ -209,6 +209,15 @@ func (g *gpuFact) setHealth(k healthKey, name, val string) error {
 			}
 			h.Throttle = append(h.Throttle, name)
 		}
+	default:
+		return g.setFabric(k, val)
+	}
+	return nil
+}
+
+// setFabric records one fabric value.
+func (g *gpuFact) setFabric(k healthKey, val string) error {
+	switch k {
 	case hFabricState:
 		switch strings.ToLower(val) {
 		case "completed":
