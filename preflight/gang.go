@@ -38,6 +38,11 @@ type GangInput struct {
 	// Unplaceable fail the gang with GANG_RANK_UNPLACEABLE even when
 	// Expected is 0 (an early decision).
 	Missing map[int]MissingRank
+	// ExpectMultiNodeNVLink says the job expects its ranks to reach each
+	// other over multi-node NVLink (one GB200 NVL72-class domain), so that
+	// GANG_NVLINK_DOMAIN_SPLIT judges every rank, not only those whose
+	// GPUs report a fabric cluster.
+	ExpectMultiNodeNVLink bool
 }
 
 // MissingRank is what the pod of a rank that has not reported is doing.
@@ -72,6 +77,8 @@ var gangRules = []func(*gang) []verdict.Finding{
 	gangDriverMismatch,
 	gangDuplicateDevice,
 	gangSplitPodsSameNode,
+	gangNVLinkDomainSplit,
+	gangHealthMixed,
 }
 
 // gang is a job's reports as the rules read them.

@@ -174,6 +174,7 @@ func RankRules(in RankInput) verdict.Report {
 		}
 	}
 	f = append(f, linkRules(in, fulls)...)
+	f = append(f, healthRules(distinctGPUPtrs(devs))...)
 	r := verdict.NewReport("", f)
 	r.Mode = string(in.Mode)
 	r.Devices = summaries(devs)
@@ -386,6 +387,9 @@ func summaries(ds []topology.Device) []verdict.DeviceSummary {
 	for i, d := range ds {
 		out[i] = verdict.DeviceSummary{ID: d.ID(), Kind: string(d.Kind), GPU: d.GPU.Index, GPUUUID: d.GPU.UUID,
 			Profile: d.Profile(), SMs: d.SMs(), MemoryMiB: d.MemoryMiB()}
+		if fb := d.GPU.Fabric; fb.MultiNode() {
+			out[i].FabricCluster, out[i].FabricClique = fb.ClusterUUID, fb.CliqueID
+		}
 	}
 	return out
 }

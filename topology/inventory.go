@@ -114,6 +114,12 @@ type GPU struct {
 	MIGProfiles []Profile `json:"migProfiles,omitempty"`
 	// NVLinks lists the GPU's NVLinks; empty when it has none or it is unknown.
 	NVLinks []NVLink `json:"nvlinks,omitempty"`
+	// Health is the GPU's own health report; nil when the source said
+	// nothing about it.
+	Health *Health `json:"health,omitempty"`
+	// Fabric is the GPU's NVLink fabric registration; nil when the source
+	// said nothing or the GPU reports no fabric.
+	Fabric *Fabric `json:"fabric,omitempty"`
 }
 
 // MIGDevice is one MIG device: a compute instance inside a GPU instance.

@@ -74,6 +74,12 @@ type DeviceSummary struct {
 	Profile   string `json:"profile"`
 	SMs       int    `json:"sms,omitempty"`
 	MemoryMiB uint64 `json:"memoryMiB,omitempty"`
+	// FabricCluster and FabricClique are the NVLink domain of the device's
+	// GPU on multi-node NVLink systems (GB200 NVL72 and the like): GPUs
+	// reach each other over NVLink only within one cluster and clique.
+	// Empty on other systems.
+	FabricCluster string  `json:"fabricCluster,omitempty"`
+	FabricClique  *uint32 `json:"fabricClique,omitempty"`
 }
 
 // NewReport builds a report from findings: the verdict is the heaviest

@@ -58,6 +58,18 @@ const (
 	RuleLinkPathsMixed        = "LINK_PATHS_MIXED"
 	RuleRankEnvironment       = "RANK_ENVIRONMENT_FAILED"
 
+	// Node health rank rules (preflight/health.go).
+	RuleGPURemapPending        = "GPU_REMAP_PENDING"
+	RuleGPURemapFailed         = "GPU_REMAP_FAILED"
+	RuleGPUECCUncorrected      = "GPU_ECC_UNCORRECTED"
+	RuleGPURetiredPagesPending = "GPU_RETIRED_PAGES_PENDING"
+	RuleGPUResetRequired       = "GPU_RESET_REQUIRED"
+	RuleGPULost                = "GPU_LOST"
+	RuleNVLinkFabricNotReady   = "NVLINK_FABRIC_NOT_READY"
+	RuleNVLinkFabricFailed     = "NVLINK_FABRIC_FAILED"
+	RulePersistenceOff         = "PERSISTENCE_OFF"
+	RuleClocksThrottled        = "CLOCKS_THROTTLED"
+
 	// Gang rules (controller).
 	RuleGangIncomplete        = "GANG_INCOMPLETE"
 	RuleRankFailed            = "RANK_PREFLIGHT_FAILED"
@@ -69,6 +81,8 @@ const (
 	RuleGangDuplicateDevice   = "GANG_DUPLICATE_DEVICE"
 	RuleGangMIGSharedGPU      = "GANG_MIG_SHARED_GPU"
 	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
+	RuleGangNVLinkDomainSplit = "GANG_NVLINK_DOMAIN_SPLIT"
+	RuleGangHealthMixed       = "GANG_HEALTH_MIXED"
 
 	// Placement (diagnose; the controller's Pending watchdog).
 	RuleSchedulable        = "SCHEDULABLE"
@@ -144,6 +158,16 @@ var rules = []Rule{
 	{ID: RuleNVLinkDown, Severity: SeverityFail, Varies: true, Faces: rank, Summary: "some NVLinks of an allocated GPU are down while others are up (warn with one GPU)", Remediation: "drain the node and check `nvidia-smi nvlink -s`; reset the GPU or reseat the links"},
 	{ID: RuleP2PUnknown, Severity: SeverityWarn, Faces: rank, Summary: "the rank has several full GPUs and the inputs say nothing about P2P between some of them (only `nvidia-smi topo -m`)", Remediation: "paste `nvidia-smi topo -p2p rw` from the node with the other outputs, or run preflight on the node"},
 	{ID: RuleLinkPathsMixed, Severity: SeverityWarn, Faces: rank, Summary: "the rank's GPUs are joined by NVLink for some pairs and by PCIe or the CPU interconnect (PIX, PXB, PHB, NODE, SYS) for others", Remediation: "place the rank on GPUs that share one NVLink domain (`nvidia-smi topo -m`), or accept collectives paced by the slowest path"},
+	{ID: RuleGPURemapPending, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has a row remap pending: a bad memory row stays in use until the GPU is reset", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node; the reset also applies a pending MIG mode"},
+	{ID: RuleGPURemapFailed, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU failed a row remap: it has no spare rows left for a bad one", Remediation: "drain the node and run NVIDIA's field diagnostic on the GPU; a validated remap failure is an RMA"},
+	{ID: RuleGPUECCUncorrected, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU counts uncorrectable ECC errors since its last reset (volatile)", Remediation: "reset the GPU (`nvidia-smi -r -i <index>`) and check Xid 48/63/64/94/95 in `dmesg`; drain the node if they come back"},
+	{ID: RuleGPURetiredPagesPending, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has memory pages waiting to be retired at its next reset", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
+	{ID: RuleGPUResetRequired, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU reports that it must be reset before use", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
+	{ID: RuleGPULost, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has fallen off the bus (NVML GPU_IS_LOST)", Remediation: "cordon and drain the node, look for Xid 79 in `dmesg`, reset the GPU or reboot; replace it if it happens again"},
+	{ID: RuleNVLinkFabricNotReady, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has not finished registering with the NVLink fabric (state not started or in progress): CUDA fails with error 802 or NCCL hangs in init", Remediation: "start nvidia-fabricmanager (NVSwitch systems) or the IMEX service (multi-node NVLink) and wait until `nvidia-smi -q` shows Fabric State Completed, Status Success"},
+	{ID: RuleNVLinkFabricFailed, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU's NVLink fabric registration completed with a failure status", Remediation: "read the fabric manager's log (`journalctl -u nvidia-fabricmanager`, or the IMEX service's), fix what it names, restart it and reset the GPUs"},
+	{ID: RulePersistenceOff, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU has persistence mode off: the driver tears the GPU down when its last client exits and every CUDA init pays to bring it up again", Remediation: "run nvidia-persistenced on the node (the GPU Operator's driver does), or `nvidia-smi -pm 1`"},
+	{ID: RuleClocksThrottled, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU's clocks are held down by a hardware slowdown, thermal slowdown or the power brake at check time", Remediation: "check the node's cooling and power (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`); a GPU that stays throttled paces the whole job"},
 	{ID: RuleRankEnvironment, Severity: SeverityFail, Faces: []Face{FacePreflight, FaceGang}, Summary: "a rank's rankgate init could not check its devices at all (NVML or driver failure)", Remediation: "read that rank's init container log and termination message; fix the node's driver or runtime"},
 
 	{ID: RuleGangIncomplete, Severity: SeverityFail, Faces: gang, Summary: "fewer ranks reported than the job spec asks for by the gang deadline; lists the missing ranks", Remediation: "find why the missing ranks' pods did not start (rankgate diagnose job), or raise the gang deadline"},
@@ -156,6 +180,9 @@ var rules = []Rule{
 	{ID: RuleGangDuplicateDevice, Severity: SeverityFail, Faces: gang, Summary: "two ranks hold the same device (sharing replicas): NCCL's \"Duplicate GPU detected\"", Remediation: "do not gate jobs on time-sliced or shared GPUs; request exclusive devices"},
 	{ID: RuleGangMIGSharedGPU, Severity: SeverityInfo, Faces: gang, Summary: "all MIG ranks on one GPU", Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 and keep NVLS off"},
 	{ID: RuleGangRankUnplaceable, Severity: SeverityFail, Faces: gang, Summary: "a missing rank's pod can never be placed (the schedule engine of diagnose finds it hopeless: shape, strategy, placement rules, gang size): fails at once, not at the deadline", Remediation: "change what the rank's pod asks for or where it may run, as the reason says, or add such nodes (rankgate diagnose job names the nearest shapes)"},
+
+	{ID: RuleGangNVLinkDomainSplit, Severity: SeverityFail, Faces: gang, Summary: "ranks that expect multi-node NVLink sit in different NVLink domains (fabric cluster UUID or clique ID differ); lists the ranks by domain", Remediation: "place every rank in one NVLink domain (one rack's clique: a node selector or topology-aware placement on the nodes' clique label)"},
+	{ID: RuleGangHealthMixed, Severity: SeverityWarn, Varies: true, Faces: gang, Summary: "some ranks report GPU health findings and others none; names the sick ranks (fail when a health finding fails)", Remediation: "fix or replace the named ranks' GPUs; the job runs at the pace of its sickest rank"},
 
 	{ID: RuleSchedulable, Severity: SeverityInfo, Faces: place, Summary: "the whole job fits now, all pending pods at once (names one placement)", Remediation: ""},
 	{ID: RuleWaitCapacity, Severity: SeverityWarn, Faces: place, Summary: "every pod's shape exists and the job fits the empty cluster; it waits for busy devices", Remediation: "wait, or free the devices that hold the resource"},

@@ -53,13 +53,14 @@ func TestCallsAreLinear(t *testing.T) {
 			migGPU := m1 - c1 - mig
 			t.Logf("%s: calls = %d + %d·GPUs + %d·MIG GPUs + %d·MIG devices + %d·pairs", kind, k, gpu, migGPU, mig, pair)
 			// The terms discover.go documents: Init, three versions,
-			// count, Shutdown; ten reads per GPU, each NVLink's state and
+			// count, Shutdown; ten reads and five health reads per GPU
+			// (at most ten health reads: issue 14), each NVLink's state and
 			// remote plus the state that ends the list; the max count,
 			// seven slot probes and one profile probe per MIG GPU; four
 			// reads per MIG device and two per GPU instance; common
 			// ancestor, P2P read, write and NVLink per pair.
 			require.Equal(t, int64(6), k)
-			require.Equal(t, 10+2*links+1, gpu)
+			require.Equal(t, 10+5+2*links+1, gpu)
 			require.Equal(t, int64(1+7+1), migGPU)
 			require.Equal(t, int64(4+2), mig)
 			require.Equal(t, int64(4), pair)

@@ -16,7 +16,8 @@ import (
 //
 //	node:      Init, driver, CUDA and NVML versions, device count, Shutdown
 //	per GPU:   handle, UUID, name, PCI info, memory, attributes, compute
-//	           capability, memory affinity, MIG mode, persistence; NVLink
+//	           capability, memory affinity, MIG mode, persistence; five
+//	           health reads (health.go); NVLink
 //	           state for each link plus one (the answer that ends the list)
 //	           and the remote PCI info of each active link
 //	MIG GPU:   max MIG device count, one handle probe per slot, and at most
@@ -146,6 +147,9 @@ func (s *Source) discoverGPU(c *caller, i int, g *topology.GPU, st *gpuState) er
 	if ok {
 		on := pm == nvml.FEATURE_ENABLED
 		g.Persistence = &on
+	}
+	if err := s.discoverHealth(c, i, dev, g); err != nil {
+		return err
 	}
 	if err := s.discoverNVLinks(c, i, dev, g, st); err != nil {
 		return err

@@ -116,6 +116,8 @@ func TestHungCall(t *testing.T) {
 		{"MIG.GetAttributes", "nvmlDeviceGetAttributes(MIG 0:0)"},
 		{"GpuInstance.GetInfo", "nvmlGpuInstanceGetInfo(MIG 0:0, GI "},
 		{"GetP2PStatus", "nvmlDeviceGetP2PStatus(GPU 0, GPU 1, READ)"},
+		{"GetRemappedRows", "nvmlDeviceGetRemappedRows(GPU 0)"},
+		{"GetGpuFabricInfo", "nvmlDeviceGetGpuFabricInfo(GPU 0)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method, func(t *testing.T) {

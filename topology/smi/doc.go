@@ -8,7 +8,10 @@
 //	                          GI/CI IDs from legacy MIG-GPU-<uuid>/<gi>/<ci> UUIDs)
 //	nvidia-smi                driver and CUDA versions, GPUs (name, bus ID, memory, persistence,
 //	                          MIG mode), MIG devices (GI, CI, index, memory, SMs)
-//	nvidia-smi -q             the same and pending MIG mode, UUID; MIG device blocks
+//	nvidia-smi -q             the same and pending MIG mode, UUID; MIG device blocks;
+//	                          health (remapped rows, volatile uncorrectable ECC, retired
+//	                          pages, reset required, clock slowdowns) and the NVLink
+//	                          fabric (state, status, clique, cluster; health.go)
 //	nvidia-smi -q -x          the same as -q, from XML (the DOCTYPE is ignored)
 //	nvidia-smi topo -m / -mp  link level (NV#, PIX, PXB, PHB, NODE, SYS) and NVLink count per
 //	                          GPU pair; NUMA node from "NUMA Affinity"; NIC rows and columns skipped

@@ -52,7 +52,10 @@ type gpuFact struct {
 	persistence *bool
 	// migOn is set by outputs that only exist with MIG enabled (mig -lgi,
 	// -lgip, -lci).
-	migOn    bool
+	migOn bool
+	// health and fabric: -q and -q -x only (health.go).
+	health   *topology.Health
+	fabric   *topology.Fabric
 	migs     []migFact
 	profiles []profileFact
 }

@@ -167,6 +167,7 @@ func (b *builder) addGPU(file string, f *gpuFact) error {
 			return err
 		}
 	}
+	mergeHealth(g, f.health, f.fabric)
 	if f.migOn {
 		m.migOn = true
 		if _, ok := m.from["migOn"]; !ok {

@@ -89,6 +89,9 @@ func parseQuery(s section, r *report) error {
 	if p.g != nil {
 		p.closeMIG()
 	}
+	for _, g := range p.r.gpus {
+		g.finishHealth()
+	}
 	if p.pos == 0 {
 		return s.errAt(s.first, "the nvidia-smi -q output lists no GPU")
 	}
@@ -215,6 +218,9 @@ func sectionPath(fs []frame) string {
 }
 
 func queryGPUField(g *gpuFact, path []frame, key, val string) error {
+	if k, name := queryHealthKey(sectionPath(path), key); k != 0 {
+		return g.setHealth(k, name, val)
+	}
 	switch sectionPath(path) {
 	case "":
 		return queryGPUTopField(g, key, val)

@@ -27,6 +27,16 @@ type xmlGPU struct {
 	// NUMA is not in the DTDs seen so far; read if a driver adds it.
 	NUMA       string
 	MIGDevices []xmlMIG
+	// health holds the text of the health and fabric elements (health.go).
+	health []xmlHealthText
+	// healthOpen: the last health entry's element is still open.
+	healthOpen bool
+}
+
+type xmlHealthText struct {
+	key       healthKey
+	name, tag string
+	val       string
 }
 
 type xmlMIG struct {
@@ -46,6 +56,18 @@ func (x *xmlGPU) field(path []string) *string {
 }
 
 func (x *xmlGPU) gpuField(path []string) *string {
+	if k, name := xmlHealthKey(path); k != 0 {
+		// One entry per element: text split by comments joins its own.
+		if n := len(x.health); n > 0 && x.health[n-1].key == k && x.health[n-1].name == name && x.healthOpen {
+			return &x.health[n-1].val
+		}
+		if len(x.health) >= 64 {
+			return nil
+		}
+		x.health = append(x.health, xmlHealthText{key: k, name: name, tag: path[len(path)-1]})
+		x.healthOpen = true
+		return &x.health[len(x.health)-1].val
+	}
 	switch len(path) {
 	case 1:
 		switch path[0] {
@@ -169,6 +191,9 @@ func (p *xmlParser) start(t xml.StartElement) error {
 		return p.errAt(line, "elements nest too deep")
 	}
 	p.stack = append(p.stack, name)
+	if p.x != nil {
+		p.x.healthOpen = false
+	}
 	switch {
 	case len(p.stack) == 2 && name == "gpu":
 		if p.pos >= maxGPUs {
@@ -287,6 +312,12 @@ func xmlFacts(g *gpuFact, x *xmlGPU) string {
 	if n, err := strconv.Atoi(tr(x.NUMA)); err == nil && n >= 0 && n < 1<<16 {
 		g.numa = &n
 	}
+	for _, h := range x.health {
+		if err := g.setHealth(h.key, h.name, h.val); err != nil {
+			return fmt.Sprintf("<%s>: %v", clip(h.tag), err)
+		}
+	}
+	g.finishHealth()
 	if len(x.MIGDevices) > maxMIGDevices {
 		return "too many MIG devices"
 	}

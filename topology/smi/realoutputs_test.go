@@ -149,6 +149,9 @@ var singleOutputs = []struct{ dir, file, args string }{
 	{"testdata", "table_a100-sxm4-40gb_510.47.03_truncated-name.txt", ""},
 	{"testdata", "topo-p2p-r_8xl40s_two-sockets.txt", "topo -p2p r"},
 	{"testdata", "table_h100_mig-1g.10gb_memory-NA_535.104.12.txt", ""},
+	{"testdata", "q_a100-sxm4-80gb_remap-pending_510.73.08_excerpt.txt", "-q"},
+	{"testdata", "q_h100-80gb-hbm3_fabric-in-progress_570.133.20_fragment.txt", "-q"},
+	{"testdata", "qx_a100-sxm4-40gb_remap-ecc-throttle-fabric_variant-of-32.xml", "-q -x"},
 }
 
 // promptStyles are shell prompts people paste with their commands.

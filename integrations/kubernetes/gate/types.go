@@ -146,6 +146,7 @@ func (r *ReportRequest) checkBounds() error {
 		name(at+".kind", d.Kind)
 		name(at+".gpuUuid", d.GPUUUID)
 		name(at+".profile", d.Profile)
+		name(at+".fabricCluster", d.FabricCluster)
 	}
 	return err
 }

@@ -69,7 +69,7 @@ func (s *Server) extendDevice(i int, d *server.Device) {
 		set[0] = 1 << s.numa(i)
 		return set, nvml.SUCCESS
 	}
-	d.GetPersistenceModeFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+	s.extendHealth(i, d)
 	d.GetNvLinkStateFunc = func(link int) (nvml.EnableState, nvml.Return) {
 		if link < 0 || link >= nvml.NVLINK_MAX_LINKS {
 			return 0, nvml.ERROR_INVALID_ARGUMENT

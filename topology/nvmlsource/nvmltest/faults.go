@@ -26,7 +26,9 @@ var methods = map[string][]string{
 		"GetMaxMigDeviceCount", "GetMigDeviceHandleByIndex", "GetAttributes", "GetNumaNodeId",
 		"GetMemoryAffinity", "GetPersistenceMode", "GetNvLinkState", "GetNvLinkRemotePciInfo",
 		"GetNvLinkRemoteDeviceType", "GetTopologyCommonAncestor", "GetP2PStatus",
-		"IsMigDeviceHandle", "GetDeviceHandleFromMigDeviceHandle"},
+		"IsMigDeviceHandle", "GetDeviceHandleFromMigDeviceHandle", "GetRemappedRows",
+		"GetTotalEccErrors", "GetRetiredPagesPendingStatus", "GetGpuFabricInfo",
+		"GetCurrentClocksEventReasons"},
 	"MIG": {"GetUUID", "GetName", "GetGpuInstanceId", "GetComputeInstanceId", "GetAttributes",
 		"GetMemoryInfo", "IsMigDeviceHandle", "GetDeviceHandleFromMigDeviceHandle"},
 	"GpuInstance": {"GetInfo", "GetComputeInstanceProfileInfo", "GetComputeInstancePossiblePlacements",
@@ -299,6 +301,25 @@ func (s *Server) hookDevice(i int, d *server.Device) {
 	hook2(h("GetP2PStatus"), &d.GetP2PStatusFunc)
 	hook0(h("IsMigDeviceHandle"), &d.IsMigDeviceHandleFunc)
 	hook0(h("GetDeviceHandleFromMigDeviceHandle"), &d.GetDeviceHandleFromMigDeviceHandleFunc)
+	hookRemap(h("GetRemappedRows"), &d.GetRemappedRowsFunc)
+	hook2(h("GetTotalEccErrors"), &d.GetTotalEccErrorsFunc)
+	hook0(h("GetRetiredPagesPendingStatus"), &d.GetRetiredPagesPendingStatusFunc)
+	hook0(h("GetGpuFabricInfo"), &d.GetGpuFabricInfoFunc)
+	hook0(h("GetCurrentClocksEventReasons"), &d.GetCurrentClocksEventReasonsFunc)
+}
+
+// hookRemap hooks GetRemappedRows, the one method of four results.
+func hookRemap(h hook, f *func() (int, int, bool, bool, nvml.Return)) {
+	orig := *f
+	if orig == nil {
+		return
+	}
+	*f = func() (int, int, bool, bool, nvml.Return) {
+		if r, ok := h.before(); ok {
+			return 0, 0, false, false, r
+		}
+		return orig()
+	}
 }
 
 // hookGI hooks a GPU instance once, whoever created it.

@@ -9,7 +9,10 @@
 // the instances created through the mock's own GI/CI API, GPU instance and
 // compute instance lookup by ID, the maximum MIG device count, device
 // attributes (NOT_SUPPORTED on full GPUs, as NVML documents), NUMA memory
-// affinity, persistence mode, NVLink state and remote PCI info (an
+// affinity, persistence mode, the health queries (remapped rows, volatile
+// ECC, retired pages, NVLink fabric info, clocks event reasons; health.go,
+// with setters that inject a remap pending, a fabric still registering or
+// a multi-node cluster), NVLink state and remote PCI info (an
 // NVSwitch fabric by default, bridges or none on request), the topology
 // common ancestor and P2P status of GPU pairs. On top of that it injects
 // faults (any method answers a chosen return code) and hangs (a method
@@ -106,6 +109,8 @@ type config struct {
 	bridges   [][3]int
 	fullAttrs bool
 	driverIDs bool
+	cluster   string
+	clique    uint32
 }
 
 // Option changes the server a kind builds.
@@ -176,6 +181,9 @@ type Server struct {
 	p2p     map[p2pKey]nvml.GpuP2PStatus
 	migs    map[*server.ComputeInstance]*migDevice
 	hooked  map[any]bool
+	// health is each GPU's answers to the health queries (health.go).
+	health         []gpuHealth
+	pagesSupported bool
 }
 
 type p2pKey struct {
@@ -214,6 +222,7 @@ func NewServer(t testing.TB, kind string, opts ...Option) *Server {
 	}
 	s.mock.ErrorStringFunc = func(r nvml.Return) string { return r.Error() }
 	s.hookInterface()
+	s.initHealth()
 	for i := range s.mock.Devices {
 		s.linkTable = append(s.linkTable, s.buildLinks(i))
 	}
