@@ -21,6 +21,11 @@ const (
 	KeyOnFail = "rankgate.io/on-fail"
 	// KeyGangTimeout overrides --gang-timeout for one job ("15m").
 	KeyGangTimeout = "rankgate.io/gang-timeout"
+	// KeyMultiNodeNVLink ("enabled"): the job expects its ranks to reach
+	// each other over NVLink across nodes (an NVL72-class domain), so ranks
+	// in different NVLink domains fail the gang (GANG_NVLINK_DOMAIN_SPLIT)
+	// even when their GPUs report no fabric cluster.
+	KeyMultiNodeNVLink = "rankgate.io/multi-node-nvlink"
 
 	// Written by the controller.
 	KeyVerdict      = "rankgate.io/verdict"    // pass | warn | fail

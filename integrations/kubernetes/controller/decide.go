@@ -40,7 +40,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	ctx := c.leadContext()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	in := preflight.GangInput{Job: g.key, Ranks: ranks}
+	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink}
 	switch why {
 	case trigComplete:
 		in.Expected = expected

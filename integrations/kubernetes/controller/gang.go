@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,6 +46,8 @@ type gang struct {
 	closed bool
 	// refused: pods refused for a rank another pod holds (one Event each).
 	refused map[types.UID]bool
+	// multiNodeNVLink: the job says it expects multi-node NVLink.
+	multiNodeNVLink bool
 }
 
 // close takes the gang out of the open-gang and waiting-rank gauges, once.
@@ -64,7 +67,8 @@ func newGang(j job, timeout time.Duration) *gang {
 	return &gang{
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(),
 		expected: kubeflow.RankPods(j), timeout: timeout,
-		reports: map[int]preflight.RankReport{}, podUIDs: map[int]string{}, done: make(chan struct{}),
+		multiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink])),
+		reports:         map[int]preflight.RankReport{}, podUIDs: map[int]string{}, done: make(chan struct{}),
 	}
 }
 
