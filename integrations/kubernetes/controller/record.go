@@ -131,45 +131,12 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		old.applied = true
 		return old, false, nil
 	}
-	if d.Report.Failed() {
-		d.Action = jobAction(obj, c.opts.OnFail)
-		if d.Action == ActionDelete {
-			// Decide the action the ranks hear and the record keeps with
-			// what the API server will allow: without delete permission
-			// the job is suspended instead (never left running).
-			if why := c.deleteRefused(ctx, k, obj); why != "" {
-				d.Action, d.deleteRefused = ActionSuspend, why
-				c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.key, "why", why)
-			}
-		}
-	}
+	c.chooseAction(ctx, g, k, obj, d)
 	lease := c.newRecord(k, obj, d)
 	for attempt := 0; attempt < 3; attempt++ {
-		err := c.client.Create(ctx, lease.DeepCopy())
-		if err == nil {
-			c.setPending(g.target(), d)
-			return d, true, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, false, err
-		}
-		cur := &coordv1.Lease{}
-		if err := c.api.Get(ctx, c.recordKey(g.uid), cur); apierrors.IsNotFound(err) {
-			continue // applied and deleted meanwhile: the job has it now, or it is gone
-		} else if err != nil {
-			return nil, false, err
-		}
-		if old, ok := recordedDecision(cur); ok {
-			if t, ok := c.recordTarget(cur); ok && t.uid == g.uid && t.ns == g.ns && t.name == g.name && t.kind == g.kind {
-				c.setPending(t, old)
-				return old, false, nil
-			}
-		}
-		// Not a verdict record of this job (made by hand, or damaged):
-		// replace it.
-		c.log.Info("replacing an object that is not a verdict record", "lease", cur.Namespace+"/"+cur.Name)
-		if err := c.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return nil, false, err
+		rec, done, err := c.createRecord(ctx, g, lease, d)
+		if err != nil || done {
+			return rec, rec == d, err
 		}
 	}
 	// The job may have been given its verdict meanwhile.
@@ -180,6 +147,57 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		}
 	}
 	return nil, false, fmt.Errorf("verdict record %s keeps changing", c.recordKey(g.uid))
+}
+
+// chooseAction sets a fail verdict's action from the job's policy, as the
+// API server will allow it: without delete permission the job is suspended
+// instead (never left running).
+func (c *Controller) chooseAction(ctx context.Context, g *gang, k jobKind, obj client.Object, d *decision) {
+	if !d.Report.Failed() {
+		return
+	}
+	d.Action = jobAction(obj, c.opts.OnFail)
+	if d.Action != ActionDelete {
+		return
+	}
+	if why := c.deleteRefused(ctx, k, obj); why != "" {
+		d.Action, d.deleteRefused = ActionSuspend, why
+		c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.key, "why", why)
+	}
+}
+
+// createRecord tries once to create lease, the record of d, the verdict
+// decided for g. done says the verdict that stands is known: rec, which is
+// the new one when this call created it, or the one a record of this job
+// already holds. Not done (and no error): a record was deleted or replaced
+// meanwhile; try again.
+func (c *Controller) createRecord(ctx context.Context, g *gang, lease *coordv1.Lease, d *decision) (rec *decision, done bool, err error) {
+	err = c.client.Create(ctx, lease.DeepCopy())
+	if err == nil {
+		c.setPending(g.target(), d)
+		return d, true, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return nil, true, err
+	}
+	cur := &coordv1.Lease{}
+	if err := c.api.Get(ctx, c.recordKey(g.uid), cur); apierrors.IsNotFound(err) {
+		return nil, false, nil // applied and deleted meanwhile: the job has it now, or it is gone
+	} else if err != nil {
+		return nil, true, err
+	}
+	if old, ok := recordedDecision(cur); ok {
+		if t, ok := c.recordTarget(cur); ok && t.uid == g.uid && t.ns == g.ns && t.name == g.name && t.kind == g.kind {
+			c.setPending(t, old)
+			return old, true, nil
+		}
+	}
+	// Not a verdict record of this job (made by hand, or damaged): replace it.
+	c.log.Info("replacing an object that is not a verdict record", "lease", cur.Namespace+"/"+cur.Name)
+	if err := c.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return nil, true, err
+	}
+	return nil, false, nil
 }
 
 // setPending remembers a recorded verdict until it is applied to its job.
