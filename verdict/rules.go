@@ -97,6 +97,9 @@ const (
 	RuleReconfigurable     = "RECONFIGURABLE"
 	RuleMIGMultiPod        = "MIG_MULTI_POD"
 
+	// The controller's Pending watchdog.
+	RulePendingTimeout = "PENDING_TIMEOUT"
+
 	// launch.
 	RuleNCCLInitTimeout     = "NCCL_INIT_TIMEOUT"
 	RuleNCCLFatal           = "NCCL_FATAL"
@@ -195,6 +198,7 @@ var rules = []Rule{
 	{ID: RuleNodeConstraints, Severity: SeverityFail, Varies: true, Faces: place, Summary: "nodeSelector, affinity, taints or nodeName exclude every node offering the shape", Remediation: "relax the pod's constraints or add tolerations for the nodes that offer the shape"},
 	{ID: RuleReconfigurable, Severity: SeverityInfo, Faces: place, Summary: "no node has the shape now, but a valid MIG layout for a node's GPU would create it", Remediation: "relabel the named nodes with the named mig-parted layout (drains them)"},
 	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
+	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
 	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks", Exit: ExitTimeout},
 	{ID: RuleNCCLFatal, Severity: SeverityFail, Faces: launchF, Summary: "a fatal NCCL or CUDA line before CMD was ready", Remediation: "the line names the cause; fix the devices or environment it names"},

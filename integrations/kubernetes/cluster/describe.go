@@ -54,13 +54,12 @@ func describeError(head []byte) error {
 	}
 	node, pod, common := 0, 0, 0
 	for _, m := range describeKey.FindAllSubmatch(head, -1) {
-		k := string(m[1])
 		switch {
-		case describeNodeKeys[k]:
+		case describeNodeKeys[string(m[1])]:
 			node++
-		case describePodKeys[k]:
+		case describePodKeys[string(m[1])]:
 			pod++
-		case describeCommonKeys[k]:
+		case describeCommonKeys[string(m[1])]:
 			common++
 		}
 	}

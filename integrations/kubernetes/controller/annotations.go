@@ -26,6 +26,10 @@ const (
 	// in different NVLink domains fail the gang (GANG_NVLINK_DOMAIN_SPLIT)
 	// even when their GPUs report no fabric cluster.
 	KeyMultiNodeNVLink = "rankgate.io/multi-node-nvlink"
+	// KeyPendingGrace overrides --pending-grace for one job ("30s", "0s").
+	KeyPendingGrace = "rankgate.io/pending-grace"
+	// KeyPendingTimeout overrides --pending-timeout for one job ("30m").
+	KeyPendingTimeout = "rankgate.io/pending-timeout"
 
 	// Written by the controller.
 	KeyVerdict      = "rankgate.io/verdict"    // pass | warn | fail
@@ -37,6 +41,7 @@ const (
 	KeyAction       = "rankgate.io/action"     // suspend | delete | annotate (fail only)
 	KeyFirstReport  = "rankgate.io/first-report-at"
 	KeyPreviousGate = "rankgate.io/previous-verdict" // "<verdict> <decided-at> <rules>" of a re-gated attempt
+	KeyWaitingFor   = "rankgate.io/waiting-for"      // what an unschedulable job waits for: "<RULE>: <message>"
 )
 
 // Fail policies.

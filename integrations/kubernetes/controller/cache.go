@@ -120,7 +120,7 @@ func trimPod(i any) (any, error) {
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: clip(c.Message, 512)}}
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: clip(c.Message, 512), LastTransitionTime: c.LastTransitionTime}}
 		}
 	}
 	for _, s := range p.Status.InitContainerStatuses {

@@ -88,6 +88,17 @@ type Options struct {
 	// OnFail: suspend (default), delete or annotate.
 	OnFail string
 
+	// PendingGrace: how long a gated job's pod may stay unschedulable
+	// before the job is judged by the schedule engine (default 10s;
+	// negative: at once; per job: annotation rankgate.io/pending-grace).
+	PendingGrace time.Duration
+	// PendingTimeout fails a job still waiting this long with
+	// PENDING_TIMEOUT (default 0: never; per job rankgate.io/pending-timeout).
+	PendingTimeout time.Duration
+	// MIGReconfigure: "off" (default) or "on-demand" (the cluster changes
+	// MIG layouts by itself: RECONFIGURABLE waits instead of failing).
+	MIGReconfigure string
+
 	// MetricsAddr serves /metrics (default ":8080"; "0" disables): over
 	// HTTPS with CertDir's certificate, to clients the API server
 	// authenticates and authorizes for GET on the URL, unless the address
@@ -129,14 +140,15 @@ type Options struct {
 
 // Defaults of Options (and of rankgate controller's flags).
 const (
-	DefaultQPS         = 200
-	DefaultBurst       = 400
-	DefaultGateAddr    = ":8443"
-	DefaultMaxWait     = 30 * time.Second
-	DefaultGangTimeout = 10 * time.Minute
-	DefaultMetricsAddr = ":8080"
-	DefaultHealthAddr  = ":8081"
-	DefaultOnFail      = ActionSuspend
+	DefaultQPS          = 200
+	DefaultBurst        = 400
+	DefaultGateAddr     = ":8443"
+	DefaultMaxWait      = 30 * time.Second
+	DefaultGangTimeout  = 10 * time.Minute
+	DefaultMetricsAddr  = ":8080"
+	DefaultHealthAddr   = ":8081"
+	DefaultOnFail       = ActionSuspend
+	DefaultPendingGrace = 10 * time.Second
 )
 
 func (o *Options) defaults() error {
@@ -175,6 +187,9 @@ func (o *Options) defaults() error {
 	}
 	if o.OnFail == "" {
 		o.OnFail = DefaultOnFail
+	}
+	if err := o.pendingDefaults(); err != nil {
+		return err
 	}
 	if !ValidAction(o.OnFail) {
 		return fmt.Errorf("on-fail %q: want suspend, delete or annotate", o.OnFail)
@@ -217,6 +232,7 @@ type Controller struct {
 	gate   *gateserver.Server
 	kinds  []jobKind
 	engine *schedule.Engine // judges whether a missing rank can ever be placed
+	pw     pendingWatches   // jobs with unschedulable pods (pending.go)
 
 	leader      atomic.Bool
 	synced      atomic.Bool

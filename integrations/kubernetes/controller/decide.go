@@ -27,6 +27,12 @@ const decidedGangTTL = 10 * time.Minute
 // the first call decides, and a verdict already recorded (by an earlier
 // leader) is adopted, never decided again.
 func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.MissingRank) {
+	c.decideWith(g, why, missing, nil)
+}
+
+// decideWith is decide with the report already made (pre, the Pending
+// watchdog's verdict) instead of the gang rules'.
+func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.MissingRank, pre *verdict.Report) {
 	g.mu.Lock()
 	if g.deciding || g.verdict != nil || g.closed {
 		g.mu.Unlock()
@@ -51,11 +57,16 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 	case trigUnplaceable:
 		in.Missing = missing
 		last = time.Time{}
-	case trigEarlyFail:
+	case trigEarlyFail, trigPending:
 		last = time.Time{}
 	}
-	report := preflight.GangRules(in)
-	report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
+	var report verdict.Report
+	if pre != nil {
+		report = *pre
+	} else {
+		report = preflight.GangRules(in)
+		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
+	}
 	if why != trigComplete && why != trigDeadline && !report.Failed() {
 		// A partial view that no longer fails (a rank re-sent a passing
 		// report): keep waiting.
@@ -80,7 +91,7 @@ func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.Miss
 		g.deciding = false
 		g.mu.Unlock()
 		if ctx.Err() == nil {
-			time.AfterFunc(time.Second, func() { c.decide(g, why, missing) })
+			time.AfterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
 		}
 		return
 	}
@@ -165,6 +176,9 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 	switch {
 	case d.Report.Failed():
 		typ, reason = corev1.EventTypeWarning, "GangFailed"
+		if pendingReport(d.Report) {
+			reason = "PendingFailed"
+		}
 		note = d.Report.Reason(0)
 		switch {
 		case d.Action == ActionSuspend && d.deleteRefused != "":

@@ -80,10 +80,11 @@ const (
 	trigEarlyFail                  // the ranks so far already fail together
 	trigDeadline                   // gang timeout with ranks missing
 	trigUnplaceable                // a missing rank's pod can never be placed
+	trigPending                    // the Pending watchdog: hopeless, or past the pending timeout
 )
 
 func (t trigger) String() string {
-	return [...]string{"complete", "early-fail", "deadline", "unplaceable"}[t]
+	return [...]string{"complete", "early-fail", "deadline", "unplaceable", "pending"}[t]
 }
 
 // add records a rank's report. It says whether the rank is new to the gang

@@ -54,40 +54,56 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 // judged (an error): without them a pod could look unplaceable that is
 // not. A pod it refuses is left out (its pod set only gets smaller).
 func judgePlacement(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod) (map[string]string, error) {
+	res, w, ok, err := judgeJob(e, nodes, j, pods, true)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return hopelessPods(res, w), nil
+}
+
+// judgeJob is the one entry point of the schedule engine in the
+// controller (the GANG_RANK_UNPLACEABLE rule and the Pending watchdog,
+// pending.go): it models nodes and the job's pods as diagnose does and
+// judges the job. With onlyUnbound only the pod sets that have unbound
+// pods are judged, each as if all its pods were those (ok is false when
+// there are none).
+func judgeJob(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, ok bool, err error) {
 	b := cluster.NewBuilder()
 	for i := range nodes {
 		if err := b.AddNode(&nodes[i]); err != nil {
-			return nil, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+			return res, w, false, fmt.Errorf("node %s: %w", nodes[i].Name, err)
 		}
 	}
 	for _, p := range pods {
 		_ = b.AddPod(p) // one it refuses is left out: its pod set only gets smaller
 	}
-	w, err := b.WorkloadFor(j)
+	w, err = b.WorkloadFor(j)
 	if err != nil {
-		return nil, err
+		return res, w, false, err
 	}
-	// Only the unbound pods are judged. Pod sets without one would be
-	// judged from the pod template, which the cache strips; bound pods stay
-	// where they are even on nodes their pod set could no longer use (a
-	// taint added since), so placing them again could only be wrong. The
-	// scheduler's message is already in each rank's state.
-	sets := w.PodSets[:0]
-	for _, ps := range w.PodSets {
-		if len(ps.Pods) > 0 {
-			ps.Count, ps.Bound, ps.SchedulerMessage = len(ps.Pods), 0, ""
-			sets = append(sets, ps)
+	if onlyUnbound {
+		// Pod sets without an unbound pod would be judged from the pod
+		// template, which the cache strips; bound pods stay where they are
+		// even on nodes their pod set could no longer use (a taint added
+		// since), so placing them again could only be wrong. The
+		// scheduler's message is already in each rank's state.
+		sets := w.PodSets[:0]
+		for _, ps := range w.PodSets {
+			if len(ps.Pods) > 0 {
+				ps.Count, ps.Bound, ps.SchedulerMessage = len(ps.Pods), 0, ""
+				sets = append(sets, ps)
+			}
 		}
-	}
-	w.PodSets = sets
-	if len(w.PodSets) == 0 {
-		return nil, nil
+		w.PodSets = sets
+		if len(w.PodSets) == 0 {
+			return res, w, false, nil
+		}
 	}
 	cl := e.NewCluster(b.Nodes())
 	if len(cl.LabelErrors) > 0 {
-		return nil, errors.Join(cl.LabelErrors...)
+		return res, w, false, errors.Join(cl.LabelErrors...)
 	}
-	return hopelessPods(e.Diagnose(cl, w), w), nil
+	return e.Diagnose(cl, w), w, true, nil
 }
 
 // hopelessPods maps each pod of w that a fail finding of a hopeless result

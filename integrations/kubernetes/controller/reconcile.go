@@ -29,6 +29,14 @@ func (c *Controller) setupReconcilers() error {
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			return c.reconcile(ctx, k, req)
 		})
+		nodeChanged := predicate.Funcs{
+			GenericFunc: func(event.GenericEvent) bool { return false },
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				o, ok1 := e.ObjectOld.(*corev1.Node)
+				n, ok2 := e.ObjectNew.(*corev1.Node)
+				return ok1 && ok2 && nodeMatters(o, n)
+			},
+		}
 		podChanged := predicate.Funcs{
 			CreateFunc:  func(event.CreateEvent) bool { return false },
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
@@ -43,6 +51,10 @@ func (c *Controller) setupReconcilers() error {
 			Named(k.GVK.Kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
+			// A node change re-judges the jobs with unschedulable pods.
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+				return c.pendingRequests(k.GVK.Kind)
+			}), builder.WithPredicates(nodeChanged)).
 			WithOptions(controllerOptions()).
 			Complete(r)
 		if err != nil {
@@ -65,6 +77,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.forget(key)
+			c.unwatchPending(key)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -73,6 +86,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		return reconcile.Result{}, err
 	} else if !in {
 		c.forget(key)
+		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
 	c.mu.Lock()
@@ -101,13 +115,19 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
 			return reconcile.Result{}, c.regate(ctx, key, obj)
 		}
+		c.unwatchPending(key)
+		return reconcile.Result{}, nil
+	}
+	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
+	again, failed := c.watchPending(ctx, k, obj)
+	if failed {
 		return reconcile.Result{}, nil
 	}
 	c.mu.Lock()
 	uid, tracked := c.byName[key]
 	c.mu.Unlock()
 	if _, ok := obj.GetAnnotations()[KeyFirstReport]; !ok && !(tracked && uid == obj.GetUID()) {
-		return reconcile.Result{}, nil
+		return reconcile.Result{RequeueAfter: again}, nil
 	}
 	// A gang is running (possibly started before this leader): make sure
 	// its deadline is armed, and fail it now if a missing rank can never
@@ -122,7 +142,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 			go c.decide(g, trigUnplaceable, m)
 		}
 	}
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: again}, nil
 }
 
 // regate clears a fail verdict from a job a person resumed (suspend set

@@ -1,0 +1,445 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// The Pending watchdog. A gated job with a pod the scheduler marked
+// unschedulable (PodScheduled=False, reason Unschedulable) for longer than
+// its grace is judged as a whole by the schedule engine of `rankgate
+// diagnose job` (judgeJob), whether or not any rank reported:
+//
+//   - hopeless (a fail finding: SHAPE_MISMATCH, STRATEGY_MISMATCH,
+//     MIG_LAYOUT_INVALID, MIG_RECONFIG_FAILED, DRIVER_KNOWN_BAD,
+//     GANG_TOO_LARGE, NODE_CONSTRAINTS; SHAPE_MISMATCH with RECONFIGURABLE
+//     unless MIG layouts change on demand): the job fails through the gang
+//     path (record, then apply: annotations, fail action, Warning Event);
+//   - waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, cordoned or NotReady
+//     nodes, RECONFIGURABLE with on-demand): the job is left alone, and
+//     rankgate.io/waiting-for and a Normal Event say what it waits for,
+//     written only when that changes. Past the pending timeout, if one is
+//     set, it fails with PENDING_TIMEOUT and the last cause.
+//
+// Hopelessness never depends on free capacity, so it is judged from the
+// informer caches on every relevant change (pods, nodes). What a job waits
+// for does (who holds the devices): that is judged as diagnose judges it,
+// from a full read of nodes and pods, at most once per liveEvery per job.
+
+// MIG reconfiguration policies (Options.MIGReconfigure).
+const (
+	MIGReconfigureOff      = "off"
+	MIGReconfigureOnDemand = "on-demand"
+)
+
+const (
+	// liveEvery bounds the full reads that describe what a job waits for.
+	liveEvery = 10 * time.Second
+	// waitRecheck re-judges a waiting job without any event.
+	waitRecheck = 30 * time.Second
+)
+
+func (o *Options) pendingDefaults() error {
+	switch {
+	case o.PendingGrace == 0:
+		o.PendingGrace = DefaultPendingGrace
+	case o.PendingGrace < 0:
+		o.PendingGrace = 0
+	}
+	if o.PendingTimeout < 0 {
+		o.PendingTimeout = 0
+	}
+	switch o.MIGReconfigure {
+	case "":
+		o.MIGReconfigure = MIGReconfigureOff
+	case MIGReconfigureOff, MIGReconfigureOnDemand:
+	default:
+		return fmt.Errorf("mig-reconfigure %q: want off or on-demand", o.MIGReconfigure)
+	}
+	return nil
+}
+
+// pendingWatches are the jobs with unschedulable pods (by namespace/kind/name).
+type pendingWatches struct {
+	mu   sync.Mutex
+	jobs map[string]*pendingJob
+	live *cluster.Live
+}
+
+type pendingJob struct {
+	kind, ns, name string
+	uid            types.UID
+	seen           time.Time       // first seen unschedulable (when a condition has no time)
+	liveAt         time.Time       // last full judgement
+	cause          verdict.Finding // what it waits for, from that judgement
+	written        string          // the rankgate.io/waiting-for this replica last wrote
+}
+
+func (c *Controller) watchedPending(key string, o client.Object, kind string) *pendingJob {
+	c.pw.mu.Lock()
+	defer c.pw.mu.Unlock()
+	if c.pw.jobs == nil {
+		c.pw.jobs = map[string]*pendingJob{}
+	}
+	p := c.pw.jobs[key]
+	if p == nil || p.uid != o.GetUID() {
+		p = &pendingJob{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), seen: time.Now()}
+		c.pw.jobs[key] = p
+	}
+	return p
+}
+
+func (c *Controller) unwatchPending(key string) {
+	c.pw.mu.Lock()
+	delete(c.pw.jobs, key)
+	c.pw.mu.Unlock()
+}
+
+// pendingRequests are the watched jobs of kind: a node change re-judges them.
+func (c *Controller) pendingRequests(kind string) []reconcile.Request {
+	c.pw.mu.Lock()
+	defer c.pw.mu.Unlock()
+	var out []reconcile.Request
+	for _, p := range c.pw.jobs {
+		if p.kind == kind {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.ns, Name: p.name}})
+		}
+	}
+	return out
+}
+
+// nodeMatters: a node change the engine's model sees.
+func nodeMatters(o, n *corev1.Node) bool {
+	return !equalStrings(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+		!slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) ||
+		!equalResources(o.Status.Allocatable, n.Status.Allocatable) || !equalResources(o.Status.Capacity, n.Status.Capacity) ||
+		nodeReady(o) != nodeReady(n)
+}
+
+func equalStrings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func equalResources(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || !w.Equal(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// jobDuration reads a duration annotation ("0s" allowed), else def.
+func jobDuration(o client.Object, key string, def time.Duration) (time.Duration, error) {
+	s, ok := o.GetAnnotations()[key]
+	if !ok || s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return def, fmt.Errorf("annotation %s=%q is not a duration like 30s", key, s)
+	}
+	return d, nil
+}
+
+// unschedulableSince is the earliest time one of pods was marked
+// unschedulable; ok is false when none is.
+func unschedulableSince(pods []*corev1.Pod, seen time.Time) (since time.Time, ok bool) {
+	for _, p := range pods {
+		if !unschedulable(p) || p.DeletionTimestamp != nil {
+			continue
+		}
+		t := seen
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && !cond.LastTransitionTime.IsZero() {
+				t = cond.LastTransitionTime.Time
+			}
+		}
+		if !ok || t.Before(since) {
+			since, ok = t, true
+		}
+	}
+	return since, ok
+}
+
+// jobPods are the cached pods of the job with obj's UID.
+func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := c.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{LabelJobName: obj.GetName()}); err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if ref, ok, err := c.jobOf(ctx, p); err == nil && ok && ref.uid == obj.GetUID() {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// watchPending is the watchdog's step for one gated job without a
+// verdict (from reconcile). It returns when to look again (0: on events
+// only) and whether the job was failed.
+func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Object) (time.Duration, bool) {
+	key := obj.GetNamespace() + "/" + k.GVK.Kind + "/" + obj.GetName()
+	j := wrap(obj)
+	pods, err := c.jobPods(ctx, obj)
+	if err != nil {
+		c.log.Error(err, "listing the job's pods for the Pending watchdog", "job", key)
+		return time.Second, false
+	}
+	c.pw.mu.Lock()
+	w := c.pw.jobs[key]
+	c.pw.mu.Unlock()
+	seen := time.Now()
+	if w != nil {
+		seen = w.seen
+	}
+	since, any := unschedulableSince(pods, seen)
+	if !any || j.Suspended() || obj.GetDeletionTimestamp() != nil {
+		c.unwatchPending(key)
+		if _, ok := obj.GetAnnotations()[KeyWaitingFor]; ok {
+			c.patchWaitingFor(ctx, obj, nil)
+		}
+		return 0, false
+	}
+	w = c.watchedPending(key, obj, k.GVK.Kind)
+	grace, err := jobDuration(obj, KeyPendingGrace, c.opts.PendingGrace)
+	if err != nil {
+		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
+	}
+	if left := time.Until(since.Add(grace)); left > 0 {
+		return left, false
+	}
+	// The whole job, with its pod templates (the cache strips them).
+	full := k.New()
+	if err := c.api.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, full); err != nil || full.GetUID() != obj.GetUID() {
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.log.Error(err, "reading the job for the Pending watchdog", "job", key)
+			return time.Second, false
+		}
+		return 0, false
+	}
+	fj := wrap(full)
+	nodes := &corev1.NodeList{}
+	if err := c.client.List(ctx, nodes); err != nil {
+		c.log.Error(err, "listing nodes for the Pending watchdog", "job", key)
+		return time.Second, false
+	}
+	res, _, _, err := judgeJob(c.engine, nodes.Items, fj, pods, false)
+	if err != nil {
+		c.log.Info("cannot judge the unschedulable job; looking again later", "job", key, "error", err.Error())
+		return waitRecheck, false
+	}
+	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
+	if hopeless, _ := pendingCause(res, onDemand); hopeless {
+		c.failPending(j, key, res.Report, "hopeless")
+		return 0, true
+	}
+	// Waiting: say for what, as diagnose says it (a full read: who holds
+	// the devices is not in the caches), at most once per liveEvery.
+	c.pw.mu.Lock()
+	stale := time.Since(w.liveAt) >= liveEvery || w.cause.Rule == ""
+	cause := w.cause
+	c.pw.mu.Unlock()
+	if stale {
+		lres, err := c.judgeLive(ctx, fj)
+		if err != nil {
+			c.log.Info("cannot read the cluster to say what the job waits for", "job", key, "error", err.Error())
+			return waitRecheck, false
+		}
+		hopeless, f := pendingCause(lres, onDemand)
+		if hopeless {
+			c.failPending(j, key, lres.Report, "hopeless")
+			return 0, true
+		}
+		cause = f
+		c.pw.mu.Lock()
+		w.liveAt, w.cause = time.Now(), f
+		c.pw.mu.Unlock()
+	}
+	timeout, err := jobDuration(obj, KeyPendingTimeout, c.opts.PendingTimeout)
+	if err != nil {
+		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
+	}
+	waited := time.Since(since)
+	if timeout > 0 && waited >= timeout {
+		c.failPending(j, key, timeoutReport(lresSubject(res), cause, waited, timeout), "pending-timeout")
+		return 0, true
+	}
+	// Only a change of cause is written (the cache may not show this
+	// replica's last write yet).
+	if v := waitingFor(cause); obj.GetAnnotations()[KeyWaitingFor] != v {
+		c.pw.mu.Lock()
+		fresh := w.written != v
+		w.written = v
+		c.pw.mu.Unlock()
+		if fresh {
+			c.patchWaitingFor(ctx, obj, &cause)
+		}
+	}
+	next := waitRecheck
+	if timeout > 0 && timeout-waited < next {
+		next = timeout - waited
+	}
+	return next, false
+}
+
+func lresSubject(res schedule.Result) string { return res.Report.Subject }
+
+// pendingCause reads the engine's result: hopeless, or what the job
+// waits for (the finding of the primary rule).
+func pendingCause(res schedule.Result, onDemand bool) (hopeless bool, cause verdict.Finding) {
+	if res.Hopeless && !(onDemand && reconfigurableOnly(res.Report.Findings)) {
+		return true, verdict.Finding{}
+	}
+	rule := res.Rule
+	if res.Hopeless {
+		rule = verdict.RuleReconfigurable
+	}
+	for _, f := range res.Report.Findings {
+		if f.Rule == rule && f.Severity != verdict.SeverityFail {
+			return false, f
+		}
+	}
+	return false, verdict.Finding{Rule: rule, Severity: verdict.SeverityWarn, Message: "The scheduler has not placed the job's pods yet."}
+}
+
+// reconfigurableOnly: every fail finding is a SHAPE_MISMATCH that a MIG
+// layout change would cure (a RECONFIGURABLE finding about the same pods).
+func reconfigurableOnly(fs []verdict.Finding) bool {
+	any := false
+	for _, f := range fs {
+		if f.Severity != verdict.SeverityFail {
+			continue
+		}
+		if f.Rule != verdict.RuleShapeMismatch {
+			return false
+		}
+		cured := false
+		for _, r := range fs {
+			if r.Rule == verdict.RuleReconfigurable && (len(f.Pods) == 0 || len(r.Pods) == 0 || slices.ContainsFunc(f.Pods, func(p string) bool { return slices.Contains(r.Pods, p) })) {
+				cured = true
+			}
+		}
+		if !cured {
+			return false
+		}
+		any = true
+	}
+	return any
+}
+
+// timeoutReport is the PENDING_TIMEOUT verdict with the last cause.
+func timeoutReport(subject string, cause verdict.Finding, waited, timeout time.Duration) verdict.Report {
+	f := verdict.Finding{
+		Rule: verdict.RulePendingTimeout, Severity: verdict.SeverityFail,
+		Message: fmt.Sprintf("The job's pods have been unschedulable for %s, past its pending timeout of %s. It was waiting: %s: %s",
+			waited.Round(time.Second), timeout, cause.Rule, cause.Message),
+		Remediation: cause.Remediation,
+		Nodes:       cause.Nodes, Pods: cause.Pods,
+	}
+	if f.Remediation == "" {
+		f.Remediation = "act on the last cause, or raise the pending timeout (rankgate.io/pending-timeout)"
+	}
+	return verdict.NewReport(subject, []verdict.Finding{f, cause})
+}
+
+// failPending fails the job through the gang path.
+func (c *Controller) failPending(j job, key string, rep verdict.Report, why string) {
+	c.unwatchPending(key)
+	c.log.Info("failing an unschedulable job", "job", key, "why", why, "rules", strings.Join(rep.RuleIDs(), ","))
+	g := c.ensureGang(j)
+	go c.decideWith(g, trigPending, nil, &rep)
+}
+
+// judgeLive judges the job as `rankgate diagnose job` does: every node and
+// every unfinished pod read from the API server.
+func (c *Controller) judgeLive(ctx context.Context, j job) (schedule.Result, error) {
+	c.pw.mu.Lock()
+	if c.pw.live == nil {
+		l, err := cluster.NewLive(c.mgr.GetConfig())
+		if err != nil {
+			c.pw.mu.Unlock()
+			return schedule.Result{}, err
+		}
+		c.pw.live = l
+	}
+	l := c.pw.live
+	c.pw.mu.Unlock()
+	b := cluster.NewBuilder()
+	if err := l.LoadCluster(ctx, b); err != nil {
+		return schedule.Result{}, err
+	}
+	cl := c.engine.NewCluster(b.Nodes())
+	if err := b.AddJob(j); err != nil {
+		return schedule.Result{}, err
+	}
+	w, err := b.WorkloadFor(j)
+	if err != nil {
+		return schedule.Result{}, err
+	}
+	return c.engine.Diagnose(cl, w), nil
+}
+
+// waitingFor is the annotation's value for cause.
+func waitingFor(cause verdict.Finding) string {
+	return verdict.Truncate(cause.Rule+": "+cause.Message, maxReasonLen)
+}
+
+// patchWaitingFor writes (or, with nil, removes) rankgate.io/waiting-for,
+// and emits a Normal Event when it writes one.
+func (c *Controller) patchWaitingFor(ctx context.Context, obj client.Object, cause *verdict.Finding) {
+	val := "null"
+	if cause != nil {
+		val = fmt.Sprintf("%q", waitingFor(*cause))
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, KeyWaitingFor, val)
+	if err := c.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		if !apierrors.IsNotFound(err) {
+			metricAPIErrors.WithLabelValues("waiting-for").Inc()
+			c.log.Error(err, "writing rankgate.io/waiting-for", "job", obj.GetNamespace()+"/"+obj.GetName())
+		}
+		return
+	}
+	if cause != nil {
+		c.rec.Eventf(obj, nil, corev1.EventTypeNormal, "PendingWaiting", "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
+	}
+}
+
+// pendingReport: a verdict of the Pending watchdog (placement rules or
+// PENDING_TIMEOUT), not of the gang rules.
+func pendingReport(r verdict.Report) bool {
+	for _, f := range r.Findings {
+		if f.Rule == verdict.RulePendingTimeout || slices.Contains(schedule.Rules, f.Rule) {
+			return true
+		}
+	}
+	return false
+}
