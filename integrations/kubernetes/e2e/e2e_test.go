@@ -419,7 +419,7 @@ func TestE2EDeployManifests(t *testing.T) {
 	dir := filepath.Join(root, "configs", "deploy")
 	newNamespace(t, "ml", false)
 	checked := 0
-	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "networkpolicy.yaml", "certificate.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "networkpolicy.yaml", "../overlays/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
 		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
@@ -559,20 +559,33 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	cfg := rest.CopyConfig(restCfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
+	// With the webhooks and its own certificates, as shipped.
+	whAddr := freePort(t)
+	installWebhooks(t, "localhost:"+strings.Split(whAddr, ":")[1])
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: "rankgate-tls"}})
+	})
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
-		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac"})
+		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac",
+		CertDir: t.TempDir(), WebhookOptions: controller.WebhookOptions{ManageCerts: true, WebhookAddr: whAddr, InitImage: initImage,
+			CertDNS: []string{"localhost"}, CertInterval: 200 * time.Millisecond}})
+	waitInjected(t, c)
 	require.Eventually(t, c.IsLeader, 20*time.Second, 50*time.Millisecond)
 
+	// The gate serves the controller's own certificate (DNS name localhost).
+	gateURL := "https://localhost:" + strings.Split(c.Addr, ":")[1]
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, c.Certificates().Current().CAPEM(), 0o600))
 	ns := newNamespace(t, "e2e-rbac", true)
 	pass := pytorchJob(t, ns, "ok", true, 1, nil)
 	fail := mpiJob(t, ns, "bad", 2)
 	var ranks []*rank
 	for _, p := range []*corev1.Pod{rankPod(t, pass, "master", 0, "node-0", ""), rankPod(t, pass, "worker", 0, "node-1", "")} {
-		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+		ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), append([]string{"--ca-file", caFile}, fullGPURank...)...))
 	}
 	for i, dev := range []string{"0:0", "1:0"} {
 		p := rankPod(t, fail, "worker", i, "h100-node", "nvidia.com/mig-3g.40gb")
-		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+		ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), "--ca-file", caFile, "--sample", "h100-mig", "--devices", dev))
 	}
 	for i, r := range ranks {
 		want := 0
@@ -589,4 +602,5 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	require.Eventually(t, func() bool { return len(jobEvents(t, fail)["GangFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 	require.EqualValues(t, 2, c.Decisions())
 	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
+	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
 }
