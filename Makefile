@@ -86,8 +86,8 @@ fuzz: ## run every fuzzer for FUZZTIME each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-e2e: test-binaries ## end-to-end gang scenarios on a real API server
-	$(GO) test -count=1 -run 'E2E' -v ./integrations/...
+e2e: test-binaries $(KUSTOMIZE) ## end-to-end gang scenarios on a real API server
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
 
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
