@@ -101,8 +101,8 @@ func TestHandlePatchesOnlyWhatItAdds(t *testing.T) {
 	m.o.EnsureCA = func(_ context.Context, ns string) error { ensured = append(ensured, ns); return nil }
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		Operation: admissionv1.Create, Namespace: "ml",
-		Kind:      metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"},
-		Object:    runtime.RawExtension{Raw: []byte(job)}}}
+		Kind:   metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"},
+		Object: runtime.RawExtension{Raw: []byte(job)}}}
 	resp := m.Handle(context.Background(), req)
 	require.True(t, resp.Allowed)
 	require.NotEmpty(t, resp.Patches)
