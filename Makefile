@@ -10,7 +10,7 @@ BENCHTIME ?= 1s
 # go-nvml's header marks vGPU calls deprecated; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
+.PHONY: manifests help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,8 +24,8 @@ build-node: ## bin/rankgate-node: the node faces only (preflight, inspect, demo,
 demo: ## the embedded-sample preflight the README starts with
 	$(GO) run ./cmd/rankgate demo
 
-test: lint test-binaries ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
-	$(GO) test -count=1 -timeout 40m ./...
+test: lint test-binaries $(KUSTOMIZE) ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags rankgate_node ./cmd/...
 
 test-unit: ## tests that need no API server binaries
@@ -38,6 +38,10 @@ GOCYCLO_VERSION := v0.6.0
 TOOLS_DIR := bin/tools
 STATICCHECK := $(TOOLS_DIR)/staticcheck-$(STATICCHECK_VERSION)
 GOCYCLO := $(TOOLS_DIR)/gocyclo-$(GOCYCLO_VERSION)
+KUSTOMIZE_VERSION := v5.8.0
+KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
+# The release manifest's image tag: the version, never latest.
+RELEASE_VERSION ?= $(VERSION)
 
 lint: $(STATICCHECK) $(GOCYCLO) ## gofmt, go vet, staticcheck, and the limits (files <= 600 lines, functions <= cyclomatic 25); lists every offender
 	@status=0; \
@@ -52,6 +56,20 @@ $(STATICCHECK):
 	@mkdir -p $(TOOLS_DIR)/.staticcheck
 	GOBIN=$(abspath $(TOOLS_DIR)/.staticcheck) GOFLAGS= $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 	mv $(TOOLS_DIR)/.staticcheck/staticcheck $@
+
+$(KUSTOMIZE):
+	@mkdir -p $(TOOLS_DIR)/.kustomize
+	GOBIN=$(abspath $(TOOLS_DIR)/.kustomize) GOFLAGS= $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(TOOLS_DIR)/.kustomize/kustomize $@
+
+manifests: $(KUSTOMIZE) ## dist/rankgate.yaml: the install (configs/deploy) rendered, image pinned to RELEASE_VERSION
+	@case "$(RELEASE_VERSION)" in ""|latest) echo "RELEASE_VERSION must name a release, not '$(RELEASE_VERSION)'"; exit 2;; esac
+	@mkdir -p dist
+	rm -rf dist/.build && mkdir -p dist/.build && cp -r configs/deploy configs/overlays dist/.build/
+	cd dist/.build/deploy && $(abspath $(KUSTOMIZE)) edit set image ghcr.io/rankgate/rankgate=ghcr.io/rankgate/rankgate:$(RELEASE_VERSION)
+	$(KUSTOMIZE) build dist/.build/deploy > dist/rankgate.yaml
+	rm -rf dist/.build
+	@echo "wrote dist/rankgate.yaml (image ghcr.io/rankgate/rankgate:$(RELEASE_VERSION))"
 
 $(GOCYCLO):
 	@mkdir -p $(TOOLS_DIR)/.gocyclo
@@ -68,8 +86,8 @@ fuzz: ## run every fuzzer for FUZZTIME each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-e2e: test-binaries ## end-to-end gang scenarios on a real API server
-	$(GO) test -count=1 -run 'E2E' -v ./integrations/...
+e2e: test-binaries $(KUSTOMIZE) ## end-to-end gang scenarios on a real API server
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
 
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .

@@ -6,9 +6,13 @@ import (
 	"context"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
@@ -72,8 +76,43 @@ other answers the gate with NotLeader and ranks retry.`,
 	f.IntVar(&o.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst towards the API server")
 	f.BoolVar(&o.TrimCaches, "trim-caches", true, "keep only the fields the controller reads in its informer caches")
 	_ = f.MarkHidden("trim-caches")
+	f.StringVar(&o.WebhookAddr, "webhook-addr", controller.DefaultWebhookAddr, "HOST:PORT every replica serves the admission webhooks on (HTTPS; 0 disables)")
+	f.StringVar(&o.InitImage, "init-image", "", "image of the init container the mutating webhook injects (default: this controller's own image, read from its pod, else "+defaultImage+":<version>)")
+	f.StringVar(&o.GateURL, "gate-url", "", "the gate's address injected into rank pods (default https://rankgate-gate.<namespace>.svc:443)")
+	f.BoolVar(&o.ManageCerts, "manage-certs", true, "create and rotate the controller's own CA and serving certificate (Secret --cert-secret), inject the CA into its webhook configurations and keep ConfigMap rankgate-ca in opted-in namespaces; false: --cert-dir's files come from elsewhere (cert-manager)")
+	f.StringVar(&o.CertSecret, "cert-secret", "rankgate-tls", "Secret in the controller's namespace that holds its CA and serving certificate (--manage-certs)")
+	f.StringVar(&o.WebhookConfigName, "webhook-config", "rankgate", "name of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration whose CA bundle the controller keeps")
 	f.BoolVar(&o.Profiling, "profiling", false, "serve Go pprof profiles under /debug/pprof/ on the metrics address")
 	return cmd
+}
+
+// defaultImage is the released image, tagged with the version.
+const defaultImage = "ghcr.io/rankgate/rankgate"
+
+// ownImage: the image of this pod's controller container (the injected
+// init container runs the same build), else the release image of this
+// version.
+func ownImage(ctx context.Context, rc *rest.Config, ns, pod string) string {
+	fallback := defaultImage + ":" + Version
+	if ns == "" || pod == "" {
+		return fallback
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fallback
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	p, err := cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return fallback
+	}
+	for _, c := range p.Spec.Containers {
+		if c.Name == "controller" {
+			return c.Image
+		}
+	}
+	return fallback
 }
 
 func (a *App) runController(ctx context.Context, o *controllerOptions) error {
@@ -121,6 +160,9 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	opts.Log = logger
 	opts.FullCaches = !o.TrimCaches
 	opts.ReleaseMemoryAfterSync = true
+	if opts.WebhookAddr != "0" && opts.InitImage == "" {
+		opts.InitImage = ownImage(ctx, rc, podNS, os.Getenv("POD_NAME"))
+	}
 	c, err := controller.New(opts)
 	if err != nil {
 		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)

@@ -46,6 +46,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -132,6 +133,9 @@ type Options struct {
 	// trimmed ones (for measuring what trimming saves; never in production).
 	FullCaches bool
 
+	// The admission webhooks and the controller's own certificates.
+	WebhookOptions
+
 	// Identity names this replica in rankgate.io/decided-by (default the
 	// host name).
 	Identity string
@@ -215,6 +219,7 @@ func (o *Options) defaults() error {
 	if o.Identity == "" {
 		o.Identity, _ = os.Hostname()
 	}
+	o.webhookDefaults()
 	if !o.Insecure && o.CertDir == "" {
 		return errors.New("controller: --cert-dir is required (tls.crt and tls.key for the gate's HTTPS)")
 	}
@@ -233,6 +238,7 @@ type Controller struct {
 	kinds  []jobKind
 	engine *schedule.Engine // judges whether a missing rank can ever be placed
 	pw     pendingWatches   // jobs with unschedulable pods (pending.go)
+	certs  *certs.Rotator   // the controller's own CA (ManageCerts)
 
 	leader      atomic.Bool
 	synced      atomic.Bool
@@ -294,9 +300,17 @@ func New(opts Options) (*Controller, error) {
 	if opts.RetryPeriod > 0 {
 		mopts.RetryPeriod = ptrDuration(opts.RetryPeriod)
 	}
+	ws, err := c.webhookServer()
+	if err != nil {
+		return nil, err
+	}
+	mopts.WebhookServer = ws
 	mgr, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("controller: manager: %w", err)
+	}
+	if err := c.setupCerts(mgr); err != nil {
+		return nil, err
 	}
 	c.mgr = mgr
 	c.client = mgr.GetClient()
@@ -314,7 +328,9 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	if !opts.Insecure {
+	if c.certs != nil {
+		getCert = c.certs.GetCertificate
+	} else if !opts.Insecure {
 		cw, err := certwatcher.New(filepath.Join(opts.CertDir, "tls.crt"), filepath.Join(opts.CertDir, "tls.key"))
 		if err != nil {
 			return nil, fmt.Errorf("controller: gate certificate in %s: %w", opts.CertDir, err)
@@ -331,6 +347,12 @@ func New(opts Options) (*Controller, error) {
 	})
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
+	}
+	if err := c.registerWebhooks(ws); err != nil {
+		return nil, err
+	}
+	if ws != nil {
+		_ = mgr.GetWebhookServer() // adds it to the manager: every replica serves
 	}
 	// Every replica syncs its caches and is Ready once they are (and the
 	// gate listens): a standby serves probes and answers the gate with

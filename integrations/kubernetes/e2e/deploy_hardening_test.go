@@ -186,6 +186,10 @@ type kustomization struct {
 		Target map[string]string `json:"target"`
 		Patch  string            `json:"patch"`
 	} `json:"patches"`
+	Images []struct {
+		Name   string `json:"name"`
+		NewTag string `json:"newTag"`
+	} `json:"images"`
 }
 
 func readKustomization(t testing.TB, dir string) kustomization {

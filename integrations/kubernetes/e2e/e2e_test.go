@@ -417,9 +417,10 @@ func TestE2EDeployManifests(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
 	dir := filepath.Join(root, "configs", "deploy")
+	applyKustomization(t, root)
 	newNamespace(t, "ml", false)
 	checked := 0
-	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "networkpolicy.yaml", "certificate.yaml", "service.yaml", "deployment.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "networkpolicy.yaml", "../overlays/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
 		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
@@ -454,6 +455,55 @@ func TestE2EDeployManifests(t *testing.T) {
 		}
 	}
 	require.Equal(t, 3, checked, "init containers checked (PyTorchJob Master and Worker, MPIJob Worker)")
+}
+
+// applyKustomization builds configs/deploy and its overlays with the pinned
+// kustomize (make test builds it: $RANKGATE_KUSTOMIZE) and has the API
+// server accept every object (the overlays' in a dry run: they repeat the
+// base's objects); the images are pinned to a version.
+func applyKustomization(t *testing.T, root string) {
+	t.Helper()
+	kz := os.Getenv("RANKGATE_KUSTOMIZE")
+	if kz == "" {
+		kz = filepath.Join(root, "bin", "tools", "kustomize-v5.8.0")
+	}
+	if _, err := os.Stat(kz); err != nil {
+		t.Skipf("kustomize v5.8.0 not built (make test builds it into bin/tools): %v", err)
+	}
+	ctx := context.Background()
+	for _, dir := range []string{"configs/deploy", "configs/overlays/cert-manager", "configs/overlays/on-fail-delete"} {
+		out, err := exec.Command(kz, "build", filepath.Join(root, dir)).Output()
+		require.NoError(t, err, "kustomize build %s", dir)
+		file := filepath.Join(t.TempDir(), "out.yaml")
+		require.NoError(t, os.WriteFile(file, out, 0o600))
+		objs := decodeManifest(t, file)
+		require.NotEmpty(t, objs)
+		var created []*unstructured.Unstructured
+		for _, u := range objs {
+			if u.GetKind() == "Deployment" {
+				img, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+				image := img[0].(map[string]any)["image"].(string)
+				require.Regexp(t, `^ghcr\.io/rankgate/rankgate:v[0-9]`, image, "%s: image not pinned to a release", dir)
+			}
+			if u.GetKind() == "Namespace" {
+				labels := u.GetLabels()
+				require.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"], dir)
+				if err := k8s.Create(ctx, u); !apierrors.IsAlreadyExists(err) {
+					require.NoError(t, err)
+				}
+				continue
+			}
+			if dir != "configs/deploy" {
+				require.NoError(t, k8s.Create(ctx, u, client.DryRunAll), "%s: %s %s", dir, u.GetKind(), u.GetName())
+				continue
+			}
+			require.NoError(t, k8s.Create(ctx, u), "%s: %s %s", dir, u.GetKind(), u.GetName())
+			created = append(created, u)
+		}
+		for _, u := range created {
+			require.NoError(t, k8s.Delete(ctx, u))
+		}
+	}
 }
 
 // A controller deployed with the ClusterRole but without the Role for its
@@ -559,20 +609,33 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	cfg := rest.CopyConfig(restCfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
+	// With the webhooks and its own certificates, as shipped.
+	whAddr := freePort(t)
+	installWebhooks(t, "localhost:"+strings.Split(whAddr, ":")[1])
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: "rankgate-tls"}})
+	})
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
-		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac"})
+		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac",
+		CertDir: t.TempDir(), WebhookOptions: controller.WebhookOptions{ManageCerts: true, WebhookAddr: whAddr, InitImage: initImage,
+			CertDNS: []string{"localhost"}, CertInterval: 200 * time.Millisecond}})
+	waitInjected(t, c)
 	require.Eventually(t, c.IsLeader, 20*time.Second, 50*time.Millisecond)
 
+	// The gate serves the controller's own certificate (DNS name localhost).
+	gateURL := "https://localhost:" + strings.Split(c.Addr, ":")[1]
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, c.Certificates().Current().CAPEM(), 0o600))
 	ns := newNamespace(t, "e2e-rbac", true)
 	pass := pytorchJob(t, ns, "ok", true, 1, nil)
 	fail := mpiJob(t, ns, "bad", 2)
 	var ranks []*rank
 	for _, p := range []*corev1.Pod{rankPod(t, pass, "master", 0, "node-0", ""), rankPod(t, pass, "worker", 0, "node-1", "")} {
-		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+		ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), append([]string{"--ca-file", caFile}, fullGPURank...)...))
 	}
 	for i, dev := range []string{"0:0", "1:0"} {
 		p := rankPod(t, fail, "worker", i, "h100-node", "nvidia.com/mig-3g.40gb")
-		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+		ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), "--ca-file", caFile, "--sample", "h100-mig", "--devices", dev))
 	}
 	for i, r := range ranks {
 		want := 0
@@ -589,4 +652,5 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	require.Eventually(t, func() bool { return len(jobEvents(t, fail)["GangFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 	require.EqualValues(t, 2, c.Decisions())
 	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
+	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
 }

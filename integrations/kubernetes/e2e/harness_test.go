@@ -283,7 +283,9 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.Config == nil {
 		o.Config = restCfg
 	}
-	o.CertDir = certs.Dir
+	if o.CertDir == "" {
+		o.CertDir = certs.Dir
+	}
 	if o.GateAddr == "" && o.GateListener == nil {
 		o.GateAddr = "127.0.0.1:0"
 	}

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
+)
+
+// WebhookOptions configure the admission webhooks and the controller's own
+// certificates (part of Options).
+type WebhookOptions struct {
+	// WebhookAddr is where every replica serves the admission webhooks
+	// over HTTPS ("" or "0": none; the command's default is ":9443").
+	WebhookAddr string
+	// InitImage is the image of the injected init container: the
+	// controller's own (required to serve the mutating webhook).
+	InitImage string
+	// GateURL is the gate's address the injected init containers use
+	// (default https://rankgate-gate.<Namespace>.svc:443).
+	GateURL string
+	// ExtraWebhooks are more admission handlers by path (the validating
+	// webhook; the command fills it).
+	ExtraWebhooks map[string]http.Handler
+
+	// ManageCerts: the controller keeps its own CA and serving certificate
+	// in Secret CertSecret of its namespace, writes them to CertDir, injects
+	// the CA bundle into MutatingWebhookConfiguration and
+	// ValidatingWebhookConfiguration WebhookConfigName, and keeps the CA
+	// ConfigMap in opted-in namespaces. Off: CertDir's files come from
+	// elsewhere (cert-manager).
+	ManageCerts bool
+	CertSecret  string   // default "rankgate-tls"
+	CertDNS     []string // default: the gate, metrics and webhook Services' names
+	// WebhookConfigName names both webhook configurations (default
+	// "rankgate").
+	WebhookConfigName string
+	CertDurations     certs.Durations // default certs.DefaultDurations
+	CertInterval      time.Duration   // default 1m
+}
+
+// DefaultWebhookAddr is the command's --webhook-addr.
+const DefaultWebhookAddr = ":9443"
+
+// Names of the shipped Services (configs/deploy/service.yaml).
+const (
+	GateService    = "rankgate-gate"
+	MetricsService = "rankgate-metrics"
+	WebhookService = "rankgate-webhook"
+)
+
+func (o *Options) webhookDefaults() {
+	if o.WebhookAddr == "" {
+		o.WebhookAddr = "0"
+	}
+	if o.GateURL == "" {
+		o.GateURL = "https://" + GateService + "." + o.Namespace + ".svc:443"
+	}
+	if o.WebhookConfigName == "" {
+		o.WebhookConfigName = "rankgate"
+	}
+	if o.CertSecret == "" {
+		o.CertSecret = "rankgate-tls"
+	}
+	if len(o.CertDNS) == 0 {
+		for _, s := range []string{GateService, MetricsService, WebhookService} {
+			o.CertDNS = append(o.CertDNS, s+"."+o.Namespace+".svc", s+"."+o.Namespace+".svc.cluster.local")
+		}
+	}
+}
+
+// setupCerts, with ManageCerts, creates or adopts the certificates before
+// anything serves (the servers need them at start) and adds the rotator.
+func (c *Controller) setupCerts(mgr manager.Manager) error {
+	if !c.opts.ManageCerts {
+		return nil
+	}
+	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return err
+	}
+	r := &certs.Rotator{Client: cl, Namespace: c.opts.Namespace, SecretName: c.opts.CertSecret, CertDir: c.opts.CertDir,
+		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs")}
+	if c.opts.WebhookAddr != "0" {
+		r.MutatingWebhooks = []string{c.opts.WebhookConfigName}
+		r.ValidatingWebhooks = []string{c.opts.WebhookConfigName}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.Sync(ctx); err != nil {
+		return fmt.Errorf("controller: certificates: %w", err)
+	}
+	c.certs = r
+	if err := mgr.Add(r); err != nil {
+		return err
+	}
+	// The CA ConfigMaps: one writer, the leader.
+	return mgr.Add(manager.RunnableFunc(r.DistributeCA))
+}
+
+// webhookServer is the manager's webhook server (nil when disabled).
+func (c *Controller) webhookServer() (webhook.Server, error) {
+	if c.opts.WebhookAddr == "0" {
+		return nil, nil
+	}
+	host, port, err := net.SplitHostPort(c.opts.WebhookAddr)
+	if err != nil {
+		return nil, fmt.Errorf("controller: webhook address %q: %w", c.opts.WebhookAddr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("controller: webhook address %q: %w", c.opts.WebhookAddr, err)
+	}
+	o := webhook.Options{Host: host, Port: p, CertDir: c.opts.CertDir}
+	if c.opts.ManageCerts {
+		// c.certs is set once the manager exists (setupCerts), before
+		// anything serves.
+		o.TLSOpts = []func(*tls.Config){func(t *tls.Config) {
+			t.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return c.certs.GetCertificate(h) }
+		}}
+	}
+	return webhook.NewServer(o), nil
+}
+
+// registerWebhooks adds the mutating handler and ExtraWebhooks.
+func (c *Controller) registerWebhooks(s webhook.Server) error {
+	if s == nil {
+		return nil
+	}
+	if c.opts.InitImage == "" {
+		return errors.New("controller: no init-container image for the mutating webhook (--init-image)")
+	}
+	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout}
+	if c.certs != nil {
+		mo.EnsureCA = c.certs.EnsureCAConfigMap
+	}
+	m, err := mutate.NewMutator(mo)
+	if err != nil {
+		return err
+	}
+	s.Register(mutate.Path, &webhook.Admission{Handler: m, RecoverPanic: ptrBool(true)})
+	for path, h := range c.opts.ExtraWebhooks {
+		s.Register(path, h)
+	}
+	return nil
+}
+
+func ptrBool(b bool) *bool { return &b }
+
+// WebhookHandler wraps an admission.Handler for ExtraWebhooks.
+func WebhookHandler(h admission.Handler) http.Handler {
+	return &webhook.Admission{Handler: h, RecoverPanic: ptrBool(true)}
+}
+
+// Certificates is the controller's own CA (nil unless ManageCerts).
+func (c *Controller) Certificates() *certs.Rotator { return c.certs }
