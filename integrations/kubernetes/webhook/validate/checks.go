@@ -287,4 +287,3 @@ func commandLine(c *corev1.Container) []string {
 	}
 	return argv
 }
-

@@ -150,7 +150,7 @@ func TestHandle(t *testing.T) {
 			allowed:  false, deny: []string{"MIG_MULTIPLE_PER_PROCESS: ", "Worker container"},
 		},
 		{
-			name: "GANG_MIG_MIXED_WITH_FULL: Master on a full GPU, Workers on MIG",
+			name:    "GANG_MIG_MIXED_WITH_FULL: Master on a full GPU, Workers on MIG",
 			obj:     mixedJob(),
 			allowed: true, warn: []string{"GANG_MIG_MIXED_WITH_FULL: ", "Master/", "Worker/"},
 		},
@@ -168,8 +168,8 @@ func TestHandle(t *testing.T) {
 			allowed: true, warn: []string{"NPROC_EXCEEDS_DEVICES: ", "starts 2 torchrun processes (PET_NPROC_PER_NODE) on 1 GPUs"},
 		},
 		{
-			name: "MPIJob v2beta1: launcher without GPUs, workers asking two 1g.10gb",
-			obj: kubeflowtest.MakeMPIJob("mpi", "ml").Workers(2).WorkerRequest("nvidia.com/mig-1g.10gb", "2").Obj(),
+			name:    "MPIJob v2beta1: launcher without GPUs, workers asking two 1g.10gb",
+			obj:     kubeflowtest.MakeMPIJob("mpi", "ml").Workers(2).WorkerRequest("nvidia.com/mig-1g.10gb", "2").Obj(),
 			allowed: true, warn: []string{"MIG_MULTIPLE_PER_PROCESS: ", "Worker container"},
 		},
 		{
