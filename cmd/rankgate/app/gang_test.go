@@ -126,3 +126,21 @@ func TestLaunchGangUsage(t *testing.T) {
 	require.Equal(t, verdict.ExitUsage, code, stderr)
 	require.Contains(t, stderr, "--gate-url")
 }
+
+func TestCopyBinary(t *testing.T) {
+	dir := t.TempDir()
+	code, _, stderr := run(t, nil, "copy-binary", dir)
+	require.Equal(t, 0, code, stderr)
+	self, err := os.Executable()
+	require.NoError(t, err)
+	want, err := os.ReadFile(self)
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(dir, "rankgate"))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	st, err := os.Stat(filepath.Join(dir, "rankgate"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), st.Mode().Perm())
+	code, _, _ = run(t, nil, "copy-binary", filepath.Join(dir, "missing"))
+	require.Equal(t, verdict.ExitEnvironment, code)
+}
