@@ -13,6 +13,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/launcher"
+	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -55,31 +56,20 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	if err != nil {
 		return nil, fmt.Errorf("reading nodes: %w", err)
 	}
-	b := cluster.NewBuilder()
-	gpuNodes := 0
-	for i := range nodes {
-		if err := b.AddNode(&nodes[i]); err != nil {
-			return nil, fmt.Errorf("node %s: %w", nodes[i].Name, err)
-		}
-		if hasGPUResource(nodes[i].Status.Allocatable) {
-			gpuNodes++
-		}
+	snap, err := h.snapshot(nodes)
+	if err != nil || snap.gpuNodes == 0 {
+		return nil, err
 	}
-	if gpuNodes == 0 {
-		return nil, nil
-	}
-	w, err := b.WorkloadFor(j)
+	// The templates alone: no pods exist yet.
+	w, err := cluster.NewBuilder().WorkloadFor(j)
 	if err != nil {
 		return nil, err
 	}
-	// Only the pods that run ranks are judged (an MPIJob launcher without
-	// GPUs fits anywhere) and the job is judged as if nothing ran: free
-	// capacity is not the question at admission.
+	// Judged as if it ran now (a suspended job will be resumed), and only
+	// shape verdicts are kept: free capacity is not the question at
+	// admission.
 	w.Suspended = false
-	cl := h.engine.NewCluster(b.Nodes())
-	if len(cl.LabelErrors) > 0 {
-		return nil, cl.LabelErrors[0]
-	}
+	cl := snap.cl
 	res := h.engine.Diagnose(cl, w)
 	reconfigurable := false
 	for _, f := range res.Report.Findings {
@@ -102,6 +92,54 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 		}
 	}
 	return out, nil
+}
+
+// snapshot is the engine's prepared cluster for a list of nodes.
+type snapshot struct {
+	key      string
+	cl       *schedule.Cluster
+	gpuNodes int
+}
+
+// snapshot prepares nodes for the engine, or reuses the last snapshot when
+// the nodes are the same objects (names, UIDs and resourceVersions, as an
+// informer cache hands them out): preparing a fleet costs more than
+// judging a job against it. Nodes without a resourceVersion are never
+// reused.
+func (h *handler) snapshot(nodes []corev1.Node) (*snapshot, error) {
+	var key strings.Builder
+	cacheable := true
+	for i := range nodes {
+		m := &nodes[i].ObjectMeta
+		cacheable = cacheable && m.ResourceVersion != ""
+		key.WriteString(m.Name)
+		key.WriteByte(0)
+		key.WriteString(string(m.UID))
+		key.WriteByte(0)
+		key.WriteString(m.ResourceVersion)
+		key.WriteByte(0)
+	}
+	if last := h.last.Load(); cacheable && last != nil && last.key == key.String() {
+		return last, nil
+	}
+	b := cluster.NewBuilder()
+	s := &snapshot{key: key.String()}
+	for i := range nodes {
+		if err := b.AddNode(&nodes[i]); err != nil {
+			return nil, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+		}
+		if hasGPUResource(nodes[i].Status.Allocatable) {
+			s.gpuNodes++
+		}
+	}
+	s.cl = h.engine.NewCluster(b.Nodes())
+	if len(s.cl.LabelErrors) > 0 {
+		return nil, s.cl.LabelErrors[0]
+	}
+	if cacheable {
+		h.last.Store(s)
+	}
+	return s, nil
 }
 
 func hasGPUResource(rl corev1.ResourceList) bool {

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
@@ -147,6 +148,8 @@ type handler struct {
 	policy map[string]Policy
 	nodes  NodeSource
 	engine *schedule.Engine
+	// last is the last prepared cluster (snapshot).
+	last atomic.Pointer[snapshot]
 }
 
 // Handle judges a create or update of a PyTorchJob or MPIJob. Anything

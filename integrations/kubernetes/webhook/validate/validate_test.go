@@ -249,3 +249,37 @@ func TestCheckPolicies(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, validate.Warn, p)
 }
+
+// a100_40Mixed: 8 A100-40GB, mixed strategy, all-1g.5gb applied.
+func a100_40Mixed(name string) corev1.Node {
+	return gpuNode(name, map[string]string{
+		"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "40960",
+		"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed",
+		"nvidia.com/mig.config": "all-1g.5gb", "nvidia.com/mig.config.state": "success",
+		"nvidia.com/mig-1g.5gb.count": "56", "nvidia.com/mig-1g.5gb.memory": "4864", "nvidia.com/mig-1g.5gb.multiprocessors": "14",
+	}, map[string]int{"nvidia.com/mig-1g.5gb": 56})
+}
+
+// The prepared cluster is reused while the nodes are the same objects,
+// and never once one changes (a new resourceVersion) or is added.
+func TestHandleFollowsTheNodes(t *testing.T) {
+	a := a100Mixed("a100-0")
+	a.ResourceVersion = "1"
+	current := []corev1.Node{a}
+	h := validate.NewHandler(validate.Options{Nodes: func(context.Context) ([]corev1.Node, error) { return current, nil }})
+	req := request(t, kubeflowtest.MakePyTorchJob("j", "ml").Workers(2).Request("nvidia.com/mig-1g.5gb", "1").Obj(), admissionv1.Create)
+	require.False(t, h.Handle(context.Background(), req).Allowed)
+	require.False(t, h.Handle(context.Background(), req).Allowed)
+
+	// A new node offers the shape.
+	b := a100_40Mixed("a100-40")
+	b.ResourceVersion = "5"
+	current = []corev1.Node{a, b}
+	require.True(t, h.Handle(context.Background(), req).Allowed)
+
+	// The same node, relabelled to the 80GB layout: a new resourceVersion.
+	b2 := a100Mixed("a100-40")
+	b2.ResourceVersion = "6"
+	current = []corev1.Node{a, b2}
+	require.False(t, h.Handle(context.Background(), req).Allowed)
+}
