@@ -65,7 +65,7 @@ func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) err
 	}
 	client, err := gate.NewClient(gate.ClientOptions{URL: o.GateURL, CAFile: o.CAFile, TokenFile: o.TokenFile})
 	if err != nil {
-		return fmt.Errorf("rankgate launch --gang: %w", err)
+		return fmt.Errorf("--gang: %w", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.GangTimeout)
 	defer cancel()
@@ -89,10 +89,10 @@ func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) err
 			return ctx.Err() // a signal: the caller maps it to 128+N
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			err = verdict.Exitf(verdict.ExitTimeout, "rankgate launch --gang: no gang verdict for pod %s/%s within --gang-timeout %s (waited %s): %w",
+			err = verdict.Exitf(verdict.ExitTimeout, "no gang verdict for pod %s/%s within --gang-timeout %s (waited %s): %w",
 				ns, pod, o.GangTimeout, time.Since(started).Round(time.Second), err)
 		} else {
-			err = verdict.WithCode(verdict.Code(err), fmt.Errorf("rankgate launch --gang: waiting for the gang verdict: %w", err))
+			err = verdict.WithCode(verdict.Code(err), fmt.Errorf("waiting for the gang verdict: %w", err))
 		}
 		a.writeTerminationLog(termLog, err.Error())
 		return err
@@ -108,5 +108,5 @@ func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) err
 	}
 	reason += ": " + v.Reason(verdict.TerminationMax)
 	a.writeTerminationLog(termLog, reason)
-	return verdict.Exitf(verdict.ExitFail, "rankgate launch --gang: %s; CMD not started", reason)
+	return verdict.Exitf(verdict.ExitFail, "%s; CMD not started", reason)
 }

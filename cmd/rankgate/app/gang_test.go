@@ -100,6 +100,7 @@ func TestLaunchGang(t *testing.T) {
 				"--no-preflight", "--init-timeout", "0", "--termination-log", term}, tc.extra...)
 			args = append(args, "--", "sh", "-c", `touch "$0"; echo cmd ran`, marker)
 			code, out, stderr := run(t, pod, args...)
+			t.Logf("stderr:\n%s", stderr)
 			require.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", out, stderr)
 			_, statErr := os.Stat(marker)
 			require.Equal(t, tc.started, statErr == nil, "CMD started: %v\nstderr:\n%s", statErr == nil, stderr)
