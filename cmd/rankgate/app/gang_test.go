@@ -43,11 +43,11 @@ func fakeGate(t *testing.T, certs *gatetest.Certs, waits int, answer *verdict.Re
 			_ = json.NewEncoder(w).Encode(refuse)
 			return
 		}
-		resp := gate.Response{APIVersion: gate.APIVersion, State: gate.StateWaiting, Job: "MPIJob ml/mpi", Rank: -1, Expected: 2, Reported: 1}
+		resp := gate.Response{APIVersion: gate.APIVersion, State: gate.StateWaiting, Job: "ml/MPIJob/mpi", Rank: -1, Expected: 2, Reported: 1}
 		if answer != nil && int(n) > waits {
 			resp.State, resp.Verdict, resp.Reported = gate.StateDecided, answer, 2
 			if answer.Failed() {
-				resp.Action = "suspended"
+				resp.Action = "suspend"
 			}
 		} else {
 			time.Sleep(50 * time.Millisecond) // a short long-poll
@@ -69,8 +69,8 @@ func TestLaunchGang(t *testing.T) {
 	tok := filepath.Join(dir, "token")
 	require.NoError(t, os.WriteFile(tok, []byte("launcher-token\n"), 0o600))
 	pod := map[string]string{"POD_NAME": "mpi-launcher-x1", "POD_NAMESPACE": "ml"}
-	pass := verdict.NewReport("MPIJob ml/mpi", nil)
-	fail := verdict.NewReport("MPIJob ml/mpi", []verdict.Finding{{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail,
+	pass := verdict.NewReport("ml/MPIJob/mpi", nil)
+	fail := verdict.NewReport("ml/MPIJob/mpi", []verdict.Finding{{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail,
 		Message: "ranks 0 and 1 sit on MIG instances of two GPUs", Remediation: "use full GPUs"}})
 
 	for _, tc := range []struct {
@@ -84,9 +84,9 @@ func TestLaunchGang(t *testing.T) {
 		want    []string
 	}{
 		{name: "pass after waiting: CMD starts", waits: 2, answer: &pass, code: 0, started: true,
-			want: []string{"waiting for the gang verdict of MPIJob ml/mpi", "gang verdict for MPIJob ml/mpi: pass; starting CMD"}},
+			want: []string{"waiting for the gang verdict of ml/MPIJob/mpi", "gang verdict for ml/MPIJob/mpi: pass; starting CMD"}},
 		{name: "fail: exit 1 with the reason, CMD never starts", waits: 1, answer: &fail, code: verdict.ExitFail,
-			want: []string{"gang verdict fail for MPIJob ml/mpi (job action: suspended)", "GANG_MIG_SPANS_GPUS", "CMD not started"}},
+			want: []string{"gang verdict fail for ml/MPIJob/mpi (job action: suspend)", "GANG_MIG_SPANS_GPUS", "CMD not started"}},
 		{name: "no verdict by --gang-timeout: exit 4", extra: []string{"--gang-timeout", "1s", "--gang-poll", "1s"}, code: verdict.ExitTimeout,
 			want: []string{"no gang verdict for pod ml/mpi-launcher-x1 within --gang-timeout 1s"}},
 		{name: "the gate refuses the pod: exit 2", refuse: &gate.ErrorBody{APIVersion: gate.APIVersion, Code: gate.CodeNotOptedIn, Message: "MPIJob ml/mpi is not opted in"},
