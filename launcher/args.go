@@ -159,3 +159,14 @@ func mpirunNP(argv []string) (np int, oversubscribe, isMPI bool) {
 	}
 	return np, oversubscribe, true
 }
+
+// TorchrunNproc is how many local processes torchrun would start for
+// argv when the environment holds env (a container's env: --nproc-per-node
+// in either spelling, else PET_NPROC_PER_NODE). from names where the
+// count came from and raw is the value as written; n is 0 when torchrun
+// sizes it itself (gpu, auto). ok is false when argv runs no torchrun.
+// The admission webhook uses it on pod templates, launch on its own CMD.
+func TorchrunNproc(argv []string, env map[string]string) (n int, from, raw string, ok bool) {
+	info, ok := torchrunNproc(argv, func(k string) string { return env[k] })
+	return info.n, info.from, info.raw, ok
+}

@@ -13,6 +13,7 @@ func (a *App) commands() []*cobra.Command {
 		a.newDemoCommand(),
 		a.newLaunchCommand(),
 		a.newInitCommand(),
+		a.newCopyBinaryCommand(),
 		a.newDiagnoseCommand(),
 		a.newControllerCommand(),
 	}

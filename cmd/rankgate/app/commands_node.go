@@ -13,5 +13,6 @@ func (a *App) commands() []*cobra.Command {
 		a.newDemoCommand(),
 		a.newLaunchCommand(),
 		a.newInitCommand(),
+		a.newCopyBinaryCommand(),
 	}
 }

@@ -34,6 +34,7 @@ type launchOptions struct {
 	MPIHostfile     string
 	SSHPort         int
 	HostsTimeout    time.Duration
+	gangOptions
 }
 
 func (a *App) newLaunchCommand() *cobra.Command {
@@ -58,6 +59,12 @@ stdout and stderr through byte for byte while it watches them:
     preflight implies): a slower path is a warning, a failure with
     --strict-transport.
 
+With --gang (an MPIJob launcher that runs no rank), launch first waits for
+the job's gang verdict from the controller's gate, authenticated as rankgate
+init is (--gate-url, --ca-file, --token-file, POD_NAME/POD_NAMESPACE): on a
+fail it exits 1 with the reason, without a verdict by --gang-timeout it
+exits 4, on a pass it goes on as above.
+
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's group; after
 --grace the group is killed. No process CMD started outlives launch.
 launch sets NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT when neither is set.
@@ -75,6 +82,11 @@ not found.`,
   # MPIJob launcher: wait for the workers' sshd, then run mpirun
   rankgate launch --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
     mpirun -np 8 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS python train.py
+
+  # MPIJob launcher of a gated job: mpirun starts only after the gang passes
+  rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:8443 \
+    --ca-file /var/run/rankgate/ca/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
+    mpirun -np 8 python train.py
 
   # not NCCL: ready when the log says so
   rankgate launch --no-preflight --ready-pattern '^Epoch 1/' --init-timeout 5m -- python train.py`,
@@ -96,6 +108,7 @@ not found.`,
 	f.StringVar(&o.MPIHostfile, "mpi-hostfile", "", "MPI hostfile to check before CMD starts (MPIJob: /etc/mpi/hostfile)")
 	f.IntVar(&o.SSHPort, "ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
 	f.DurationVar(&o.HostsTimeout, "hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
+	o.gangOptions.addFlags(f)
 	return cmd
 }
 
@@ -143,6 +156,14 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 	defer signal.Stop(sigs)
 	opts.Signals = sigs
 
+	if o.Gang {
+		if err := a.awaitGang(ctx, &o.gangOptions, o.TerminationLog); err != nil {
+			if exit, ok := interrupted(ctx, err); ok {
+				return exit
+			}
+			return err
+		}
+	}
 	if o.NoPreflight {
 		devs, err := a.launchDevices(ctx, o.Devices)
 		if err != nil {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,7 +29,7 @@ type rankOf struct {
 // Admit implements gateserver.Backend: the sender must be a rank of an
 // opted-in job, and this replica the leader, before its report is read.
 func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) error {
-	_, err := c.resolve(ctx, id)
+	_, err := c.resolve(ctx, id, false)
 	return err
 }
 
@@ -38,7 +39,7 @@ func (c *Controller) GateReportsRead() int64 { return c.gate.ReportsRead() }
 
 // Report implements gateserver.Backend.
 func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
-	r, err := c.resolve(ctx, id)
+	r, err := c.resolve(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
@@ -71,9 +72,11 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	return g.response(r.rank), nil
 }
 
-// Verdict implements gateserver.Backend.
+// Verdict implements gateserver.Backend. Besides the ranks, the launcher
+// of an MPIJob that runs no rank may wait for the verdict (rank -1): `rankgate
+// launch --gang` starts mpirun only after a pass.
 func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait time.Duration) (*gate.Response, error) {
-	r, err := c.resolve(ctx, id)
+	r, err := c.resolve(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +115,9 @@ func (c *Controller) decided(j job) (*decision, bool) {
 }
 
 // resolve finds the authenticated pod, its job and its rank, refusing what
-// is not a rank of an opted-in job.
-func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankOf, error) {
+// is not a rank of an opted-in job. With launcher, the MPIJob launcher
+// that runs no rank is accepted too, as rank -1.
+func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launcher bool) (rankOf, error) {
 	if !c.leader.Load() {
 		return rankOf{}, &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, RetryAfter: time.Second,
 			Message: fmt.Sprintf("replica %s is not the leader; the gate service may route to any replica, retry", c.opts.Identity)}
@@ -167,6 +171,9 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity) (rankO
 		return rankOf{}, gate.Errorf(gate.CodeNotOptedIn, "%s %s/%s is not opted in to the gate: label it (or its namespace) %s=enabled, or remove the rankgate init container", kind, pod.Namespace, name, KeyGate)
 	}
 	rank, err := kubeflow.RankOf(j, pod)
+	if launcher && errors.Is(err, kubeflow.ErrNoRank) {
+		return rankOf{pod: pod, job: j, rank: -1}, nil
+	}
 	if err != nil {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%v", err)
 	}

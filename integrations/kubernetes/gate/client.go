@@ -233,6 +233,23 @@ type AwaitOptions struct {
 // returns the decided response, or the last error when ctx ends or the gate
 // refuses the request for good (IsPermanent).
 func (c *Client) Await(ctx context.Context, req *ReportRequest, o AwaitOptions) (*Response, error) {
+	return c.await(ctx, o, func(ctx context.Context, wait time.Duration) (*Response, error) {
+		return c.Report(ctx, req, wait)
+	})
+}
+
+// AwaitVerdict polls the verdict of the pod's job until it is decided,
+// without reporting: a pod that waits for the gang but runs no rank (an
+// MPIJob launcher behind `rankgate launch --gang`). Retries, backoff and
+// errors are Await's.
+func (c *Client) AwaitVerdict(ctx context.Context, namespace, pod string, o AwaitOptions) (*Response, error) {
+	return c.await(ctx, o, func(ctx context.Context, wait time.Duration) (*Response, error) {
+		return c.Verdict(ctx, namespace, pod, wait)
+	})
+}
+
+// await calls poll until the gang is decided (see Await).
+func (c *Client) await(ctx context.Context, o AwaitOptions, poll func(ctx context.Context, wait time.Duration) (*Response, error)) (*Response, error) {
 	if o.Poll <= 0 {
 		o.Poll = 30 * time.Second
 	}
@@ -250,7 +267,7 @@ func (c *Client) Await(ctx context.Context, req *ReportRequest, o AwaitOptions) 
 			wait = max(0, min(wait, time.Until(dl)-time.Second))
 		}
 		sent := time.Now()
-		r, err := c.Report(ctx, req, wait)
+		r, err := poll(ctx, wait)
 		if err == nil {
 			if r.State == StateDecided && r.Verdict != nil {
 				return r, nil

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// startLauncher runs `rankgate launch --gang -- sh -c 'touch MARKER'` for
+// the launcher pod p, as the launcher gate wraps mpirun, and returns the
+// process and the file CMD creates when it starts.
+func startLauncher(t *testing.T, url string, p *corev1.Pod) (*rank, string) {
+	t.Helper()
+	marker := filepath.Join(t.TempDir(), "mpirun-started")
+	r := &rank{pod: p, termLog: filepath.Join(t.TempDir(), "termination-log"), exited: make(chan struct{})}
+	r.cmd = exec.Command(binary, "launch", "--gang", "--gate-url", url, "--ca-file", certs.CAFile,
+		"--token-file", token(t, p, gate.Audience), "--gang-poll", "5s", "--gang-timeout", "90s",
+		"--no-preflight", "--init-timeout", "0", "--termination-log", r.termLog,
+		"--", "sh", "-c", `touch "$0"; echo mpirun started`, marker)
+	r.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "POD_NAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace}
+	r.cmd.Stdout = &r.stdout
+	r.cmd.Stderr = &r.stderr
+	require.NoError(t, r.cmd.Start())
+	go func() {
+		err := r.cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			r.code = ee.ExitCode()
+		} else if err != nil {
+			r.code = -1
+		}
+		close(r.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-r.exited:
+		default:
+			_ = r.cmd.Process.Kill()
+			<-r.exited
+		}
+	})
+	return r, marker
+}
+
+func exists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+// (r) An MPIJob with the launcher gate: the launcher (no rank: no
+// runLauncherAsWorker) waits on the gate's verdict endpoint; mpirun starts
+// only after the workers' gang passes. On a fail the launcher exits 1 with
+// the reason, mpirun never starts, and the job is suspended.
+func TestE2EMPIJobLauncherGate(t *testing.T) {
+	ns := newNamespace(t, "e2e-launcher-gate", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+
+	t.Run("pass: mpirun starts after the verdict", func(t *testing.T) {
+		job := mpiJob(t, ns, "lg-pass", 2)
+		lp := launcherPod(t, job, "node-0")
+		l, marker := startLauncher(t, c.URL, lp)
+		// The launcher waits: no rank has reported.
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(l.stderr.String(), "waiting for the gang verdict of "+ns+"/MPIJob/lg-pass") {
+			require.True(t, time.Now().Before(deadline), "the launcher never waited:\n%s", l)
+			time.Sleep(50 * time.Millisecond)
+		}
+		require.False(t, exists(marker), "mpirun started before the verdict")
+		require.True(t, l.running())
+
+		w0 := rankPod(t, job, "worker", 0, "node-1", "")
+		w1 := rankPod(t, job, "worker", 1, "node-2", "")
+		var ranks []*rank
+		for _, p := range []*corev1.Pod{w0, w1} {
+			ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+		}
+		for _, r := range ranks {
+			require.Equal(t, 0, r.wait(t, time.Minute), r.String())
+		}
+		require.Equal(t, 0, l.wait(t, time.Minute), l.String())
+		require.True(t, exists(marker))
+		require.Contains(t, l.stdout.String(), "mpirun started")
+		require.Contains(t, l.stderr.String(), "gang verdict for "+ns+"/MPIJob/lg-pass: pass; starting CMD")
+	})
+
+	t.Run("fail: the launcher exits 1 with the reason, mpirun never starts", func(t *testing.T) {
+		job := mpiJob(t, ns, "lg-fail", 2)
+		lp := launcherPod(t, job, "node-0")
+		l, marker := startLauncher(t, c.URL, lp)
+		p0 := rankPod(t, job, "worker", 0, "h100-node", "nvidia.com/mig-3g.40gb")
+		p1 := rankPod(t, job, "worker", 1, "h100-node", "nvidia.com/mig-3g.40gb")
+		r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), "--sample", "h100-mig", "--devices", "0:0")
+		r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), "--sample", "h100-mig", "--devices", "1:0")
+		for _, r := range []*rank{r0, r1} {
+			require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), r.String())
+		}
+		require.Equal(t, verdict.ExitFail, l.wait(t, time.Minute), l.String())
+		require.False(t, exists(marker), "mpirun started after a fail")
+		require.Contains(t, l.stderr.String(), "gang verdict fail for "+ns+"/MPIJob/lg-fail (job action: suspend)")
+		require.Contains(t, l.stderr.String(), "GANG_MIG_SPANS_GPUS")
+		require.Contains(t, l.stderr.String(), "CMD not started")
+		require.Contains(t, l.termination(), "GANG_MIG_SPANS_GPUS")
+		t.Logf("launcher stderr:\n%s", l.stderr.String())
+		fresh := &mpiv2beta1.MPIJob{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
+		require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
+	})
+
+	t.Run("reports from the launcher are still refused", func(t *testing.T) {
+		job := mpiJob(t, ns, "lg-report", 1)
+		lp := launcherPod(t, job, "node-0")
+		// rankgate init in the launcher pod: it is no rank, the gate says so.
+		r := startRank(t, c.URL, lp, token(t, lp, gate.Audience), fullGPURank...)
+		require.Equal(t, verdict.ExitUsage, r.wait(t, time.Minute), r.String())
+		require.Contains(t, r.stderr.String(), gate.CodeNotARank)
+	})
+}

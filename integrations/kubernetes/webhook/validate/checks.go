@@ -1,0 +1,327 @@
+package validate
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/launcher"
+	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// judge runs the checks that are not off. note is a warning without a
+// rule (the placement checks could not run).
+func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Finding, note string) {
+	on := func(id string) bool { return h.policy[id] != Off }
+	if on(verdict.RuleShapeMismatch) || on(verdict.RuleStrategyMismatch) {
+		var err error
+		fs, err = h.placement(ctx, j, on)
+		if err != nil {
+			note = "rankgate: placement checks (SHAPE_MISMATCH, STRATEGY_MISMATCH) skipped: " + clip(err.Error(), 150)
+		}
+	}
+	if on(verdict.RuleMIGMultiplePerProcess) {
+		fs = append(fs, migPerContainer(j)...)
+	}
+	if on(verdict.RuleGangMIGMixedWithFull) {
+		fs = append(fs, mixedMIGFull(j)...)
+	}
+	if on(verdict.RuleNprocExceedsDevices) {
+		fs = append(fs, nprocExceeds(j)...)
+	}
+	return fs, note
+}
+
+// placement judges the job's templates against the nodes with the schedule
+// engine, as `rankgate diagnose` and the controller do, and keeps its
+// shape verdicts when no valid layout of any node's GPU could give the
+// shape (no RECONFIGURABLE finding): STRATEGY_MISMATCH, and SHAPE_MISMATCH
+// for jobs that ask for MIG resources (a missing full-GPU shape is left to
+// the cluster autoscaler).
+// Without GPU nodes nothing is judged: the cluster may not have any yet.
+func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
+	if h.nodes == nil || !requestsGPU(j) {
+		return nil, nil
+	}
+	nodes, err := h.nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading nodes: %w", err)
+	}
+	snap, err := h.snapshot(nodes)
+	if err != nil || snap.gpuNodes == 0 {
+		return nil, err
+	}
+	// The templates alone: no pods exist yet.
+	w, err := cluster.NewBuilder().WorkloadFor(j)
+	if err != nil {
+		return nil, err
+	}
+	// Judged as if it ran now (a suspended job will be resumed), and only
+	// shape verdicts are kept: free capacity is not the question at
+	// admission.
+	w.Suspended = false
+	cl := snap.cl
+	res := h.engine.Diagnose(cl, w)
+	reconfigurable := false
+	for _, f := range res.Report.Findings {
+		reconfigurable = reconfigurable || f.Rule == verdict.RuleReconfigurable
+	}
+	mig := requestsMIG(j)
+	var out []verdict.Finding
+	for _, f := range res.Report.Findings {
+		if f.Severity != verdict.SeverityFail || !on(f.Rule) {
+			continue
+		}
+		switch {
+		case reconfigurable:
+			// A valid layout on some node would give the shape: the
+			// engine may still call another node's strategy wrong, but
+			// the job can run after a relabel.
+		case f.Rule == verdict.RuleStrategyMismatch,
+			f.Rule == verdict.RuleShapeMismatch && mig:
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// snapshot is the engine's prepared cluster for a list of nodes.
+type snapshot struct {
+	key      string
+	cl       *schedule.Cluster
+	gpuNodes int
+}
+
+// snapshot prepares nodes for the engine, or reuses the last snapshot when
+// the nodes are the same objects (names, UIDs and resourceVersions, as an
+// informer cache hands them out): preparing a fleet costs more than
+// judging a job against it. Nodes without a resourceVersion are never
+// reused.
+func (h *handler) snapshot(nodes []corev1.Node) (*snapshot, error) {
+	var key strings.Builder
+	cacheable := true
+	for i := range nodes {
+		m := &nodes[i].ObjectMeta
+		cacheable = cacheable && m.ResourceVersion != ""
+		key.WriteString(m.Name)
+		key.WriteByte(0)
+		key.WriteString(string(m.UID))
+		key.WriteByte(0)
+		key.WriteString(m.ResourceVersion)
+		key.WriteByte(0)
+	}
+	if last := h.last.Load(); cacheable && last != nil && last.key == key.String() {
+		return last, nil
+	}
+	b := cluster.NewBuilder()
+	s := &snapshot{key: key.String()}
+	for i := range nodes {
+		if err := b.AddNode(&nodes[i]); err != nil {
+			return nil, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+		}
+		if hasGPUResource(nodes[i].Status.Allocatable) {
+			s.gpuNodes++
+		}
+	}
+	s.cl = h.engine.NewCluster(b.Nodes())
+	if len(s.cl.LabelErrors) > 0 {
+		return nil, s.cl.LabelErrors[0]
+	}
+	if cacheable {
+		h.last.Store(s)
+	}
+	return s, nil
+}
+
+func hasGPUResource(rl corev1.ResourceList) bool {
+	for r, q := range rl {
+		if topology.IsGPUResource(string(r)) && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// containers are a replica's containers that count: init containers and
+// containers (sidecars included) of replicas that run ranks.
+type ctr struct {
+	replica string
+	c       *corev1.Container
+}
+
+func rankContainers(j kubeflow.Job) []ctr {
+	var out []ctr
+	for _, rs := range j.ReplicaSpecs() {
+		if !rs.RunsRanks || rs.Replicas == 0 {
+			continue
+		}
+		spec := &rs.Template.Spec
+		for i := range spec.InitContainers {
+			out = append(out, ctr{rs.Type, &spec.InitContainers[i]})
+		}
+		for i := range spec.Containers {
+			out = append(out, ctr{rs.Type, &spec.Containers[i]})
+		}
+	}
+	return out
+}
+
+// devices counts a container's full GPUs and MIG devices (limits, which
+// extended resources must set; requests when only they are given).
+func devices(c *corev1.Container) (gpus, mig int64, migNames []string) {
+	rl := c.Resources.Limits
+	if len(rl) == 0 {
+		rl = c.Resources.Requests
+	}
+	for r, q := range rl {
+		name := string(r)
+		switch {
+		case name == topology.ResourceGPU:
+			gpus += q.Value()
+		case strings.HasPrefix(name, topology.ResourceMIGPrefix) && q.Value() > 0:
+			mig += q.Value()
+			migNames = append(migNames, fmt.Sprintf("%s: %d", name, q.Value()))
+		}
+	}
+	sort.Strings(migNames)
+	return gpus, mig, migNames
+}
+
+func requestsGPU(j kubeflow.Job) bool {
+	for _, c := range rankContainers(j) {
+		if g, m, _ := devices(c.c); g+m > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func requestsMIG(j kubeflow.Job) bool {
+	for _, c := range rankContainers(j) {
+		if _, m, _ := devices(c.c); m > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// migPerContainer: MIG_MULTIPLE_PER_PROCESS for each container that asks
+// for more than one MIG device (CUDA shows one process one MIG device).
+func migPerContainer(j kubeflow.Job) []verdict.Finding {
+	rule, _ := verdict.Lookup(verdict.RuleMIGMultiplePerProcess)
+	var out []verdict.Finding
+	for _, c := range rankContainers(j) {
+		_, m, names := devices(c.c)
+		if m <= 1 {
+			continue
+		}
+		out = append(out, verdict.Finding{
+			Rule: rule.ID, Severity: verdict.SeverityFail,
+			Message: fmt.Sprintf("%s container %q asks for %d MIG devices (%s): one CUDA process sees only one MIG device.",
+				c.replica, c.c.Name, m, strings.Join(names, ", ")),
+			Remediation: "ask for one MIG device per container, or run one process per device (torchrun --nproc-per-node=" + fmt.Sprint(m) + " with one CUDA_VISIBLE_DEVICES each)",
+		})
+	}
+	return out
+}
+
+// mixedMIGFull: GANG_MIG_MIXED_WITH_FULL when the job's ranks ask for MIG
+// devices and full GPUs (across replicas or in one container).
+func mixedMIGFull(j kubeflow.Job) []verdict.Finding {
+	var withMIG, withFull []string
+	for _, c := range rankContainers(j) {
+		g, m, _ := devices(c.c)
+		name := fmt.Sprintf("%s/%s", c.replica, c.c.Name)
+		if m > 0 {
+			withMIG = append(withMIG, name)
+		}
+		if g > 0 {
+			withFull = append(withFull, name)
+		}
+	}
+	if len(withMIG) == 0 || len(withFull) == 0 {
+		return nil
+	}
+	rule, _ := verdict.Lookup(verdict.RuleGangMIGMixedWithFull)
+	return []verdict.Finding{{
+		Rule: rule.ID, Severity: verdict.SeverityFail,
+		Message: fmt.Sprintf("the job mixes MIG devices (%s) and full GPUs (%s): NCCL cannot join them in one collective at full speed and MIG ranks have no P2P.",
+			strings.Join(withMIG, ", "), strings.Join(withFull, ", ")),
+		Remediation: rule.Remediation + " (all nvidia.com/gpu or all one nvidia.com/mig-<profile>)",
+	}}
+}
+
+// nprocExceeds: NPROC_EXCEEDS_DEVICES for each container whose torchrun
+// would start more local processes than the container has GPUs.
+func nprocExceeds(j kubeflow.Job) []verdict.Finding {
+	var specNproc string
+	if pj, ok := j.Object().(*kftraining.PyTorchJob); ok && pj.Spec.NprocPerNode != nil {
+		specNproc = *pj.Spec.NprocPerNode
+	}
+	rule, _ := verdict.Lookup(verdict.RuleNprocExceedsDevices)
+	var out []verdict.Finding
+	for _, c := range rankContainers(j) {
+		g, m, _ := devices(c.c)
+		if g+m == 0 {
+			continue
+		}
+		env := map[string]string{}
+		if specNproc != "" {
+			env["PET_NPROC_PER_NODE"] = specNproc // the operator sets it from spec.nprocPerNode
+		}
+		for _, e := range c.c.Env {
+			if e.ValueFrom == nil {
+				env[e.Name] = e.Value
+			}
+		}
+		n, from, _, ok := launcher.TorchrunNproc(commandLine(c.c), env)
+		if !ok || n == 0 || int64(n) <= g+m {
+			continue
+		}
+		if from == "PET_NPROC_PER_NODE" && specNproc != "" && env["PET_NPROC_PER_NODE"] == specNproc {
+			from = "spec.nprocPerNode (PET_NPROC_PER_NODE)"
+		}
+		out = append(out, verdict.Finding{
+			Rule: rule.ID, Severity: verdict.SeverityFail,
+			Message: fmt.Sprintf("%s container %q starts %d torchrun processes (%s) on %d GPUs: processes would share a device or fail to find one.",
+				c.replica, c.c.Name, n, from, g+m),
+			Remediation: fmt.Sprintf("set %s to %d, or ask for %d GPUs per pod", from, g+m, n),
+		})
+	}
+	return out
+}
+
+// commandLine is the container's command and args; a shell line (sh -c
+// "... torchrun ...") is split on blanks from the torchrun word on, which
+// is as far as its options can be read without a shell.
+func commandLine(c *corev1.Container) []string {
+	argv := append(append([]string(nil), c.Command...), c.Args...)
+	if len(argv) >= 3 && argv[1] == "-c" {
+		switch filepath.Base(argv[0]) {
+		case "sh", "bash", "dash", "ash", "zsh":
+			words := strings.Fields(argv[2])
+			for i, w := range words {
+				if filepath.Base(w) == "torchrun" {
+					end := len(words)
+					for k := i + 1; k < len(words); k++ {
+						if strings.ContainsAny(words[k], ";&|") {
+							end = k
+							break
+						}
+					}
+					return words[i:end]
+				}
+			}
+		}
+	}
+	return argv
+}

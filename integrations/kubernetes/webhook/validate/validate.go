@@ -1,0 +1,251 @@
+// Package validate is the validating admission handler for PyTorchJob
+// (kubeflow.org/v1) and MPIJob (kubeflow.org/v2beta1) objects: it refuses,
+// or warns about, jobs that can never run as written before a single pod
+// exists. Each check is named by the rule ID it reports (verdict/rules.go)
+// and has its own policy: deny, warn or off.
+//
+// Checks:
+//   - SHAPE_MISMATCH: a MIG resource that no node offers and no valid MIG
+//     layout of any node's GPU could give (the schedule engine of `rankgate
+//     diagnose`; a shape a relabel would create, RECONFIGURABLE, passes).
+//   - STRATEGY_MISMATCH: the shape is offered only under the other MIG
+//     strategy (single vs mixed).
+//   - MIG_MULTIPLE_PER_PROCESS: a container asks for more than one MIG
+//     device.
+//   - GANG_MIG_MIXED_WITH_FULL: some ranks ask for MIG devices, others for
+//     full GPUs.
+//   - NPROC_EXCEEDS_DEVICES: torchrun's --nproc-per-node (or
+//     PET_NPROC_PER_NODE, or the PyTorchJob's nprocPerNode) above the GPUs
+//     of its container.
+package validate
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
+	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/json"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// Path is where the handler is served.
+const Path = "/validate-kubeflow-jobs"
+
+// Policy is what a check does with a finding.
+type Policy string
+
+// The policies.
+const (
+	// Deny refuses the job with the rule ID, the reason and the fix.
+	Deny Policy = "deny"
+	// Warn admits the job with an admission warning (kubectl prints it).
+	Warn Policy = "warn"
+	// Off skips the check.
+	Off Policy = "off"
+)
+
+// ParsePolicy reads a policy as written in the controller's configuration.
+func ParsePolicy(s string) (Policy, error) {
+	switch p := Policy(strings.ToLower(strings.TrimSpace(s))); p {
+	case Deny, Warn, Off:
+		return p, nil
+	}
+	return "", fmt.Errorf("policy %q: want deny, warn or off", s)
+}
+
+// Checks are the rule IDs of the checks, in the order they are reported.
+var Checks = []string{
+	verdict.RuleShapeMismatch,
+	verdict.RuleStrategyMismatch,
+	verdict.RuleMIGMultiplePerProcess,
+	verdict.RuleGangMIGMixedWithFull,
+	verdict.RuleNprocExceedsDevices,
+}
+
+// DefaultPolicies: the shapes that can never be placed (no node offers
+// them, no valid layout could give them, or only under the other MIG
+// strategy) are refused; the rest may be meant (a launcher that sets
+// CUDA_VISIBLE_DEVICES per process, a job that is about to be edited) and
+// only warn.
+func DefaultPolicies() map[string]Policy {
+	return map[string]Policy{
+		verdict.RuleShapeMismatch:         Deny,
+		verdict.RuleStrategyMismatch:      Deny,
+		verdict.RuleMIGMultiplePerProcess: Warn,
+		verdict.RuleGangMIGMixedWithFull:  Warn,
+		verdict.RuleNprocExceedsDevices:   Warn,
+	}
+}
+
+// NodeSource returns the cluster's nodes, the engine's input: the same
+// objects the controller's placement judgement reads from its node cache.
+type NodeSource func(ctx context.Context) ([]corev1.Node, error)
+
+// ListNodes is a NodeSource over a client: with the controller manager's
+// client, the informer cache.
+func ListNodes(c client.Reader) NodeSource {
+	return func(ctx context.Context) ([]corev1.Node, error) {
+		l := &corev1.NodeList{}
+		if err := c.List(ctx, l); err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+}
+
+// Options configure the handler.
+type Options struct {
+	// Policies by rule ID (Checks); a check not named takes its default
+	// (DefaultPolicies).
+	Policies map[string]Policy
+	// Nodes feeds the schedule engine. Nil turns SHAPE_MISMATCH and
+	// STRATEGY_MISMATCH off.
+	Nodes NodeSource
+	// Engine judges placement; nil is schedule.New().
+	Engine *schedule.Engine
+}
+
+// NewHandler returns the validating admission handler. Unknown rule IDs or
+// policies in opts are programming errors of the caller: validate the
+// configuration with CheckPolicies first.
+func NewHandler(opts Options) admission.Handler {
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, engine: opts.Engine}
+	for id, p := range opts.Policies {
+		h.policy[id] = p
+	}
+	if h.engine == nil {
+		h.engine = schedule.New()
+	}
+	return h
+}
+
+// CheckPolicies validates a policy map from configuration.
+func CheckPolicies(m map[string]Policy) error {
+	for id, p := range m {
+		if !slices.Contains(Checks, id) {
+			return fmt.Errorf("admission check %q: unknown (want one of %s)", id, strings.Join(Checks, ", "))
+		}
+		if _, err := ParsePolicy(string(p)); err != nil {
+			return fmt.Errorf("admission check %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+type handler struct {
+	policy map[string]Policy
+	nodes  NodeSource
+	engine *schedule.Engine
+	// last is the last prepared cluster (snapshot).
+	last atomic.Pointer[snapshot]
+}
+
+// Handle judges a create or update of a PyTorchJob or MPIJob. Anything
+// else, and objects it cannot read, are allowed: the API server and the
+// operators' schemas validate those.
+func (h *handler) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	j, err := decodeJob(req)
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if j == nil {
+		return admission.Allowed("")
+	}
+	fs, note := h.judge(ctx, j)
+	return h.respond(j, fs, note)
+}
+
+func decodeJob(req admission.Request) (kubeflow.Job, error) {
+	gvk := req.Kind
+	var obj kubeflow.Object
+	switch {
+	case gvk.Group == kubeflow.PyTorchJobGVK.Group && gvk.Version == kubeflow.PyTorchJobGVK.Version && gvk.Kind == kubeflow.PyTorchJobGVK.Kind:
+		obj = &kftraining.PyTorchJob{}
+	case gvk.Group == kubeflow.MPIJobGVK.Group && gvk.Version == kubeflow.MPIJobGVK.Version && gvk.Kind == kubeflow.MPIJobGVK.Kind:
+		obj = &mpiv2.MPIJob{}
+	default:
+		return nil, nil
+	}
+	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+		return nil, fmt.Errorf("decoding %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)
+	}
+	j, err := kubeflow.FromObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	// generateName: the name is not known yet.
+	if j.Namespace() == "" {
+		j.Object().SetNamespace(req.Namespace)
+	}
+	return j, nil
+}
+
+// respond turns findings into the answer: denied when a finding's check
+// says deny, with every other finding as a warning.
+func (h *handler) respond(j kubeflow.Job, fs []verdict.Finding, note string) admission.Response {
+	var deny, warn []string
+	for _, f := range fs {
+		switch h.policy[f.Rule] {
+		case Deny:
+			deny = append(deny, f.Rule+": "+f.Message+" Fix: "+f.Remediation)
+		case Warn:
+			warn = append(warn, warning(f))
+		}
+	}
+	if note != "" {
+		warn = append(warn, note)
+	}
+	if len(deny) > 0 {
+		msg := fmt.Sprintf("rankgate refused %s %s: %s", j.Kind(), subject(j), strings.Join(deny, " "))
+		return admission.Denied(msg).WithWarnings(warn...)
+	}
+	return admission.Allowed("").WithWarnings(warn...)
+}
+
+func subject(j kubeflow.Job) string {
+	name := j.Name()
+	if name == "" {
+		name = j.Object().GetGenerateName() + "*"
+	}
+	return j.Namespace() + "/" + name
+}
+
+// maxWarning: the API server truncates longer admission warnings.
+const maxWarning = 256
+
+// warning is "RULE: message Fix: remediation" in at most maxWarning
+// bytes: the message keeps at least half, the fix the rest.
+func warning(f verdict.Finding) string {
+	room := maxWarning - len(f.Rule) - len(": ") - len(" Fix: ")
+	msg := clip(f.Message, max(room/2, room-len(f.Remediation)))
+	return f.Rule + ": " + msg + " Fix: " + clip(f.Remediation, room-len(msg))
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - 3
+	for cut > 0 && !validStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// validStart: b begins a UTF-8 sequence (cutting there keeps the text valid).
+func validStart(b byte) bool { return b&0xC0 != 0x80 }
