@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -33,8 +35,9 @@ const defaultControllerNamespace = "rankgate-system"
 // go to controller.Options as they are.
 type controllerOptions struct {
 	controller.Options
-	Kubeconfig string
-	TrimCaches bool
+	Kubeconfig      string
+	TrimCaches      bool
+	AdmissionChecks []string
 }
 
 func (a *App) newControllerCommand() *cobra.Command {
@@ -76,6 +79,7 @@ other answers the gate with NotLeader and ranks retry.`,
 	f.IntVar(&o.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst towards the API server")
 	f.BoolVar(&o.TrimCaches, "trim-caches", true, "keep only the fields the controller reads in its informer caches")
 	_ = f.MarkHidden("trim-caches")
+	f.StringArrayVar(&o.AdmissionChecks, "admission-check", nil, "RULE=deny|warn|off for a check of the validating webhook (repeatable; checks: "+strings.Join(validate.Checks, ", ")+"; defaults: SHAPE_MISMATCH and STRATEGY_MISMATCH deny, the others warn)")
 	f.StringVar(&o.WebhookAddr, "webhook-addr", controller.DefaultWebhookAddr, "HOST:PORT every replica serves the admission webhooks on (HTTPS; 0 disables)")
 	f.StringVar(&o.InitImage, "init-image", "", "image of the init container the mutating webhook injects (default: this controller's own image, read from its pod, else "+defaultImage+":<version>)")
 	f.StringVar(&o.GateURL, "gate-url", "", "the gate's address injected into rank pods (default https://rankgate-gate.<namespace>.svc:443)")
@@ -129,6 +133,11 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	if m := opts.MIGReconfigure; m != controller.MIGReconfigureOff && m != controller.MIGReconfigureOnDemand {
 		return verdict.Exitf(verdict.ExitUsage, "--mig-reconfigure %q: want off or on-demand", m)
 	}
+	policies, err := admissionPolicies(o.AdmissionChecks)
+	if err != nil {
+		return verdict.WithCode(verdict.ExitUsage, err)
+	}
+	opts.AdmissionPolicies = policies
 	opts.OnFail = strings.ToLower(opts.OnFail)
 	if !controller.ValidAction(opts.OnFail) {
 		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", opts.OnFail)
@@ -171,4 +180,24 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 		return verdict.Exitf(verdict.ExitEnvironment, "controller: %v", err)
 	}
 	return nil
+}
+
+// admissionPolicies reads --admission-check RULE=POLICY values.
+func admissionPolicies(checks []string) (map[string]validate.Policy, error) {
+	m := map[string]validate.Policy{}
+	for _, c := range checks {
+		id, p, ok := strings.Cut(c, "=")
+		if !ok {
+			return nil, fmt.Errorf("--admission-check %q: want RULE=deny|warn|off", c)
+		}
+		pol, err := validate.ParsePolicy(strings.TrimSpace(p))
+		if err != nil {
+			return nil, fmt.Errorf("--admission-check %q: %w", c, err)
+		}
+		m[strings.TrimSpace(id)] = pol
+	}
+	if err := validate.CheckPolicies(m); err != nil {
+		return nil, fmt.Errorf("--admission-check: %w", err)
+	}
+	return m, nil
 }

@@ -29,3 +29,22 @@ func TestControllerFlags(t *testing.T) {
 		require.Contains(t, out, f)
 	}
 }
+
+func TestAdmissionCheckFlag(t *testing.T) {
+	for _, bad := range []string{"SHAPE_MISMATCH", "SHAPE_MISMATCH=explode", "NO_SUCH_RULE=deny"} {
+		code, _, stderr := run(t, nil, "controller", "--admission-check", bad)
+		require.Equal(t, verdict.ExitUsage, code, bad)
+		require.Contains(t, stderr, "--admission-check", bad)
+	}
+	m, err := admissionPolicies([]string{"SHAPE_MISMATCH=warn", " NPROC_EXCEEDS_DEVICES = off"})
+	require.NoError(t, err)
+	require.EqualValues(t, map[string]string{"SHAPE_MISMATCH": "warn", "NPROC_EXCEEDS_DEVICES": "off"}, toStrings(m))
+}
+
+func toStrings[V ~string](m map[string]V) map[string]string {
+	out := map[string]string{}
+	for k, v := range m {
+		out[k] = string(v)
+	}
+	return out
+}

@@ -348,7 +348,7 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
-	if err := c.registerWebhooks(ws); err != nil {
+	if err := c.registerWebhooks(ws, mgr.GetClient()); err != nil {
 		return nil, err
 	}
 	if ws != nil {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 )
 
 // WebhookOptions configure the admission webhooks and the controller's own
@@ -31,9 +33,10 @@ type WebhookOptions struct {
 	// GateURL is the gate's address the injected init containers use
 	// (default https://rankgate-gate.<Namespace>.svc:443).
 	GateURL string
-	// ExtraWebhooks are more admission handlers by path (the validating
-	// webhook; the command fills it).
-	ExtraWebhooks map[string]http.Handler
+	// AdmissionPolicies say, per check of the validating webhook (rule
+	// ID), deny, warn or off; a check not named takes its default
+	// (validate.DefaultPolicies). Validate with validate.CheckPolicies.
+	AdmissionPolicies map[string]validate.Policy
 
 	// ManageCerts: the controller keeps its own CA and serving certificate
 	// in Secret CertSecret of its namespace, writes them to CertDir, injects
@@ -134,8 +137,10 @@ func (c *Controller) webhookServer() (webhook.Server, error) {
 	return webhook.NewServer(o), nil
 }
 
-// registerWebhooks adds the mutating handler and ExtraWebhooks.
-func (c *Controller) registerWebhooks(s webhook.Server) error {
+// registerWebhooks adds the mutating handler (rank init containers and
+// the MPIJob launcher gate) and the validating handler, which judges
+// placement with the schedule engine over the controller's node cache.
+func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader) error {
 	if s == nil {
 		return nil
 	}
@@ -146,14 +151,17 @@ func (c *Controller) registerWebhooks(s webhook.Server) error {
 	if c.certs != nil {
 		mo.EnsureCA = c.certs.EnsureCAConfigMap
 	}
+	mo.LauncherGate = &launchergate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, CAConfigMap: mutate.CAConfigMapName}
 	m, err := mutate.NewMutator(mo)
 	if err != nil {
 		return err
 	}
 	s.Register(mutate.Path, &webhook.Admission{Handler: m, RecoverPanic: ptrBool(true)})
-	for path, h := range c.opts.ExtraWebhooks {
-		s.Register(path, h)
+	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
+		return err
 	}
+	v := validate.NewHandler(validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), Engine: c.engine})
+	s.Register(validate.Path, WebhookHandler(v))
 	return nil
 }
 

@@ -334,3 +334,31 @@ func TestE2ECertificateRotation(t *testing.T) {
 	require.GreaterOrEqual(t, len(servings), 3, "serving-certificate rotations seen")
 	require.GreaterOrEqual(t, len(cas), 2, "CA rotations seen")
 }
+
+// The controller serves the validating webhook of the shipped
+// configuration: a job asking for a MIG shape that no node offers and no
+// layout could give is refused at admission with SHAPE_MISMATCH and its
+// fix, before any pod exists; a job asking for what a node offers passes.
+func TestE2EControllerServesValidatingWebhook(t *testing.T) {
+	webhookController(t, "rankgate-tls-o2", controller.Options{})
+	ctx := context.Background()
+	gpuNode(t, "e2e-wh-o2-node", "nvidia.com/gpu", 8)
+	t.Cleanup(func() { _ = k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-wh-o2-node"}}) })
+	ns := newNamespace(t, "e2e-wh-o2", true)
+
+	bad := gpuPyTorchJob(ns, "no-such-shape", "nvidia.com/mig-5g.999gb", 1)
+	var err error
+	require.Eventually(t, func() bool {
+		err = k8s.Create(ctx, bad.DeepCopy())
+		if err == nil {
+			_ = k8s.Delete(ctx, bad.DeepCopy())
+		}
+		return err != nil
+	}, 30*time.Second, 500*time.Millisecond, "the job was admitted")
+	require.Contains(t, err.Error(), verdict.RuleShapeMismatch)
+	require.Contains(t, err.Error(), "Fix:")
+
+	good := gpuPyTorchJob(ns, "fits", "nvidia.com/gpu", 1)
+	require.NoError(t, k8s.Create(ctx, good))
+	t.Cleanup(func() { _ = k8s.Delete(ctx, good) })
+}

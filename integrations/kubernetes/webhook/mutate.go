@@ -14,6 +14,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/topology"
 )
 
@@ -68,6 +70,10 @@ type Options struct {
 	// answer, so that the CA ConfigMap the pods mount exists there. Its
 	// error is logged by the caller's admission warnings, not refused.
 	EnsureCA func(ctx context.Context, namespace string) error
+	// LauncherGate, if set, wraps the launcher of an MPIJob labelled or
+	// annotated rankgate.io/launcher-gate=enabled in `rankgate launch
+	// --gang` (launchergate.Wrap); nil leaves launchers alone.
+	LauncherGate *launchergate.Options
 }
 
 // Mutator is the admission.Handler of Path.
@@ -169,7 +175,49 @@ func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
 		}
 		changed = changed || c
 	}
+	if field == "mpiReplicaSpecs" && m.o.LauncherGate != nil && launchergate.Enabled(stringMap(meta["labels"]), stringMap(meta["annotations"])) {
+		rs, _ := specs["Launcher"].(map[string]any)
+		c, err := m.gateLauncher(rs)
+		if err != nil {
+			return false, fmt.Errorf("spec.%s.Launcher.template: %w", field, err)
+		}
+		changed = changed || c
+	}
 	return changed, nil
+}
+
+// gateLauncher wraps the MPIJob launcher's template (replica spec rs) in
+// the launcher gate, once.
+func (m *Mutator) gateLauncher(rs map[string]any) (bool, error) {
+	tmpl, _ := rs["template"].(map[string]any)
+	if tmpl == nil {
+		return false, errors.New("the MPIJob has no Launcher template to gate")
+	}
+	var t corev1.PodTemplateSpec
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &t); err != nil {
+		return false, err
+	}
+	out, changed, err := launchergate.Wrap(&t, *m.o.LauncherGate)
+	if err != nil || !changed {
+		return false, err
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
+	if err != nil {
+		return false, err
+	}
+	rs["template"] = u
+	return true, nil
+}
+
+func stringMap(v any) map[string]string {
+	m, _ := v.(map[string]any)
+	out := make(map[string]string, len(m))
+	for k, x := range m {
+		if s, ok := x.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
 }
 
 func optedOut(meta map[string]any) bool {

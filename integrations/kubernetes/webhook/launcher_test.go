@@ -1,0 +1,59 @@
+package webhook
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
+)
+
+const mpiJob = `{"apiVersion":"kubeflow.org/v2beta1","kind":"MPIJob","metadata":{"name":"m","namespace":"ml","labels":{"rankgate.io/launcher-gate":"enabled"}},
+"spec":{"mpiReplicaSpecs":{
+ "Launcher":{"replicas":1,"template":{"spec":{"containers":[{"name":"launcher","image":"u","command":["mpirun"],"args":["-np","2","python","train.py"]}]}}},
+ "Worker":{"replicas":2,"template":{"spec":{"containers":[{"name":"worker","image":"u","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}}}}}`
+
+func mpiTemplate(t *testing.T, obj map[string]any, rt string) corev1.PodSpec {
+	t.Helper()
+	ps := obj["spec"].(map[string]any)["mpiReplicaSpecs"].(map[string]any)[rt].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	var out corev1.PodSpec
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(ps, &out))
+	return out
+}
+
+// The mutating webhook gates an MPIJob's launcher when the job asks for it
+// (rankgate.io/launcher-gate=enabled), once; the workers get their rank
+// init containers as always; a job that does not ask keeps its launcher.
+func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
+	m, err := NewMutator(Options{Image: "ghcr.io/rankgate/rankgate:v1.2.3", GateURL: "https://rankgate-gate.rankgate-system.svc:443",
+		LauncherGate: &launchergate.Options{Image: "ghcr.io/rankgate/rankgate:v1.2.3", GateURL: "https://rankgate-gate.rankgate-system.svc:443", CAConfigMap: CAConfigMapName}})
+	require.NoError(t, err)
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
+	changed, err := m.Mutate(obj, "mpiReplicaSpecs")
+	require.NoError(t, err)
+	require.True(t, changed)
+
+	l := mpiTemplate(t, obj, "Launcher")
+	require.Equal(t, launchergate.InitContainerName, l.InitContainers[0].Name)
+	argv := l.Containers[0].Command
+	require.Equal(t, []string{launchergate.Binary, "launch", "--gang"}, argv[:3])
+	require.Equal(t, []string{"--", "mpirun", "-np", "2", "python", "train.py"}, argv[len(argv)-6:], "the original command runs behind the gate")
+	require.Equal(t, InitName, mpiTemplate(t, obj, "Worker").InitContainers[0].Name)
+
+	before, _ := json.Marshal(obj)
+	changed, err = m.Mutate(obj, "mpiReplicaSpecs")
+	require.NoError(t, err)
+	require.False(t, changed, "second pass")
+	after, _ := json.Marshal(obj)
+	require.JSONEq(t, string(before), string(after))
+
+	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
+	delete(obj["metadata"].(map[string]any), "labels")
+	_, err = m.Mutate(obj, "mpiReplicaSpecs")
+	require.NoError(t, err)
+	require.Equal(t, []string{"mpirun"}, mpiTemplate(t, obj, "Launcher").Containers[0].Command, "no launcher gate unless asked")
+}
