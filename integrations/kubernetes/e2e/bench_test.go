@@ -531,7 +531,7 @@ func measureController(t *testing.T, trim bool, memLimit string) map[string]any 
 	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
 	metrics, health := freePort(t), freePort(t)
 	cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false", "--gate-addr", "127.0.0.1:0",
-		"--cert-dir", certs.Dir, "--metrics-addr", metrics, "--health-addr", health, "--log-level", "warn",
+		"--cert-dir", certs.Dir, "--manage-certs=false", "--metrics-addr", metrics, "--health-addr", health, "--log-level", "warn",
 		fmt.Sprintf("--trim-caches=%v", trim), "--profiling")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	if memLimit != "" {

@@ -67,7 +67,7 @@ func startGateProcess(t *testing.T) *gateProc {
 	ensureNamespace(t, controllerNamespace)
 	gateAddr, metrics, health := freePort(t), freePort(t), freePort(t)
 	cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfigFile(t), "--leader-elect=false",
-		"--namespace", controllerNamespace, "--gate-addr", gateAddr, "--cert-dir", certs.Dir,
+		"--namespace", controllerNamespace, "--gate-addr", gateAddr, "--cert-dir", certs.Dir, "--manage-certs=false",
 		"--metrics-addr", metrics, "--health-addr", health, "--gang-timeout", "10m", "--log-level", "warn",
 		"--profiling") // pprof's heap?gc=1 collects before the live heap is read
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GOMEMLIMIT=120MiB"}
