@@ -1,8 +1,8 @@
 package schedule
 
 import (
-	"math/rand/v2"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
