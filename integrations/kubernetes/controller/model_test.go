@@ -205,7 +205,7 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 					continue
 				}
 				want, _ := pendingCause(fres, false)
-				got := nm.hopeless(gen, signature(iw, used), func() bool {
+				got := nm.hopeless(gen, signature(iw), func() bool {
 					h, _ := pendingCause(e.Diagnose(cl.WithUsed(used), iw), false)
 					return h
 				})
