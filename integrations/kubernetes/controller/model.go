@@ -260,7 +260,7 @@ func (c *Controller) affectedPending(kind string) []reconcile.Request {
 	var out []reconcile.Request
 	for _, cd := range cands {
 		if cerr != nil || cd.j == nil || c.model.hopeless(gen, cd.j.sig, func() bool {
-			h, _ := pendingCause(c.engine.Diagnose(cl.WithUsed(cd.j.used), cd.j.w), onDemand)
+			h, _ := pendingCause(c.engine.Diagnose(cl, cd.j.w), onDemand) // hopeless never depends on free capacity
 			return h
 		}) {
 			out = append(out, cd.req)

@@ -196,7 +196,7 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 		for _, jp := range jobs {
 			for _, onlyUnbound := range []bool{false, true} {
 				fres, fw, fok, ferr := judgeJob(e, list, jp.j, jp.pods, onlyUnbound)
-				ires, iw, used, iok, ierr := judgeOn(e, cl, jp.j, jp.pods, onlyUnbound)
+				ires, iw, _, iok, ierr := judgeOn(e, cl, jp.j, jp.pods, onlyUnbound)
 				require.Equal(t, ferr, ierr, "step %d %s", step, jp.j.Name())
 				require.Equal(t, fok, iok)
 				require.Equal(t, fw, iw)
@@ -206,7 +206,7 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 				}
 				want, _ := pendingCause(fres, false)
 				got := nm.hopeless(gen, signature(iw), func() bool {
-					h, _ := pendingCause(e.Diagnose(cl.WithUsed(used), iw), false)
+					h, _ := pendingCause(e.Diagnose(cl, iw), false)
 					return h
 				})
 				require.Equal(t, want, got, "step %d %s: shortcut", step, jp.j.Name())
