@@ -86,76 +86,110 @@ func (c *Cluster) NodeCount() int { return len(c.nodes) }
 // NewCluster prepares nodes for judging. The nodes are referenced, not
 // copied: do not change them while the Cluster is in use.
 func (e *Engine) NewCluster(nodes []Node) *Cluster {
-	c := &Cluster{
-		nodes: make([]nodeInfo, len(nodes)),
-		res:   map[string]int{},
+	memo := newPrepMemo()
+	infos := make([]nodeInfo, len(nodes))
+	var errs []error
+	for i := range nodes {
+		ni, err := e.prepare(&nodes[i], memo)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		infos[i] = ni
 	}
+	c := assemble(infos)
+	c.LabelErrors = errs
+	return c
+}
+
+// prepMemo shares what fleets repeat (GPU models, MIG targets, known-bad
+// driver matches) between the nodes prepared with it. It grows with the
+// distinct products, configs and node shapes only.
+type prepMemo struct {
+	models  map[string]*topology.GPUModel
+	targets map[targetKey]target
+	bad     map[string][2][]preflight.DriverEntry
+}
+
+type targetKey struct {
+	config string
+	model  *topology.GPUModel
+}
+
+func newPrepMemo() *prepMemo {
+	return &prepMemo{models: map[string]*topology.GPUModel{}, targets: map[targetKey]target{}, bad: map[string][2][]preflight.DriverEntry{}}
+}
+
+// prepare computes one node's GPU facts; the error is its label error
+// (the node is then judged as if the labels were absent).
+func (e *Engine) prepare(n *Node, memo *prepMemo) (nodeInfo, error) {
+	g, err := ParseGPULabels(n.Labels)
+	if err != nil {
+		err = fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	ni := nodeInfo{node: n, gpu: g}
+	base := g.BaseProduct()
+	m, seen := memo.models[base]
+	if !seen {
+		m = e.modelOf(base)
+		memo.models[base] = m
+	}
+	ni.model = m
+	switch {
+	case g.MIGConfigState == MIGStateFailed:
+		ni.state = migFailed
+	case g.MIGConfigState == MIGStatePending || g.MIGConfigState == MIGStateRebooting || g.PausedForMIGChange:
+		ni.state = migPending
+	}
+	// Fleets have few distinct configs and shapes: compute each once.
+	tk := targetKey{g.MIGConfig, m}
+	t, ok := memo.targets[tk]
+	if !ok {
+		t = targetOf(g.MIGConfig, m)
+		memo.targets[tk] = t
+	}
+	ni.tgt = t
+	ni.shape = shapeOf(n, g)
+	sk := fmt.Sprint(ni.shape.Driver, ni.shape.HasMIG, ni.shape.HasFull, ni.shape.Products, ni.shape.Profiles)
+	bad, ok := memo.bad[sk]
+	if !ok {
+		for _, d := range e.drivers.Match(ni.shape) {
+			if d.Severity == verdict.SeverityFail {
+				bad[0] = append(bad[0], d)
+			} else {
+				bad[1] = append(bad[1], d)
+			}
+		}
+		memo.bad[sk] = bad
+	}
+	ni.badFail, ni.badWarn = bad[0], bad[1]
+	for r, v := range n.Allocatable {
+		if topology.IsGPUResource(r) && v > 0 {
+			ni.gpuAlloc += v
+		}
+	}
+	return ni, err
+}
+
+// assemble lays prepared nodes out as a Cluster: interned resources and
+// the dense capacity rows. It reads no labels.
+func assemble(infos []nodeInfo) *Cluster {
+	c := &Cluster{nodes: infos, res: map[string]int{}}
 	intern := func(name string) {
 		if _, ok := c.res[name]; !ok {
 			c.res[name] = len(c.resName)
 			c.resName = append(c.resName, name)
 		}
 	}
-	models := map[string]*topology.GPUModel{}
-	type targetKey struct {
-		config string
-		model  *topology.GPUModel
-	}
-	targets := map[targetKey]target{}
-	badByShape := map[string][2][]preflight.DriverEntry{}
-	for i := range nodes {
-		n := &nodes[i]
+	var labelsOnly bool
+	for i := range infos {
+		n := infos[i].node
 		for r := range n.Allocatable {
 			intern(r)
 		}
 		for r := range n.Capacity {
 			intern(r)
 		}
-		g, err := ParseGPULabels(n.Labels)
-		if err != nil {
-			c.LabelErrors = append(c.LabelErrors, fmt.Errorf("node %s: %w", n.Name, err))
-		}
-		ni := nodeInfo{node: n, gpu: g}
-		base := g.BaseProduct()
-		m, seen := models[base]
-		if !seen {
-			m = e.modelOf(base)
-			models[base] = m
-		}
-		ni.model = m
-		switch {
-		case g.MIGConfigState == MIGStateFailed:
-			ni.state = migFailed
-		case g.MIGConfigState == MIGStatePending || g.MIGConfigState == MIGStateRebooting || g.PausedForMIGChange:
-			ni.state = migPending
-		}
-		// Fleets have few distinct configs and shapes: compute each once.
-		tk := targetKey{g.MIGConfig, m}
-		t, ok := targets[tk]
-		if !ok {
-			t = targetOf(g.MIGConfig, m)
-			targets[tk] = t
-		}
-		ni.tgt = t
-		ni.shape = shapeOf(n, g)
-		sk := fmt.Sprint(ni.shape.Driver, ni.shape.HasMIG, ni.shape.HasFull, ni.shape.Products, ni.shape.Profiles)
-		bad, ok := badByShape[sk]
-		if !ok {
-			for _, d := range e.drivers.Match(ni.shape) {
-				if d.Severity == verdict.SeverityFail {
-					bad[0] = append(bad[0], d)
-				} else {
-					bad[1] = append(bad[1], d)
-				}
-			}
-			badByShape[sk] = bad
-		}
-		ni.badFail, ni.badWarn = bad[0], bad[1]
-		c.nodes[i] = ni
-	}
-	var labelsOnly bool
-	for i := range nodes {
-		labelsOnly = labelsOnly || nodes[i].LabelsOnly
+		labelsOnly = labelsOnly || n.LabelsOnly
 	}
 	if labelsOnly {
 		for _, r := range labelsOnlyUnknown {
@@ -163,10 +197,10 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 		}
 	}
 	nr := len(c.resName)
-	c.alloc = make([]int64, len(nodes)*nr)
-	c.free = make([]int64, len(nodes)*nr)
-	for i := range nodes {
-		n := &nodes[i]
+	c.alloc = make([]int64, len(infos)*nr)
+	c.free = make([]int64, len(infos)*nr)
+	for i := range infos {
+		n := infos[i].node
 		row := i * nr
 		if n.LabelsOnly {
 			for _, r := range labelsOnlyUnknown {
@@ -178,9 +212,6 @@ func (e *Engine) NewCluster(nodes []Node) *Cluster {
 			j := c.res[r]
 			c.alloc[row+j] = v
 			c.free[row+j] = v - n.Used[r]
-			if topology.IsGPUResource(r) && v > 0 {
-				c.nodes[i].gpuAlloc += v
-			}
 		}
 	}
 	return c

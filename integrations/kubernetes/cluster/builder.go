@@ -226,6 +226,24 @@ func (b *Builder) Nodes() []schedule.Node {
 	return out
 }
 
+// Usage is the summed requests of the bound, unfinished pods added, by
+// node name, whether or not the node was added: what Nodes puts in Used.
+func (b *Builder) Usage() map[string]schedule.Resources {
+	out := make(map[string]schedule.Resources, len(b.usage))
+	for name, u := range b.usage {
+		used := make(schedule.Resources, len(u))
+		for j, v := range u {
+			if v != 0 {
+				used[b.resName[j]] = v
+			}
+		}
+		if len(used) > 0 {
+			out[name] = used
+		}
+	}
+	return out
+}
+
 // OrphanNodes is the number of node names that bound pods refer to but
 // that were not added (their usage is ignored).
 func (b *Builder) OrphanNodes() int {

@@ -238,6 +238,7 @@ type Controller struct {
 	kinds  []jobKind
 	engine *schedule.Engine // judges whether a missing rank can ever be placed
 	pw     pendingWatches   // jobs with unschedulable pods (pending.go)
+	model  *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
 	certs  *certs.Rotator   // the controller's own CA (ManageCerts)
 
 	leader      atomic.Bool
@@ -275,6 +276,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.kinds = kinds
+	c.model = newNodeModel(c.engine)
 
 	mopts := manager.Options{
 		Scheme:                        opts.Scheme,

@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -87,6 +86,8 @@ type pendingJob struct {
 	liveAt         time.Time       // last full judgement
 	cause          verdict.Finding // what it waits for, from that judgement
 	written        string          // the rankgate.io/waiting-for this replica last wrote
+	due            time.Time       // when its grace ends
+	judged         *judged         // its last judgement on the model (nil: none, or its pods changed since)
 }
 
 func (c *Controller) watchedPending(key string, o client.Object, kind string) *pendingJob {
@@ -107,19 +108,6 @@ func (c *Controller) unwatchPending(key string) {
 	c.pw.mu.Lock()
 	delete(c.pw.jobs, key)
 	c.pw.mu.Unlock()
-}
-
-// pendingRequests are the watched jobs of kind: a node change re-judges them.
-func (c *Controller) pendingRequests(kind string) []reconcile.Request {
-	c.pw.mu.Lock()
-	defer c.pw.mu.Unlock()
-	var out []reconcile.Request
-	for _, p := range c.pw.jobs {
-		if p.kind == kind {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.ns, Name: p.name}})
-		}
-	}
-	return out
 }
 
 // nodeMatters: a node change the engine's model sees.
@@ -234,6 +222,9 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
+	c.pw.mu.Lock()
+	w.due = since.Add(grace)
+	c.pw.mu.Unlock()
 	if left := time.Until(since.Add(grace)); left > 0 {
 		return left, false
 	}
@@ -247,12 +238,10 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 		return 0, false
 	}
 	fj := wrap(full)
-	nodes := &corev1.NodeList{}
-	if err := c.client.List(ctx, nodes); err != nil {
-		c.log.Error(err, "listing nodes for the Pending watchdog", "job", key)
-		return time.Second, false
-	}
-	res, _, _, err := judgeJob(c.engine, nodes.Items, fj, pods, false)
+	res, _, jd, _, err := c.judge(ctx, fj, pods, false)
+	c.pw.mu.Lock()
+	w.judged = jd
+	c.pw.mu.Unlock()
 	if err != nil {
 		c.log.Info("cannot judge the unschedulable job; looking again later", "job", key, "error", err.Error())
 		return waitRecheck, false

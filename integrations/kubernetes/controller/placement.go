@@ -37,16 +37,14 @@ import (
 // unplaceablePods judges job j with its cached pods and returns, for each
 // pod ("namespace/name") that can never be placed, the engine's reason.
 func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.Pod) map[string]string {
-	nodes := &corev1.NodeList{}
-	if err := c.client.List(ctx, nodes); err != nil {
-		c.log.Error(err, "listing nodes to judge placement", "job", jobKey(j))
-		return nil
-	}
-	why, err := judgePlacement(c.engine, nodes.Items, j, pods)
+	res, w, _, ok, err := c.judge(ctx, j, pods, true)
 	if err != nil {
 		c.log.Info("cannot judge whether the missing ranks can ever be placed; the gang deadline still applies", "job", jobKey(j), "error", err.Error())
 	}
-	return why
+	if err != nil || !ok {
+		return nil
+	}
+	return hopelessPods(res, w)
 }
 
 // judgePlacement is unplaceablePods over given nodes and pods. A node the
@@ -74,12 +72,42 @@ func judgeJob(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod
 			return res, w, false, fmt.Errorf("node %s: %w", nodes[i].Name, err)
 		}
 	}
+	w, ok, err = jobWorkload(b, j, pods, onlyUnbound)
+	if err != nil || !ok {
+		return res, w, false, err
+	}
+	cl := e.NewCluster(b.Nodes())
+	if len(cl.LabelErrors) > 0 {
+		return res, w, false, errors.Join(cl.LabelErrors...)
+	}
+	return e.Diagnose(cl, w), w, true, nil
+}
+
+// judgeOn is judgeJob against a prepared cluster (the controller's
+// incremental model, model.go): the job's bound pods are added to their
+// nodes' usage as the full rebuild adds them. It returns that usage too.
+func judgeOn(e *schedule.Engine, base *schedule.Cluster, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, used map[string]schedule.Resources, ok bool, err error) {
+	b := cluster.NewBuilder()
+	w, ok, err = jobWorkload(b, j, pods, onlyUnbound)
+	if err != nil || !ok {
+		return res, w, nil, false, err
+	}
+	if len(base.LabelErrors) > 0 {
+		return res, w, nil, false, errors.Join(base.LabelErrors...)
+	}
+	used = b.Usage()
+	return e.Diagnose(base.WithUsed(used), w), w, used, true, nil
+}
+
+// jobWorkload adds the job's pods to b and builds its workload (see
+// judgeJob for onlyUnbound).
+func jobWorkload(b *cluster.Builder, j job, pods []*corev1.Pod, onlyUnbound bool) (w schedule.Workload, ok bool, err error) {
 	for _, p := range pods {
 		_ = b.AddPod(p) // one it refuses is left out: its pod set only gets smaller
 	}
 	w, err = b.WorkloadFor(j)
 	if err != nil {
-		return res, w, false, err
+		return w, false, err
 	}
 	if onlyUnbound {
 		// Pod sets without an unbound pod would be judged from the pod
@@ -96,14 +124,10 @@ func judgeJob(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod
 		}
 		w.PodSets = sets
 		if len(w.PodSets) == 0 {
-			return res, w, false, nil
+			return w, false, nil
 		}
 	}
-	cl := e.NewCluster(b.Nodes())
-	if len(cl.LabelErrors) > 0 {
-		return res, w, false, errors.Join(cl.LabelErrors...)
-	}
-	return e.Diagnose(cl, w), w, true, nil
+	return w, true, nil
 }
 
 // hopelessPods maps each pod of w that a fail finding of a hopeless result

@@ -51,9 +51,11 @@ func (c *Controller) setupReconcilers() error {
 			Named(k.GVK.Kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
-			// A node change re-judges the jobs with unschedulable pods.
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-				return c.pendingRequests(k.GVK.Kind)
+			// A node change re-judges the jobs with unschedulable pods
+			// that it can fail (model.go).
+			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+				c.refreshNode(ctx, o.GetName())
+				return c.affectedPending(k.GVK.Kind)
 			}), builder.WithPredicates(nodeChanged)).
 			WithOptions(controllerOptions()).
 			Complete(r)
@@ -63,6 +65,9 @@ func (c *Controller) setupReconcilers() error {
 	}
 	// The pod, node and namespace informers start with the manager, not on
 	// the first gate request.
+	if err := c.startModel(context.Background()); err != nil {
+		return err
+	}
 	for _, o := range []client.Object{&corev1.Node{}, &corev1.Namespace{}} {
 		if _, err := c.mgr.GetCache().GetInformer(context.Background(), o); err != nil {
 			return err

@@ -1,0 +1,271 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/preflight/schedule"
+)
+
+// The engine's cluster model, kept current from the node informer. Each
+// node event converts and prepares that node only (schedule.Model); the
+// snapshot the engine judges against is laid out again only after a
+// change, once, and shared by every judgement until the next change. A job's
+// own bound pods are added to their nodes' usage per judgement
+// (Cluster.WithUsed), as the full rebuild adds them, so that a judgement
+// on the model is the judgement of judgeJob over the cached nodes.
+//
+// A node event re-judges only the watched jobs it can affect: those past
+// their grace whose pods have not changed since their last judgement are
+// judged again on the new snapshot from the workload kept with them, one
+// judgement per distinct workload (equal jobs share it; names only appear in
+// messages), and only the jobs it finds hopeless are reconciled (and
+// failed). Jobs still in their grace are judged when it ends; waiting ones
+// are looked at again on their own schedule (waitRecheck) and on changes
+// of their own pods.
+
+var errModelNotSynced = errors.New("the node model has not seen every node yet")
+
+type nodeModel struct {
+	mu      sync.Mutex
+	m       *schedule.Model
+	refused map[string]error  // nodes the converter refused (judging stops)
+	rv      map[string]string // resourceVersion of the object each node came from
+	gen     uint64            // bumped by every change
+	synced  func() bool       // the informer handler has seen the initial list
+
+	// The node-event shortcut's judgements, by workload signature, for
+	// generation memoGen.
+	memoMu  sync.Mutex
+	memoGen uint64
+	memo    map[string]bool
+}
+
+func newNodeModel(e *schedule.Engine) *nodeModel {
+	return &nodeModel{m: e.NewModel(), refused: map[string]error{}, rv: map[string]string{}}
+}
+
+// apply adds or replaces a node from its (cached) object.
+func (nm *nodeModel) apply(n *corev1.Node) {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	if rv, ok := nm.rv[n.Name]; ok && rv == n.ResourceVersion && n.ResourceVersion != "" {
+		return
+	}
+	nm.rv[n.Name] = n.ResourceVersion
+	nm.gen++
+	sn, err := cluster.NodeFromCore(n)
+	if err != nil {
+		nm.refused[n.Name] = fmt.Errorf("node %s: %w", n.Name, err)
+		nm.m.Delete(n.Name)
+		return
+	}
+	delete(nm.refused, n.Name)
+	nm.m.Set(sn)
+}
+
+// remove drops a deleted node.
+func (nm *nodeModel) remove(name string) {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	if _, ok := nm.rv[name]; !ok {
+		return
+	}
+	delete(nm.rv, name)
+	delete(nm.refused, name)
+	nm.m.Delete(name)
+	nm.gen++
+}
+
+// cluster is the current snapshot and its generation.
+func (nm *nodeModel) cluster() (*schedule.Cluster, uint64, error) {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	if nm.synced == nil || !nm.synced() {
+		return nil, 0, errModelNotSynced
+	}
+	if len(nm.refused) > 0 {
+		names := make([]string, 0, len(nm.refused))
+		for n := range nm.refused {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return nil, 0, nm.refused[names[0]]
+	}
+	return nm.m.Cluster(), nm.gen, nil
+}
+
+// hopeless memoizes judge per workload signature for generation gen.
+func (nm *nodeModel) hopeless(gen uint64, sig string, judge func() bool) bool {
+	nm.memoMu.Lock()
+	defer nm.memoMu.Unlock()
+	if nm.memoGen != gen || nm.memo == nil {
+		nm.memoGen, nm.memo = gen, map[string]bool{}
+	}
+	h, ok := nm.memo[sig]
+	if !ok {
+		h = judge()
+		nm.memo[sig] = h
+	}
+	return h
+}
+
+// judged is what a job's last judgement on the model saw of the job.
+type judged struct {
+	w    schedule.Workload
+	used map[string]schedule.Resources
+	sig  string
+}
+
+// signature is everything of w that the engine's hopeless verdict reads:
+// not the names it only quotes, and not what the job's bound pods hold
+// (hopelessness never depends on free capacity; TestModelMatchesFullRebuild
+// checks it with bound pods on changing nodes).
+func signature(w schedule.Workload) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s|%t|", w.Kind, w.Suspended)
+	for _, ps := range w.PodSets {
+		fmt.Fprintf(&b, "%s|%d|%d|%v|%+v|%d|%q;", ps.Name, ps.Count, ps.Bound, ps.Requests, ps.Constraints, len(ps.Pods), ps.SchedulerMessage)
+	}
+	return b.String()
+}
+
+// judge is judgeJob on the model, or over a fresh list of the cached
+// nodes until the model has seen them all.
+func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyUnbound bool) (schedule.Result, schedule.Workload, *judged, bool, error) {
+	cl, _, err := c.model.cluster()
+	if err == nil {
+		res, w, used, ok, err := judgeOn(c.engine, cl, j, pods, onlyUnbound)
+		return res, w, &judged{w: w, used: used, sig: signature(w)}, ok, err
+	}
+	if !errors.Is(err, errModelNotSynced) {
+		return schedule.Result{}, schedule.Workload{}, nil, false, err
+	}
+	nodes := &corev1.NodeList{}
+	if err := c.client.List(ctx, nodes); err != nil {
+		return schedule.Result{}, schedule.Workload{}, nil, false, fmt.Errorf("listing nodes: %w", err)
+	}
+	res, w, ok, err := judgeJob(c.engine, nodes.Items, j, pods, onlyUnbound)
+	return res, w, nil, ok, err
+}
+
+// startModel feeds the model from the node informer and marks the
+// watched jobs' workloads stale on their pods' events.
+func (c *Controller) startModel(ctx context.Context) error {
+	ni, err := c.mgr.GetCache().GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return err
+	}
+	reg, err := ni.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if n, ok := o.(*corev1.Node); ok {
+				c.model.apply(n)
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if ok1 && ok2 && nodeMatters(on, nn) {
+				c.model.apply(nn)
+			}
+		},
+		DeleteFunc: func(o any) {
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if n, ok := o.(*corev1.Node); ok {
+				c.model.remove(n.Name)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c.model.mu.Lock()
+	c.model.synced = reg.HasSynced
+	c.model.mu.Unlock()
+	pi, err := c.mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return err
+	}
+	stale := func(o any) {
+		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+			o = t.Obj
+		}
+		if p, ok := o.(*corev1.Pod); ok && p.Labels[LabelJobName] != "" {
+			c.podsChanged(p.Namespace, p.Labels[LabelJobName])
+		}
+	}
+	_, err = pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, n any) { stale(n) }, DeleteFunc: stale})
+	return err
+}
+
+// refreshNode brings one node of the model up to the cache (a node
+// event's handlers run in no fixed order: the re-judging handler reads
+// the cache itself).
+func (c *Controller) refreshNode(ctx context.Context, name string) {
+	n := &corev1.Node{}
+	switch err := c.client.Get(ctx, types.NamespacedName{Name: name}, n); {
+	case apierrors.IsNotFound(err):
+		c.model.remove(name)
+	case err == nil:
+		c.model.apply(n)
+	}
+}
+
+// podsChanged forgets the kept workload of the watched jobs named job in
+// ns: their next node event reconciles them in full.
+func (c *Controller) podsChanged(ns, job string) {
+	c.pw.mu.Lock()
+	defer c.pw.mu.Unlock()
+	for _, k := range c.kinds {
+		if p := c.pw.jobs[ns+"/"+k.GVK.Kind+"/"+job]; p != nil {
+			p.judged = nil
+		}
+	}
+}
+
+// affectedPending are the watched jobs of kind that the node event just
+// applied to the model may fail (see the top of this file).
+func (c *Controller) affectedPending(kind string) []reconcile.Request {
+	cl, gen, cerr := c.model.cluster()
+	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
+	type cand struct {
+		req reconcile.Request
+		j   *judged
+	}
+	now := time.Now()
+	var cands []cand
+	c.pw.mu.Lock()
+	for _, p := range c.pw.jobs {
+		if p.kind != kind || now.Before(p.due) {
+			continue
+		}
+		cands = append(cands, cand{reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.ns, Name: p.name}}, p.judged})
+	}
+	c.pw.mu.Unlock()
+	var out []reconcile.Request
+	for _, cd := range cands {
+		if cerr != nil || cd.j == nil || c.model.hopeless(gen, cd.j.sig, func() bool {
+			h, _ := pendingCause(c.engine.Diagnose(cl, cd.j.w), onDemand) // hopeless never depends on free capacity
+			return h
+		}) {
+			out = append(out, cd.req)
+		}
+	}
+	slices.SortFunc(out, func(a, b reconcile.Request) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}

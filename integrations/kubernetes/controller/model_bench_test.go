@@ -1,0 +1,142 @@
+package controller
+
+import (
+	"fmt"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/rankgate/rankgate/preflight/schedule"
+)
+
+// benchPending is the load: 5,000 nodes, 500 Pending gated jobs
+// past their grace (five job shapes, 4 workers each, one bound), all
+// waiting, and 20,000 pods in all (the other 18,000 are bound pods of
+// running jobs: neither way of judging reads them on a node event).
+type benchPending struct {
+	nodes []*corev1.Node
+	jobs  []job
+	pods  [][]*corev1.Pod
+}
+
+func newBenchPending() *benchPending {
+	b := &benchPending{}
+	for i := 0; i < 5000; i++ {
+		b.nodes = append(b.nodes, fleetNode(i, i, 1))
+	}
+	shapes := []string{"nvidia.com/gpu", "nvidia.com/mig-1g.20gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb", "nvidia.com/mig-1g.10gb"}
+	for i := 0; i < 500; i++ {
+		j, pods := modelJob(fmt.Sprintf("job-%03d", i), shapes[i%len(shapes)], 4, []string{b.nodes[i*5].Name})
+		b.jobs, b.pods = append(b.jobs, j), append(b.pods, pods)
+	}
+	return b
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkNodeEvent: one node event (a node cordoned or uncordoned) and
+// the re-judgement of the 500 waiting jobs, in CPU time per event:
+//
+//	incremental: the model takes the node; the jobs are judged on the new
+//	  snapshot by the node-event shortcut (affectedPending);
+//	full-rebuild: every job judged by judgeJob over all cached nodes (the
+//	  way before the model; the cache's list copy not counted).
+//
+//	go test ./integrations/kubernetes/controller -run '^$' -bench NodeEvent -benchtime 20x
+func BenchmarkNodeEvent(b *testing.B) {
+	bp := newBenchPending()
+	e := schedule.New()
+	b.Run("incremental", func(b *testing.B) {
+		c := &Controller{engine: e, model: newNodeModel(e)}
+		c.model.synced = func() bool { return true }
+		for _, n := range bp.nodes {
+			c.model.apply(n)
+		}
+		c.pw.jobs = map[string]*pendingJob{}
+		cl, _, _ := c.model.cluster()
+		for i, j := range bp.jobs {
+			res, w, used, ok, err := judgeOn(e, cl, j, bp.pods[i], false)
+			if err != nil || !ok {
+				b.Fatal(err)
+			}
+			if h, _ := pendingCause(res, false); h {
+				b.Fatalf("%s is hopeless: %s", j.Name(), res.Report.Reason(0))
+			}
+			c.pw.jobs["ml/PyTorchJob/"+j.Name()] = &pendingJob{kind: "PyTorchJob", ns: "ml", name: j.Name(),
+				judged: &judged{w: w, used: used, sig: signature(w)}}
+		}
+		n := bp.nodes[17].DeepCopy()
+		b.ResetTimer()
+		start := cpuTime()
+		for i := 0; i < b.N; i++ {
+			n = n.DeepCopy()
+			n.Spec.Unschedulable = !n.Spec.Unschedulable
+			n.ResourceVersion = fmt.Sprint(i + 2)
+			c.model.apply(n)
+			if got := c.affectedPending("PyTorchJob"); len(got) != 0 {
+				b.Fatalf("%d jobs failed", len(got))
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-start).Microseconds())/1000/float64(b.N), "cpu-ms/event")
+	})
+	b.Run("full-rebuild", func(b *testing.B) {
+		list := make([]corev1.Node, len(bp.nodes))
+		for i, n := range bp.nodes {
+			list[i] = *n
+		}
+		b.ResetTimer()
+		start := cpuTime()
+		for i := 0; i < b.N; i++ {
+			list[17].Spec.Unschedulable = !list[17].Spec.Unschedulable
+			for k, j := range bp.jobs {
+				res, _, _, err := judgeJob(e, list, j, bp.pods[k], false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if h, _ := pendingCause(res, false); h {
+					b.Fatal("hopeless")
+				}
+			}
+		}
+		b.ReportMetric(float64((cpuTime()-start).Microseconds())/1000/float64(b.N), "cpu-ms/event")
+	})
+}
+
+// BenchmarkModelMemory: the live heap the model adds for 5,000 nodes and
+// 500 kept workloads (the nodes' cached objects themselves are the
+// informer's and not counted).
+func BenchmarkModelMemory(b *testing.B) {
+	bp := newBenchPending()
+	e := schedule.New()
+	for i := 0; i < b.N; i++ {
+		heap := func() uint64 {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		before := heap()
+		nm := newNodeModel(e)
+		nm.synced = func() bool { return true }
+		for _, n := range bp.nodes {
+			nm.apply(n)
+		}
+		cl, _, _ := nm.cluster()
+		kept := make([]*judged, len(bp.jobs))
+		for k, j := range bp.jobs {
+			_, w, used, _, _ := judgeOn(e, cl, j, bp.pods[k], false)
+			kept[k] = &judged{w: w, used: used, sig: signature(w)}
+		}
+		after := heap()
+		runtime.KeepAlive(nm)
+		runtime.KeepAlive(kept)
+		b.ReportMetric(float64(after-before)/(1<<20), "MiB")
+	}
+}
