@@ -128,7 +128,9 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 	require.Equal(t, "fail", a[controller.KeyVerdict])
 	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
 	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleShapeMismatch)
-	for _, s := range []string{"nvidia.com/mig-2g.20gb", "1g.20gb", "SMs"} {
+	// Both shapes (SMs and memory), and the layout that would give 2g.20gb.
+	for _, s := range []string{"nvidia.com/mig-2g.20gb (28 SMs, 19968 MiB", "nvidia.com/mig-1g.20gb (14 SMs, 19968 MiB", "SMs",
+		"RECONFIGURABLE: ", "nvidia.com/mig.config=all-2g.20gb", `{"2g.20gb": 3}`} {
 		require.Contains(t, a[controller.KeyReason], s)
 	}
 	require.Empty(t, a[controller.KeyFirstReport], "a rank reported")
