@@ -52,13 +52,7 @@ func startScheduler(t testing.TB) {
 		t.Fatalf("%s missing: run `make test-binaries` (hack/build-test-binaries.sh)", bin)
 	}
 	tmp := t.TempDir()
-	kubeconfig := filepath.Join(tmp, "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restCfg.CertData, ClientKeyData: restCfg.KeyData, Token: restCfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	kc.CurrentContext = "envtest"
-	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
+	kubeconfig := adminKubeconfig(t)
 	config := filepath.Join(tmp, "scheduler.yaml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -115,6 +109,20 @@ profiles:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// adminKubeconfig writes a kubeconfig with the test's admin credentials
+// for the envtest API server.
+func adminKubeconfig(t testing.TB) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restCfg.CertData, ClientKeyData: restCfg.KeyData, Token: restCfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	require.NoError(t, clientcmd.WriteToFile(*kc, f))
+	return f
 }
 
 func unschedulable(p *corev1.Pod) bool {
