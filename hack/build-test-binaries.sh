@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds the real etcd and kube-apiserver that the envtest-based tests run
-# (integrations/kubernetes/envtestutil) into bin/k8s/, from the Go modules
-# pinned under tools/:
+# Builds the real etcd, kube-apiserver and kube-scheduler that the
+# envtest-based tests run (integrations/kubernetes/envtestutil, the e2e
+# scheduler) into bin/k8s/, from the Go modules pinned under tools/:
 #   tools/go.mod          k8s.io/kubernetes (kube-apiserver)
+#   tools/cmd/kube-scheduler/go.mod
+#                         k8s.io/kubernetes (kube-scheduler; the same pinned
+#                         version, checked below, in its own module so that
+#                         adding it left kube-apiserver's inputs untouched)
 #   tools/cmd/etcd/go.mod go.etcd.io/etcd/server/v3 (etcd; its own module
 #                         because k8s.io/kubernetes requires a newer etcd)
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum of
@@ -22,6 +26,11 @@ FORCE=0
 # v0.0.0-master, which clients and version-gated code treat oddly.
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tools/go.mod")"
 K8S_VERSION="${K8S_VERSION:-v0.0.0}"
+SCHED_K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tools/cmd/kube-scheduler/go.mod")"
+if [[ "$SCHED_K8S_VERSION" != "$K8S_VERSION" ]]; then
+	echo "tools/cmd/kube-scheduler/go.mod pins k8s.io/kubernetes $SCHED_K8S_VERSION, tools/go.mod $K8S_VERSION: keep them equal" >&2
+	exit 2
+fi
 ver="${K8S_VERSION#v}"
 K8S_MAJOR="${ver%%.*}"
 rest="${ver#*.}"
@@ -56,6 +65,12 @@ build etcd "$ROOT/tools/cmd/etcd" . "-s -w"
 
 vpkg=k8s.io/component-base/version
 build kube-apiserver "$ROOT/tools" ./cmd/kube-apiserver "-s -w \
+ -X $vpkg.gitVersion=$K8S_VERSION \
+ -X $vpkg.gitMajor=$K8S_MAJOR \
+ -X $vpkg.gitMinor=$K8S_MINOR \
+ -X $vpkg.gitTreeState=clean"
+
+build kube-scheduler "$ROOT/tools/cmd/kube-scheduler" . "-s -w \
  -X $vpkg.gitVersion=$K8S_VERSION \
  -X $vpkg.gitMajor=$K8S_MAJOR \
  -X $vpkg.gitMinor=$K8S_MINOR \

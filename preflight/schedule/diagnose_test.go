@@ -67,6 +67,18 @@ func TestDiagnoseRules(t *testing.T) {
 				}},
 		},
 		{
+			name: "SHAPE_MISMATCH A100 2g.20gb on mig-parted's all-1g.20gb: RECONFIGURABLE names the layout",
+			nodes: nodes(
+				migMixed("a100-1", "A100-80GB", a100Product, 8, "all-1g.20gb", map[string]int{"1g.20gb": 4}),
+				migMixed("a100-2", "A100-80GB", a100Product, 8, "all-1g.20gb", map[string]int{"1g.20gb": 4})),
+			job: pytorchJob("train", podSet("Master", 1, mig("2g.20gb", 1)), podSet("Worker", 1, mig("2g.20gb", 1))),
+			want: want{rule: verdict.RuleShapeMismatch, hopeless: true, findings: map[string]verdict.Severity{
+				verdict.RuleShapeMismatch: verdict.SeverityFail, verdict.RuleReconfigurable: verdict.SeverityInfo},
+				contains: map[string][]string{
+					verdict.RuleReconfigurable: {"a100-1", "a100-2", "mig.config=all-1g.20gb", "nvidia.com/mig.config=all-2g.20gb", `{"2g.20gb": 3}`, "48 instances in all; the job needs 2"},
+				}},
+		},
+		{
 			name: "SHAPE_MISMATCH H100 1g.20gb (26 SMs) vs 2g.20gb (32 SMs)",
 			nodes: nodes(
 				migMixed("h100-1", "H100-80GB", h100Product, 1, "all-2g.20gb", map[string]int{"2g.20gb": 3})),

@@ -131,12 +131,26 @@ func decisionAnnotationsWithin(d *decision, reportMax int) map[string]string {
 		KeyReport:    compactReport(d.Report, reportMax),
 	}
 	if d.Report.Failed() {
-		m[KeyReason] = d.Report.Reason(maxReasonLen)
+		m[KeyReason] = failReason(d.Report, maxReasonLen)
 		m[KeyAction] = d.Action
 	} else {
 		m[KeyReason] = summary(d.Report)
 	}
 	return m
+}
+
+// failReason is the reason text of a fail verdict: its fail findings and,
+// after them, any RECONFIGURABLE finding (the MIG layout that would create
+// the shape a SHAPE_MISMATCH says no node offers: the cure, which the
+// reason must name).
+func failReason(r verdict.Report, max int) string {
+	s := r.Reason(0)
+	for _, f := range r.Findings {
+		if f.Rule == verdict.RuleReconfigurable {
+			s += "\n" + f.Line()
+		}
+	}
+	return verdict.Truncate(s, max)
 }
 
 // summary is the reason text of a pass or warn verdict.

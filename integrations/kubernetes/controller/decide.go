@@ -179,7 +179,7 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 		if pendingReport(d.Report) {
 			reason = "PendingFailed"
 		}
-		note = d.Report.Reason(0)
+		note = failReason(d.Report, 0)
 		switch {
 		case d.Action == ActionSuspend && d.deleteRefused != "":
 			note = "job suspended, not deleted (" + d.deleteRefused + "): " + note

@@ -50,7 +50,61 @@ const (
 	liveEvery = 10 * time.Second
 	// waitRecheck re-judges a waiting job without any event.
 	waitRecheck = 30 * time.Second
+	// migSettle: after mig-manager changes a node's MIG state (config,
+	// state, device plugin paused or back), the device plugin re-registers
+	// and advertises the new instances a few seconds later. Until then the
+	// node looks like a layout that offers nothing (MIG_LAYOUT_INVALID): a
+	// transient, not a cause to fail a job.
+	migSettle = 30 * time.Second
 )
+
+// migLabels are the labels mig-manager changes around a layout change.
+var migLabels = []string{"nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/gpu.deploy.device-plugin"}
+
+// noteNodeChange remembers when a node's MIG state last changed.
+func (c *Controller) noteNodeChange(o, n *corev1.Node) {
+	for _, l := range migLabels {
+		if o.Labels[l] != n.Labels[l] {
+			c.pw.mu.Lock()
+			if c.pw.migChanged == nil {
+				c.pw.migChanged = map[string]time.Time{}
+			}
+			c.pw.migChanged[n.Name] = time.Now()
+			for name, at := range c.pw.migChanged {
+				if time.Since(at) > migSettle {
+					delete(c.pw.migChanged, name)
+				}
+			}
+			c.pw.mu.Unlock()
+			return
+		}
+	}
+}
+
+// settling: every fail finding of rep is MIG_LAYOUT_INVALID about nodes
+// whose MIG state changed within migSettle (the device plugin may not have
+// re-registered yet); left is how long until the last of them settles.
+func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) {
+	c.pw.mu.Lock()
+	defer c.pw.mu.Unlock()
+	for _, f := range rep.Findings {
+		if f.Severity != verdict.SeverityFail {
+			continue
+		}
+		if f.Rule != verdict.RuleMIGLayoutInvalid || len(f.Nodes) == 0 {
+			return 0, false
+		}
+		for _, n := range f.Nodes {
+			at, seen := c.pw.migChanged[n]
+			l := time.Until(at.Add(migSettle))
+			if !seen || l <= 0 {
+				return 0, false
+			}
+			left = max(left, l)
+		}
+	}
+	return left, left > 0
+}
 
 func (o *Options) pendingDefaults() error {
 	switch {
@@ -77,6 +131,8 @@ type pendingWatches struct {
 	mu   sync.Mutex
 	jobs map[string]*pendingJob
 	live *cluster.Live
+	// migChanged: when each node's MIG labels last changed (noteNodeChange).
+	migChanged map[string]time.Time
 }
 
 type pendingJob struct {
@@ -248,6 +304,9 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 	}
 	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
 	if hopeless, _ := pendingCause(res, onDemand); hopeless {
+		if left, ok := c.settling(res.Report); ok {
+			return left, false
+		}
 		c.failPending(j, key, res.Report, "hopeless")
 		return 0, true
 	}
@@ -264,6 +323,9 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 			return waitRecheck, false
 		}
 		hopeless, f := pendingCause(lres, onDemand)
+		if left, ok := c.settling(lres.Report); hopeless && ok {
+			return left, false
+		}
 		if hopeless {
 			c.failPending(j, key, lres.Report, "hopeless")
 			return 0, true

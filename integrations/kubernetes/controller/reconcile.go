@@ -34,7 +34,11 @@ func (c *Controller) setupReconcilers() error {
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				o, ok1 := e.ObjectOld.(*corev1.Node)
 				n, ok2 := e.ObjectNew.(*corev1.Node)
-				return ok1 && ok2 && nodeMatters(o, n)
+				if !ok1 || !ok2 {
+					return false
+				}
+				c.noteNodeChange(o, n)
+				return nodeMatters(o, n)
 			},
 		}
 		podChanged := predicate.Funcs{

@@ -20,9 +20,9 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// The Pending watchdog's scenarios. Pods are marked unschedulable the way
-// the scheduler marks them (markUnschedulable: PodScheduled=False, reason
-// Unschedulable, with the scheduler's message); no kube-scheduler runs.
+// The Pending watchdog's scenarios. A real kube-scheduler
+// (startScheduler) places the jobs' pods or marks them unschedulable: every
+// PodScheduled condition is the scheduler's own.
 
 // labelNode adds labels to a node made by gpuNode; the node is deleted
 // when the test ends (nodes are cluster-wide: GFD labels would change
@@ -48,11 +48,11 @@ func labelNode(t testing.TB, name string, labels map[string]string) {
 // mig-manager labels, mixed strategy).
 func a100All1g20(t testing.TB, name string) {
 	gpuNode(t, name, "nvidia.com/mig-1g.20gb", 32)
-	labelNode(t, name, map[string]string{
+	realNode(t, name, map[string]int64{"nvidia.com/mig-1g.20gb": 32}, map[string]string{
 		"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8", "nvidia.com/gpu.memory": "81920",
 		"nvidia.com/mig-1g.20gb.count": "32", "nvidia.com/mig-1g.20gb.memory": "19968", "nvidia.com/mig-1g.20gb.multiprocessors": "14",
 		"nvidia.com/mig.capable": "true", "nvidia.com/mig.config": "all-1g.20gb", "nvidia.com/mig.config.state": "success",
-		"nvidia.com/mig.strategy": "mixed",
+		"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.deploy.device-plugin": "true",
 	})
 }
 
@@ -72,18 +72,40 @@ func isSuspended(t testing.TB, o client.Object) bool {
 	return false
 }
 
-// pendingMIG2g creates a PyTorchJob (master + 1 worker) asking mig-2g.20gb
-// whose two pods are unschedulable.
+// pendingJob creates a PyTorchJob (master + 1 worker) whose two pods ask
+// n of res each, for the test scheduler, and waits until the scheduler
+// marked both unschedulable.
 func pendingJob(t testing.TB, ns, name string, annotations map[string]string, res string, n int, edit ...func(*corev1.Pod)) (*kubeflowv1.PyTorchJob, []*corev1.Pod) {
-	job := pytorchJob(t, ns, name, true, 1, annotations)
-	var pods []*corev1.Pod
-	for _, r := range []string{"master", "worker"} {
-		idx := 0
-		p := rankPod(t, job, r, idx, "", res, append([]func(*corev1.Pod){withGPUs(res, n)}, edit...)...)
-		markUnschedulable(t, p, "0/3 nodes are available: 3 Insufficient "+res+".")
-		pods = append(pods, p)
+	t.Helper()
+	job, pods := schedJob(t, ns, name, annotations, 1, res, n, edit...)
+	for _, p := range pods {
+		waitUnschedulable(t, p)
 	}
 	return job, pods
+}
+
+// schedJob creates a PyTorchJob of a master and workers workers whose pods
+// ask n of res each, for the test scheduler to place.
+func schedJob(t testing.TB, ns, name string, annotations map[string]string, workers int, res string, n int, edit ...func(*corev1.Pod)) (*kubeflowv1.PyTorchJob, []*corev1.Pod) {
+	t.Helper()
+	job := pytorchJob(t, ns, name, true, workers, annotations)
+	edits := append([]func(*corev1.Pod){withGPUs(res, n), scheduled}, edit...)
+	pods := []*corev1.Pod{rankPod(t, job, "master", 0, "", res, edits...)}
+	for i := 0; i < workers; i++ {
+		pods = append(pods, rankPod(t, job, "worker", i, "", res, edits...))
+	}
+	return job, pods
+}
+
+// waitUnschedulable waits until the scheduler marked p unschedulable.
+func waitUnschedulable(t testing.TB, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	f := &corev1.Pod{}
+	require.NoError(t, waitFor(30*time.Second, func() bool {
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(p), f))
+		return unschedulable(f)
+	}), "the scheduler did not mark %s unschedulable: %v", p.Name, f.Status)
+	return f
 }
 
 // (g) mig-2g.20gb asked on nodes laid out all-1g.20gb: no rank ever
@@ -92,6 +114,7 @@ func pendingJob(t testing.TB, ns, name string, annotations map[string]string, re
 // a Warning Event naming cause and fix.
 func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-shape", true)
+	startScheduler(t)
 	a100All1g20(t, "pend-a100-1g-a")
 	a100All1g20(t, "pend-a100-1g-b")
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
@@ -105,7 +128,9 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 	require.Equal(t, "fail", a[controller.KeyVerdict])
 	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
 	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleShapeMismatch)
-	for _, s := range []string{"nvidia.com/mig-2g.20gb", "1g.20gb", "SMs"} {
+	// Both shapes (SMs and memory), and the layout that would give 2g.20gb.
+	for _, s := range []string{"nvidia.com/mig-2g.20gb (28 SMs, 19968 MiB", "nvidia.com/mig-1g.20gb (14 SMs, 19968 MiB", "SMs",
+		"RECONFIGURABLE: ", "nvidia.com/mig.config=all-2g.20gb", `{"2g.20gb": 3}`} {
 		require.Contains(t, a[controller.KeyReason], s)
 	}
 	require.Empty(t, a[controller.KeyFirstReport], "a rank reported")
@@ -120,7 +145,7 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 // any job; it carries label pending-test=<name> for the job's selector.
 func busyNode(t testing.TB, ns, name, res string) *corev1.Pod {
 	gpuNode(t, name, res, 8)
-	labelNode(t, name, map[string]string{"pending-test": name})
+	realNode(t, name, map[string]int64{res: 8}, map[string]string{"pending-test": name})
 	h := &corev1.Pod{}
 	h.Name, h.Namespace, h.Spec.NodeName = "holder-"+name, ns, name
 	h.Spec.Containers = []corev1.Container{{Name: "hold", Image: "busybox"}}
@@ -144,6 +169,7 @@ func onNode(name string) func(*corev1.Pod) {
 // periodic full read) does not write them again while the cause holds.
 func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-wait", true)
+	startScheduler(t)
 	busyNode(t, ns, "pend-busy-1", "nvidia.com/gpu")
 	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
 	job, _ := pendingJob(t, ns, "waits", nil, "nvidia.com/gpu", 4, onNode("pend-busy-1"))
@@ -181,6 +207,7 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 // the last cause.
 func TestE2EPendingTimeout(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-timeout", true)
+	startScheduler(t)
 	busyNode(t, ns, "pend-busy-2", "nvidia.com/gpu")
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	start := time.Now()
@@ -201,8 +228,9 @@ func TestE2EPendingTimeout(t *testing.T) {
 // STRATEGY_MISMATCH, and the fix names the strategy and the layout.
 func TestE2EPendingStrategyMismatch(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-strategy", true)
+	startScheduler(t)
 	gpuNode(t, "pend-h100-single", "nvidia.com/gpu", 1)
-	labelNode(t, "pend-h100-single", map[string]string{
+	realNode(t, "pend-h100-single", map[string]int64{"nvidia.com/gpu": 1}, map[string]string{
 		"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "81559",
 		"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "single",
 		"nvidia.com/mig.config": "all-disabled", "nvidia.com/mig.config.state": "success",
@@ -221,15 +249,17 @@ func TestE2EPendingStrategyMismatch(t *testing.T) {
 // job is judged on its workers and suspended (freeing the launcher).
 func TestE2EPendingMPIWorkers(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-mpi", true)
+	startScheduler(t)
 	a100All1g20(t, "pend-a100-1g-c")
 	gpuNode(t, "pend-launcher", "nvidia.com/gpu", 8)
+	realNode(t, "pend-launcher", map[string]int64{"nvidia.com/gpu": 8}, nil)
 	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
 	job := mpiJob(t, ns, "mpi", 2)
 	launcherPod(t, job, "pend-launcher")
 	var workers []string
 	for i := 0; i < 2; i++ {
-		p := rankPod(t, job, "worker", i, "", "nvidia.com/mig-2g.20gb")
-		markUnschedulable(t, p, "0/3 nodes are available: 3 Insufficient nvidia.com/mig-2g.20gb.")
+		p := rankPod(t, job, "worker", i, "", "nvidia.com/mig-2g.20gb", scheduled)
+		waitUnschedulable(t, p)
 		workers = append(workers, ns+"/"+p.Name)
 	}
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, 15*time.Second, 100*time.Millisecond, c.logs.String())
