@@ -260,24 +260,8 @@ type Controller struct {
 	decisions atomic.Int64
 }
 
-// New builds the manager, the caches, the reconcilers and the gate.
-func New(opts Options) (*Controller, error) {
-	if err := opts.defaults(); err != nil {
-		return nil, err
-	}
-	registerMetrics()
-	cfg := rest.CopyConfig(opts.Config)
-	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
-
-	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
-	if err != nil {
-		return nil, err
-	}
-	c.kinds = kinds
-	c.model = newNodeModel(c.engine)
-
+// managerOptions are the controller-runtime manager's options for opts.
+func managerOptions(opts Options, kinds []jobKind) manager.Options {
 	mopts := manager.Options{
 		Scheme:                        opts.Scheme,
 		Logger:                        opts.Log,
@@ -302,6 +286,48 @@ func New(opts Options) (*Controller, error) {
 	if opts.RetryPeriod > 0 {
 		mopts.RetryPeriod = ptrDuration(opts.RetryPeriod)
 	}
+	return mopts
+}
+
+// gateCertificate is where the gate's serving certificate comes from: the
+// controller's own CA, or the files in CertDir (watched, so that a renewal
+// needs no restart); nil with Insecure (tests only).
+func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if c.certs != nil {
+		return c.certs.GetCertificate, nil
+	}
+	if c.opts.Insecure {
+		return nil, nil
+	}
+	cw, err := certwatcher.New(filepath.Join(c.opts.CertDir, "tls.crt"), filepath.Join(c.opts.CertDir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("controller: gate certificate in %s: %w", c.opts.CertDir, err)
+	}
+	if err := mgr.Add(cw); err != nil {
+		return nil, err
+	}
+	return cw.GetCertificate, nil
+}
+
+// New builds the manager, the caches, the reconcilers and the gate.
+func New(opts Options) (*Controller, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	registerMetrics()
+	cfg := rest.CopyConfig(opts.Config)
+	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
+		engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
+
+	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
+	if err != nil {
+		return nil, err
+	}
+	c.kinds = kinds
+	c.model = newNodeModel(c.engine)
+
+	mopts := managerOptions(opts, kinds)
 	ws, err := c.webhookServer()
 	if err != nil {
 		return nil, err
@@ -329,18 +355,9 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	if c.certs != nil {
-		getCert = c.certs.GetCertificate
-	} else if !opts.Insecure {
-		cw, err := certwatcher.New(filepath.Join(opts.CertDir, "tls.crt"), filepath.Join(opts.CertDir, "tls.key"))
-		if err != nil {
-			return nil, fmt.Errorf("controller: gate certificate in %s: %w", opts.CertDir, err)
-		}
-		if err := mgr.Add(cw); err != nil {
-			return nil, err
-		}
-		getCert = cw.GetCertificate
+	getCert, err := c.gateCertificate(mgr)
+	if err != nil {
+		return nil, err
 	}
 	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,

@@ -284,6 +284,15 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 	if left := time.Until(since.Add(grace)); left > 0 {
 		return left, false
 	}
+	return c.judgePending(ctx, k, obj, key, w, pods, since)
+}
+
+// judgePending judges a job whose pods have been unschedulable past their
+// grace: a hopeless job fails; a waiting one is told what it waits for,
+// and fails at its pending timeout. It returns when to look again, and
+// whether the job was failed.
+func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Object, key string, w *pendingJob, pods []*corev1.Pod, since time.Time) (time.Duration, bool) {
+	j := wrap(obj)
 	// The whole job, with its pod templates (the cache strips them).
 	full := k.New()
 	if err := c.api.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, full); err != nil || full.GetUID() != obj.GetUID() {
@@ -310,38 +319,54 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 		c.failPending(j, key, res.Report, "hopeless")
 		return 0, true
 	}
-	// Waiting: say for what, as diagnose says it (a full read: who holds
-	// the devices is not in the caches), at most once per liveEvery.
+	cause, again, failed := c.waitingCause(ctx, fj, j, key, w, onDemand)
+	if again > 0 || failed {
+		return again, failed
+	}
+	return c.noteWaiting(ctx, obj, j, key, w, lresSubject(res), cause, since)
+}
+
+// waitingCause says what a waiting job waits for, as diagnose says it (a
+// full read: who holds the devices is not in the caches), at most once per
+// liveEvery. again > 0: look again then; failed: that read found the job
+// hopeless and failed it.
+func (c *Controller) waitingCause(ctx context.Context, fj job, j job, key string, w *pendingJob, onDemand bool) (cause verdict.Finding, again time.Duration, failed bool) {
 	c.pw.mu.Lock()
 	stale := time.Since(w.liveAt) >= liveEvery || w.cause.Rule == ""
-	cause := w.cause
+	cause = w.cause
 	c.pw.mu.Unlock()
-	if stale {
-		lres, err := c.judgeLive(ctx, fj)
-		if err != nil {
-			c.log.Info("cannot read the cluster to say what the job waits for", "job", key, "error", err.Error())
-			return waitRecheck, false
-		}
-		hopeless, f := pendingCause(lres, onDemand)
-		if left, ok := c.settling(lres.Report); hopeless && ok {
-			return left, false
-		}
-		if hopeless {
-			c.failPending(j, key, lres.Report, "hopeless")
-			return 0, true
-		}
-		cause = f
-		c.pw.mu.Lock()
-		w.liveAt, w.cause = time.Now(), f
-		c.pw.mu.Unlock()
+	if !stale {
+		return cause, 0, false
 	}
+	lres, err := c.judgeLive(ctx, fj)
+	if err != nil {
+		c.log.Info("cannot read the cluster to say what the job waits for", "job", key, "error", err.Error())
+		return cause, waitRecheck, false
+	}
+	hopeless, f := pendingCause(lres, onDemand)
+	if left, ok := c.settling(lres.Report); hopeless && ok {
+		return cause, left, false
+	}
+	if hopeless {
+		c.failPending(j, key, lres.Report, "hopeless")
+		return cause, 0, true
+	}
+	c.pw.mu.Lock()
+	w.liveAt, w.cause = time.Now(), f
+	c.pw.mu.Unlock()
+	return f, 0, false
+}
+
+// noteWaiting fails a job waiting past its pending timeout, and otherwise
+// writes what it waits for when that changed.
+func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, key string, w *pendingJob, subject string, cause verdict.Finding, since time.Time) (time.Duration, bool) {
 	timeout, err := jobDuration(obj, KeyPendingTimeout, c.opts.PendingTimeout)
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
 	waited := time.Since(since)
 	if timeout > 0 && waited >= timeout {
-		c.failPending(j, key, timeoutReport(lresSubject(res), cause, waited, timeout), "pending-timeout")
+		c.failPending(j, key, timeoutReport(subject, cause, waited, timeout), "pending-timeout")
 		return 0, true
 	}
 	// Only a change of cause is written (the cache may not show this
