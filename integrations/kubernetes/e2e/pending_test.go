@@ -177,7 +177,9 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[controller.KeyWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	require.True(t, strings.HasPrefix(wf, verdict.RuleWaitCapacity+": "), wf)
 	require.Contains(t, wf, "pend-busy-1 (8/8 nvidia.com/gpu in use)")
-	ev := jobEvents(t, job)
+	// Events are written after the annotation, by the recorder's own goroutine.
+	var ev map[string][]string
+	require.Eventually(t, func() bool { ev = jobEvents(t, job); return len(ev["PendingWaiting"]) > 0 }, 10*time.Second, 100*time.Millisecond)
 	require.Len(t, ev["PendingWaiting"], 1, "%v", ev)
 	require.Contains(t, ev["PendingWaiting"][0], "WAIT_CAPACITY")
 

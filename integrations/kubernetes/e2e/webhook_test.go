@@ -29,6 +29,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -68,6 +69,15 @@ func webhookController(t *testing.T, secret string, o controller.Options) (*ctrl
 	gatePort := gateAddr[strings.LastIndexByte(gateAddr, ':')+1:]
 	o.WebhookAddr = addr
 	o.GateAddr = gateAddr
+	if o.AdmissionPolicies == nil {
+		// The validating webhook judges jobs against every node of the
+		// shared test API server (other tests leave theirs): off, unless
+		// the test is about it.
+		o.AdmissionPolicies = map[string]validate.Policy{}
+		for _, id := range validate.Checks {
+			o.AdmissionPolicies[id] = validate.Off
+		}
+	}
 	o.InitImage = initImage
 	o.GateURL = "https://localhost:" + gatePort
 	o.ManageCerts = true
@@ -340,7 +350,7 @@ func TestE2ECertificateRotation(t *testing.T) {
 // layout could give is refused at admission with SHAPE_MISMATCH and its
 // fix, before any pod exists; a job asking for what a node offers passes.
 func TestE2EControllerServesValidatingWebhook(t *testing.T) {
-	webhookController(t, "rankgate-tls-o2", controller.Options{})
+	webhookController(t, "rankgate-tls-o2", controller.Options{WebhookOptions: controller.WebhookOptions{AdmissionPolicies: validate.DefaultPolicies()}})
 	ctx := context.Background()
 	gpuNode(t, "e2e-wh-o2-node", "nvidia.com/gpu", 8)
 	t.Cleanup(func() { _ = k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-wh-o2-node"}}) })
