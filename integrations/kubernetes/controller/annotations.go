@@ -89,6 +89,9 @@ type decision struct {
 	// the controller's delete (the base install grants none): the job is
 	// suspended instead, and the Event says why.
 	deleteRefused string
+	// kueue: how a Kueue-managed job was stopped (its Workload
+	// deactivated, or no Workload yet), for the Event; "" otherwise.
+	kueue string
 }
 
 // recordedDecision reads the verdict the job carries, if any.

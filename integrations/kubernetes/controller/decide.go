@@ -181,6 +181,10 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 		}
 		note = failReason(d.Report, 0)
 		switch {
+		case d.Action == ActionSuspend && d.kueue != "" && d.deleteRefused != "":
+			note = d.kueue + ", job not deleted (" + d.deleteRefused + "): " + note
+		case d.Action == ActionSuspend && d.kueue != "":
+			note = d.kueue + ": " + note
 		case d.Action == ActionSuspend && d.deleteRefused != "":
 			note = "job suspended, not deleted (" + d.deleteRefused + "): " + note
 		case d.Action == ActionSuspend:

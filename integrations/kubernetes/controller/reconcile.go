@@ -122,7 +122,19 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	// suspended job, which re-gates it (clearing them; nothing more).
 	if d, ok := recordedDecision(obj); ok {
 		if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
-			return reconcile.Result{}, c.regate(ctx, key, obj)
+			// A Kueue-managed job runs again when its Workload is active
+			// again; until Kueue suspends it, a deactivated one is not
+			// resumed.
+			resumed := true
+			if kueueManaged(obj) {
+				var err error
+				if resumed, err = c.kueueResumed(ctx, obj); err != nil {
+					return reconcile.Result{}, err
+				}
+			}
+			if resumed {
+				return reconcile.Result{}, c.regate(ctx, key, obj)
+			}
 		}
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil

@@ -321,7 +321,7 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		done, obj, err := c.applyOnce(actx, k, key, t, d, attempt > 0)
+		done, obj, ev, err := c.applyOnce(actx, k, key, t, d, attempt > 0)
 		cancel()
 		switch {
 		case err == nil && done:
@@ -342,7 +342,7 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 				}
 			}
 			if obj != nil {
-				c.emitEvent(obj, d)
+				c.emitEvent(obj, ev)
 			}
 			return nil
 		case apierrors.IsConflict(err):
@@ -356,8 +356,9 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 }
 
 // applyOnce is one try of apply. done with a nil object: nothing to write
-// (job gone, replaced, or already carrying a verdict).
-func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, error) {
+// (job gone, replaced, or already carrying a verdict). ev is the decision
+// the Event tells (d, with how a Kueue-managed job was stopped).
+func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
 	obj := k.New()
 	var err error
 	if fresh {
@@ -366,17 +367,30 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 		err = c.client.Get(ctx, key, obj)
 	}
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
-		return true, nil, nil
+		return true, nil, nil, nil
 	}
 	if err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
 	if _, ok := recordedDecision(obj); ok {
-		return true, nil, nil
+		return true, nil, nil, nil
 	}
 	orig := obj.DeepCopyObject().(client.Object)
+	ev := d
 	if d.Report.Failed() && d.Action == ActionSuspend {
-		wrap(obj).SetSuspended(true)
+		if kueueManaged(obj) {
+			// Kueue owns runPolicy.suspend: stop the job through its
+			// Workload, then annotate (a retry deactivates again, a no-op).
+			how, err := c.deactivateWorkload(ctx, obj)
+			if err != nil {
+				return false, nil, nil, err
+			}
+			e := *d
+			e.kueue = how
+			ev = &e
+		} else {
+			wrap(obj).SetSuspended(true)
+		}
 	}
 	ann := obj.GetAnnotations()
 	if ann == nil {
@@ -388,12 +402,12 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 	obj.SetAnnotations(ann)
 	err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
-		return true, nil, nil
+		return true, nil, nil, nil
 	}
 	if err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
-	return true, obj, nil
+	return true, obj, ev, nil
 }
 
 // deleteRefused asks the API server, with a dry run, whether the
@@ -428,11 +442,20 @@ func (c *Controller) suspendInstead(ctx context.Context, k jobKind, key types.Na
 			return err
 		}
 		j := wrap(obj)
-		if j.Suspended() && obj.GetAnnotations()[KeyAction] == ActionSuspend {
+		kueue := kueueManaged(obj)
+		if (j.Suspended() || kueue) && obj.GetAnnotations()[KeyAction] == ActionSuspend {
 			return nil // done by an earlier try or leader
 		}
 		orig := obj.DeepCopyObject().(client.Object)
-		j.SetSuspended(true)
+		if kueue {
+			how, err := c.deactivateWorkload(ctx, obj)
+			if err != nil {
+				return err
+			}
+			s.kueue = how
+		} else {
+			j.SetSuspended(true)
+		}
 		ann := obj.GetAnnotations()
 		if ann == nil {
 			ann = map[string]string{}

@@ -1,5 +1,6 @@
 // Package envtestutil starts a real kube-apiserver and etcd for tests, with
 // the Kubeflow CRDs (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1)
+// and Kueue's Workload (kueue.x-k8s.io/v1beta2)
 // installed, through controller-runtime's envtest.
 //
 // The binaries are not downloaded: they are built from the Go modules pinned

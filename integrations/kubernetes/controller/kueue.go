@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Kueue-managed jobs. Kueue admits a job by clearing runPolicy.suspend, so
+// a fail verdict that sets it would fight Kueue (resumed, re-gated,
+// suspended again, in a loop). For these jobs a fail with the suspend
+// action deactivates the job's Kueue Workload instead (spec.active=false:
+// Kueue evicts it, suspends the job itself and frees its quota). The
+// Workload is the one in the job's namespace whose controller
+// ownerReference is the job. A job without one has not been admitted yet:
+// Kueue keeps it suspended, and the verdict is only annotated.
+
+// LabelKueueQueue marks a job as managed by Kueue (its LocalQueue).
+const LabelKueueQueue = "kueue.x-k8s.io/queue-name"
+
+// WorkloadGVK is Kueue's Workload as the controller reads and patches it
+// (served by Kueue v0.17.0 as v1beta2, its storage version).
+var WorkloadGVK = schema.GroupVersionKind{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "Workload"}
+
+// kueueManaged says whether Kueue manages job (a non-empty queue-name label).
+func kueueManaged(job client.Object) bool {
+	return job.GetLabels()[LabelKueueQueue] != ""
+}
+
+// jobWorkload finds job's Kueue Workload; nil (no error) when there is none.
+func (c *Controller) jobWorkload(ctx context.Context, job client.Object) (*unstructured.Unstructured, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(WorkloadGVK.GroupVersion().WithKind(WorkloadGVK.Kind + "List"))
+	if err := c.api.List(ctx, list, client.InNamespace(job.GetNamespace())); err != nil {
+		return nil, fmt.Errorf("listing Kueue Workloads in namespace %s: %w", job.GetNamespace(), err)
+	}
+	for i := range list.Items {
+		w := &list.Items[i]
+		if ref := metav1.GetControllerOfNoCopy(w); ref != nil && ref.UID == job.GetUID() {
+			return w, nil
+		}
+	}
+	return nil, nil
+}
+
+// workloadActive reads a Workload's spec.active (true when unset: Kueue's
+// default).
+func workloadActive(w *unstructured.Unstructured) bool {
+	active, found, err := unstructured.NestedBool(w.Object, "spec", "active")
+	return !found || err != nil || active
+}
+
+// deactivateWorkload stops a Kueue-managed job by deactivating its
+// Workload. It returns the Event's account of what was done.
+func (c *Controller) deactivateWorkload(ctx context.Context, job client.Object) (string, error) {
+	w, err := c.jobWorkload(ctx, job)
+	if err != nil {
+		return "", err
+	}
+	if w == nil {
+		return "job not admitted by Kueue yet (no Workload; Kueue keeps it suspended): verdict annotated only", nil
+	}
+	done := fmt.Sprintf("Kueue Workload %s deactivated (spec.active=false; Kueue suspends the job and frees its quota)", w.GetName())
+	if !workloadActive(w) {
+		return done, nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"active":false}}`, w.GetUID())
+	err = c.client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(patch)))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		// Gone or replaced meanwhile: the job is Kueue's to suspend again.
+		return "job's Kueue Workload " + w.GetName() + " was gone: verdict annotated only", nil
+	}
+	if err != nil {
+		metricAPIErrors.WithLabelValues("workload").Inc()
+		if apierrors.IsForbidden(err) {
+			err = fmt.Errorf("%w (the controller needs get, list and patch on workloads.kueue.x-k8s.io: apply configs/deploy/rbac.yaml)", err)
+		}
+		return "", fmt.Errorf("deactivating Kueue Workload %s/%s: %w", w.GetNamespace(), w.GetName(), err)
+	}
+	return done, nil
+}
+
+// kueueResumed says whether a Kueue-managed job that carries a suspend
+// verdict was resumed by a person: its Workload is active again (and the
+// job running). Without a Workload, or with it still inactive, the job
+// stays as the verdict left it.
+func (c *Controller) kueueResumed(ctx context.Context, job client.Object) (bool, error) {
+	w, err := c.jobWorkload(ctx, job)
+	if err != nil || w == nil {
+		return false, err
+	}
+	return workloadActive(w), nil
+}
