@@ -113,6 +113,13 @@ func TestDiagnoseStrategySemantics(t *testing.T) {
 			want: want{rule: verdict.RuleShapeMismatch, hopeless: true,
 				contains: map[string][]string{verdict.RuleShapeMismatch: {"nvidia.com/mig.config=all-1g.10gb", "mig.strategy=mixed"}}},
 		},
+		{
+			name:  "SHAPE_MISMATCH nearest shapes on nodes without GFD labels say the GPU model is unknown",
+			nodes: nodes(node("bare-1").alloc(ResourceGPU, 8)),
+			job:   pytorchJob("train", podSet("Worker", 1, mig("3g.40gb", 1))),
+			want: want{rule: verdict.RuleShapeMismatch, hopeless: true,
+				contains: map[string][]string{verdict.RuleShapeMismatch: {"nvidia.com/gpu (GPU model unknown: the nodes carry no nvidia.com/gpu.product label) on 1 node, 8 in all"}}},
+		},
 	}
 	e := New()
 	for _, tc := range tests {

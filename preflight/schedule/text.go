@@ -270,6 +270,9 @@ func (d *diag) nearest(r string) string {
 	var parts []string
 	for _, sh := range list[:min(3, len(list))] {
 		desc := smsText(sh.sms)
+		if sh.model == "" {
+			desc = "GPU model unknown: the nodes carry no " + LabelProduct + " label"
+		}
 		if sh.memMiB > 0 {
 			desc += fmt.Sprintf(", %d MiB", sh.memMiB)
 		}
@@ -281,7 +284,10 @@ func (d *diag) nearest(r string) string {
 			// to ask for this shape.
 			desc = fmt.Sprintf("MIG %s under mig.strategy=single, %s; ask nvidia.com/gpu with nodeSelector %s=%s", sh.single, desc, LabelProduct, sh.product)
 		}
-		parts = append(parts, fmt.Sprintf("%s (%s, %s) on %s, %d in all", sh.res, desc, sh.model, plural(sh.nodes, "node"), sh.total))
+		if sh.model != "" {
+			desc += ", " + sh.model
+		}
+		parts = append(parts, fmt.Sprintf("%s (%s) on %s, %d in all", sh.res, desc, plural(sh.nodes, "node"), sh.total))
 	}
 	return strings.Join(parts, "; ")
 }
