@@ -10,6 +10,18 @@ BENCHTIME ?= 1s
 # go-nvml's header marks vGPU calls deprecated; the warnings are noise.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
+# Tools, pinned; built once into bin/tools (ignored) under a versioned
+# name, so that changing a version rebuilds that tool and nothing else.
+# Defined before the rules that name them as prerequisites (make expands
+# those when it reads the rule).
+STATICCHECK_VERSION := v0.8.2
+GOCYCLO_VERSION := v0.6.0
+TOOLS_DIR := bin/tools
+STATICCHECK := $(TOOLS_DIR)/staticcheck-$(STATICCHECK_VERSION)
+GOCYCLO := $(TOOLS_DIR)/gocyclo-$(GOCYCLO_VERSION)
+KUSTOMIZE_VERSION := v5.8.0
+KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
+
 .PHONY: manifests help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
 
 help: ## list targets
@@ -31,15 +43,6 @@ test: lint test-binaries $(KUSTOMIZE) ## the whole suite: lint, unit, fuzz seeds
 test-unit: ## tests that need no API server binaries
 	RANKGATE_SKIP_ENVTEST=1 $(GO) test -count=1 ./...
 
-# Lint tools, pinned; built once into bin/tools (ignored) under a versioned
-# name, so that changing a version rebuilds that tool and nothing else.
-STATICCHECK_VERSION := v0.8.2
-GOCYCLO_VERSION := v0.6.0
-TOOLS_DIR := bin/tools
-STATICCHECK := $(TOOLS_DIR)/staticcheck-$(STATICCHECK_VERSION)
-GOCYCLO := $(TOOLS_DIR)/gocyclo-$(GOCYCLO_VERSION)
-KUSTOMIZE_VERSION := v5.8.0
-KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
 # The release manifest's image tag: the version, never latest.
 RELEASE_VERSION ?= $(VERSION)
 

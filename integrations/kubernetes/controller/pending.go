@@ -15,6 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -56,13 +57,24 @@ const (
 	// node looks like a layout that offers nothing (MIG_LAYOUT_INVALID): a
 	// transient, not a cause to fail a job.
 	migSettle = 30 * time.Second
+	// transientSettle: how long any hopeless verdict waits after a node
+	// lost GPU devices or changed readiness (a device plugin re-registers
+	// in a few seconds).
+	transientSettle = 15 * time.Second
 )
 
 // migLabels are the labels mig-manager changes around a layout change.
 var migLabels = []string{"nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/gpu.deploy.device-plugin"}
 
-// noteNodeChange remembers when a node's MIG state last changed.
+// noteNodeChange remembers when a node's MIG state last changed, and when
+// any node last lost GPU devices it advertised or changed readiness (a
+// device plugin re-registering, a node restarting).
 func (c *Controller) noteNodeChange(o, n *corev1.Node) {
+	if gpuTransient(o, n) {
+		c.pw.mu.Lock()
+		c.pw.transientAt = time.Now()
+		c.pw.mu.Unlock()
+	}
 	for _, l := range migLabels {
 		if o.Labels[l] != n.Labels[l] {
 			c.pw.mu.Lock()
@@ -84,9 +96,17 @@ func (c *Controller) noteNodeChange(o, n *corev1.Node) {
 // settling: every fail finding of rep is MIG_LAYOUT_INVALID about nodes
 // whose MIG state changed within migSettle (the device plugin may not have
 // re-registered yet); left is how long until the last of them settles.
+//
+// Any hopeless verdict also waits while a node lost GPU devices or changed
+// readiness within transientSettle: a device plugin that re-registers advertises
+// 0 devices for a moment, and a restarting node is NotReady; either can
+// make a shape look absent that is only away for seconds.
 func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) {
 	c.pw.mu.Lock()
 	defer c.pw.mu.Unlock()
+	if l := time.Until(c.pw.transientAt.Add(transientSettle)); l > 0 {
+		return l, true
+	}
 	for _, f := range rep.Findings {
 		if f.Severity != verdict.SeverityFail {
 			continue
@@ -133,6 +153,22 @@ type pendingWatches struct {
 	live *cluster.Live
 	// migChanged: when each node's MIG labels last changed (noteNodeChange).
 	migChanged map[string]time.Time
+	// transientAt: when a node last lost GPU devices or changed readiness.
+	transientAt time.Time
+}
+
+// gpuTransient: between o and n the node advertises fewer of some GPU
+// resource, or its Ready condition changed.
+func gpuTransient(o, n *corev1.Node) bool {
+	for res, q := range o.Status.Allocatable {
+		if !topology.IsGPUResource(string(res)) {
+			continue
+		}
+		if nq, ok := n.Status.Allocatable[res]; !ok || nq.Cmp(q) < 0 {
+			return true
+		}
+	}
+	return nodeReady(o) != nodeReady(n)
 }
 
 type pendingJob struct {
