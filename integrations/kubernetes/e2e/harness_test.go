@@ -388,12 +388,21 @@ func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); retur
 // --devices).
 func startRank(t testing.TB, url string, p *corev1.Pod, tokenFile string, extra ...string) *rank {
 	t.Helper()
-	r := &rank{pod: p, termLog: filepath.Join(t.TempDir(), "termination-log"), exited: make(chan struct{})}
+	termLog := filepath.Join(t.TempDir(), "termination-log")
 	args := []string{"init", "--gate-url", url, "--ca-file", certs.CAFile, "--token-file", tokenFile,
 		"--pod-name", p.Name, "--pod-namespace", p.Namespace, "--timeout", "90s", "--poll", "5s",
-		"-o", "json", "--termination-log", r.termLog, "--log-level", "info"}
-	r.cmd = exec.Command(binary, append(args, extra...)...)
-	r.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+		"-o", "json", "--termination-log", termLog, "--log-level", "info"}
+	return startProcess(t, p, termLog, nil, append(args, extra...)...)
+}
+
+// startProcess runs the rankgate binary with args for pod p (its
+// termination log at termLog, env added to PATH and HOME), and kills it
+// when the test ends.
+func startProcess(t testing.TB, p *corev1.Pod, termLog string, env []string, args ...string) *rank {
+	t.Helper()
+	r := &rank{pod: p, termLog: termLog, exited: make(chan struct{})}
+	r.cmd = exec.Command(binary, args...)
+	r.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	r.cmd.Stdout = &r.stdout
 	r.cmd.Stderr = &r.stderr
 	require.NoError(t, r.cmd.Start())

@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,33 +25,12 @@ import (
 func startLauncher(t *testing.T, url string, p *corev1.Pod) (*rank, string) {
 	t.Helper()
 	marker := filepath.Join(t.TempDir(), "mpirun-started")
-	r := &rank{pod: p, termLog: filepath.Join(t.TempDir(), "termination-log"), exited: make(chan struct{})}
-	r.cmd = exec.Command(binary, "launch", "--gang", "--gate-url", url, "--ca-file", certs.CAFile,
+	termLog := filepath.Join(t.TempDir(), "termination-log")
+	r := startProcess(t, p, termLog, []string{"POD_NAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace},
+		"launch", "--gang", "--gate-url", url, "--ca-file", certs.CAFile,
 		"--token-file", token(t, p, gate.Audience), "--gang-poll", "5s", "--gang-timeout", "90s",
-		"--no-preflight", "--init-timeout", "0", "--termination-log", r.termLog,
+		"--no-preflight", "--init-timeout", "0", "--termination-log", termLog,
 		"--", "sh", "-c", `touch "$0"; echo mpirun started`, marker)
-	r.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "POD_NAME=" + p.Name, "POD_NAMESPACE=" + p.Namespace}
-	r.cmd.Stdout = &r.stdout
-	r.cmd.Stderr = &r.stderr
-	require.NoError(t, r.cmd.Start())
-	go func() {
-		err := r.cmd.Wait()
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			r.code = ee.ExitCode()
-		} else if err != nil {
-			r.code = -1
-		}
-		close(r.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-r.exited:
-		default:
-			_ = r.cmd.Process.Kill()
-			<-r.exited
-		}
-	})
 	return r, marker
 }
 

@@ -23,7 +23,7 @@ func TestE2EPendingDiagnoseParity(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-parity", true)
 	startScheduler(t)
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
-	kubeconfig := adminKubeconfig(t)
+	kubeconfig := kubeconfigFile(t)
 	grace := map[string]string{controller.KeyPendingGrace: "8s"}
 	// The nodes of (g), then of (j); each subtest deletes its own.
 	g := func(t testing.TB) {

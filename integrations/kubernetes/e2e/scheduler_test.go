@@ -16,8 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
@@ -52,7 +50,7 @@ func startScheduler(t testing.TB) {
 		t.Fatalf("%s missing: run `make test-binaries` (hack/build-test-binaries.sh)", bin)
 	}
 	tmp := t.TempDir()
-	kubeconfig := adminKubeconfig(t)
+	kubeconfig := kubeconfigFile(t)
 	config := filepath.Join(tmp, "scheduler.yaml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -109,20 +107,6 @@ profiles:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// adminKubeconfig writes a kubeconfig with the test's admin credentials
-// for the envtest API server.
-func adminKubeconfig(t testing.TB) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: restCfg.Host, CertificateAuthorityData: restCfg.CAData}
-	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: restCfg.CertData, ClientKeyData: restCfg.KeyData, Token: restCfg.BearerToken}
-	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
-	kc.CurrentContext = "envtest"
-	require.NoError(t, clientcmd.WriteToFile(*kc, f))
-	return f
 }
 
 func unschedulable(p *corev1.Pod) bool {
