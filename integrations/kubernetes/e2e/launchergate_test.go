@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -90,9 +86,8 @@ func TestE2EMPIJobLauncherGate(t *testing.T) {
 		require.Contains(t, l.stderr.String(), "CMD not started")
 		require.Contains(t, l.termination(), "GANG_MIG_SPANS_GPUS")
 		t.Logf("launcher stderr:\n%s", l.stderr.String())
-		fresh := &mpiv2beta1.MPIJob{}
-		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
-		require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
+		// The verdict is applied to the job after the ranks hear it.
+		require.Eventually(t, func() bool { return isSuspended(t, job) }, 20*time.Second, 100*time.Millisecond, "job not suspended")
 	})
 
 	t.Run("reports from the launcher are still refused", func(t *testing.T) {
