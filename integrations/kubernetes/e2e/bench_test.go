@@ -773,6 +773,8 @@ func benchPendingPodSpec(j int) corev1.PodSpec {
 		Limits:   corev1.ResourceList{"memory": q("200Gi"), "nvidia.com/mig-3g.40gb": q("2")},
 	}
 	s.InitContainers[0].Resources, s.Containers[0].Resources = r, r
+	// The API server taints new nodes not-ready; no kubelet lifts it here.
+	s.Tolerations = append(s.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	return s
 }
 
