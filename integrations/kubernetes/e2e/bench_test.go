@@ -45,7 +45,7 @@ import (
 //
 //	RANKGATE_BENCH=1 go test -run TestBench -v -timeout 30m ./integrations/kubernetes/e2e/
 //
-// Sizes can be changed with RANKGATE_BENCH_JOBS, _RANKS, _NODES, _PODS.
+// Sizes can be changed with RANKGATE_BENCH_JOBS, _RANKS, _NODES, _PODS, _PENDING_JOBS.
 
 func benchOnly(t *testing.T) {
 	if os.Getenv("RANKGATE_BENCH") != "1" {
