@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -44,7 +45,7 @@ import (
 //
 //	RANKGATE_BENCH=1 go test -run TestBench -v -timeout 30m ./integrations/kubernetes/e2e/
 //
-// Sizes can be changed with RANKGATE_BENCH_JOBS, _RANKS, _NODES, _PODS.
+// Sizes can be changed with RANKGATE_BENCH_JOBS, _RANKS, _NODES, _PODS, _PENDING_JOBS.
 
 func benchOnly(t *testing.T) {
 	if os.Getenv("RANKGATE_BENCH") != "1" {
@@ -474,7 +475,46 @@ func TestBenchControllerMemory(t *testing.T) {
 		return k8s.Status().Update(ctx, n)
 	}))
 	t.Logf("%d nodes in %s", nodes, time.Since(begin).Round(time.Second))
-	jobs := pods / perJob
+	// Pending gated jobs (RANKGATE_BENCH_PENDING_JOBS, default 500) of 4
+	// pods each, counted within the pods: every pod marked unschedulable a
+	// minute ago. Each pod asks 150 cpu and 2 mig-3g.40gb: every node has
+	// both (192 cpu, 8 mig-3g.40gb), but the bound pods hold 64 cpu of each
+	// node, so the jobs wait for capacity (WAIT_CAPACITY), none is hopeless.
+	pendingJobs := envInt("RANKGATE_BENCH_PENDING_JOBS", 500)
+	const pendingPer = 4
+	pending := make([]string, pendingJobs)
+	require.NoError(t, parallel(pendingJobs, 32, func(j int) error {
+		pending[j] = fmt.Sprintf("wait-%04d", j)
+		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: pending[j], Namespace: ns},
+			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: corev1.PodTemplateSpec{Spec: benchPodSpec(0, "")}},
+				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(pendingPer - 1)), Template: corev1.PodTemplateSpec{Spec: benchPodSpec(0, "")}},
+			}}}
+		if err := k8s.Create(ctx, job); err != nil {
+			return err
+		}
+		for i := 0; i < pendingPer; i++ {
+			typ, idx := "worker", i-1
+			if i == 0 {
+				typ, idx = "master", 0
+			}
+			p := benchPod(job, typ, idx, "")
+			p.Spec = benchPendingPodSpec(j)
+			if err := k8s.Create(ctx, p); err != nil {
+				return err
+			}
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: "0/5000 nodes are available: 5000 Insufficient cpu.",
+				LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}}
+			if err := k8s.Status().Update(ctx, p); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	t.Logf("%d pending jobs, %d unschedulable pods in %s", pendingJobs, pendingJobs*pendingPer, time.Since(begin).Round(time.Second))
+	jobs := (pods - pendingJobs*pendingPer) / perJob
 	require.NoError(t, parallel(jobs, 32, func(j int) error {
 		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("llm-%04d", j), Namespace: ns},
 			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
@@ -503,11 +543,12 @@ func TestBenchControllerMemory(t *testing.T) {
 	sizes := objectSizes(t, ns)
 	t.Logf("object sizes as served (JSON): %s", sizes)
 
-	res := map[string]any{"nodes": nodes, "pods": jobs * perJob, "jobs": jobs, "objectSizes": sizes}
-	res["trimmed"] = measureController(t, true, "")
-	res["trimmedMemLimit"] = measureController(t, true, "120MiB")
+	res := map[string]any{"nodes": nodes, "pods": jobs*perJob + pendingJobs*pendingPer, "jobs": jobs, "pendingJobs": pendingJobs,
+		"pendingPods": pendingJobs * pendingPer, "objectSizes": sizes}
+	res["trimmedMemLimit"] = measureController(t, true, "120MiB", ns, pending)
+	res["trimmed"] = measureController(t, true, "", ns, pending)
 	if os.Getenv("RANKGATE_BENCH_FULL") == "1" {
-		res["untrimmed"] = measureController(t, false, "")
+		res["untrimmed"] = measureController(t, false, "", ns, pending)
 	}
 	b, _ := json.Marshal(res)
 	t.Logf("controller memory: %s", b)
@@ -517,10 +558,38 @@ func TestBenchControllerMemory(t *testing.T) {
 	require.LessOrEqual(t, rss*1024*1024, 200e6, "RSS above the 200 MB goal")
 }
 
-// measureController runs the binary until its caches are synced and
-// returns its memory.
-func measureController(t *testing.T, trim bool, memLimit string) map[string]any {
+// measureController runs the binary until its caches are synced and, with
+// pending jobs, until it has judged every one of them (each carries
+// rankgate.io/waiting-for, cleared before the start), and returns its
+// memory.
+func measureController(t *testing.T, trim bool, memLimit, ns string, pending []string) map[string]any {
 	t.Helper()
+	ctx := context.Background()
+	waitingFor := func() (waiting, failed int, sample string) {
+		list := &kubeflowv1.PyTorchJobList{}
+		require.NoError(t, k8s.List(ctx, list, client.InNamespace(ns)))
+		for _, j := range list.Items {
+			if !strings.HasPrefix(j.Name, "wait-") {
+				continue
+			}
+			if w := j.Annotations[controller.KeyWaitingFor]; w != "" {
+				waiting++
+				sample = w
+			}
+			if j.Annotations[controller.KeyVerdict] == "fail" {
+				failed++
+			}
+		}
+		return waiting, failed, sample
+	}
+	require.NoError(t, parallel(len(pending), 32, func(j int) error {
+		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: pending[j], Namespace: ns}}
+		patch := []byte(`{"metadata":{"annotations":{"` + controller.KeyWaitingFor + `":null}}}`)
+		return k8s.Patch(ctx, job, client.RawPatch(types.MergePatchType, patch))
+	}))
+	if w, _, _ := waitingFor(); w != 0 {
+		t.Fatalf("%d jobs still carry %s", w, controller.KeyWaitingFor)
+	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	kc := clientcmdapi.NewConfig()
@@ -532,7 +601,7 @@ func measureController(t *testing.T, trim bool, memLimit string) map[string]any 
 	metrics, health := freePort(t), freePort(t)
 	cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfig, "--leader-elect=false", "--gate-addr", "127.0.0.1:0",
 		"--cert-dir", certs.Dir, "--manage-certs=false", "--metrics-addr", metrics, "--health-addr", health, "--log-level", "warn",
-		fmt.Sprintf("--trim-caches=%v", trim), "--profiling")
+		fmt.Sprintf("--trim-caches=%v", trim), "--profiling", "--webhook-addr", "0", "--pending-grace", "0")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	if memLimit != "" {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+memLimit)
@@ -551,6 +620,17 @@ func measureController(t *testing.T, trim bool, memLimit string) map[string]any 
 		return r.StatusCode == 200
 	}, 5*time.Minute, 100*time.Millisecond, "controller never ready: %s", stderr.String())
 	synced := time.Since(start)
+	var judged time.Duration
+	var waiting, failed int
+	var sample string
+	if len(pending) > 0 {
+		require.Eventually(t, func() bool {
+			waiting, failed, sample = waitingFor()
+			return waiting+failed >= len(pending)
+		}, 15*time.Minute, 2*time.Second, "%d of %d pending jobs judged", waiting+failed, len(pending))
+		judged = time.Since(start)
+		t.Logf("%d pending jobs waiting, %d failed after %s; e.g. %s", waiting, failed, judged.Round(time.Second), sample)
+	}
 	// Steady state: let the post-sync garbage be collected.
 	var rss, hwm float64
 	for i := 0; i < 20; i++ {
@@ -569,6 +649,7 @@ func measureController(t *testing.T, trim bool, memLimit string) map[string]any 
 	live := metricValue(t, metrics, "go_memstats_heap_alloc_bytes") / (1 << 20)
 	_, _, anon, file := procMem(t, cmd.Process.Pid)
 	out := map[string]any{"trim": trim, "gomemlimit": memLimit, "readyAfter": synced.Round(time.Millisecond).String(),
+		"judgedAfter": judged.Round(time.Second).String(), "pendingWaiting": waiting, "pendingFailed": failed, "waitingFor": sample,
 		"rssMiB": rss, "peakRssMiB": hwm, "rssAnonMiB": anon, "rssFileMiB": file, "heapInuseMiB": heap, "liveHeapMiB": live}
 	t.Logf("controller (trim=%v, GOMEMLIMIT=%q): %v", trim, memLimit, out)
 	return out
@@ -680,6 +761,21 @@ func benchNode(i int) *corev1.Node {
 			Addresses: []corev1.NodeAddress{{Type: "InternalIP", Address: "10.0.12.34"}, {Type: "Hostname", Address: name}},
 			NodeInfo:  corev1.NodeSystemInfo{KubeletVersion: "v1.37.2", ContainerRuntimeVersion: "containerd://2.1.0", OSImage: "Ubuntu 24.04 LTS", KernelVersion: "6.8.0", Architecture: "amd64", OperatingSystem: "linux"}},
 	}
+}
+
+// benchPendingPodSpec is benchPodSpec asking 150 cpu and 2 mig-3g.40gb:
+// more cpu than a bench node has free, less than it has.
+func benchPendingPodSpec(j int) corev1.PodSpec {
+	q := resource.MustParse
+	s := benchPodSpec(j, "")
+	r := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{"cpu": q("150"), "memory": q("200Gi"), "nvidia.com/mig-3g.40gb": q("2")},
+		Limits:   corev1.ResourceList{"memory": q("200Gi"), "nvidia.com/mig-3g.40gb": q("2")},
+	}
+	s.InitContainers[0].Resources, s.Containers[0].Resources = r, r
+	// The API server taints new nodes not-ready; no kubelet lifts it here.
+	s.Tolerations = append(s.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	return s
 }
 
 // benchPodSpec is a rank pod as people write them: an init container
