@@ -151,6 +151,9 @@ type pendingWatches struct {
 	mu   sync.Mutex
 	jobs map[string]*pendingJob
 	live *cluster.Live
+	// liveMu serialises the full reads of liveCluster; snap is the last.
+	liveMu sync.Mutex
+	snap   *liveSnapshot
 	// migChanged: when each node's MIG labels last changed (noteNodeChange).
 	migChanged map[string]time.Time
 	// transientAt: when a node last lost GPU devices or changed readiness.
@@ -492,25 +495,16 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 }
 
 // judgeLive judges the job as `rankgate diagnose job` does: every node and
-// every unfinished pod read from the API server.
+// every unfinished pod read from the API server. One read serves every
+// waiting job for liveEvery, and only one read is in flight at a time: a
+// read holds whole pages of pods, and hundreds of waiting jobs each
+// reading on their own overlapped and held hundreds of MiB.
 func (c *Controller) judgeLive(ctx context.Context, j job) (schedule.Result, error) {
-	c.pw.mu.Lock()
-	if c.pw.live == nil {
-		l, err := cluster.NewLive(c.mgr.GetConfig())
-		if err != nil {
-			c.pw.mu.Unlock()
-			return schedule.Result{}, err
-		}
-		c.pw.live = l
-	}
-	l := c.pw.live
-	c.pw.mu.Unlock()
-	b := cluster.NewBuilder()
-	if err := l.LoadCluster(ctx, b); err != nil {
+	if err := j.Validate(); err != nil {
 		return schedule.Result{}, err
 	}
-	cl := c.engine.NewCluster(b.Nodes())
-	if err := b.AddJob(j); err != nil {
+	b, cl, err := c.liveCluster(ctx)
+	if err != nil {
 		return schedule.Result{}, err
 	}
 	w, err := b.WorkloadFor(j)
@@ -518,6 +512,36 @@ func (c *Controller) judgeLive(ctx context.Context, j job) (schedule.Result, err
 		return schedule.Result{}, err
 	}
 	return c.engine.Diagnose(cl, w), nil
+}
+
+// liveCluster is the cluster as last read from the API server, read again
+// when older than liveEvery. Both results are shared: read them only.
+func (c *Controller) liveCluster(ctx context.Context) (*cluster.Builder, *schedule.Cluster, error) {
+	c.pw.liveMu.Lock()
+	defer c.pw.liveMu.Unlock()
+	if s := c.pw.snap; s != nil && time.Since(s.at) < liveEvery {
+		return s.b, s.cl, nil
+	}
+	if c.pw.live == nil {
+		l, err := cluster.NewLive(c.mgr.GetConfig())
+		if err != nil {
+			return nil, nil, err
+		}
+		c.pw.live = l
+	}
+	b := cluster.NewBuilder()
+	if err := c.pw.live.LoadCluster(ctx, b); err != nil {
+		return nil, nil, err
+	}
+	c.pw.snap = &liveSnapshot{b: b, cl: c.engine.NewCluster(b.Nodes()), at: time.Now()}
+	return c.pw.snap.b, c.pw.snap.cl, nil
+}
+
+// liveSnapshot is one read of the whole cluster (liveCluster).
+type liveSnapshot struct {
+	b  *cluster.Builder
+	cl *schedule.Cluster
+	at time.Time
 }
 
 // waitingFor is the annotation's value for cause.
