@@ -181,14 +181,26 @@ func (d *diag) busyNames(ns []int32, cl class) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(ns)-d.e.maxNames))
 			break
 		}
-		var use []string
+		// What is short on the node (GPUs, CPU, memory, ...); where
+		// nothing alone is short (fragmented), its GPU use.
+		var use, gpus []string
 		for k, q := range cl.req {
-			if q <= 0 || !topology.IsGPUResource(d.resName[k]) {
+			if q <= 0 {
 				continue
 			}
+			res := d.resName[k]
 			a := d.c.allocOf(int(n), d.resIdx[k])
 			f := d.c.freeOf(int(n), d.resIdx[k])
-			use = append(use, fmt.Sprintf("%d/%d %s in use", a-f, a, d.resName[k]))
+			u := fmt.Sprintf("%s/%s %s in use", fmtAmount(res, a-f), fmtAmount(res, a), res)
+			switch {
+			case f < q:
+				use = append(use, u)
+			case topology.IsGPUResource(res):
+				gpus = append(gpus, u)
+			}
+		}
+		if len(use) == 0 {
+			use = gpus
 		}
 		parts = append(parts, fmt.Sprintf("%s (%s)", d.c.nodes[n].node.Name, strings.Join(use, ", ")))
 	}

@@ -114,6 +114,13 @@ func TestDiagnoseStrategySemantics(t *testing.T) {
 				contains: map[string][]string{verdict.RuleShapeMismatch: {"nvidia.com/mig.config=all-1g.10gb", "mig.strategy=mixed"}}},
 		},
 		{
+			name:  "WAIT_CAPACITY names what is short on a busy node: CPU, not its free GPUs",
+			nodes: nodes(full("h100-1", "H100-80GB", h100Product, 8, StrategyMixed).use(ResourceCPU, 94000)),
+			job:   pytorchJob("train", podSet("Worker", 1, gpus(2))),
+			want: want{rule: verdict.RuleWaitCapacity,
+				contains: map[string][]string{verdict.RuleWaitCapacity: {"h100-1 (94/96 cpu in use)"}}},
+		},
+		{
 			name:  "SHAPE_MISMATCH nearest shapes on nodes without GFD labels say the GPU model is unknown",
 			nodes: nodes(node("bare-1").alloc(ResourceGPU, 8)),
 			job:   pytorchJob("train", podSet("Worker", 1, mig("3g.40gb", 1))),
