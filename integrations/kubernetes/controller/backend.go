@@ -28,9 +28,30 @@ type rankOf struct {
 
 // Admit implements gateserver.Backend: the sender must be a rank of an
 // opted-in job, and this replica the leader, before its report is read.
-func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) error {
-	_, err := c.resolve(ctx, id, false)
-	return err
+func (c *Controller) Admit(ctx context.Context, id gateserver.Identity) (context.Context, error) {
+	r, err := c.resolve(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, admittedKey{}, admitted{id: id, r: r}), nil
+}
+
+// admitted is what Admit resolved, for the Report of the same request.
+type admitted struct {
+	id gateserver.Identity
+	r  rankOf
+}
+
+type admittedKey struct{}
+
+// resolveReport is the sender's rank: Admit's, when it resolved this
+// identity for the request (the server calls Admit just before it reads
+// the body, then Report) and this replica still leads, else resolved now.
+func (c *Controller) resolveReport(ctx context.Context, id gateserver.Identity) (rankOf, error) {
+	if a, ok := ctx.Value(admittedKey{}).(admitted); ok && a.id == id && c.leader.Load() {
+		return a.r, nil
+	}
+	return c.resolve(ctx, id, false)
 }
 
 // GateReportsRead is how many report bodies the gate has read: only
@@ -39,7 +60,7 @@ func (c *Controller) GateReportsRead() int64 { return c.gate.ReportsRead() }
 
 // Report implements gateserver.Backend.
 func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
-	r, err := c.resolve(ctx, id, false)
+	r, err := c.resolveReport(ctx, id)
 	if err != nil {
 		return nil, err
 	}

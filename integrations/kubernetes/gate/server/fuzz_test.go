@@ -22,7 +22,9 @@ import (
 // report contents.
 type gangBackend struct{}
 
-func (gangBackend) Admit(context.Context, server.Identity) error { return nil }
+func (gangBackend) Admit(ctx context.Context, _ server.Identity) (context.Context, error) {
+	return ctx, nil
+}
 
 func (gangBackend) Report(_ context.Context, _ server.Identity, req *gate.ReportRequest, _ time.Duration) (*gate.Response, error) {
 	peer := verdict.NewReport("node-b", nil)

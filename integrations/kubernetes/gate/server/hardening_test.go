@@ -52,11 +52,11 @@ type admitBackend struct {
 	reports atomic.Int32
 }
 
-func (b *admitBackend) Admit(_ context.Context, id server.Identity) error {
+func (b *admitBackend) Admit(ctx context.Context, id server.Identity) (context.Context, error) {
 	if !b.ranks[id.Pod] {
-		return gate.Errorf(gate.CodeNotARank, "pod %s is not a rank", id.Pod)
+		return nil, gate.Errorf(gate.CodeNotARank, "pod %s is not a rank", id.Pod)
 	}
-	return nil
+	return ctx, nil
 }
 
 func (b *admitBackend) Report(ctx context.Context, id server.Identity, _ *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {

@@ -35,8 +35,10 @@ type Backend interface {
 	// Admit says whether id may send a report: its pod exists with id's
 	// UID and is a rank of an opted-in job, and this replica decides (else
 	// NotLeader). The server asks before it reads a report's body, so
-	// that only ranks can make it decode one.
-	Admit(ctx context.Context, id Identity) error
+	// that only ranks can make it decode one. The context it returns
+	// (ctx, or one carrying what it resolved) is the one Report gets, so
+	// that the sender is not resolved twice.
+	Admit(ctx context.Context, id Identity) (context.Context, error)
 	// Report records (or re-records) the rank's report, then waits up to
 	// wait for the verdict. id is authenticated and speaks for req's pod.
 	Report(ctx context.Context, id Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error)
@@ -258,7 +260,8 @@ func (s *Server) report(r *http.Request, rc *http.ResponseController) (*gate.Res
 		return nil, err
 	}
 	defer release()
-	if err := s.opts.Backend.Admit(r.Context(), id); err != nil {
+	ctx, err := s.opts.Backend.Admit(r.Context(), id)
+	if err != nil {
 		return nil, err
 	}
 	req, err := s.readReport(r, rc)
@@ -268,7 +271,7 @@ func (s *Server) report(r *http.Request, rc *http.ResponseController) (*gate.Res
 	if err := CheckPod(id, req.Namespace, req.Pod); err != nil {
 		return nil, err
 	}
-	return s.opts.Backend.Report(r.Context(), id, req, wait)
+	return s.opts.Backend.Report(ctx, id, req, wait)
 }
 
 // readReport reads and decodes the body of an admitted report.

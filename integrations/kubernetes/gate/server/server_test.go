@@ -53,11 +53,11 @@ func newBackend(need int) *fakeBackend {
 	return &fakeBackend{need: need, reports: map[string]gate.ReportRequest{}, done: make(chan struct{})}
 }
 
-func (b *fakeBackend) Admit(context.Context, server.Identity) error {
+func (b *fakeBackend) Admit(ctx context.Context, _ server.Identity) (context.Context, error) {
 	if b.notLeader.Load() {
-		return &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, Message: "not the leader"}
+		return nil, &gate.Error{HTTPStatus: 503, Code: gate.CodeNotLeader, Message: "not the leader"}
 	}
-	return nil
+	return ctx, nil
 }
 
 func (b *fakeBackend) Report(ctx context.Context, id server.Identity, req *gate.ReportRequest, wait time.Duration) (*gate.Response, error) {
