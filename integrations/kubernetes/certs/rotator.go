@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +26,7 @@ const (
 	CAConfigMap = "rankgate-ca"
 	// LabelCABundle marks the ConfigMaps the controller keeps.
 	LabelCABundle = "rankgate.io/ca-bundle"
-	labelGate     = "rankgate.io/gate"
+	labelGate     = gate.KeyGate
 )
 
 // Rotator keeps the Secret, the files, the webhooks' CA bundle and the

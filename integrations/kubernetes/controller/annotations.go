@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -13,14 +14,12 @@ import (
 // Keys under rankgate.io/ on jobs and namespaces: a public contract
 // (the README (The cluster gate)).
 const (
-	// KeyGate opts a job in ("enabled"; label or annotation on the job, or
-	// label on its namespace). "disabled" on the job opts it out of a
-	// namespace that is opted in.
-	KeyGate = "rankgate.io/gate"
+	// KeyGate opts a job in (gate.KeyGate).
+	KeyGate = gate.KeyGate
 	// KeyOnFail overrides the controller's --on-fail for one job.
 	KeyOnFail = "rankgate.io/on-fail"
 	// KeyGangTimeout overrides --gang-timeout for one job ("15m").
-	KeyGangTimeout = "rankgate.io/gang-timeout"
+	KeyGangTimeout = gate.KeyGangTimeout
 	// KeyMultiNodeNVLink ("enabled"): the job expects its ranks to reach
 	// each other over NVLink across nodes (an NVL72-class domain), so ranks
 	// in different NVLink domains fail the gang (GANG_NVLINK_DOMAIN_SPLIT)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/topology"
 )
@@ -47,8 +48,8 @@ const (
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
-	keyGate        = "rankgate.io/gate"
-	keyGangTimeout = "rankgate.io/gang-timeout"
+	keyGate        = gate.KeyGate
+	keyGangTimeout = gate.KeyGangTimeout
 	tokenSeconds   = 3600
 	// initMargin: the init container's --timeout is the gang timeout plus
 	// this, so that the gate's verdict (or deadline) comes first.
