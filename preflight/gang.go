@@ -10,12 +10,6 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// Gang rule IDs: a public vocabulary (README). Never rename one.
-const (
-// it could not check its devices at all (NVML or driver failure, exit 3
-// or 4), so that the gang fails at once instead of at its deadline.
-)
-
 // RankReport is what one rank sends the controller: who it is, where it
 // runs, and its own preflight report (whose Devices name its devices).
 type RankReport struct {

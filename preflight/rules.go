@@ -9,7 +9,8 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// Rank rule IDs: a public vocabulary (README). Never rename one.
+// ProfileFull is --expect-profile's value for whole GPUs (rule IDs are
+// declared in package verdict).
 const (
 	ProfileFull = "full"
 )

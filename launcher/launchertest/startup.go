@@ -1,6 +1,6 @@
 // Package launchertest holds measurement helpers shared by the launcher's
 // benchmarks and the CLI's: one way to measure start-up latency, so the
-// numbers in the README compare.
+// numbers in docs/performance.md compare.
 package launchertest
 
 import (

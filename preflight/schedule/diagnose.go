@@ -7,10 +7,6 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// Rule IDs of the schedulability engine: a public vocabulary (README,
-// README, rankgate diagnose). Renaming one is a breaking change.
-const ()
-
 // Rules lists every rule ID, for documentation tests.
 var Rules = []string{
 	verdict.RuleSchedulable, verdict.RuleWaitCapacity, verdict.RuleShapeMismatch, verdict.RuleStrategyMismatch,

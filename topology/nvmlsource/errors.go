@@ -10,12 +10,6 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// Classes of discovery failure. The finding's rule ID is "NVML_" + class
-// (topology.DiscoveryError.Rule); both are public vocabulary.
-const (
-// (ours, not the driver's: that is ClassTimeout).
-)
-
 // class is what a person needs to know about one kind of failure.
 type class struct {
 	name        string

@@ -12,7 +12,7 @@ import (
 )
 
 // Keys under rankgate.io/ on jobs and namespaces: a public contract
-// (the README (The cluster gate)).
+// (docs/controller.md).
 const (
 	// KeyGate opts a job in (gate.KeyGate).
 	KeyGate = gate.KeyGate

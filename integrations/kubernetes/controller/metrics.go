@@ -10,7 +10,7 @@ import (
 )
 
 // Metrics, served on the manager's metrics endpoint (--metrics-addr,
-// /metrics). Names and labels are documented in the README (The cluster gate).
+// /metrics). Names and labels are documented in docs/controller.md (Metrics and probes).
 var (
 	metricVerdicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "rankgate_gang_verdicts_total",

@@ -15,7 +15,7 @@
 //
 // This package is the wire format and the client; the server and the
 // token authentication are in gate/server (so that rankgate init links no
-// Kubernetes API types). the README (The cluster gate) documents the protocol for
+// Kubernetes API types). docs/gate-protocol.md documents the protocol for
 // authors of other clients.
 package gate
 
