@@ -6,7 +6,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 )
@@ -18,10 +17,7 @@ const mpiJob = `{"apiVersion":"kubeflow.org/v2beta1","kind":"MPIJob","metadata":
 
 func mpiTemplate(t *testing.T, obj map[string]any, rt string) corev1.PodSpec {
 	t.Helper()
-	ps := obj["spec"].(map[string]any)["mpiReplicaSpecs"].(map[string]any)[rt].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	var out corev1.PodSpec
-	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(ps, &out))
-	return out
+	return templateSpec(t, obj, "mpiReplicaSpecs", rt)
 }
 
 // The mutating webhook gates an MPIJob's launcher when the job asks for it

@@ -28,7 +28,13 @@ func newMutator(t *testing.T) *Mutator {
 
 func podSpec(t *testing.T, obj map[string]any, rt string) corev1.PodSpec {
 	t.Helper()
-	ps := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)[rt].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	return templateSpec(t, obj, "pytorchReplicaSpecs", rt)
+}
+
+// templateSpec is replica type rt's pod spec under spec.<field>.
+func templateSpec(t *testing.T, obj map[string]any, field, rt string) corev1.PodSpec {
+	t.Helper()
+	ps := obj["spec"].(map[string]any)[field].(map[string]any)[rt].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	var out corev1.PodSpec
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(ps, &out))
 	return out
