@@ -21,8 +21,12 @@ STATICCHECK := $(TOOLS_DIR)/staticcheck-$(STATICCHECK_VERSION)
 GOCYCLO := $(TOOLS_DIR)/gocyclo-$(GOCYCLO_VERSION)
 KUSTOMIZE_VERSION := v5.8.0
 KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
+CONTROLLER_GEN_VERSION := v0.23.0
+CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
+API_DIR := ./integrations/kubernetes/api/...
+CRD_DIR := configs/deploy/crds
 
-.PHONY: manifests help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
+.PHONY: generate verify-generated manifests help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,7 +50,7 @@ test-unit: ## tests that need no API server binaries
 # The release manifest's image tag: the version, never latest.
 RELEASE_VERSION ?= $(VERSION)
 
-lint: $(STATICCHECK) $(GOCYCLO) ## gofmt, go vet, staticcheck, and the limits (files <= 600 lines, functions <= cyclomatic 25); lists every offender
+lint: $(STATICCHECK) $(GOCYCLO) verify-generated ## gofmt, go vet, staticcheck, the limits (files <= 600 lines, functions <= cyclomatic 25), generated code current; lists every offender
 	@status=0; \
 	out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; status=1; fi; \
@@ -73,6 +77,18 @@ manifests: $(KUSTOMIZE) ## dist/rankgate.yaml: the install (configs/deploy) rend
 	$(KUSTOMIZE) build dist/.build/deploy > dist/rankgate.yaml
 	rm -rf dist/.build
 	@echo "wrote dist/rankgate.yaml (image ghcr.io/rankgate/rankgate:$(RELEASE_VERSION))"
+
+generate: $(CONTROLLER_GEN) ## the Gang API's deepcopy code and CRD (configs/deploy/crds) from integrations/kubernetes/api
+	$(CONTROLLER_GEN) object paths=$(API_DIR)
+	$(CONTROLLER_GEN) crd paths=$(API_DIR) output:crd:artifacts:config=$(CRD_DIR)
+
+verify-generated: generate ## fail when the committed deepcopy code or CRD differ from what generate writes
+	@git diff --exit-code --stat -- integrations/kubernetes/api $(CRD_DIR) || { echo "generated files are stale: run make generate and commit"; exit 1; }
+
+$(CONTROLLER_GEN):
+	@mkdir -p $(TOOLS_DIR)/.controller-gen
+	GOBIN=$(abspath $(TOOLS_DIR)/.controller-gen) GOFLAGS= $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(TOOLS_DIR)/.controller-gen/controller-gen $@
 
 $(GOCYCLO):
 	@mkdir -p $(TOOLS_DIR)/.gocyclo
