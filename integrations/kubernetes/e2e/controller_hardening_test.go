@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +16,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
-	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -310,46 +306,4 @@ func TestE2EFirstReportInThePast(t *testing.T) {
 	}
 	require.Less(t, time.Since(created), 20*time.Second, "passed only because the test ran past the deadline")
 	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
-}
-
-// configs/deploy/rbac.yaml grants Leases only in the controller's
-// namespace: the controller's service account can keep records there and
-// cannot create or delete a Lease anywhere else (kube-node-lease, a job's
-// namespace).
-func TestE2EShippedRBACLeasesOnlyInOwnNamespace(t *testing.T) {
-	root, err := envtestutil.RepoRoot()
-	require.NoError(t, err)
-	manifest := filepath.Join(root, "configs", "deploy", "rbac.yaml")
-	for _, u := range decodeManifest(t, manifest) {
-		if u.GetKind() != "ClusterRole" && u.GetKind() != "Role" {
-			continue
-		}
-		cr := &rbacv1.ClusterRole{}
-		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cr))
-		for _, r := range cr.Rules {
-			if slices.Contains(r.Resources, "leases") || slices.Contains(r.Resources, "*") {
-				require.Equal(t, "Role", u.GetKind(), "%s %s grants leases cluster-wide", u.GetKind(), u.GetName())
-				require.Equal(t, controllerNamespace, u.GetNamespace())
-			}
-		}
-	}
-	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
-		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
-	}
-	cfg := rest.CopyConfig(restCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
-	sa, err := client.New(cfg, client.Options{Scheme: controller.Scheme()})
-	require.NoError(t, err)
-	ns := newNamespace(t, "e2e-rbac-leases", true)
-	ctx := context.Background()
-	mine := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "rankgate-verdict-e2e-rbac", Namespace: controllerNamespace}}
-	require.NoError(t, sa.Create(ctx, mine))
-	require.NoError(t, sa.Delete(ctx, mine))
-	for _, where := range []string{ns, "kube-node-lease", "default"} {
-		err := sa.Create(ctx, &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "rankgate-verdict-e2e-rbac", Namespace: where}})
-		require.True(t, apierrors.IsForbidden(err), "created a Lease in %s: %v", where, err)
-		err = sa.List(ctx, &coordv1.LeaseList{}, client.InNamespace(where))
-		require.True(t, apierrors.IsForbidden(err), "listed Leases in %s: %v", where, err)
-	}
 }

@@ -58,6 +58,9 @@ const (
 // CRDDir is the location of the Kubeflow CRDs relative to the repo root.
 var CRDDir = filepath.Join("integrations", "kubernetes", "testdata", "crds")
 
+// GangCRDDir holds rankgate's own CRD (gangs.rankgate.io) as shipped.
+var GangCRDDir = filepath.Join("configs", "deploy", "crds")
+
 // ErrBinariesMissing is wrapped by StartEnv's error when bin/k8s lacks a binary.
 var ErrBinariesMissing = errors.New("envtest binaries missing: run `make test-binaries` (hack/build-test-binaries.sh)")
 
@@ -142,7 +145,7 @@ func StartEnv() (*envtest.Environment, *rest.Config, error) {
 	useExisting := false
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, CRDDir)},
+		CRDDirectoryPaths:     []string{filepath.Join(root, CRDDir), filepath.Join(root, GangCRDDir)},
 		ErrorIfCRDPathMissing: true,
 		UseExistingCluster:    &useExisting,
 		Scheme:                Scheme(),
