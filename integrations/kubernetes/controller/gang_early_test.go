@@ -141,8 +141,8 @@ func TestGangEarlyFailReplacedAndReleased(t *testing.T) {
 //
 //	incremental: gang.add as the controller runs it (GangCheck);
 //	quadratic:   the gang rules over the ranks so far on every report, as
-//	             before (quadraticGang); 4,096 ranks take minutes that way,
-//	             so that size runs only with RANKGATE_BENCH_QUADRATIC=1.
+//	             before (quadraticGang); 4,096 ranks take about 30 s that
+//	             way, so that size runs only with RANKGATE_BENCH_QUADRATIC=1.
 //
 //	go test ./integrations/kubernetes/controller -run '^$' -bench GangAdd
 func BenchmarkGangAdd(b *testing.B) {
@@ -175,7 +175,7 @@ func BenchmarkGangAdd(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("quadratic/ranks=%d", n), func(b *testing.B) {
 			if n > 1024 && !quadraticBig() {
-				b.Skip("minutes per op; RANKGATE_BENCH_QUADRATIC=1 runs it")
+				b.Skip("about 30 s per op; RANKGATE_BENCH_QUADRATIC=1 runs it")
 			}
 			b.ReportAllocs()
 			for k := 0; k < b.N; k++ {
