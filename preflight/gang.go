@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -77,11 +78,14 @@ var gangRules = []func(*gang) []verdict.Finding{
 
 // gang is a job's reports as the rules read them.
 type gang struct {
-	in     GangInput
-	byRank map[int]RankReport
+	in GangInput
+	// byRank: the index of each rank's report in ranks.
+	byRank map[int]int
 	// ranks: one report per rank, by rank.
-	ranks       []RankReport
-	migs, fulls []gangDevice
+	ranks []RankReport
+	// migs: the MIG devices; fullRanks: the ranks with a full GPU.
+	migs      []gangDevice
+	fullRanks []int
 }
 
 // gangDevice is a device of a rank.
@@ -91,23 +95,34 @@ type gangDevice struct {
 }
 
 func newGang(in GangInput) *gang {
-	g := &gang{in: in, byRank: map[int]RankReport{}}
-	for _, r := range in.Ranks {
-		g.byRank[r.Rank] = r
+	g := &gang{in: in, byRank: make(map[int]int, len(in.Ranks))}
+	for i, r := range in.Ranks {
+		g.byRank[r.Rank] = i // the latest report of the rank
 	}
 	g.ranks = make([]RankReport, 0, len(g.byRank))
-	for _, r := range g.byRank {
-		g.ranks = append(g.ranks, r)
+	for i, r := range in.Ranks {
+		if g.byRank[r.Rank] == i {
+			g.ranks = append(g.ranks, r)
+		}
 	}
-	sort.Slice(g.ranks, func(i, j int) bool { return g.ranks[i].Rank < g.ranks[j].Rank })
+	byRank := func(a, b RankReport) int { return cmp.Compare(a.Rank, b.Rank) }
+	if !slices.IsSortedFunc(g.ranks, byRank) {
+		slices.SortFunc(g.ranks, byRank)
+	}
+	for i, r := range g.ranks {
+		g.byRank[r.Rank] = i
+	}
 	for _, r := range g.ranks {
+		fullGPU := false
 		for _, d := range r.Report.Devices {
-			x := gangDevice{r.Rank, d}
 			if d.Kind == "mig" {
-				g.migs = append(g.migs, x)
+				g.migs = append(g.migs, gangDevice{r.Rank, d})
 			} else {
-				g.fulls = append(g.fulls, x)
+				fullGPU = true
 			}
+		}
+		if fullGPU {
+			g.fullRanks = append(g.fullRanks, r.Rank)
 		}
 	}
 	return g
@@ -118,7 +133,7 @@ func devRanks(ds []gangDevice) []int {
 }
 
 // mixed: some ranks run on MIG devices, others on full GPUs.
-func (g *gang) mixed() bool { return len(g.migs) > 0 && len(g.fulls) > 0 }
+func (g *gang) mixed() bool { return len(g.migs) > 0 && len(g.fullRanks) > 0 }
 
 func gangIncomplete(g *gang) []verdict.Finding {
 	in := g.in
@@ -188,7 +203,7 @@ func gangMIGMixedWithFull(g *gang) []verdict.Finding {
 	return []verdict.Finding{{
 		Rule: verdict.RuleGangMIGMixedWithFull, Severity: verdict.SeverityFail, Ranks: devRanks(g.migs),
 		Message: fmt.Sprintf("ranks %s run on MIG devices and ranks %s on full GPUs; NCCL between them has no P2P and the MIG ranks pace the job",
-			intList(devRanks(g.migs)), intList(devRanks(g.fulls))),
+			intList(devRanks(g.migs)), intList(g.fullRanks)),
 		Remediation: "request the same resource (one nvidia.com/mig-<profile>, or nvidia.com/gpu) in every replica spec",
 	}}
 }
@@ -198,10 +213,7 @@ func gangMIGMixedWithFull(g *gang) []verdict.Finding {
 func gangMIGPlacement(g *gang) []verdict.Finding {
 	parents := map[string][]int{}
 	for _, d := range g.migs {
-		key := d.GPUUUID
-		if key == "" {
-			key = fmt.Sprintf("%s GPU %d", nodeOf(g.ranks, d.rank), d.GPU)
-		}
+		key := migParent(g.ranks[g.byRank[d.rank]].Node, d.DeviceSummary)
 		parents[key] = append(parents[key], d.rank)
 	}
 	if len(parents) > 1 {
@@ -224,17 +236,28 @@ func gangMIGPlacement(g *gang) []verdict.Finding {
 // gangProfileMismatch: the same shape everywhere (a MIG/full mix is
 // reported by gangMIGMixedWithFull instead).
 func gangProfileMismatch(g *gang) []verdict.Finding {
-	shapes := map[string][]int{}
+	type shape struct {
+		profile string
+		sms     int
+	}
+	byShape := map[shape][]int{}
 	for _, r := range g.ranks {
 		for _, d := range r.Report.Devices {
-			s := d.Profile
-			if d.SMs > 0 {
-				s += fmt.Sprintf(" (%d SMs)", d.SMs)
+			k := shape{d.Profile, d.SMs}
+			if rs := byShape[k]; len(rs) == 0 || rs[len(rs)-1] != r.Rank {
+				byShape[k] = append(rs, r.Rank)
 			}
-			shapes[s] = append(shapes[s], r.Rank)
 		}
 	}
-	if len(shapes) <= 1 || g.mixed() {
+	if len(byShape) <= 1 || g.mixed() {
+		return nil
+	}
+	shapes := map[string][]int{}
+	for k, rs := range byShape {
+		s := shapeOf(verdict.DeviceSummary{Profile: k.profile, SMs: k.sms})
+		shapes[s] = append(shapes[s], rs...)
+	}
+	if len(shapes) <= 1 {
 		return nil
 	}
 	return []verdict.Finding{{
@@ -267,10 +290,27 @@ func gangDriverMismatch(g *gang) []verdict.Finding {
 }
 
 func gangDuplicateDevice(g *gang) []verdict.Finding {
+	// The first rank holding each device; the devices held by several
+	// ranks, by "node/device ID".
+	n := 0
+	for _, r := range g.ranks {
+		n += len(r.Report.Devices)
+	}
+	first := make(map[nodeDevice]int, n)
 	owner := map[string][]int{}
 	for _, r := range g.ranks {
 		for _, d := range r.Report.Devices {
-			owner[r.Node+"/"+d.ID] = append(owner[r.Node+"/"+d.ID], r.Rank)
+			k := deviceKey(r.Node, d.ID)
+			rank, held := first[k]
+			if !held {
+				first[k] = r.Rank
+				continue
+			}
+			key := r.Node + "/" + d.ID
+			if owner[key] == nil {
+				owner[key] = []int{rank}
+			}
+			owner[key] = append(owner[key], r.Rank)
 		}
 	}
 	var f []verdict.Finding
@@ -286,25 +326,52 @@ func gangDuplicateDevice(g *gang) []verdict.Finding {
 	return f
 }
 
+// nodeDevice is a device of a node as GANG_DUPLICATE_DEVICE compares
+// them: by "node/device ID".
+type nodeDevice struct{ node, id string }
+
+// deviceKey is the key of device id on node: the two names, or, when one
+// holds a "/", their "node/id" (a pair with a "/" in a name can equal
+// another pair's "node/id" only if that pair has one too), so that two
+// keys are equal exactly when their "node/id" are, without building that
+// string for every device.
+func deviceKey(node, id string) nodeDevice {
+	if strings.IndexByte(node, '/') >= 0 || strings.IndexByte(id, '/') >= 0 {
+		return nodeDevice{node: node + "/" + id}
+	}
+	return nodeDevice{node, id}
+}
+
 // gangSplitPodsSameNode: ranks on one node in different pods; NCCL sees
 // them as separate hosts (no P2P, no SHM) and goes through the network.
 func gangSplitPodsSameNode(g *gang) []verdict.Finding {
-	podsByNode := map[string]map[string][]int{}
+	// Most nodes hold one pod: group by pod only on the nodes with several.
+	type nodePod struct{ node, pod string }
+	ranksOf := make(map[nodePod][]int, len(g.ranks))
+	podsOn := make(map[string]int, len(g.ranks))
 	for _, r := range g.ranks {
 		if r.Node == "" || len(r.Report.Devices) == 0 || r.Report.Devices[0].Kind == "mig" {
 			continue
 		}
-		if podsByNode[r.Node] == nil {
-			podsByNode[r.Node] = map[string][]int{}
+		k := nodePod{r.Node, r.Pod}
+		if _, ok := ranksOf[k]; !ok {
+			podsOn[r.Node]++
 		}
-		podsByNode[r.Node][r.Pod] = append(podsByNode[r.Node][r.Pod], r.Rank)
+		ranksOf[k] = append(ranksOf[k], r.Rank)
+	}
+	podsByNode := map[string]map[string][]int{}
+	for k, rs := range ranksOf {
+		if podsOn[k.node] < 2 {
+			continue
+		}
+		if podsByNode[k.node] == nil {
+			podsByNode[k.node] = map[string][]int{}
+		}
+		podsByNode[k.node][k.pod] = rs
 	}
 	var f []verdict.Finding
 	for _, node := range slices.Sorted(maps.Keys(podsByNode)) {
 		pods := podsByNode[node]
-		if len(pods) < 2 {
-			continue
-		}
 		var rs []int
 		var ps []string
 		for _, p := range slices.Sorted(maps.Keys(pods)) {
@@ -368,15 +435,6 @@ func describeMissing(m map[int]MissingRank, ranks []int) (pods, nodes []string, 
 		fmt.Fprintf(&b, ": %s", x.State)
 	}
 	return pods, nodes, b.String()
-}
-
-func nodeOf(ranks []RankReport, rank int) string {
-	for _, r := range ranks {
-		if r.Rank == rank {
-			return r.Node
-		}
-	}
-	return ""
 }
 
 func ranksOf[T any](xs []T, rank func(T) int) []int {

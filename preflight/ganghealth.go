@@ -68,6 +68,7 @@ func gangHealthMixed(g *gang) []verdict.Finding {
 	byRule := map[string][]int{}
 	var sick []int
 	var nodes []string
+	seenNode := map[string]bool{}
 	sev := verdict.SeverityWarn
 	for _, r := range g.ranks {
 		found := false
@@ -83,7 +84,8 @@ func gangHealthMixed(g *gang) []verdict.Finding {
 		}
 		if found {
 			sick = append(sick, r.Rank)
-			if r.Node != "" && !contains(nodes, r.Node) {
+			if r.Node != "" && !seenNode[r.Node] {
+				seenNode[r.Node] = true
 				nodes = append(nodes, r.Node)
 			}
 		}
@@ -104,13 +106,4 @@ func gangHealthMixed(g *gang) []verdict.Finding {
 			firstRanks(sick), len(g.ranks)-len(sick), rankGroups(byRule)),
 		Remediation: "fix the named ranks' GPUs (each rank's report names the fix) or keep the job off their nodes (" + strings.Join(nodes, ", ") + ")",
 	}}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

@@ -30,6 +30,8 @@ type gang struct {
 	expected int
 	timeout  time.Duration
 	reports  map[int]preflight.RankReport
+	// check holds the same reports for the early-fail check.
+	check    *preflight.GangCheck
 	podUIDs  map[int]string
 	firstAt  time.Time // the gang's first report, possibly from an earlier leader
 	lastAt   time.Time // the report that completed the gang, or the latest one
@@ -64,11 +66,12 @@ func (g *gang) close() {
 
 func newGang(j job, timeout time.Duration) *gang {
 	o := j.Object()
+	multi := enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink]))
 	return &gang{
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(),
-		expected: kubeflow.RankPods(j), timeout: timeout,
-		multiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink])),
-		reports:         map[int]preflight.RankReport{}, podUIDs: map[int]string{}, done: make(chan struct{}),
+		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
+		reports: map[int]preflight.RankReport{}, check: preflight.NewGangCheck(multi),
+		podUIDs: map[int]string{}, done: make(chan struct{}),
 	}
 }
 
@@ -102,6 +105,7 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 	}
 	_, had := g.reports[rr.Rank]
 	g.reports[rr.Rank] = rr
+	g.check.Add(rr)
 	g.podUIDs[rr.Rank] = podUID
 	if !had {
 		g.lastAt = now
@@ -113,10 +117,13 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 		return !had, true, trigEarlyFail, nil
 	}
 	// Gang rules that fail on a subset fail on the whole gang too (mixed
-	// kinds, MIG on several GPUs, shape mismatch, duplicate devices): decide
-	// now and free the GPUs the other ranks hold.
-	if !had && len(g.reports) > 1 && preflight.GangRules(preflight.GangInput{Job: g.key, Ranks: g.rankListLocked()}).Failed() {
-		return true, true, trigEarlyFail, nil
+	// kinds, MIG on several GPUs, shape mismatch, duplicate devices, an
+	// NVLink domain split): decide now and free the GPUs the other ranks
+	// hold. The check keeps up with each report (its cost is that rank's
+	// devices, not the gang's) and answers as the gang rules would over
+	// the ranks so far; decide runs the rules themselves.
+	if len(g.reports) > 1 && g.check.Failed() {
+		return !had, true, trigEarlyFail, nil
 	}
 	return !had, false, 0, nil
 }
@@ -189,6 +196,7 @@ func (g *gang) release(rank int, uid string) bool {
 		return false
 	}
 	delete(g.reports, rank)
+	g.check.Remove(rank)
 	delete(g.podUIDs, rank)
 	metricWaiting.Dec()
 	return true

@@ -1,0 +1,196 @@
+package preflight
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// GangCheck answers, one rank at a time, whether the ranks reported so far
+// already fail together: the gang rules that can fail on a part of a job
+// (a rank that failed its own preflight, MIG mixed with full GPUs, MIG on
+// several GPUs, different shapes, duplicate devices, an NVLink domain
+// split, mixed health with a failing health finding). Its answer is the
+// one GangRules gives for the same ranks without Expected and Missing, at
+// a cost per rank of that rank's devices and findings instead of the whole
+// gang's. Adding a rank again replaces its earlier report; Remove drops it.
+// A GangCheck is not safe for concurrent use.
+type GangCheck struct {
+	expectMultiNodeNVLink bool
+	ranks                 map[int]RankReport
+
+	failed             int // ranks whose own report fails
+	migRanks, fullRank int // ranks with a MIG device, with a full GPU
+	parents            keyCount
+	shapes             keyCount
+	domains            keyCount
+	devices            keyCount // node/device ID -> ranks holding it
+	duplicated         int      // devices held by more than one rank
+	sick, sickFailing  int      // ranks with health findings, with a failing one
+}
+
+// keyCount counts, for each key, the ranks contributing it.
+type keyCount map[string]int
+
+func (k keyCount) add(key string) int {
+	k[key]++
+	return k[key]
+}
+
+func (k keyCount) remove(key string) int {
+	n := k[key] - 1
+	if n <= 0 {
+		delete(k, key)
+		return 0
+	}
+	k[key] = n
+	return n
+}
+
+// NewGangCheck is an empty check; expectMultiNodeNVLink is
+// GangInput.ExpectMultiNodeNVLink.
+func NewGangCheck(expectMultiNodeNVLink bool) *GangCheck {
+	return &GangCheck{
+		expectMultiNodeNVLink: expectMultiNodeNVLink, ranks: map[int]RankReport{},
+		parents: keyCount{}, shapes: keyCount{}, domains: keyCount{}, devices: keyCount{},
+	}
+}
+
+// Len is the number of ranks held.
+func (c *GangCheck) Len() int { return len(c.ranks) }
+
+// Add takes r's report, replacing an earlier one of the same rank.
+func (c *GangCheck) Add(r RankReport) {
+	c.Remove(r.Rank)
+	c.ranks[r.Rank] = r
+	c.apply(r, 1)
+}
+
+// Remove drops rank's report, if held.
+func (c *GangCheck) Remove(rank int) {
+	if r, ok := c.ranks[rank]; ok {
+		c.apply(r, -1)
+		delete(c.ranks, rank)
+	}
+}
+
+// Failed says whether GangRules fails on the ranks held.
+func (c *GangCheck) Failed() bool { return len(c.FailingRules()) > 0 }
+
+// FailingRules lists, sorted, the rules whose findings fail on the ranks
+// held: the fail findings of GangRules over them.
+func (c *GangCheck) FailingRules() []string {
+	var out []string
+	mixed := c.migRanks > 0 && c.fullRank > 0
+	for _, x := range []struct {
+		rule string
+		on   bool
+	}{
+		{verdict.RuleRankFailed, c.failed > 0},
+		{verdict.RuleGangMIGMixedWithFull, mixed},
+		{verdict.RuleGangMIGSpansGPUs, len(c.parents) > 1},
+		{verdict.RuleGangProfileMismatch, len(c.shapes) > 1 && !mixed},
+		{verdict.RuleGangDuplicateDevice, c.duplicated > 0},
+		{verdict.RuleGangNVLinkDomainSplit, len(c.domains) > 1},
+		{verdict.RuleGangHealthMixed, c.sickFailing > 0 && c.sick < len(c.ranks)},
+	} {
+		if x.on {
+			out = append(out, x.rule)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// apply adds (sign 1) or removes (sign -1) what r contributes. Each key
+// counts once per rank, as the rules see ranks, not devices.
+func (c *GangCheck) apply(r RankReport, sign int) {
+	if r.Report.Failed() {
+		c.failed += sign
+	}
+	devs := r.Report.Devices
+	mig, fullGPU := false, false
+	multi := c.expectMultiNodeNVLink
+	for _, d := range devs {
+		if d.Kind == "mig" {
+			mig = true
+		} else {
+			fullGPU = true
+		}
+		multi = multi || d.FabricCluster != ""
+	}
+	if mig {
+		c.migRanks += sign
+	}
+	if fullGPU {
+		c.fullRank += sign
+	}
+	seen := make(map[string]bool, 4*len(devs))
+	count := func(k keyCount, key string) {
+		if seen[key] {
+			return
+		}
+		seen[key] = true
+		if sign > 0 {
+			k.add(key)
+		} else {
+			k.remove(key)
+		}
+	}
+	for _, d := range devs {
+		if d.Kind == "mig" {
+			count(c.parents, "p\x00"+migParent(r.Node, d))
+		}
+		count(c.shapes, "s\x00"+shapeOf(d))
+		if multi {
+			count(c.domains, "d\x00"+nvlinkDomain(r, d))
+		}
+		key := "i\x00" + r.Node + "/" + d.ID
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		if sign > 0 && c.devices.add(key) == 2 {
+			c.duplicated++
+		} else if sign < 0 && c.devices.remove(key) == 1 {
+			c.duplicated--
+		}
+	}
+	sick, failing := healthOf(r.Report)
+	if sick {
+		c.sick += sign
+	}
+	if failing {
+		c.sickFailing += sign
+	}
+}
+
+// migParent names the physical GPU of a MIG device on node.
+func migParent(node string, d verdict.DeviceSummary) string {
+	if d.GPUUUID != "" {
+		return d.GPUUUID
+	}
+	return fmt.Sprintf("%s GPU %d", node, d.GPU)
+}
+
+// shapeOf is a device's shape as GANG_PROFILE_MISMATCH compares them.
+func shapeOf(d verdict.DeviceSummary) string {
+	s := d.Profile
+	if d.SMs > 0 {
+		s += fmt.Sprintf(" (%d SMs)", d.SMs)
+	}
+	return s
+}
+
+// healthOf says whether a rank's report has health findings, and whether
+// one of them fails.
+func healthOf(r verdict.Report) (sick, failing bool) {
+	for _, f := range r.Findings {
+		if IsHealthRule(f.Rule) {
+			sick = true
+			failing = failing || f.Severity == verdict.SeverityFail
+		}
+	}
+	return sick, failing
+}
