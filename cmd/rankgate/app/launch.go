@@ -120,6 +120,7 @@ not found.`,
 	f.IntVar(&o.SSHPort, "ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
 	f.DurationVar(&o.HostsTimeout, "hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
 	f.StringVar(&o.ReportFile, "report-file", "", "when launch ends, write one report of the whole launch to this file, atomically (JSON; YAML with -o yaml); /dev/fd/N for an open descriptor")
+	f.Lookup("output").Usage = "format of the preflight report on stderr and of --report-file (text: the file is JSON): " + formatList
 	o.progressOptions.addFlags(f)
 	o.gangOptions.addFlags(f)
 	return cmd
