@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -39,6 +40,26 @@ func (r *runner) timeoutFinding() verdict.Finding {
 			"(torchrun, init_process_group), or mpirun without -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS; use --ready-pattern for non-NCCL readiness"
 	}
 	return verdict.Finding{Rule: verdict.RuleNCCLInitTimeout, Severity: verdict.SeverityFail, Message: msg, Remediation: rem, Ranks: ranks}
+}
+
+// initProgress is the progress line while the init watchdog waits: what
+// for, how far NCCL init got, the time left.
+func (r *runner) initProgress() string {
+	var what string
+	switch {
+	case r.opts.ReadyPattern != nil:
+		what = fmt.Sprintf("waiting for CMD to be ready (--ready-pattern %q)", r.opts.ReadyPattern.String())
+	case r.opts.ReadyFile != "":
+		what = fmt.Sprintf("waiting for CMD to be ready (--ready-file %s)", r.opts.ReadyFile)
+	default:
+		s := r.mon.snapshot()
+		what = fmt.Sprintf("waiting for NCCL init: %d of %d local rank(s) reported Init COMPLETE", len(s.completed), s.expect)
+		if len(s.pending) > 0 {
+			what += fmt.Sprintf(", %d started", len(s.pending))
+		}
+	}
+	left := max(time.Until(r.startedAt.Add(r.opts.InitTimeout)), 0).Round(time.Second)
+	return fmt.Sprintf("%s; %s left until --init-timeout", what, left)
 }
 
 // printDiagnosis explains an init timeout: ranks, transports, NCCL's

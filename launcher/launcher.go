@@ -56,6 +56,12 @@ type Options struct {
 	// 0 derives it: torchrun's --nproc-per-node, mpirun's -np, else 1.
 	LocalRanks int
 
+	// Progress, when positive, is the interval of a progress line while
+	// the init watchdog waits ("waiting for NCCL init: 2 of 4 local ranks
+	// ..."); 0 prints none. Quiet also leaves out the "ready after" line.
+	Progress time.Duration
+	Quiet    bool
+
 	// ExpectTransport is the slowest acceptable NCCL path; unknown skips
 	// the check. ExpectDerived marks an expectation derived from the
 	// preflight rather than asked for: it then applies only when NCCL sees

@@ -19,6 +19,7 @@ type supervision struct {
 	r      *runner
 	initC  <-chan time.Time
 	fileC  <-chan time.Time
+	progC  <-chan time.Time // progress lines while initC waits
 	graceT *time.Timer
 	graceC <-chan time.Time
 }
@@ -30,6 +31,11 @@ func (r *runner) supervise(ctx context.Context, waitCh <-chan error, chld <-chan
 		t := time.NewTimer(r.opts.InitTimeout)
 		defer t.Stop()
 		st.initC = t.C
+		if r.opts.Progress > 0 {
+			p := time.NewTicker(r.opts.Progress)
+			defer p.Stop()
+			st.progC = p.C
+		}
 	}
 	if r.opts.ReadyFile != "" {
 		t := time.NewTicker(50 * time.Millisecond)
@@ -60,6 +66,12 @@ func (r *runner) supervise(ctx context.Context, waitCh <-chan error, chld <-chan
 			st.event(ev)
 		case <-st.initC:
 			st.initTimeout()
+		case <-st.progC:
+			if st.initC == nil || r.mon.ready.Load() {
+				st.progC = nil // ready, timed out or ending
+				continue
+			}
+			r.say(r.initProgress())
 		case <-st.fileC:
 			if _, err := os.Stat(r.opts.ReadyFile); err == nil {
 				st.fileC = nil
@@ -100,7 +112,7 @@ func (st *supervision) event(ev event) {
 	case evReady:
 		r.readyAfter = time.Since(r.startedAt)
 		st.initC, st.fileC = nil, nil
-		if r.watchdog {
+		if r.watchdog && !r.opts.Quiet {
 			r.say(fmt.Sprintf("ready after %s: %s", r.readyAfter.Round(time.Millisecond), ev.how))
 		}
 	case evFatal:

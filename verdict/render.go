@@ -6,20 +6,45 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
 )
 
 // Output formats every face accepts with -o.
 const (
 	FormatText = "text"
 	FormatJSON = "json"
+	FormatYAML = "yaml"
 )
 
-// Write renders r as JSON (one indented document) or as the human text.
+// Formats lists the output formats, in the order help texts name them.
+var Formats = []string{FormatText, FormatJSON, FormatYAML}
+
+// Write renders r as one JSON or YAML document, or as the human text.
 func Write(w io.Writer, r Report, format string) error {
-	if format == FormatJSON {
-		return WriteJSON(w, r)
+	if format == FormatJSON || format == FormatYAML {
+		return WriteDocument(w, r, format)
 	}
 	return WriteText(w, r)
+}
+
+// WriteDocument renders v as exactly one document: indented JSON ending in
+// a newline, or YAML with the same content (the JSON's field names; keys
+// in sorted order, as kubectl -o yaml prints them).
+func WriteDocument(w io.Writer, v any, format string) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if format == FormatYAML {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+	} else {
+		b = append(b, '\n')
+	}
+	_, err = w.Write(b)
+	return err
 }
 
 // WriteJSON renders r as one indented JSON document.

@@ -141,7 +141,7 @@ func TestBadInput(t *testing.T) {
 		{"bad devices", []string{"preflight", "--sample", "a100-full", "--devices", "zero"}, "--devices"},
 		{"unknown sample", []string{"preflight", "--sample", "x"}, "unknown sample"},
 		{"both sources", []string{"preflight", "--sample", "a100-full", "--inventory", bad}, "exclude"},
-		{"bad output", []string{"preflight", "--sample", "a100-full", "-o", "yaml"}, "output format"},
+		{"bad output", []string{"preflight", "--sample", "a100-full", "-o", "xml"}, `output format "xml": want text, json or yaml`},
 		{"unknown flag", []string{"preflight", "--nope"}, "unknown flag"},
 		{"bad duration", []string{"preflight", "--sample", "a100-full", "--nvml-timeout", "soon"}, "nvml-timeout"},
 	} {

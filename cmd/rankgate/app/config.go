@@ -118,8 +118,11 @@ func setFlag(f *pflag.Flag, val any) error {
 	}
 	s := fmt.Sprint(val)
 	if err := f.Value.Set(s); err != nil {
-		if f.Value.Type() == "duration" {
+		switch f.Value.Type() {
+		case "duration":
 			return fmt.Errorf("%s %q is not a duration like 30s", f.Name, s)
+		case "format":
+			return fmt.Errorf("%s: %w", f.Name, err) // names the formats
 		}
 		return fmt.Errorf("%s %q: want a %s", f.Name, s, f.Value.Type())
 	}

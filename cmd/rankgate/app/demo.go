@@ -23,7 +23,10 @@ func (a *App) newDemoCommand() *cobra.Command {
 		Long: `demo runs the rank rules on the embedded sample node h100-mig (two H100
 80GB GPUs split into MIG instances) twice: a rank given MIG instances on
 both GPUs (fails: MIG_SPANS_GPUS, MIG_MULTIPLE_PER_PROCESS) and a rank given
-one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
+one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.
+
+With -o json or -o yaml it prints one document: the list of both reports,
+in the order above (the shape of diagnose --offline -o json).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFormat(format); err != nil {
@@ -44,22 +47,30 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 				{"rank given one MIG 3g.40gb instance of GPU 0", []string{"0:0"}, "3g.40gb", verdict.VerdictPass},
 			}
 			ok := true
+			reports := make([]verdict.Report, 0, len(runs))
 			for i, run := range runs {
 				r := preflight.RankRules(preflight.RankInput{
 					Inventory: inv, Allocation: topology.Allocation{From: "--devices", Refs: run.devices},
 					ExpectProfile: run.expect, Catalog: topology.DefaultCatalog(), Drivers: preflight.DefaultDriverTable(),
 				})
 				r.Subject = fmt.Sprintf("sample node %s: %s (--devices %v --expect-profile %s)", demoSample, run.title, run.devices, run.expect)
-				if format == formatText {
-					if i > 0 {
-						fmt.Fprintln(a.Streams.Out)
-					}
-					fmt.Fprintf(a.Streams.Out, "== rankgate preflight --sample %s --devices %s --expect-profile %s\n", demoSample, strings.Join(run.devices, ","), run.expect)
+				ok = ok && r.Verdict == run.want
+				reports = append(reports, r)
+				if isDocument(format) {
+					continue
 				}
+				if i > 0 {
+					fmt.Fprintln(a.Streams.Out)
+				}
+				fmt.Fprintf(a.Streams.Out, "== rankgate preflight --sample %s --devices %s --expect-profile %s\n", demoSample, strings.Join(run.devices, ","), run.expect)
 				if err := a.printReport(r, format); err != nil {
 					return err
 				}
-				ok = ok && r.Verdict == run.want
+			}
+			if isDocument(format) {
+				if err := a.printDocument(reports, format); err != nil {
+					return err
+				}
 			}
 			if !ok {
 				return verdict.Exitf(verdict.ExitFail, "demo verdicts differ from the expected fail/pass")
@@ -67,6 +78,6 @@ one 3g.40gb instance (passes). Exit 0 when both verdicts come out as shown.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&format, "output", "o", formatText, "output format: text or json")
+	addOutputFlag(cmd.Flags(), &format, " (json, yaml: one list of both reports)")
 	return cmd
 }

@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -82,7 +81,7 @@ usage; 3: the API server could not be reached.`,
 		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVarP(&o.Output, "output", "o", formatText, "output format: text or json")
+	addOutputFlag(pf, &o.Output, " (offline: one list of reports, one per workload)")
 	pf.StringVar(&o.Catalog, "catalog", "", "MIG profile catalog file replacing the embedded one")
 	pf.StringVar(&o.KnownBadDrivers, "known-bad-drivers", "", "known-bad driver table file replacing the embedded one")
 	cmd.Flags().BoolVar(&o.Offline, "offline", false, "judge the objects in files instead of a live cluster")
@@ -186,13 +185,12 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	return nil
 }
 
-// writeReports prints several reports: text one after another, JSON as one
-// array (a single live report is printed as one object, like preflight's).
+// writeReports prints several reports: text one after another, JSON or
+// YAML as one list (a single live report is printed as one object, like
+// preflight's).
 func writeReports(w io.Writer, rs []verdict.Report, format string) error {
-	if format == formatJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rs)
+	if isDocument(format) {
+		return verdict.WriteDocument(w, rs, format)
 	}
 	for i, r := range rs {
 		if i > 0 {

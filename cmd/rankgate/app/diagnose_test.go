@@ -107,7 +107,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"diagnose", "--offline", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file or directory"},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes}, "nothing to diagnose"},
 		{[]string{"diagnose", "--offline", "-f", badLabel}, `node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`},
-		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "yaml"}, `output format "yaml"`},
+		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "xml"}, `output format "xml": want text, json or yaml`},
 		{[]string{"diagnose", "job", "no-namespace"}, `"no-namespace": want NAMESPACE/NAME`},
 		{[]string{"diagnose", "job"}, "accepts 1 arg"},
 	}

@@ -57,36 +57,41 @@ func (o *gangOptions) check() (pod, ns string, err error) {
 // awaitGang waits for the gang verdict of the pod's job: nil on a pass;
 // exit 1 with the reason on a fail (also in the termination log), 4 when
 // --gang-timeout passes without one, the gate's code when it refuses the
-// pod, 3 when it cannot be used.
-func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) error {
+// pod, 3 when it cannot be used. The gate's decided answer is returned
+// with the error of a fail.
+func (a *App) awaitGang(ctx context.Context, o *gangOptions, po *progressOptions, termLog string) (*gate.Response, error) {
 	pod, ns, err := o.check()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	client, err := gate.NewClient(gate.ClientOptions{URL: o.GateURL, CAFile: o.CAFile, TokenFile: o.TokenFile})
 	if err != nil {
-		return fmt.Errorf("--gang: %w", err)
+		return nil, fmt.Errorf("--gang: %w", err)
+	}
+	started := time.Now()
+	hb := newHeartbeat(a.Streams.Err, po.interval(), "rankgate: ", ns+"/"+pod, "--gang-timeout", started.Add(o.GangTimeout))
+	if hb != nil {
+		hb.announce = func(w *gate.Response) string {
+			return fmt.Sprintf("waiting for the gang verdict of %s before starting CMD (%d of %d ranks reported)", w.Job, w.Reported, w.Expected)
+		}
+		hb.refresh = func(ctx context.Context) (*gate.Response, error) { return client.Verdict(ctx, ns, pod, 0) }
 	}
 	wctx, cancel := context.WithTimeout(ctx, o.GangTimeout)
 	defer cancel()
 	log := a.Log.With(zap.String("pod", ns+"/"+pod))
-	announced := false
-	started := time.Now()
+	stop := hb.start(wctx)
 	resp, err := client.AwaitVerdict(wctx, ns, pod, gate.AwaitOptions{
 		Poll: o.Poll,
 		OnRetry: func(err error, delay time.Duration) {
+			hb.retrying(err)
 			log.Warn("gate not answering; retrying", zap.String("gate", o.GateURL), zap.Duration("in", delay), zap.Error(err))
 		},
-		OnWaiting: func(w *gate.Response) {
-			if !announced {
-				announced = true
-				fmt.Fprintf(a.Streams.Err, "rankgate: waiting for the gang verdict of %s before starting CMD (%d of %d ranks reported)\n", w.Job, w.Reported, w.Expected)
-			}
-		},
+		OnWaiting: hb.waiting,
 	})
+	stop()
 	if err != nil {
 		if ctx.Err() != nil {
-			return ctx.Err() // a signal: the caller maps it to 128+N
+			return nil, ctx.Err() // a signal: the caller maps it to 128+N
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = verdict.Exitf(verdict.ExitTimeout, "no gang verdict for pod %s/%s within --gang-timeout %s (waited %s): %w",
@@ -95,12 +100,12 @@ func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) err
 			err = verdict.WithCode(verdict.Code(err), fmt.Errorf("waiting for the gang verdict: %w", err))
 		}
 		a.writeTerminationLog(termLog, err.Error())
-		return err
+		return nil, err
 	}
 	v := resp.Verdict
 	if !v.Failed() {
 		fmt.Fprintf(a.Streams.Err, "rankgate: gang verdict for %s: %s; starting CMD\n", resp.Job, v.Verdict)
-		return nil
+		return resp, nil
 	}
 	reason := fmt.Sprintf("gang verdict fail for %s", resp.Job)
 	if resp.Action != "" {
@@ -108,5 +113,5 @@ func (a *App) awaitGang(ctx context.Context, o *gangOptions, termLog string) err
 	}
 	reason += ": " + v.Reason(verdict.TerminationMax)
 	a.writeTerminationLog(termLog, reason)
-	return verdict.Exitf(verdict.ExitFail, "%s; CMD not started", reason)
+	return resp, verdict.Exitf(verdict.ExitFail, "%s; CMD not started", reason)
 }

@@ -29,6 +29,7 @@ type initOptions struct {
 	PodNamespace string
 	Timeout      time.Duration
 	Poll         time.Duration
+	progressOptions
 }
 
 func (a *App) newInitCommand() *cobra.Command {
@@ -41,13 +42,19 @@ or MPIJob. It checks this rank's devices (the same rules as preflight),
 sends its report to the rankgate controller's gate over HTTPS, authenticated
 by a projected service-account token with audience rankgate, and waits for
 the verdict on the whole job. While the gate is unreachable it retries with
-backoff until --timeout.
+backoff until --timeout. While it waits it prints a progress line to stderr
+at most every 10s: the job, ranks reported of expected, the time left until
+the gang's deadline (--quiet turns these lines off).
 
 Exit 0 the gang passed (warnings allowed), 1 the gang or this rank failed,
 2 bad flags or input (or the job is not opted in), 3 environment failure
 (NVML or driver error, token or CA missing, gate refused the token),
 4 no verdict before --timeout. On failure the reason goes to
---termination-log (Kubernetes: /dev/termination-log).`,
+--termination-log (Kubernetes: /dev/termination-log).
+
+With -o json or -o yaml, stdout holds one document: the gang's verdict, or
+this rank's own report when this rank failed (or could not read its
+devices), or nothing when no verdict came (the reason is on stderr).`,
 		Example: `  # in a pod (POD_NAME and POD_NAMESPACE from the downward API)
   rankgate init --gate-url https://rankgate-gate.rankgate-system.svc:443 \
     --ca-file /var/run/rankgate/ca.crt --termination-log /dev/termination-log
@@ -67,6 +74,7 @@ Exit 0 the gang passed (warnings allowed), 1 the gang or this rank failed,
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
 	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
+	o.progressOptions.addFlags(f)
 	return cmd
 }
 
@@ -79,6 +87,13 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 	if err != nil {
 		return a.initFail(o, fmt.Errorf("rankgate init: %w", err))
 	}
+	hb := newHeartbeat(a.Streams.Err, o.interval(), "rankgate init: ", ns+"/"+pod, "--timeout", time.Now().Add(o.Timeout))
+	if hb != nil {
+		hb.announce = func(w *gate.Response) string {
+			return fmt.Sprintf("%s rank %d reported; waiting for the gang (%d of %d ranks so far)", w.Job, w.Rank, w.Reported, w.Expected)
+		}
+		hb.refresh = func(ctx context.Context) (*gate.Response, error) { return client.Verdict(ctx, ns, pod, 0) }
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	log := a.Log.With(zap.String("pod", ns+"/"+pod))
@@ -86,9 +101,13 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 		Namespace: ns, Pod: pod, Poll: o.Poll, Timeout: o.Timeout,
 		OnWarmUp: func(err error) { log.Debug("gate warm-up", zap.Error(err)) },
 		OnRetry: func(err error, delay time.Duration) {
+			hb.retrying(err)
 			log.Warn("gate not answering; retrying", zap.String("gate", o.GateURL), zap.Duration("in", delay), zap.Error(err))
 		},
-		OnWaiting: a.announceWaiting(log),
+		OnWaiting: func(w *gate.Response) {
+			hb.waiting(w)
+			log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
+		},
 	})
 
 	r, inv, err := a.rankPreflight(ctx, &o.preflightOptions)
@@ -107,7 +126,9 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 			return err
 		}
 	}
+	stop := hb.start(ctx)
 	resp, err := rank.Report(ctx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
+	stop()
 	if r.Failed() {
 		if err == nil {
 			fmt.Fprintf(a.Streams.Err, "rankgate init: gang verdict for %s: %s\n", resp.Job, resp.Verdict.Verdict)
@@ -128,6 +149,9 @@ func (o *initOptions) check() (pod, ns string, err error) {
 	if err := checkFormat(o.Output); err != nil {
 		return "", "", err
 	}
+	if err := o.progressOptions.check(); err != nil {
+		return "", "", err
+	}
 	pod = firstNonEmpty(o.PodName, os.Getenv("POD_NAME"))
 	ns = firstNonEmpty(o.PodNamespace, os.Getenv("POD_NAMESPACE"))
 	if pod == "" || ns == "" {
@@ -140,21 +164,6 @@ func (o *initOptions) check() (pod, ns string, err error) {
 		return "", "", verdict.Exitf(verdict.ExitUsage, "--timeout must be positive")
 	}
 	return pod, ns, nil
-}
-
-// announceWaiting tells the person once that the rank waits for the gang
-// (a line on stderr), and the log each later time the gate answers
-// "waiting": each event is told once.
-func (a *App) announceWaiting(log *zap.Logger) func(*gate.Response) {
-	announced := false
-	return func(w *gate.Response) {
-		if !announced {
-			announced = true
-			fmt.Fprintf(a.Streams.Err, "rankgate init: %s rank %d reported; waiting for the gang (%d of %d ranks so far)\n", w.Job, w.Rank, w.Reported, w.Expected)
-			return
-		}
-		log.Info("waiting for the gang verdict", zap.String("job", w.Job), zap.Int("rank", w.Rank), zap.Int("reported", w.Reported), zap.Int("expected", w.Expected))
-	}
 }
 
 // gangVerdict prints the gang's verdict and exits 1 on a fail.

@@ -5,6 +5,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/topology"
@@ -18,7 +19,8 @@ func (a *App) newInspectCommand() *cobra.Command {
 		Short: "Print the node's GPU inventory (the bug-report snapshot)",
 		Long: `inspect prints what rankgate knows about the node: GPUs, MIG instances,
 links and driver. With -o json it prints the versioned snapshot that
---inventory reads back; attach it to bug reports.`,
+--inventory reads back; attach it to bug reports. -o yaml prints the same
+snapshot as YAML, for reading (--inventory reads the JSON form).`,
 		Example: `  rankgate inspect -o json > node.json
   rankgate inspect --inventory smi-L.txt --inventory topo-m.txt -o json`,
 		Args: cobra.NoArgs,
@@ -35,8 +37,11 @@ links and driver. With -o json it prints the versioned snapshot that
 			if err != nil {
 				return err
 			}
-			if format == formatJSON {
+			if isDocument(format) {
 				b, err := topology.EncodeSnapshot(inv)
+				if err == nil && format == formatYAML {
+					b, err = yaml.JSONToYAML(b)
+				}
 				if err != nil {
 					return verdict.Exitf(verdict.ExitEnvironment, "encode snapshot: %v", err)
 				}

@@ -34,6 +34,8 @@ type launchOptions struct {
 	MPIHostfile     string
 	SSHPort         int
 	HostsTimeout    time.Duration
+	ReportFile      string
+	progressOptions
 	gangOptions
 }
 
@@ -68,7 +70,13 @@ exits 4, on a pass it goes on as above.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to CMD's group; after
 --grace the group is killed. No process CMD started outlives launch.
 launch sets NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT when neither is set.
-Its own lines go to stderr, prefixed "rankgate: ".
+
+Stdout is CMD's alone. launch's own lines go to stderr, prefixed
+"rankgate: ": the preflight report (in the -o format), findings, and while
+it waits for the gang verdict or for NCCL init a progress line at most
+every 10s (--quiet turns progress lines off). For scripts, --report-file
+PATH receives one document about the whole launch when it ends (JSON, or
+YAML with -o yaml), written atomically: a file appears whole or not at all.
 
 Exit: CMD's own code (128+N when signal N ended it), or 1 preflight or
 pre-launch check failed, fatal NCCL line, transport fallback with
@@ -87,6 +95,9 @@ not found.`,
   rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:8443 \
     --ca-file /var/run/rankgate/ca/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
     mpirun -np 8 python train.py
+
+  # the launch's outcome for a script, apart from CMD's output
+  rankgate launch --report-file /tmp/launch.json -- torchrun --nproc-per-node=8 train.py
 
   # not NCCL: ready when the log says so
   rankgate launch --no-preflight --ready-pattern '^Epoch 1/' --init-timeout 5m -- python train.py`,
@@ -108,16 +119,33 @@ not found.`,
 	f.StringVar(&o.MPIHostfile, "mpi-hostfile", "", "MPI hostfile to check before CMD starts (MPIJob: /etc/mpi/hostfile)")
 	f.IntVar(&o.SSHPort, "ssh-port", launcher.DefaultSSHPort, "TCP port every hostfile host must accept")
 	f.DurationVar(&o.HostsTimeout, "hosts-timeout", launcher.DefaultHostsTimeout, "how long to wait for the hostfile's hosts")
+	f.StringVar(&o.ReportFile, "report-file", "", "when launch ends, write one report of the whole launch to this file, atomically (JSON; YAML with -o yaml); /dev/fd/N for an open descriptor")
+	f.Lookup("output").Usage = "format of the preflight report on stderr and of --report-file (text: the file is JSON): " + formatList
+	o.progressOptions.addFlags(f)
 	o.gangOptions.addFlags(f)
 	return cmd
 }
 
 func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) error {
+	opts, err := o.launcherOptions(argv)
+	if err != nil {
+		return err
+	}
+	opts.Stdin, opts.Stdout, opts.Stderr = a.Streams.In, a.Streams.Out, a.Streams.Err
+	rep := newLaunchReport(argv)
+	err = a.launch(ctx, o, opts, rep)
+	if o.ReportFile != "" {
+		rep.finish(err)
+		a.writeLaunchReport(o.ReportFile, rep, o.Output)
+	}
+	return err
+}
+
+// launcherOptions checks launch's flags (usage errors, exit 2, before
+// anything runs) and turns them into the launcher's options.
+func (o *launchOptions) launcherOptions(argv []string) (launcher.Options, error) {
 	opts := launcher.Options{
 		Command:         argv,
-		Stdin:           a.Streams.In,
-		Stdout:          a.Streams.Out,
-		Stderr:          a.Streams.Err,
 		Grace:           o.Grace,
 		InitTimeout:     o.InitTimeout,
 		ReadyFile:       o.ReadyFile,
@@ -128,27 +156,39 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 		HostsTimeout:    o.HostsTimeout,
 		TerminationLog:  o.TerminationLog,
 		Subreaper:       launchSubreaper,
+		Progress:        o.interval(),
+		Quiet:           o.Quiet,
 	}
 	if p := o.ReadyPattern; p != "" {
 		re, err := regexp.Compile(p)
 		if err != nil {
-			return verdict.Exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
+			return opts, verdict.Exitf(verdict.ExitUsage, "--ready-pattern: %v", err)
 		}
 		opts.ReadyPattern = re
 	}
 	want, err := launcher.ParseTransport(o.ExpectTransport)
 	if err != nil {
-		return verdict.Exitf(verdict.ExitUsage, "--expect-transport: %v", err)
+		return opts, verdict.Exitf(verdict.ExitUsage, "--expect-transport: %v", err)
 	}
 	opts.ExpectTransport = want
 	if opts.LocalRanks < 0 || opts.SSHPort <= 0 || opts.SSHPort > 65535 {
-		return verdict.Exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
+		return opts, verdict.Exitf(verdict.ExitUsage, "--local-ranks must not be negative and --ssh-port must be a TCP port")
 	}
-	format := o.Output
-	if err := checkFormat(format); err != nil {
-		return err
+	if err := checkFormat(o.Output); err != nil {
+		return opts, err
 	}
+	if err := o.progressOptions.check(); err != nil {
+		return opts, err
+	}
+	if o.ReportFile == "-" {
+		return opts, verdict.Exitf(verdict.ExitUsage, "--report-file -: stdout is CMD's; name a file, or /dev/fd/N for a descriptor the caller opened")
+	}
+	return opts, nil
+}
 
+// launch waits for the gang, runs the preflight and then CMD, recording
+// what it learns in rep.
+func (a *App) launch(ctx context.Context, o *launchOptions, opts launcher.Options, rep *launchReport) error {
 	// Subscribe before anything slow: a signal during the preflight or the
 	// host wait must not kill rankgate with CMD half set up.
 	sigs := make(chan os.Signal, 4)
@@ -157,7 +197,9 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 	opts.Signals = sigs
 
 	if o.Gang {
-		if err := a.awaitGang(ctx, &o.gangOptions, o.TerminationLog); err != nil {
+		resp, err := a.awaitGang(ctx, &o.gangOptions, &o.progressOptions, o.TerminationLog)
+		rep.gang(resp)
+		if err != nil {
 			if exit, ok := interrupted(ctx, err); ok {
 				return exit
 			}
@@ -176,9 +218,10 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 			return err
 		}
 		// CMD's stdout stays CMD's: the report goes to stderr.
-		if err := verdict.Write(a.Streams.Err, r, format); err != nil {
+		if err := verdict.Write(a.Streams.Err, r, o.Output); err != nil {
 			return err
 		}
+		rep.Preflight = &r
 		opts.Preflight = &r
 		opts.Devices = r.Devices
 		if opts.ExpectTransport == launcher.TransportUnknown {
@@ -199,6 +242,7 @@ func (a *App) runLaunch(ctx context.Context, o *launchOptions, argv []string) er
 	// context's own cancellation would send CMD a second one.
 	takeOverSignals(ctx)
 	res, err := launcher.Run(context.WithoutCancel(ctx), opts)
+	rep.result(res)
 	if err != nil {
 		return verdict.WithCode(res.ExitCode, err)
 	}

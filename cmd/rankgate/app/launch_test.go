@@ -45,7 +45,7 @@ func TestLaunchUsageErrors(t *testing.T) {
 		{"launch", "--ready-pattern", "(", "--", "true"},
 		{"launch", "--init-timeout", "soon", "--", "true"},
 		{"launch", "--ssh-port", "0", "--", "true"},
-		{"launch", "--no-preflight", "-o", "yaml", "--", "true"},
+		{"launch", "--no-preflight", "-o", "xml", "--", "true"},
 	} {
 		code, out, errs := run(t, nil, args...)
 		require.Equal(t, verdict.ExitUsage, code, "%v: %s", args, errs)

@@ -33,7 +33,7 @@ func (o *inventoryOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.Sample, "sample", "", "use an embedded sample node instead of NVML: "+strings.Join(configs.SampleNames(), ", "))
 	f.DurationVar(&o.NVMLTimeout, "nvml-timeout", 5*time.Second, "deadline for each NVML call")
 	f.StringVar(&o.Catalog, "catalog", "", "MIG profile catalog file replacing the embedded one")
-	f.StringVarP(&o.Output, "output", "o", formatText, "output format: text or json")
+	addOutputFlag(f, &o.Output, "")
 }
 
 // preflightOptions are the rank preflight's (preflight, init, launch).
