@@ -59,7 +59,7 @@ layout change (RECONFIGURABLE), or is excluded by the pod's own rules
 mig-manager change (MIG_RECONFIG_PENDING).
 
 Live, it reads the cluster through your kubeconfig (nodes, pods, the job).
-JOB is `+jobRefForms+`; the namespace comes from -n or
+JOB is ` + jobRefForms + `; the namespace comes from -n or
 NAMESPACE/NAME, else from the kubeconfig context.
 Offline, it reads 'kubectl get -o yaml' or '-o json' dumps (single objects,
 Lists, multi-document YAML) and judges every PyTorchJob and MPIJob in them
