@@ -2,7 +2,11 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/rankgate/rankgate/cmd/rankgate/app.Version=$(VERSION)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+LDFLAGS := -s -w -X github.com/rankgate/rankgate/cmd/rankgate/app.Version=$(VERSION) \
+	-X github.com/rankgate/rankgate/cmd/rankgate/app.Commit=$(COMMIT) \
+	-X github.com/rankgate/rankgate/cmd/rankgate/app.BuildDate=$(BUILD_DATE)
 BIN := bin/rankgate
 IMAGE ?= rankgate:$(VERSION)
 FUZZTIME ?= 30s

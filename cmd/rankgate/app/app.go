@@ -129,7 +129,7 @@ func (a *App) newRootCommand() *cobra.Command {
 		Long: `rankgate checks, before a PyTorchJob or MPIJob starts training, that every
 rank's GPU or MIG device can work with the others, and fails fast with a
 reason a person can act on.`,
-		Version:       Version,
+		Version:       currentVersion().Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -151,6 +151,7 @@ reason a person can act on.`,
 	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
 	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
 	root.AddCommand(a.commands()...)
+	registerCompletions(root)
 	return root
 }
 

@@ -4,8 +4,14 @@ package app
 
 import "github.com/spf13/cobra"
 
+// The build flavour, as `rankgate version` names it.
+const (
+	buildFlavour     = "full"
+	buildFlavourText = "full (every command)"
+)
+
 // commands are the full build's: the node faces and the cluster faces
-// (diagnose, controller), which link client-go.
+// (diagnose, status, controller), which link client-go.
 func (a *App) commands() []*cobra.Command {
 	return []*cobra.Command{
 		a.newPreflightCommand(),
@@ -16,5 +22,7 @@ func (a *App) commands() []*cobra.Command {
 		a.newCopyBinaryCommand(),
 		a.newDiagnoseCommand(),
 		a.newControllerCommand(),
+		a.newStatusCommand(),
+		a.newVersionCommand(),
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,16 +39,14 @@ type diagnoseOptions struct {
 	KnownBadDrivers string
 	Offline         bool
 	Filenames       []string
-	Kubeconfig      string
-	Context         string
-	RequestTimeout  time.Duration
 	Kind            string
+	kubeFlags
 }
 
 func (a *App) newDiagnoseCommand() *cobra.Command {
 	o := &diagnoseOptions{}
 	cmd := &cobra.Command{
-		Use:   "diagnose (job|pod) NAMESPACE/NAME | diagnose --offline -f FILE...",
+		Use:   "diagnose (job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE...",
 		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
 		Long: `diagnose decides whether a PyTorchJob, MPIJob or GPU pod can ever be placed,
 all its pods at once, and says why not: the GPU or MIG shape it asks for
@@ -61,6 +58,8 @@ layout change (RECONFIGURABLE), or is excluded by the pod's own rules
 mig-manager change (MIG_RECONFIG_PENDING).
 
 Live, it reads the cluster through your kubeconfig (nodes, pods, the job).
+JOB is ` + jobRefForms + `; the namespace comes from -n or
+NAMESPACE/NAME, else from the kubeconfig context.
 Offline, it reads 'kubectl get -o yaml' or '-o json' dumps (single objects,
 Lists, multi-document YAML) and judges every PyTorchJob and MPIJob in them
 and every GPU pod not yet bound.
@@ -68,6 +67,7 @@ and every GPU pod not yet bound.
 Exit 0: schedulable now or waiting; 1: hopeless as it is; 2: bad input or
 usage; 3: the API server could not be reached.`,
 		Example: `  rankgate diagnose job ml/llm-finetune
+  rankgate diagnose job pytorchjob/llm-finetune -n ml
   rankgate diagnose pod research/notebook-3g -o json
   kubectl get nodes,pods,pytorchjobs -A -o yaml > dump.yaml
   rankgate diagnose --offline -f dump.yaml
@@ -75,7 +75,7 @@ usage; 3: the API server could not be reached.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !o.Offline {
-				return verdict.Exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' or --offline -f FILE")
+				return verdict.Exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' (or -n NAMESPACE and a name) or --offline -f FILE")
 			}
 			return a.diagnoseOffline(cmd.Context(), o)
 		},
@@ -87,33 +87,42 @@ usage; 3: the API server could not be reached.`,
 	cmd.Flags().BoolVar(&o.Offline, "offline", false, "judge the objects in files instead of a live cluster")
 	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "with --offline: a kubectl get -o yaml|json dump (repeatable; - for stdin)")
 
-	live := func(use, short string, run func(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error) *cobra.Command {
+	live := func(use, short string, args cobra.PositionalArgs, parse func([]string) (jobRef, error), run func(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns string, ref jobRef) error) *cobra.Command {
 		c := &cobra.Command{
-			Use:   use + " NAMESPACE/NAME",
+			Use:   use,
 			Short: short,
-			Args:  cobra.ExactArgs(1),
+			Args:  args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				ns, name, ok := strings.Cut(args[0], "/")
-				if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
-					return verdict.Exitf(verdict.ExitUsage, "%q: want NAMESPACE/NAME", args[0])
+				if err := checkFormat(o.Output); err != nil {
+					return err
+				}
+				ref, err := parse(args)
+				if err != nil {
+					return err
+				}
+				ns, err := jobNamespace(ref, o.Namespace, o.contextNamespace)
+				if err != nil {
+					return err
 				}
 				l, err := liveSource(o.Kubeconfig, o.Context)
 				if err != nil {
-					return verdict.Exitf(verdict.ExitEnvironment, "kubeconfig: %v", err)
+					return kubeconfigError(err)
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), o.RequestTimeout)
 				defer cancel()
-				return run(ctx, o, l, ns, name)
+				return run(ctx, o, l, ns, ref)
 			},
 		}
-		c.Flags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
-		c.Flags().StringVar(&o.Context, "context", "", "kubeconfig context to use")
-		c.Flags().DurationVar(&o.RequestTimeout, "request-timeout", 2*time.Minute, "deadline for reading the cluster")
+		o.register(c, 2*time.Minute, "deadline for reading the cluster")
 		return c
 	}
-	jobCmd := live("job", "Diagnose a PyTorchJob or MPIJob on a live cluster", a.diagnoseLiveJob)
+	jobCmd := live("job JOB", "Diagnose a PyTorchJob or MPIJob on a live cluster (JOB: "+jobRefForms+")",
+		cobra.RangeArgs(1, 2), parseJobRef, a.diagnoseLiveJob)
+	jobCmd.ValidArgsFunction = completeJobArgs
 	jobCmd.Flags().StringVar(&o.Kind, "kind", "", "PyTorchJob or MPIJob, when both kinds use the name")
-	cmd.AddCommand(jobCmd, live("pod", "Diagnose a pod (its job when it belongs to one) on a live cluster", a.diagnoseLivePod))
+	podCmd := live("pod [NAMESPACE/]NAME", "Diagnose a pod (its job when it belongs to one) on a live cluster",
+		cobra.ExactArgs(1), func(args []string) (jobRef, error) { return parsePodRef(args[0]) }, a.diagnoseLivePod)
+	cmd.AddCommand(jobCmd, podCmd)
 	return cmd
 }
 
@@ -210,21 +219,20 @@ func withSuspended(r verdict.Report, w schedule.Workload) verdict.Report {
 	return r
 }
 
-func (a *App) diagnoseLiveJob(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error {
-	if err := checkFormat(o.Output); err != nil {
+func (a *App) diagnoseLiveJob(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns string, ref jobRef) error {
+	kind, err := jobKind(ref, o.Kind)
+	if err != nil {
 		return err
 	}
-	j, err := l.Job(ctx, ns, name, o.Kind)
+	j, err := l.Job(ctx, ns, ref.Name, kind)
 	if err != nil {
 		return err
 	}
 	return a.judgeLive(ctx, o, l, j, nil)
 }
 
-func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns, name string) error {
-	if err := checkFormat(o.Output); err != nil {
-		return err
-	}
+func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns string, ref jobRef) error {
+	name := ref.Name
 	p, err := l.Pod(ctx, ns, name)
 	if err != nil {
 		return err

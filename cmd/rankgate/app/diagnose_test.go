@@ -108,8 +108,12 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"diagnose", "--offline", "-f", onlyNodes}, "nothing to diagnose"},
 		{[]string{"diagnose", "--offline", "-f", badLabel}, `node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "xml"}, `output format "xml": want text, json or yaml`},
-		{[]string{"diagnose", "job", "no-namespace"}, `"no-namespace": want NAMESPACE/NAME`},
-		{[]string{"diagnose", "job"}, "accepts 1 arg"},
+		{[]string{"diagnose", "job", "ml/a/b"}, `"a/b": not a job name`},
+		{[]string{"diagnose", "job", "tfjobs.kubeflow.org/a"}, `not a job kind rankgate gates`},
+		{[]string{"diagnose", "job", "ml/a", "-n", "other"}, `the job names namespace "ml", --namespace says "other"`},
+		{[]string{"diagnose", "pod", "Bad_NS/p"}, `"Bad_NS" is not a namespace`},
+		{[]string{"diagnose", "job"}, "accepts between 1 and 2 arg(s), received 0"},
+		{[]string{"diagnose", "pod"}, "accepts 1 arg(s), received 0"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -69,3 +69,24 @@ func TestLoadOrder(t *testing.T) {
 	_, err = Load(filepath.Join(dir, "missing.yaml"), "", "")
 	require.Error(t, err, "a --kubeconfig that does not exist is an error")
 }
+
+// The default namespace is the context's, else "default", as kubectl's;
+// Contexts lists the file's contexts.
+func TestNamespaceAndContexts(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	writeKubeconfig(t, path, "https://h:6443")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+
+	_, ns, err := LoadWithNamespace(path, "", "")
+	require.NoError(t, err)
+	require.Equal(t, "default", ns, "the current context names no namespace")
+	_, ns, err = LoadWithNamespace(path, "other", "")
+	require.NoError(t, err)
+	require.Equal(t, "x", ns, "the context's namespace")
+
+	names, err := Contexts(path)
+	require.NoError(t, err)
+	require.Equal(t, []string{"main", "other"}, names)
+}
