@@ -101,7 +101,7 @@ func requireField(t *testing.T, out, name, value string) {
 
 func TestStatusOnAPIServer(t *testing.T) {
 	ctrllog.SetLogger(logr.Discard())
-	cfg, _ := envtestutil.Start(t)
+	cfg, _ := envtestutil.Start(t, envtestutil.WithoutGangCRD())
 	kc := statusKubeconfig(t, cfg)
 	status := func(args ...string) (int, string, string) {
 		t.Helper()

@@ -61,6 +61,23 @@ var CRDDir = filepath.Join("integrations", "kubernetes", "testdata", "crds")
 // GangCRDDir holds rankgate's own CRD (gangs.rankgate.io) as shipped.
 var GangCRDDir = filepath.Join("configs", "deploy", "crds")
 
+// Option changes what StartEnv installs.
+type Option func(*options)
+
+type options struct{ noGangCRD bool }
+
+// WithoutGangCRD starts the API server with the Kubeflow CRDs only, as a
+// cluster where rankgate is not installed.
+func WithoutGangCRD() Option { return func(o *options) { o.noGangCRD = true } }
+
+func crdDirs(root string, o options) []string {
+	dirs := []string{filepath.Join(root, CRDDir)}
+	if !o.noGangCRD {
+		dirs = append(dirs, filepath.Join(root, GangCRDDir))
+	}
+	return dirs
+}
+
 // ErrBinariesMissing is wrapped by StartEnv's error when bin/k8s lacks a binary.
 var ErrBinariesMissing = errors.New("envtest binaries missing: run `make test-binaries` (hack/build-test-binaries.sh)")
 
@@ -133,7 +150,11 @@ func Scheme() *apiruntime.Scheme { return kubeflow.NewScheme() }
 // CRDs installed, for use outside a single test (TestMain). The caller must
 // call Stop on the returned environment. It does not touch a kubeconfig and
 // ignores USE_EXISTING_CLUSTER and KUBEBUILDER_ASSETS.
-func StartEnv() (*envtest.Environment, *rest.Config, error) {
+func StartEnv(opts ...Option) (*envtest.Environment, *rest.Config, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, nil, err
@@ -145,7 +166,7 @@ func StartEnv() (*envtest.Environment, *rest.Config, error) {
 	useExisting := false
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, CRDDir), filepath.Join(root, GangCRDDir)},
+		CRDDirectoryPaths:     crdDirs(root, o),
 		ErrorIfCRDPathMissing: true,
 		UseExistingCluster:    &useExisting,
 		Scheme:                Scheme(),
@@ -169,10 +190,10 @@ func StartEnv() (*envtest.Environment, *rest.Config, error) {
 // admin config and an idempotent stop function, which is also registered
 // with t.Cleanup. Missing binaries fail t, or skip it when
 // RANKGATE_SKIP_ENVTEST=1.
-func Start(t testing.TB) (*rest.Config, func()) {
+func Start(t testing.TB, opts ...Option) (*rest.Config, func()) {
 	t.Helper()
 	begin := time.Now()
-	env, cfg, err := StartEnv()
+	env, cfg, err := StartEnv(opts...)
 	if err != nil {
 		if errors.Is(err, ErrBinariesMissing) && os.Getenv(SkipEnv) == "1" {
 			t.Skipf("skipping (%s=1): %v", SkipEnv, err)
