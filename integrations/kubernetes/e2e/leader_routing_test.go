@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -158,7 +161,11 @@ func (p *kubeProxy) listen(t testing.TB) {
 				if backend == "" {
 					return
 				}
-				up, err := net.Dial("tcp", onLoopback(backend))
+				// From the client's own address, as kube-proxy's DNAT
+				// keeps it (the gate limits new tokens per address).
+				src := conn.RemoteAddr().(*net.TCPAddr)
+				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src.IP}}
+				up, err := d.Dial("tcp", onLoopback(backend))
 				if err != nil {
 					return
 				}
@@ -292,9 +299,10 @@ const (
 	answeredNotLeader
 	answeredUnavailable // the leader, not ready yet
 	unreachable         // refused, reset, no endpoint
+	otherError          // another refusal by the gate
 )
 
-var firstAnswerNames = []string{"leader", "notLeader", "unavailable", "unreachable"}
+var firstAnswerNames = []string{"leader", "notLeader", "unavailable", "unreachable", "otherError"}
 
 func classify(err error) firstAnswer {
 	var ge *gate.Error
@@ -305,6 +313,8 @@ func classify(err error) firstAnswer {
 		return answeredNotLeader
 	case errors.As(err, &ge) && ge.Code == gate.CodeUnavailable:
 		return answeredUnavailable
+	case ge != nil:
+		return otherError
 	}
 	return unreachable
 }
@@ -316,6 +326,7 @@ type routingRun struct {
 	sent    []time.Time
 	answer  []firstAnswer
 	failed  atomic.Int32
+	logged  atomic.Int32
 	started time.Time
 }
 
@@ -332,6 +343,21 @@ func (r *routingRun) share(from, to time.Time) (leader, total int, by map[string
 		}
 	}
 	return leader, total, by
+}
+
+// rankTransport connects to the gate from 127.1.x.y, a loopback address of
+// rank i's own (Linux routes all of 127.0.0.0/8 to the loopback device).
+func rankTransport(t *testing.T, i int) http.RoundTripper {
+	pem, err := os.ReadFile(certs.CAFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pem))
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 1, byte((i+1)>>8), byte(i+1))}, Timeout: 10 * time.Second}
+	tr.DialContext = d.DialContext
+	tr.ForceAttemptHTTP2 = true
+	return tr
 }
 
 type benchRank struct {
@@ -393,8 +419,9 @@ func runRouting(t *testing.T, url, ns string, ranks []benchRank, window time.Dur
 		delay := time.Duration(rand.Int64N(int64(window)))
 		go func() {
 			defer wg.Done()
-			// Its own client: a new connection, as a new rank's.
-			cl, err := gate.NewClient(gate.ClientOptions{URL: url, CAFile: certs.CAFile, Token: rr.token})
+			// Its own client: a new connection, as a new rank's, from an
+			// address of its own, as a rank's pod IP.
+			cl, err := gate.NewClient(gate.ClientOptions{URL: url, Token: rr.token, Transport: rankTransport(t, i)})
 			if err != nil {
 				r.failed.Add(1)
 				return
@@ -405,6 +432,9 @@ func runRouting(t *testing.T, url, ns string, ranks []benchRank, window time.Dur
 			r.sent[i] = time.Now()
 			_, err = cl.Report(context.Background(), req, 0)
 			r.answer[i] = classify(err)
+			if r.answer[i] != answeredByLeader && r.logged.Add(1) <= 5 {
+				t.Logf("first report of %s: %v", rr.pod.Name, err)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			res, err := cl.Await(ctx, req, gate.AwaitOptions{Poll: 5 * time.Second})
@@ -466,10 +496,14 @@ func TestBenchReportsReachLeader(t *testing.T) {
 	}
 
 	// Failover: the leader stops (releasing its lease) half-way through.
-	var stopped time.Time
+	var stopped, led time.Time
 	r := runRouting(t, "https://"+slice.Addr, nss[2], gangs[2], window, func() {
 		stopped = time.Now()
-		leader.Stop(t)
+		go leader.Stop(t)
+		for !standby.IsLeader() {
+			time.Sleep(5 * time.Millisecond)
+		}
+		led = time.Now()
 	})
 	require.Zero(t, r.failed.Load(), "ranks without a pass verdict across the failover")
 	require.True(t, standby.IsLeader())
@@ -478,6 +512,7 @@ func TestBenchReportsReachLeader(t *testing.T) {
 	require.True(t, ok, "the slice never named the new leader")
 	fo := report(names[2], r, time.Time{}, far)
 	fo["withdrawnAfterStop"] = withdrawn.Sub(stopped).Round(time.Millisecond).String()
+	fo["newLeaderAfterStop"] = led.Sub(stopped).Round(time.Millisecond).String()
 	fo["newLeaderReadyAfterStop"] = switched.Sub(stopped).Round(time.Millisecond).String()
 	fo["duringSwitch"] = report("during the switch", r, stopped, switched)
 	fo["outsideSwitch"] = func() map[string]any {
