@@ -190,7 +190,7 @@ func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, r
 }
 
 // write makes the slice name this replica only (ready or not). With
-// onlyOurs, a slice that names another address is left alone.
+// onlyOurs, a slice that names another replica is left alone.
 func (le *leaderEndpoint) write(ctx context.Context, ready, onlyOurs bool) error {
 	ctx, cancel := context.WithTimeout(ctx, gateEndpointWriteTimeout)
 	defer cancel()
@@ -203,7 +203,7 @@ func (le *leaderEndpoint) write(ctx context.Context, ready, onlyOurs bool) error
 	if err != nil {
 		return err
 	}
-	if onlyOurs && !le.namesOnly(cur, false) {
+	if onlyOurs && le.namesOther(cur) {
 		return nil
 	}
 	if cur.AddressType != le.family {
@@ -272,6 +272,11 @@ func (le *leaderEndpoint) namesOnly(s *discoveryv1.EndpointSlice, wantReady bool
 	return !wantReady || (r != nil && *r)
 }
 
+// namesOther: the slice has endpoints, and not this replica's alone.
+func (le *leaderEndpoint) namesOther(s *discoveryv1.EndpointSlice) bool {
+	return len(s.Endpoints) > 0 && !le.namesOnly(s, false)
+}
+
 // check recreates a deleted slice and repairs this replica's entry; a slice
 // naming another replica is left to it.
 func (le *leaderEndpoint) check(ctx context.Context, log logr.Logger) error {
@@ -287,7 +292,7 @@ func (le *leaderEndpoint) check(ctx context.Context, log logr.Logger) error {
 		return err
 	case le.namesOnly(cur, true) && cur.Labels[LabelServiceName] == le.svc:
 		return nil
-	case len(cur.Endpoints) > 0 && !le.namesOnly(cur, false):
+	case le.namesOther(cur):
 		log.Info("the gate Service's EndpointSlice names another replica; leaving it")
 		return nil
 	}
