@@ -51,8 +51,9 @@ ranks' init containers (rankgate init), decides one verdict per job over all
 ranks' reports, records it on the job under rankgate.io/, emits an Event,
 and on a fail suspends the job (or deletes it, or only annotates it).
 
-Run two replicas with --leader-elect: only the leader holds gangs; the
-other answers the gate with NotLeader and ranks retry.`,
+Run two replicas with --leader-elect: only the leader holds gangs, and it
+makes itself the only endpoint of the gate Service (--gate-service); a rank
+that still reaches the other gets NotLeader and retries.`,
 		Example: `  rankgate controller --cert-dir /etc/rankgate/tls
   rankgate controller --kubeconfig ~/.kube/config --gate-addr 127.0.0.1:8443 \
     --cert-dir ./certs --gang-timeout 5m --leader-elect=false`,
@@ -62,6 +63,7 @@ other answers the gate with NotLeader and ranks retry.`,
 	f := cmd.Flags()
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, then in-cluster config)")
 	f.StringVar(&o.GateAddr, "gate-addr", controller.DefaultGateAddr, "HOST:PORT the gate API listens on (HTTPS)")
+	f.StringVar(&o.GateService, "gate-service", controller.DefaultGateService, "Service (in --namespace) through which ranks reach the gate: the leader publishes itself, at $POD_IP and the --gate-addr port, as its only endpoint (EndpointSlice <name>-leader); empty: not published")
 	f.StringVar(&o.CertDir, "cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
 	f.DurationVar(&o.GangTimeout, "gang-timeout", controller.DefaultGangTimeout, "fail a gang when ranks are still missing this long after its first report (per job: annotation rankgate.io/gang-timeout)")
 	f.StringVar(&o.OnFail, "on-fail", controller.DefaultOnFail, "what to do to a job whose gang fails: suspend, delete or annotate (per job: annotation rankgate.io/on-fail)")
@@ -164,6 +166,9 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	opts.Identity = os.Getenv("POD_NAME")
 	if opts.Identity == "" {
 		opts.Identity, _ = os.Hostname()
+	}
+	if opts.GateService != "" {
+		opts.GateEndpointIP = os.Getenv("POD_IP")
 	}
 	opts.Config = rc
 	opts.Log = logger

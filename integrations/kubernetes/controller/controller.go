@@ -4,10 +4,11 @@
 // preflight.GangRules, records it on the job, and acts on a failure
 // (suspend, delete, or annotate only).
 //
-// Only the leader (controller-runtime leader election) holds gangs; other
-// replicas are Ready (probes), answer the gate with NotLeader and close the
-// connection, and ranks retry on a new one, which the Service may send to
-// the leader. Gang state is in memory but nothing is lost on a restart:
+// Only the leader (controller-runtime leader election) holds gangs, and it
+// publishes itself as the gate Service's only endpoint (leaderendpoint.go);
+// other replicas are Ready (probes), answer a rank that still reaches them
+// with NotLeader and close the connection, and ranks retry on a new one.
+// Gang state is in memory but nothing is lost on a restart:
 // verdicts are recorded in the controller's namespace and then on the job,
 // the time of a gang's first report on the job, and waiting ranks re-send
 // their reports on every poll.
@@ -64,6 +65,14 @@ type Options struct {
 	// GateListener is given.
 	GateAddr     string
 	GateListener net.Listener
+	// GateService names the Service in Namespace through which ranks reach
+	// the gate. The leader publishes itself as its only endpoint (an
+	// EndpointSlice, see leaderendpoint.go) at GateEndpointIP and the gate
+	// listener's port, so that ranks' connections reach the replica that
+	// decides. Empty: not published (the command's default is
+	// DefaultGateService).
+	GateService    string
+	GateEndpointIP string // this replica's pod IP (POD_IP)
 	// CertDir holds tls.crt and tls.key for the gate (watched for
 	// rotation). Insecure serves plain HTTP instead: tests only.
 	CertDir  string
@@ -452,8 +461,10 @@ func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
 	go c.sweep(ctx)
+	published := c.publishGateEndpoint(ctx) // the gate Service routes to this replica
 	<-ctx.Done()
 	c.leader.Store(false)
+	published() // withdrawn before the lease is released
 	return nil
 }
 
