@@ -38,9 +38,10 @@ type gang struct {
 	deciding bool
 	verdict  *decision
 	done     chan struct{}
-	// firstRecorded: rankgate.io/first-report-at is on the job.
-	firstRecorded bool
-	// firstAdopted: the value of rankgate.io/first-report-at last adopted.
+	// attempt: the job's gated attempt (rankgate.io/attempt), its Gang's.
+	attempt int32
+	// firstAdopted: the recorded first report (the Gang's, or the job's
+	// rankgate.io/first-report-at) last adopted.
 	firstAdopted string
 	// closed: decided or forgotten, no longer counted as open.
 	closed bool
@@ -65,7 +66,7 @@ func (g *gang) close() {
 func newGang(j job, timeout time.Duration) *gang {
 	o := j.Object()
 	return &gang{
-		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(),
+		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
 		expected: kubeflow.RankPods(j), timeout: timeout,
 		multiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink])),
 		reports:         map[int]preflight.RankReport{}, podUIDs: map[int]string{}, done: make(chan struct{}),
@@ -121,19 +122,24 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 	return !had, false, 0, nil
 }
 
-// adoptFirstReport starts g's clock at the first report the job records
-// (rankgate.io/first-report-at, written by this or an earlier leader), but
+// adoptFirstReport starts g's clock at the first report its Gang records
+// (status.firstReportAt, written by an earlier leader), or that the job
+// records (rankgate.io/first-report-at, written by earlier releases), but
 // never before the gang's oldest rank pod was created: anyone who may
 // patch the job can write the annotation, and a time in the past must not
 // fail the gang at once.
 func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	s := o.GetAnnotations()[KeyFirstReport]
+	if r := c.lookupRes(g.uid); s == "" && r != nil {
+		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
+			s = obj.Status.FirstReportAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
 	at, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return
 	}
 	g.mu.Lock()
-	g.firstRecorded = true
 	seen := g.firstAdopted == s
 	g.firstAdopted = s
 	g.mu.Unlock()
