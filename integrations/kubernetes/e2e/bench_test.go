@@ -147,8 +147,7 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("setup: %d jobs, %d pods, %d tokens in %s", jobs, jobs*ranks, jobs*ranks, time.Since(begin).Round(time.Millisecond))
 
-	// The shipped record cleanup delay, not the tests' short one.
-	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, RecordCleanupDelay: 30 * time.Second})
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started
 
