@@ -313,6 +313,17 @@ func TestE2EGangRaceOneVerdictStands(t *testing.T) {
 	fail := verdict.NewReport("node", []verdict.Finding{{Rule: verdict.RuleDriverKnownBad, Severity: verdict.SeverityFail, Message: "bad driver"}})
 	pass := verdict.NewReport("node", nil)
 	seen := map[verdict.Verdict]int{}
+	// Both replicas serving (their sweeps done) before the race starts.
+	warm := pytorchJob(t, ns, "warm", false, 2, nil)
+	wp := rankPod(t, warm, "worker", 0, "node-0", "")
+	for _, url := range []string{a.URL, b.URL} {
+		gc, err := gate.NewClient(gate.ClientOptions{URL: url, CAFile: certs.CAFile, TokenFile: token(t, wp, gate.Audience)})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err := gc.Verdict(context.Background(), ns, wp.Name, 0)
+			return err == nil
+		}, 20*time.Second, 50*time.Millisecond)
+	}
 	for round := 0; round < 4; round++ {
 		job := pytorchJob(t, ns, fmt.Sprintf("race-%d", round), false, 2, nil)
 		var reqs []*gate.ReportRequest
@@ -336,11 +347,19 @@ func TestE2EGangRaceOneVerdictStands(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				if (round%2 == 0) == (cl.url == b.URL) {
+					time.Sleep(20 * time.Millisecond) // each replica ahead in turn
+				}
 				gc, err := gate.NewClient(gate.ClientOptions{URL: cl.url, CAFile: certs.CAFile, TokenFile: cl.tok})
 				if err != nil {
 					return
 				}
-				got[i], _ = gc.Report(context.Background(), cl.req, 20*time.Second)
+				// Until both replicas have loaded the recorded verdicts.
+				for try := 0; try < 100 && got[i] == nil; try++ {
+					if got[i], err = gc.Report(context.Background(), cl.req, 20*time.Second); err != nil {
+						time.Sleep(100 * time.Millisecond)
+					}
+				}
 			}()
 		}
 		wg.Wait()
