@@ -132,7 +132,10 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	s := o.GetAnnotations()[KeyFirstReport]
 	if r := c.lookupRes(g.uid); s == "" && r != nil {
 		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
-			s = obj.Status.FirstReportAt.UTC().Format(time.RFC3339Nano)
+			// Stored to the second: the report came within the second
+			// after it. The end of that second never shortens the gang's
+			// time (this leader's own first report is never later).
+			s = obj.Status.FirstReportAt.Add(time.Second - time.Millisecond).UTC().Format(time.RFC3339Nano)
 		}
 	}
 	at, err := time.Parse(time.RFC3339Nano, s)

@@ -156,7 +156,7 @@ func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
 // gangsRBACHint says what a Forbidden answer (or a missing kind) on Gangs
 // means.
 func (c *Controller) gangsRBACHint(verbs string) string {
-	return fmt.Sprintf("the controller needs %s on gangs.rankgate.io in the jobs' namespaces, and the CRD installed (apply configs/deploy: crds/rankgate.io_gangs.yaml and rbac.yaml)", verbs)
+	return fmt.Sprintf("the controller needs %s on gangs.rankgate.io (and gangs/status) in every namespace, and the Gang CRD: apply configs/deploy/crds/rankgate.io_gangs.yaml and configs/deploy/rbac.yaml", verbs)
 }
 
 // isNoGangKind: the API server does not serve Gangs (the CRD is missing).
