@@ -81,7 +81,7 @@ type decision struct {
 	DecidedAt time.Time
 	DecidedBy string // the replica that decided
 	Action    string
-	// adopted: read from the job or a verdict record, not decided by this
+	// adopted: read from the job or its Gang, not decided by this
 	// call.
 	adopted bool
 	// applied: the job carries it already.
