@@ -6,8 +6,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 )
 
 // Progress writes: what an open gang's Gang shows (ranks reported, the
@@ -113,7 +116,10 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			continue
 		}
 		if d, ok := gangDecision(obj); ok {
-			if g != nil {
+			// Recorded by another replica: adopted, unless it was applied
+			// and the job no longer carries it (then the gang's verdict
+			// write starts a new attempt).
+			if g != nil && !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
 				c.setPending(r.t, d)
 				go c.adoptVerdict(g, d)
 			}

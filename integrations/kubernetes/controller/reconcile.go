@@ -143,6 +143,20 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
+	// Decided and applied, and the job no longer carries the verdict: a
+	// person removed it to gate the job again (record starts a new attempt).
+	c.mu.Lock()
+	g := c.gangs[obj.GetUID()]
+	c.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		removed := g.verdict != nil && !g.verdict.unrecorded
+		g.mu.Unlock()
+		if removed {
+			c.forget(key)
+			c.dropRes(key, nil)
+		}
+	}
 	// A gated job waiting for its ranks: its Gang shows it (0/N).
 	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
 		c.touchProgress(obj.GetUID(), true)
@@ -161,7 +175,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	// A gang is running (possibly started before this leader): make sure
 	// its deadline is armed, and fail it now if a missing rank can never
 	// be placed.
-	g := c.ensureGang(j)
+	g = c.ensureGang(j)
 	g.mu.Lock()
 	open := g.verdict == nil && !g.deciding
 	ranks := g.rankListLocked()

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,8 +91,18 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			continue
 		}
 		if old, ok := gangDecision(cur); ok {
-			c.setPending(r.t, old)
-			return old, false, nil
+			if !meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionApplied) {
+				c.setPending(r.t, old)
+				return old, false, nil
+			}
+			// The job carried this verdict and no longer does: a person
+			// removed it to gate the job again. A new attempt.
+			next, onJob, err := c.nextAttempt(ctx, k, key, g, r)
+			if err != nil || onJob != nil {
+				return onJob, false, err
+			}
+			r = next
+			continue
 		}
 		setVerdict(&cur.Status, snap, d, cur.Generation)
 		err = c.client.Status().Update(ctx, cur)
@@ -151,6 +162,38 @@ func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
 	d, ok := c.pending[uid]
 	c.mu.Unlock()
 	return d, ok
+}
+
+// nextAttempt counts one more attempt on job g (rankgate.io/attempt) whose
+// current attempt's verdict was removed from the job, and returns its Gang
+// resource. onJob is the verdict the job carries after all (read from the
+// API server), if it does.
+func (c *Controller) nextAttempt(ctx context.Context, k jobKind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
+	obj := k.New()
+	if err := c.api.Get(ctx, key, obj); err != nil {
+		return nil, nil, err
+	}
+	if obj.GetUID() != g.uid {
+		return nil, nil, fmt.Errorf("job %s was replaced", g.key)
+	}
+	if d, ok := recordedDecision(obj); ok {
+		d.applied = true
+		return nil, d, nil
+	}
+	if a := jobAttempt(obj); a > r.t.attempt {
+		return c.resFor(obj, g.kind), nil, nil
+	}
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), KeyAttempt, strconv.Itoa(int(r.t.attempt)+1))
+	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+		return nil, nil, err
+	}
+	c.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.key, "attempt", jobAttempt(obj))
+	c.dropRes(g.key, nil)
+	next = c.resFor(obj, g.kind)
+	g.mu.Lock()
+	g.attempt = next.t.attempt
+	g.mu.Unlock()
+	return next, nil, nil
 }
 
 // gangsRBACHint says what a Forbidden answer (or a missing kind) on Gangs

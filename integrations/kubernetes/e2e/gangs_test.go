@@ -382,3 +382,81 @@ func TestE2EGangRaceOneVerdictStands(t *testing.T) {
 	t.Logf("verdicts that stood: %v; decisions: a %d, b %d", seen, a.Decisions(), b.Decisions())
 	require.EqualValues(t, 4, a.Decisions()+b.Decisions(), "a verdict recorded twice, or none")
 }
+
+// Each gated attempt has its own Gang. A job the gate suspended is resumed
+// by a person: the controller counts attempt 2 (rankgate.io/attempt) in the
+// patch that clears the verdict, and the new gang is decided in a new
+// Gang; attempt 1's stays, failed. A job whose verdict a person removed
+// (after on-fail annotate) is gated again as a new attempt.
+func TestE2EGangAttempts(t *testing.T) {
+	ns := newNamespace(t, "e2e-gangs-attempts", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	report := func(job client.Object, rep verdict.Report) []*gate.Response {
+		var out []*gate.Response
+		for i := 0; i < 2; i++ {
+			p := &corev1.Pod{}
+			require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-worker-%d", job.GetName(), i)}, p))
+			gc, err := gate.NewClient(gate.ClientOptions{URL: c.URL, CAFile: certs.CAFile, TokenFile: token(t, p, gate.Audience)})
+			require.NoError(t, err)
+			var resp *gate.Response
+			require.Eventually(t, func() bool {
+				resp, err = gc.Report(context.Background(), &gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: p.Name, Report: rep}, 0)
+				return err == nil
+			}, 20*time.Second, 100*time.Millisecond)
+			out = append(out, resp)
+		}
+		return out
+	}
+	bad := verdict.NewReport("node", []verdict.Finding{{Rule: verdict.RuleDriverKnownBad, Severity: verdict.SeverityFail, Message: "bad driver"}})
+	good := verdict.NewReport("node", nil)
+
+	job := pytorchJob(t, ns, "resumed", false, 2, nil)
+	for i := 0; i < 2; i++ {
+		rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i), "")
+	}
+	report(job, bad)
+	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Eventually(t, func() bool { return suspended(t, job) }, 10*time.Second, 50*time.Millisecond)
+	first := gangOf(t, job)
+	require.Equal(t, v1alpha1.PhaseFailed, first.Status.Phase)
+
+	patch := []byte(`{"spec":{"runPolicy":{"suspend":false}}}`)
+	require.NoError(t, k8s.Patch(context.Background(), job.DeepCopy(), client.RawPatch(types.MergePatchType, patch)))
+	require.Eventually(t, func() bool {
+		a := jobAnnotations(t, job)
+		return a[controller.KeyAttempt] == "2" && a[controller.KeyVerdict] == ""
+	}, 20*time.Second, 50*time.Millisecond, "not re-gated: %v", jobAnnotations(t, job))
+	require.Contains(t, jobAnnotations(t, job)[controller.KeyPreviousGate], "fail ")
+	var resp []*gate.Response
+	require.Eventually(t, func() bool {
+		resp = report(job, good)
+		return resp[1].State == gate.StateDecided
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, verdict.VerdictPass, resp[1].Verdict.Verdict)
+	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	second := gangOf(t, job)
+	require.Equal(t, v1alpha1.GangName("PyTorchJob", job.Name, 2), second.Name)
+	require.EqualValues(t, 2, second.Spec.Attempt)
+	require.Equal(t, v1alpha1.PhasePassed, second.Status.Phase)
+	kept := &v1alpha1.Gang{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(first), kept))
+	require.Equal(t, v1alpha1.PhaseFailed, kept.Status.Phase, "attempt 1's Gang changed")
+
+	// on-fail annotate: a person removes the verdict to gate again.
+	ann := pytorchJob(t, ns, "annotated", false, 2, map[string]string{controller.KeyOnFail: controller.ActionAnnotate})
+	for i := 0; i < 2; i++ {
+		rankPod(t, ann, "worker", i, fmt.Sprintf("node-%d", i), "")
+	}
+	report(ann, bad)
+	require.Equal(t, "fail", appliedVerdict(t, ann)[controller.KeyVerdict])
+	clear := []byte(`{"metadata":{"annotations":{"rankgate.io/verdict":null}}}`)
+	require.NoError(t, k8s.Patch(context.Background(), ann.DeepCopy(), client.RawPatch(types.MergePatchType, clear)))
+	require.Eventually(t, func() bool {
+		resp = report(ann, good)
+		return resp[1].State == gate.StateDecided
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, verdict.VerdictPass, resp[1].Verdict.Verdict, "the removed verdict was adopted again")
+	require.Equal(t, "pass", appliedVerdict(t, ann)[controller.KeyVerdict])
+	require.Equal(t, "2", jobAnnotations(t, ann)[controller.KeyAttempt])
+	require.Equal(t, v1alpha1.PhasePassed, gangOf(t, ann).Status.Phase)
+}
