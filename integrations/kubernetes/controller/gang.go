@@ -130,7 +130,12 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 // fail the gang at once.
 func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	s := o.GetAnnotations()[KeyFirstReport]
-	if r := c.lookupRes(g.uid); s == "" && r != nil {
+	g.mu.Lock()
+	started := !g.firstAt.IsZero()
+	g.mu.Unlock()
+	// A Gang's first report is an earlier leader's, loaded when this one
+	// took the lead: it matters before this leader's own first report.
+	if r := c.lookupRes(g.uid); s == "" && r != nil && !started {
 		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
 			// Stored to the second: the report came within the second
 			// after it. The end of that second never shortens the gang's
