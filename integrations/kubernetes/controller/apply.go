@@ -283,7 +283,7 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 	for attempt := 0; attempt < 5; attempt++ {
 		if obj == nil {
 			cur := &v1alpha1.Gang{}
-			if err := c.api.Get(ctx, r.key(), cur); err != nil {
+			if err := c.gangAPI.Get(ctx, r.key(), cur); err != nil {
 				if !apierrors.IsNotFound(err) {
 					c.log.Info("marking the gang applied", "gang", r.key().String(), "error", err.Error())
 				}
@@ -296,7 +296,7 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		}
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue,
 			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
-		err := c.client.Status().Update(ctx, obj)
+		err := c.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			return

@@ -223,13 +223,18 @@ type Controller struct {
 	mgr    manager.Manager
 	client client.Client // cached reads, writes
 	api    client.Reader // uncached reads
-	rec    events.EventRecorder
-	gate   *gateserver.Server
-	kinds  []jobKind
-	engine *schedule.Engine // judges whether a missing rank can ever be placed
-	pw     pendingWatches   // jobs with unschedulable pods (pending.go)
-	model  *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
-	certs  *certs.Rotator   // the controller's own CA (ManageCerts)
+	// gangAPI reads and writes Gangs: uncached (no informer: finished
+	// Gangs are history), and without a client-side rate limit, like
+	// TokenReviews: verdict writes are on the ranks' path; progress
+	// writes have their own pace (progress.go).
+	gangAPI client.Client
+	rec     events.EventRecorder
+	gate    *gateserver.Server
+	kinds   []jobKind
+	engine  *schedule.Engine // judges whether a missing rank can ever be placed
+	pw      pendingWatches   // jobs with unschedulable pods (pending.go)
+	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
+	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 
 	leader      atomic.Bool
 	synced      atomic.Bool
@@ -342,11 +347,15 @@ func New(opts Options) (*Controller, error) {
 	// TokenReviews are bounded by the ranks' requests and by the
 	// authenticator's cache and concurrency limit, and sit on the path from
 	// a rank's report to its verdict: no client-side rate limit for them
-	// (the API server's priority and fairness still applies).
+	// (the API server's priority and fairness still applies). Nor for
+	// verdict writes (Gangs).
 	trCfg := rest.CopyConfig(cfg)
 	trCfg.QPS, trCfg.Burst = -1, 0
 	cs, err := kubernetes.NewForConfig(trCfg)
 	if err != nil {
+		return nil, err
+	}
+	if c.gangAPI, err = client.New(trCfg, client.Options{Scheme: opts.Scheme, Mapper: mgr.GetRESTMapper()}); err != nil {
 		return nil, err
 	}
 	getCert, err := c.gateCertificate(mgr)

@@ -150,7 +150,7 @@ func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Ga
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		obj := newGangObject(r)
-		err := c.client.Create(ctx, obj)
+		err := c.gangAPI.Create(ctx, obj)
 		if err == nil {
 			r.set(obj)
 			return obj, nil
@@ -171,7 +171,7 @@ func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Ga
 // job and was deleted.
 func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
 	cur := &v1alpha1.Gang{}
-	err := c.api.Get(ctx, r.key(), cur)
+	err := c.gangAPI.Get(ctx, r.key(), cur)
 	if apierrors.IsNotFound(err) {
 		r.mu.Lock()
 		r.obj = nil
@@ -187,7 +187,7 @@ func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, e
 	}
 	c.log.Info("deleting a Gang that does not belong to the job it is named for", "gang", r.key().String(),
 		"job", r.t.key(), "uid", r.t.uid, "gangJobUID", cur.Spec.Job.UID)
-	err = c.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion})
+	err = c.gangAPI.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return nil, err
 	}

@@ -24,8 +24,8 @@ import (
 const (
 	progressEvery   = time.Second
 	progressWriters = 2
-	progressRate    = 100
-	progressBurst   = 20
+	progressRate    = 20
+	progressBurst   = 10
 	progressRetry   = 5 * time.Second
 )
 
@@ -136,7 +136,8 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 		if err := c.progressPace.Wait(ctx); err != nil {
 			return err
 		}
-		err = c.client.Status().Update(ctx, obj)
+		c.yieldToRecords(ctx)
+		err = c.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil:
 			r.set(obj)

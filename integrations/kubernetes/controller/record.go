@@ -105,7 +105,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			continue
 		}
 		setVerdict(&cur.Status, snap, d, cur.Generation)
-		err = c.client.Status().Update(ctx, cur)
+		err = c.gangAPI.Status().Update(ctx, cur)
 		switch {
 		case err == nil:
 			r.set(cur)
@@ -257,7 +257,7 @@ func (c *Controller) loadGangs(ctx context.Context) ([]foundRecord, error) {
 	cont := ""
 	for {
 		list := &v1alpha1.GangList{}
-		if err := c.api.List(ctx, list, client.Limit(sweepPage), client.Continue(cont)); err != nil {
+		if err := c.gangAPI.List(ctx, list, client.Limit(sweepPage), client.Continue(cont)); err != nil {
 			return nil, err
 		}
 		for i := range list.Items {
