@@ -290,6 +290,7 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 				return
 			}
 			obj = cur
+			obj.ManagedFields = nil
 		}
 		if !ownedBy(obj, t) || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
 			return

@@ -50,6 +50,9 @@ type gangRes struct {
 func (r *gangRes) set(obj *v1alpha1.Gang) {
 	r.mu.Lock()
 	r.obj = obj.DeepCopy()
+	// Not kept, not sent back: an update without managed fields keeps the
+	// server's, and the API server decodes less.
+	r.obj.ManagedFields = nil
 	if meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionDecided) {
 		r.decided = true
 	}
