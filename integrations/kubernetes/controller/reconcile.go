@@ -143,24 +143,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
-	// Decided and applied, and the job no longer carries the verdict: a
-	// person removed it to gate the job again (record starts a new attempt).
-	c.mu.Lock()
-	g := c.gangs[obj.GetUID()]
-	c.mu.Unlock()
-	if g != nil {
-		g.mu.Lock()
-		removed := g.verdict != nil && !g.verdict.unrecorded
-		g.mu.Unlock()
-		if removed {
-			c.forget(key)
-			c.dropRes(key, nil)
-		}
-	}
-	// A gated job waiting for its ranks: its Gang shows it (0/N).
-	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
-		c.touchProgress(obj.GetUID(), true)
-	}
+	c.noteUndecided(key, k, obj)
 	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
 	again, failed := c.watchPending(ctx, k, obj)
 	if failed {
@@ -175,7 +158,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	// A gang is running (possibly started before this leader): make sure
 	// its deadline is armed, and fail it now if a missing rank can never
 	// be placed.
-	g = c.ensureGang(j)
+	g := c.ensureGang(j)
 	g.mu.Lock()
 	open := g.verdict == nil && !g.deciding
 	ranks := g.rankListLocked()
@@ -229,4 +212,26 @@ func (c *Controller) firstReported(o client.Object) bool {
 	}
 	obj := r.current()
 	return obj != nil && obj.Status.FirstReportAt != nil
+}
+
+// noteUndecided keeps the Gang of an opted-in job without a verdict: it
+// exists (0/N while no rank reported), and a decided gang whose verdict a
+// person removed from the job is forgotten (the next verdict write starts
+// a new attempt).
+func (c *Controller) noteUndecided(key string, k jobKind, obj client.Object) {
+	c.mu.Lock()
+	g := c.gangs[obj.GetUID()]
+	c.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		removed := g.verdict != nil && !g.verdict.unrecorded
+		g.mu.Unlock()
+		if removed {
+			c.forget(key)
+			c.dropRes(key, nil)
+		}
+	}
+	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
+		c.touchProgress(obj.GetUID(), true)
+	}
 }
