@@ -8,17 +8,22 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is rankgate.io/v1alpha1.
 	GroupVersion = schema.GroupVersion{Group: "rankgate.io", Version: "v1alpha1"}
 	// SchemeBuilder registers the types of this API.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 	// AddToScheme adds the types of this API to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
 
-func init() { SchemeBuilder.Register(&Gang{}, &GangList{}) }
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &Gang{}, &GangList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}
