@@ -75,7 +75,7 @@ that still reaches the other gets NotLeader and retries.`,
 	f.StringVar(&o.MetricsAddr, "metrics-addr", controller.DefaultMetricsAddr, "Prometheus /metrics address: HTTPS for callers the API server authorizes (get on /metrics), in clear only on loopback (0 disables)")
 	f.StringVar(&o.HealthAddr, "health-addr", controller.DefaultHealthAddr, "/healthz and /readyz address (0 disables)")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")
-	f.StringVarP(&o.Namespace, "namespace", "n", "", "the controller's own namespace, where it keeps its verdict records (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")
+	f.StringVarP(&o.Namespace, "namespace", "n", "", "the controller's own namespace, where it keeps its leader election Lease and certificates (default: the pod's namespace; outside a pod "+defaultControllerNamespace+")")
 	f.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: --namespace)")
 	f.Float32Var(&o.QPS, "kube-api-qps", controller.DefaultQPS, "client-side rate limit towards the API server")
 	f.IntVar(&o.Burst, "kube-api-burst", controller.DefaultBurst, "client-side burst towards the API server")

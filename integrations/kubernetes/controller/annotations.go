@@ -3,6 +3,7 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,14 +32,17 @@ const (
 	KeyPendingTimeout = "rankgate.io/pending-timeout"
 
 	// Written by the controller.
-	KeyVerdict      = "rankgate.io/verdict"    // pass | warn | fail
-	KeyReason       = "rankgate.io/reason"     // the failing findings in words
-	KeyRules        = "rankgate.io/rules"      // rule IDs of fail and warn findings, comma-separated
-	KeyDecidedAt    = "rankgate.io/decided-at" // RFC 3339
-	KeyDecidedBy    = "rankgate.io/decided-by" // the controller replica
-	KeyReport       = "rankgate.io/report"     // the gang report, JSON
-	KeyAction       = "rankgate.io/action"     // suspend | delete | annotate (fail only)
+	KeyVerdict   = "rankgate.io/verdict"    // pass | warn | fail
+	KeyReason    = "rankgate.io/reason"     // the failing findings in words
+	KeyRules     = "rankgate.io/rules"      // rule IDs of fail and warn findings, comma-separated
+	KeyDecidedAt = "rankgate.io/decided-at" // RFC 3339
+	KeyDecidedBy = "rankgate.io/decided-by" // the controller replica
+	KeyReport    = "rankgate.io/report"     // the gang report, JSON
+	KeyAction    = "rankgate.io/action"     // suspend | delete | annotate (fail only)
+	// KeyFirstReport is read, no longer written: jobs gated by earlier
+	// releases carry it (the Gang's status.firstReportAt replaces it).
 	KeyFirstReport  = "rankgate.io/first-report-at"
+	KeyAttempt      = "rankgate.io/attempt"          // the gated attempt: 1 when absent, one more at each re-gate
 	KeyPreviousGate = "rankgate.io/previous-verdict" // "<verdict> <decided-at> <rules>" of a re-gated attempt
 	KeyWaitingFor   = "rankgate.io/waiting-for"      // what an unschedulable job waits for: "<RULE>: <message>"
 )
@@ -77,7 +81,7 @@ type decision struct {
 	DecidedAt time.Time
 	DecidedBy string // the replica that decided
 	Action    string
-	// adopted: read from the job or a verdict record, not decided by this
+	// adopted: read from the job or its Gang, not decided by this
 	// call.
 	adopted bool
 	// applied: the job carries it already.
@@ -264,6 +268,16 @@ func jobTimeout(o client.Object, def time.Duration) (time.Duration, error) {
 		return def, fmt.Errorf("annotation %s=%q is not a positive duration like 15m", KeyGangTimeout, s)
 	}
 	return d, nil
+}
+
+// jobAttempt is the job's gated attempt (rankgate.io/attempt; 1 when
+// absent or not a positive number).
+func jobAttempt(o client.Object) int32 {
+	n, err := strconv.ParseInt(o.GetAnnotations()[KeyAttempt], 10, 32)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return int32(n)
 }
 
 // jobAction is the job's fail policy: its annotation, else def.

@@ -84,6 +84,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	}
 	if isNew {
 		metricWaiting.Inc()
+		c.touchProgress(g.uid, false)
 	}
 	c.log.V(1).Info("rank reported", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
 	if decide {
@@ -259,13 +260,16 @@ func (c *Controller) ensureGang(j job) *gang {
 		metricGangs.Inc()
 	}
 	c.mu.Unlock()
+	if r := c.resFor(o, j.Kind()); r.current() == nil {
+		c.touchProgress(g.uid, true) // its Gang, before the verdict needs it
+	}
 	c.adoptFirstReport(g, o)
 	return g
 }
 
 // startClock sets the gang's first-report time (the earliest known) and
-// arms the deadline; the first time it records the time on the job so that
-// a restarted controller keeps the same deadline.
+// arms the deadline. The Gang's progress write records the time (within
+// progressEvery), so that a restarted controller keeps the same deadline.
 func (c *Controller) startClock(g *gang, at time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -289,20 +293,6 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 		g.timer.Stop()
 	}
 	g.timer = time.AfterFunc(time.Until(deadline), func() { c.decide(g, trigDeadline, nil) })
-	if !g.firstRecorded {
-		// Most gangs complete within seconds: only those still open after
-		// FirstReportDelay cost the job a write. A restart before then
-		// moves the deadline by at most that delay.
-		g.firstRecorded = true
-		time.AfterFunc(c.opts.FirstReportDelay, func() {
-			g.mu.Lock()
-			open := g.verdict == nil && !g.closed
-			g.mu.Unlock()
-			if open {
-				c.recordFirstReport(g, at)
-			}
-		})
-	}
 }
 
 // forget drops a gang (job deleted, opted out, or re-gated).

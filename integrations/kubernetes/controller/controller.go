@@ -35,9 +35,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -47,6 +49,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
@@ -88,13 +91,6 @@ type Options struct {
 	// re-send their reports before a deadline may fail a gang (default
 	// MaxWait + 5s).
 	ResendGrace time.Duration
-	// FirstReportDelay: how long a gang may stay open before its first
-	// report's time is written to the job (default 2s; see startClock).
-	FirstReportDelay time.Duration
-	// RecordCleanupDelay: how long a verdict's write-ahead record (a Lease,
-	// see record.go) is kept after the job carries the verdict (default
-	// 30s: its deletion is kept away from bursts of completing gangs).
-	RecordCleanupDelay time.Duration
 	// OnFail: suspend (default), delete or annotate.
 	OnFail string
 
@@ -116,8 +112,8 @@ type Options struct {
 	MetricsAddr string
 	HealthAddr  string // default ":8081"; "0" disables
 
-	// Namespace is the controller's own namespace: its verdict records
-	// live there, where only it may write (default: LeaderElectionNamespace;
+	// Namespace is the controller's own namespace: its leader election
+	// Lease and certificates live there (default: LeaderElectionNamespace;
 	// the command passes the pod's namespace).
 	Namespace string
 
@@ -192,12 +188,6 @@ func (o *Options) defaults() error {
 	if o.ResendGrace <= 0 {
 		o.ResendGrace = o.MaxWait + 5*time.Second
 	}
-	if o.FirstReportDelay <= 0 {
-		o.FirstReportDelay = 2 * time.Second
-	}
-	if o.RecordCleanupDelay <= 0 {
-		o.RecordCleanupDelay = 30 * time.Second
-	}
 	if o.OnFail == "" {
 		o.OnFail = DefaultOnFail
 	}
@@ -220,7 +210,7 @@ func (o *Options) defaults() error {
 		o.Namespace = o.LeaderElectionNamespace
 	}
 	if o.Namespace == "" {
-		return errors.New("controller: its own namespace (Options.Namespace) is unknown: the verdict records live there")
+		return errors.New("controller: its own namespace (Options.Namespace) is unknown")
 	}
 	if o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = o.Namespace
@@ -242,17 +232,22 @@ type Controller struct {
 	mgr    manager.Manager
 	client client.Client // cached reads, writes
 	api    client.Reader // uncached reads
-	rec    events.EventRecorder
-	gate   *gateserver.Server
-	kinds  []jobKind
-	engine *schedule.Engine // judges whether a missing rank can ever be placed
-	pw     pendingWatches   // jobs with unschedulable pods (pending.go)
-	model  *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
-	certs  *certs.Rotator   // the controller's own CA (ManageCerts)
+	// gangAPI reads and writes Gangs: uncached (no informer: finished
+	// Gangs are history), and without a client-side rate limit, like
+	// TokenReviews: verdict writes are on the ranks' path; progress
+	// writes have their own pace (progress.go).
+	gangAPI client.Client
+	rec     events.EventRecorder
+	gate    *gateserver.Server
+	kinds   []jobKind
+	engine  *schedule.Engine // judges whether a missing rank can ever be placed
+	pw      pendingWatches   // jobs with unschedulable pods (pending.go)
+	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
+	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 
 	leader      atomic.Bool
 	synced      atomic.Bool
-	recovered   atomic.Bool            // verdict records of earlier leaders loaded (sweep)
+	recovered   atomic.Bool            // verdicts earlier leaders recorded loaded (sweep)
 	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
 	leaderSince atomic.Int64           // unix nanos
 	leadCtx     atomic.Pointer[context.Context]
@@ -261,10 +256,13 @@ type Controller struct {
 	gangs   map[types.UID]*gang
 	byName  map[string]types.UID    // namespace/kind/name -> the job's UID
 	pending map[types.UID]*decision // recorded, not yet applied to the job (by job UID)
+	res     map[types.UID]*gangRes  // the Gangs of the jobs being gated (by job UID)
 
-	applySlots chan struct{} // bounds concurrent applies (maxConcurrentApplies)
-	applyPace  *rate.Limiter // paces pass/warn applies (applyRate)
-	recording  atomic.Int32  // verdict records being written (applies yield to them)
+	applySlots   chan struct{}                               // bounds concurrent applies (maxConcurrentApplies)
+	applyPace    *rate.Limiter                               // paces pass/warn applies (applyRate)
+	recording    atomic.Int32                                // verdicts being recorded (applies and progress writes yield to them)
+	progress     workqueue.TypedDelayingInterface[types.UID] // Gangs whose progress is to be written (progress.go)
+	progressPace *rate.Limiter                               // paces progress writes (progressRate)
 
 	decisions atomic.Int64
 }
@@ -327,7 +325,8 @@ func New(opts Options) (*Controller, error) {
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst)}
+		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst),
+		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
@@ -357,11 +356,15 @@ func New(opts Options) (*Controller, error) {
 	// TokenReviews are bounded by the ranks' requests and by the
 	// authenticator's cache and concurrency limit, and sit on the path from
 	// a rank's report to its verdict: no client-side rate limit for them
-	// (the API server's priority and fairness still applies).
+	// (the API server's priority and fairness still applies). Nor for
+	// verdict writes (Gangs).
 	trCfg := rest.CopyConfig(cfg)
 	trCfg.QPS, trCfg.Burst = -1, 0
 	cs, err := kubernetes.NewForConfig(trCfg)
 	if err != nil {
+		return nil, err
+	}
+	if c.gangAPI, err = client.New(trCfg, client.Options{Scheme: opts.Scheme, Mapper: mgr.GetRESTMapper()}); err != nil {
 		return nil, err
 	}
 	getCert, err := c.gateCertificate(mgr)
@@ -453,8 +456,9 @@ func (c *Controller) watchSync(ctx context.Context) error {
 }
 
 // watchLeadership runs on the leader only (manager.RunnableFunc needs the
-// lease): it marks this replica leader, then loads the verdict records an
-// earlier leader left (sweep) before the gate answers ranks.
+// lease): it marks this replica leader, then loads the verdicts an
+// earlier leader recorded and did not apply (sweep) before the gate
+// answers ranks, and writes the Gangs' progress.
 func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leadCtx.Store(&ctx)
 	c.leaderSince.Store(time.Now().UnixNano())
@@ -462,6 +466,7 @@ func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
 	go c.sweep(ctx)
 	published := c.publishGateEndpoint(ctx) // the gate Service routes to this replica
+	c.runProgress(ctx)
 	<-ctx.Done()
 	c.leader.Store(false)
 	published() // withdrawn before the lease is released
@@ -507,8 +512,12 @@ func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) (
 	return out, nil
 }
 
-// Scheme has the built-in kinds, PyTorchJob and MPIJob.
-func Scheme() *runtime.Scheme { return kubeflow.NewScheme() }
+// Scheme has the built-in kinds, PyTorchJob, MPIJob and Gang.
+func Scheme() *runtime.Scheme {
+	s := kubeflow.NewScheme()
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
 
 func newMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 	return apiutil.NewDynamicRESTMapper(cfg, hc)

@@ -20,8 +20,8 @@ import (
 // after that the verdict is served from the job's annotations.
 const decidedGangTTL = 10 * time.Minute
 
-// decide runs the gang rules once, records the verdict (record.go: a
-// write-ahead record that only the first writer gets to create), answers
+// decide runs the gang rules once, records the verdict (record.go: in the
+// job attempt's Gang, where only the first writer's verdict stands), answers
 // every waiting rank, then applies the verdict to the job (annotations,
 // fail action, Event). It is safe to call concurrently and repeatedly: only
 // the first call decides, and a verdict already recorded (by an earlier
@@ -84,7 +84,9 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
 		if apierrors.IsForbidden(err) {
-			err = fmt.Errorf("%w (%s)", err, c.recordsRBACHint("create"))
+			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
+		} else if isNoGangKind(err) {
+			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
 		}
 		c.log.Error(err, "recording verdict; retrying", "job", g.key)
 		g.mu.Lock()
@@ -142,31 +144,25 @@ func (c *Controller) forgetGang(g *gang) {
 	}
 }
 
-// recordFirstReport writes rankgate.io/first-report-at once, so that a
-// restarted controller keeps the gang's deadline.
-func (c *Controller) recordFirstReport(g *gang, at time.Time) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	k, _ := kindByName(g.kind)
-	for attempt := 0; attempt < 5; attempt++ {
-		obj := k.New()
-		err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj)
-		if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.uid) {
-			return
-		}
-		if err == nil {
-			if _, ok := obj.GetAnnotations()[KeyFirstReport]; ok {
-				return
-			}
-			patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, KeyFirstReport, at.UTC().Format(time.RFC3339Nano))
-			if err = c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err == nil || apierrors.IsNotFound(err) {
-				return
-			}
-		}
-		metricAPIErrors.WithLabelValues("first-report").Inc()
-		c.log.V(1).Info("recording first report time; retrying", "job", g.key, "error", err.Error())
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+// adoptVerdict closes the open gang g with d, a verdict another replica
+// recorded in its Gang (one that led before this one): the waiting ranks
+// are answered with it, and it is applied.
+func (c *Controller) adoptVerdict(g *gang, d *decision) {
+	g.mu.Lock()
+	if g.deciding || g.verdict != nil || g.closed {
+		g.mu.Unlock()
+		return
 	}
+	g.verdict = d
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	close(g.done)
+	g.mu.Unlock()
+	g.close()
+	time.AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	c.log.Info("verdict recorded by another replica; adopted", "job", g.key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+	c.applyUntilDone(c.leadContext(), g.target(), d)
 }
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.

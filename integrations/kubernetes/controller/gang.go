@@ -40,9 +40,10 @@ type gang struct {
 	deciding bool
 	verdict  *decision
 	done     chan struct{}
-	// firstRecorded: rankgate.io/first-report-at is on the job.
-	firstRecorded bool
-	// firstAdopted: the value of rankgate.io/first-report-at last adopted.
+	// attempt: the job's gated attempt (rankgate.io/attempt), its Gang's.
+	attempt int32
+	// firstAdopted: the recorded first report (the Gang's, or the job's
+	// rankgate.io/first-report-at) last adopted.
 	firstAdopted string
 	// closed: decided or forgotten, no longer counted as open.
 	closed bool
@@ -68,7 +69,7 @@ func newGang(j job, timeout time.Duration) *gang {
 	o := j.Object()
 	multi := enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink]))
 	return &gang{
-		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(),
+		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
 		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
 		reports: map[int]preflight.RankReport{}, check: preflight.NewGangCheck(multi),
 		podUIDs: map[int]string{}, done: make(chan struct{}),
@@ -128,19 +129,32 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 	return !had, false, 0, nil
 }
 
-// adoptFirstReport starts g's clock at the first report the job records
-// (rankgate.io/first-report-at, written by this or an earlier leader), but
+// adoptFirstReport starts g's clock at the first report its Gang records
+// (status.firstReportAt, written by an earlier leader), or that the job
+// records (rankgate.io/first-report-at, written by earlier releases), but
 // never before the gang's oldest rank pod was created: anyone who may
 // patch the job can write the annotation, and a time in the past must not
 // fail the gang at once.
 func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	s := o.GetAnnotations()[KeyFirstReport]
+	g.mu.Lock()
+	started := !g.firstAt.IsZero()
+	g.mu.Unlock()
+	// A Gang's first report is an earlier leader's, loaded when this one
+	// took the lead: it matters before this leader's own first report.
+	if r := c.lookupRes(g.uid); s == "" && r != nil && !started {
+		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
+			// Stored to the second: the report came within the second
+			// after it. The end of that second never shortens the gang's
+			// time (this leader's own first report is never later).
+			s = obj.Status.FirstReportAt.Add(time.Second - time.Millisecond).UTC().Format(time.RFC3339Nano)
+		}
+	}
 	at, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return
 	}
 	g.mu.Lock()
-	g.firstRecorded = true
 	seen := g.firstAdopted == s
 	g.firstAdopted = s
 	g.mu.Unlock()

@@ -552,10 +552,12 @@ func waitingFor(cause verdict.Finding) string {
 // patchWaitingFor writes (or, with nil, removes) rankgate.io/waiting-for,
 // and emits a Normal Event when it writes one.
 func (c *Controller) patchWaitingFor(ctx context.Context, obj client.Object, cause *verdict.Finding) {
-	val := "null"
+	val, gangWaiting := "null", ""
 	if cause != nil {
-		val = fmt.Sprintf("%q", waitingFor(*cause))
+		gangWaiting = waitingFor(*cause)
+		val = fmt.Sprintf("%q", gangWaiting)
 	}
+	c.noteWaitingFor(obj.GetUID(), gangWaiting) // the Gang's phase and waitingFor
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, KeyWaitingFor, val)
 	if err := c.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		if !apierrors.IsNotFound(err) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,6 +87,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			c.forget(key)
+			c.dropRes(key, nil)
 			c.unwatchPending(key)
 			return reconcile.Result{}, nil
 		}
@@ -95,6 +97,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		return reconcile.Result{}, err
 	} else if !in {
 		c.forget(key)
+		c.dropRes(key, nil)
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
@@ -102,12 +105,13 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	if uid, ok := c.byName[key]; ok && uid != obj.GetUID() {
 		c.mu.Unlock()
 		c.forget(key) // the job was deleted and created again
+		c.dropRes(key, nil)
 	} else {
 		c.mu.Unlock()
 	}
 	if !c.recovered.Load() {
-		// The records an earlier leader left are not loaded yet: what is
-		// pending is unknown.
+		// The verdicts an earlier leader recorded are not loaded yet: what
+		// is pending is unknown.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	j := wrap(obj)
@@ -117,8 +121,8 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	// The job's rankgate.io/ annotations are a report for people, and
 	// anyone who may patch the job may write them: they are never an
 	// instruction. A fail verdict is acted on (suspend, delete) only by
-	// apply, from the verdict this controller decided or recorded in its
-	// own namespace. Here they only tell that a person resumed a
+	// apply, from the verdict this controller decided or recorded in the
+	// job's Gang. Here they only tell that a person resumed a
 	// suspended job, which re-gates it (clearing them; nothing more).
 	if d, ok := recordedDecision(obj); ok {
 		if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
@@ -139,6 +143,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
+	c.noteUndecided(key, k, obj)
 	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
 	again, failed := c.watchPending(ctx, k, obj)
 	if failed {
@@ -147,7 +152,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	c.mu.Lock()
 	uid, tracked := c.byName[key]
 	c.mu.Unlock()
-	if _, ok := obj.GetAnnotations()[KeyFirstReport]; !ok && !(tracked && uid == obj.GetUID()) {
+	if !c.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
 		return reconcile.Result{RequeueAfter: again}, nil
 	}
 	// A gang is running (possibly started before this leader): make sure
@@ -167,18 +172,16 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 }
 
 // regate clears a fail verdict from a job a person resumed (suspend set
-// back to false): its new pods form a new gang. The old verdict is kept
-// in rankgate.io/previous-verdict.
+// back to false): its new pods form a new gang, the job's next attempt
+// (rankgate.io/attempt, one more, in the same patch), with a Gang of its
+// own. The old verdict is kept in rankgate.io/previous-verdict, and in the
+// earlier attempt's Gang.
 func (c *Controller) regate(ctx context.Context, key string, obj client.Object) error {
-	// The verdict record is normally gone once the job carries the
-	// verdict; make sure, or the new gang would adopt the old verdict.
-	if err := c.dropRecord(ctx, target{ns: obj.GetNamespace(), name: obj.GetName(), uid: obj.GetUID()}); err != nil {
-		return err
-	}
 	a := obj.GetAnnotations()
 	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
-	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q}}}`,
-		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev)
+	next := strconv.Itoa(int(jobAttempt(obj)) + 1)
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q,%q:%q}}}`,
+		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev, KeyAttempt, next)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // a newer version is queued, or the job is gone
@@ -186,11 +189,49 @@ func (c *Controller) regate(ctx context.Context, key string, obj client.Object) 
 		return err
 	}
 	c.forget(key)
-	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", prev)
+	c.dropRes(key, nil)
+	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", prev, "attempt", next)
 	return nil
 }
 
 func controllerOptions() crcontroller.Options {
 	// Several controllers may run in one process (tests, benchmarks).
 	return crcontroller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
+}
+
+// firstReported: a rank of the job's current attempt reported, as its
+// Gang (loaded when this replica took the lead) or, from earlier
+// releases, its rankgate.io/first-report-at says.
+func (c *Controller) firstReported(o client.Object) bool {
+	if _, ok := o.GetAnnotations()[KeyFirstReport]; ok {
+		return true
+	}
+	r := c.lookupRes(o.GetUID())
+	if r == nil || r.t.attempt != jobAttempt(o) {
+		return false
+	}
+	obj := r.current()
+	return obj != nil && obj.Status.FirstReportAt != nil
+}
+
+// noteUndecided keeps the Gang of an opted-in job without a verdict: it
+// exists (0/N while no rank reported), and a decided gang whose verdict a
+// person removed from the job is forgotten (the next verdict write starts
+// a new attempt).
+func (c *Controller) noteUndecided(key string, k jobKind, obj client.Object) {
+	c.mu.Lock()
+	g := c.gangs[obj.GetUID()]
+	c.mu.Unlock()
+	if g != nil {
+		g.mu.Lock()
+		removed := g.verdict != nil && !g.verdict.unrecorded
+		g.mu.Unlock()
+		if removed {
+			c.forget(key)
+			c.dropRes(key, nil)
+		}
+	}
+	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
+		c.touchProgress(obj.GetUID(), true)
+	}
 }

@@ -11,7 +11,6 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -129,22 +128,6 @@ func forgedVerdict(action string) map[string]string {
 		controller.KeyReport: string(b), controller.KeyAction: action}
 }
 
-// forgedLease is a Lease shaped like a verdict record of job (the record
-// format of earlier releases, and this one's labels), in namespace ns.
-func forgedLease(job client.Object, ns, action string) *coordv1.Lease {
-	holder := "replica-forged"
-	ann := forgedVerdict(action)
-	ann[controller.KeyJobName] = job.GetName()
-	return &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: controller.RecordNamePrefix + string(job.GetUID()), Namespace: ns,
-			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict",
-				controller.LabelJobNamespace: job.GetNamespace(), controller.LabelJobKind: "PyTorchJob", controller.KeyJobName: job.GetName()},
-			Annotations:     ann,
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: job.GetName(), UID: job.GetUID()}}},
-		Spec: coordv1.LeaseSpec{HolderIdentity: &holder},
-	}
-}
-
 // jobState reads whether the job exists, is being deleted, is suspended.
 func jobState(t *testing.T, job *kubeflowv1.PyTorchJob) (exists, deleting, suspended bool) {
 	t.Helper()
@@ -157,38 +140,29 @@ func jobState(t *testing.T, job *kubeflowv1.PyTorchJob) (exists, deleting, suspe
 	return fresh.UID == job.UID, fresh.DeletionTimestamp != nil, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false)
 }
 
-// A user who may create Leases in a job's namespace (and nothing else)
-// writes Leases named like verdict records: a fail+suspend one for an
-// opted-in job, a fail+delete one for a job that is not opted in. The
-// controller never reads them: the healthy gang passes, nothing is
-// suspended or deleted. Records in the controller's namespace are acted on
-// only for existing opted-in jobs: one for a job that is not opted in and
-// one for a job that is gone are deleted, not applied.
-func TestE2EForgedRecordLeaseIgnored(t *testing.T) {
-	ns := newNamespace(t, "e2e-forged-lease", true)
-	other := newNamespace(t, "e2e-forged-lease-off", false)
-	grant(t, ns, "mallory", "coordination.k8s.io", []string{"leases"}, "create")
-	grant(t, other, "mallory", "coordination.k8s.io", []string{"leases"}, "create")
-	mallory := asUser(t, "mallory")
+// Gangs that hold a recorded, unapplied fail verdict but do not belong to
+// the job they name are never acted on: one naming an opted-in job with
+// another UID (a job of that name deleted earlier, or forged), one in
+// another namespace naming a job by its name and UID, one without the
+// job's owner reference, one for a job that is not opted in (delete), one
+// for a job that is gone. The healthy gang passes (the Gang in its way is
+// replaced), nothing is suspended or deleted.
+func TestE2EForgedGangIgnored(t *testing.T) {
+	ns := newNamespace(t, "e2e-forged-gang", true)
+	other := newNamespace(t, "e2e-forged-gang-off", false)
+	elsewhere := newNamespace(t, "e2e-forged-gang-elsewhere", true)
+	fail := verdict.NewReport("forged", []verdict.Finding{{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "forged"}})
+	at := time.Now().Add(-time.Second)
 
 	job := pytorchJob(t, ns, "healthy", false, 2, nil)
+	unowned := pytorchJob(t, ns, "unowned", false, 1, nil)
 	off := pytorchJob(t, other, "bystander", false, 1, nil)
-	require.NoError(t, mallory.Create(context.Background(), forgedLease(job, ns, controller.ActionSuspend)))
-	require.NoError(t, mallory.Create(context.Background(), forgedLease(off, other, controller.ActionDelete)))
-	// Mallory may not write where the records live.
-	err := mallory.Create(context.Background(), forgedLease(job, controllerNamespace, controller.ActionSuspend))
-	require.True(t, apierrors.IsForbidden(err), "mallory wrote in the controller's namespace: %v", err)
-
-	// Left in the controller's namespace (by an admin, or for a job since
-	// opted out or deleted): never applied.
-	ensureNamespace(t, controllerNamespace)
-	offRecord := forgedLease(off, controllerNamespace, controller.ActionDelete)
-	offRecord.OwnerReferences = nil
-	require.NoError(t, k8s.Create(context.Background(), offRecord))
 	gone := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: ns, UID: types.UID("0c1d2e3f-0000-4000-8000-000000000000")}}
-	goneRecord := forgedLease(gone, controllerNamespace, controller.ActionDelete)
-	goneRecord.OwnerReferences = nil
-	require.NoError(t, k8s.Create(context.Background(), goneRecord))
+	wrongUID := recordGang(t, job, ns, "0c1d2e3f-1111-4000-8000-000000000000", true, fail, controller.ActionSuspend, "replica-forged", at)
+	recordGang(t, job, elsewhere, string(job.UID), true, fail, controller.ActionSuspend, "replica-forged", at)
+	recordGang(t, unowned, ns, string(unowned.UID), false, fail, controller.ActionSuspend, "replica-forged", at)
+	recordGang(t, off, other, string(off.UID), true, fail, controller.ActionDelete, "replica-forged", at)
+	recordGang(t, gone, ns, string(gone.UID), true, fail, controller.ActionDelete, "replica-forged", at)
 
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
 	var ranks []*rank
@@ -204,18 +178,21 @@ func TestE2EForgedRecordLeaseIgnored(t *testing.T) {
 	require.Equal(t, "pass", a[controller.KeyVerdict])
 	require.Equal(t, "replica-"+t.Name(), a[controller.KeyDecidedBy])
 	require.EqualValues(t, 1, c.Decisions())
-	for _, k := range []types.NamespacedName{client.ObjectKeyFromObject(offRecord), client.ObjectKeyFromObject(goneRecord)} {
-		require.Eventually(t, func() bool { return apierrors.IsNotFound(k8s.Get(context.Background(), k, &coordv1.Lease{})) },
-			10*time.Second, 50*time.Millisecond, "record %s of a job that is gone or not opted in was kept", k)
-	}
+	g := gangOf(t, job)
+	require.NotEqual(t, wrongUID.UID, g.UID, "the Gang of another job was kept")
+	require.Equal(t, job.UID, g.Spec.Job.UID)
 	time.Sleep(time.Second) // what an apply would do happens within milliseconds
-	for _, j := range []*kubeflowv1.PyTorchJob{job, off} {
+	for _, j := range []*kubeflowv1.PyTorchJob{job, unowned, off} {
 		exists, deleting, suspended := jobState(t, j)
 		require.True(t, exists && !deleting, "job %s deleted", j.Name)
 		require.False(t, suspended, "job %s suspended", j.Name)
 	}
-	require.Empty(t, jobAnnotations(t, off)[controller.KeyVerdict])
-	require.Empty(t, jobEvents(t, off))
+	for _, j := range []*kubeflowv1.PyTorchJob{unowned, off} {
+		require.Empty(t, jobAnnotations(t, j)[controller.KeyVerdict], j.Name)
+		require.Empty(t, jobEvents(t, j), j.Name)
+	}
+	require.Contains(t, c.logs.String(), "ignoring a Gang its job does not own")
+	require.Contains(t, c.logs.String(), "ignoring a recorded verdict")
 }
 
 // A user who may patch jobs writes a fail verdict with action delete onto

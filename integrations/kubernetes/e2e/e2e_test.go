@@ -17,7 +17,6 @@ import (
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -173,7 +172,7 @@ func TestE2EGangDeadline(t *testing.T) {
 	q0 := rankPod(t, job2, "worker", 0, "node-1", "")
 	q1 := rankPod(t, job2, "worker", 1, "", "nvidia.com/mig-7g.80gb")
 	r := startRank(t, c.URL, q0, token(t, q0, gate.Audience), fullGPURank...)
-	require.Eventually(t, func() bool { return jobAnnotations(t, job2)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return firstReportAt(t, job2) != "" }, 20*time.Second, 50*time.Millisecond)
 	markUnschedulable(t, q1, "0/5 nodes are available: 5 Insufficient nvidia.com/mig-7g.80gb.")
 	require.Equal(t, verdict.ExitFail, r.wait(t, 30*time.Second), r.String())
 	v := decodeVerdict(t, r)
@@ -205,8 +204,8 @@ func TestE2EControllerRestart(t *testing.T) {
 	}
 	url := "https://" + addr
 	early := []*rank{startRank(t, url, pods[0], toks[0], fullGPURank...), startRank(t, url, pods[1], toks[1], fullGPURank...)}
-	require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
-	firstReport := jobAnnotations(t, job)[controller.KeyFirstReport]
+	require.Eventually(t, func() bool { return firstReportAt(t, job) != "" }, 20*time.Second, 50*time.Millisecond)
+	firstReport := firstReportAt(t, job)
 	time.Sleep(300 * time.Millisecond) // both early ranks in their long poll
 	a.Stop(t)
 	require.EqualValues(t, 0, a.Decisions())
@@ -221,7 +220,9 @@ func TestE2EControllerRestart(t *testing.T) {
 	require.EqualValues(t, 1, b.Decisions())
 	ann := appliedVerdict(t, job)
 	require.Equal(t, "pass", ann[controller.KeyVerdict])
-	require.Equal(t, firstReport, ann[controller.KeyFirstReport], "the deadline clock was restarted")
+	require.Equal(t, firstReport, firstReportAt(t, job), "the deadline clock was restarted")
+	g := gangOf(t, job)
+	require.Equal(t, g.Status.FirstReportAt.Add(time.Minute).Unix(), g.Status.Deadline.Unix(), "the deadline clock was restarted")
 	decidedAt := ann[controller.KeyDecidedAt]
 	require.Eventually(t, func() bool { return len(jobEvents(t, job)["GangPassed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 	b.Stop(t)
@@ -237,10 +238,10 @@ func TestE2EControllerRestart(t *testing.T) {
 	require.Len(t, jobEvents(t, job)["GangPassed"], 1)
 }
 
-// A leader that crashed after recording a verdict (the write-ahead Lease in
-// the controller's namespace) but before applying it to the job: the next leader answers ranks from
-// the record at once, applies it (annotations, suspend, Event) and deletes
-// the record, deciding nothing itself.
+// A leader that crashed after recording a verdict (in the job's Gang)
+// but before applying it to the job: the next leader answers ranks from
+// the Gang at once, applies it (annotations, suspend, Event) and marks
+// the Gang Applied, deciding nothing itself.
 func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	ns := newNamespace(t, "e2e-record", true)
 	job := pytorchJob(t, ns, "llama", false, 2, nil)
@@ -249,24 +250,11 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 	rep := verdict.NewReport("e2e-record/PyTorchJob/llama: 2 of 2 ranks reported", []verdict.Finding{{
 		Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "ranks 0 and 1 use MIG instances on 2 physical GPUs",
 	}})
-	rb, err := json.Marshal(rep)
-	require.NoError(t, err)
 	require.Equal(t, verdict.VerdictFail, rep.Verdict)
-	decidedAt := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	at := time.Now().Add(-time.Second).Truncate(time.Second)
+	decidedAt := at.UTC().Format(time.RFC3339Nano)
 	holder := "replica-crashed"
-	ensureNamespace(t, controllerNamespace)
-	key := recordKey(job.UID)
-	lease := &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
-			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict",
-				controller.LabelJobNamespace: ns, controller.LabelJobKind: "PyTorchJob", controller.KeyJobName: job.Name},
-			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: verdict.RuleGangMIGSpansGPUs,
-				controller.KeyReason: "GANG_MIG_SPANS_GPUS: ranks 0 and 1 use MIG instances on 2 physical GPUs", controller.KeyDecidedAt: decidedAt,
-				controller.KeyDecidedBy: holder, controller.KeyReport: string(rb), controller.KeyAction: controller.ActionSuspend,
-				controller.KeyJobName: job.Name}},
-		Spec: coordv1.LeaseSpec{HolderIdentity: &holder},
-	}
-	require.NoError(t, k8s.Create(context.Background(), lease))
+	recordGang(t, job, ns, string(job.UID), true, rep, controller.ActionSuspend, holder, at)
 
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
@@ -286,6 +274,7 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 		return len(ev) == 1 && strings.Contains(ev[0], "job suspended")
 	}, 10*time.Second, 100*time.Millisecond, "no GangFailed event")
 	require.EqualValues(t, 0, c.Decisions())
+	require.Equal(t, holder, gangOf(t, job).Status.DecidedBy, "the recorded verdict was overwritten")
 }
 
 // (e) A rank presenting another pod's token is rejected; so are a token
@@ -485,6 +474,16 @@ func applyKustomization(t *testing.T, root string) {
 				image := img[0].(map[string]any)["image"].(string)
 				require.Regexp(t, `^ghcr\.io/rankgate/rankgate:v[0-9]`, image, "%s: image not pinned to a release", dir)
 			}
+			if u.GetKind() == "CustomResourceDefinition" {
+				// Installed from the same file when the API server started:
+				// the shipped one must be accepted as an update.
+				cur := &unstructured.Unstructured{}
+				cur.SetGroupVersionKind(u.GroupVersionKind())
+				require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), cur), "%s: CRD %s not installed", dir, u.GetName())
+				u.SetResourceVersion(cur.GetResourceVersion())
+				require.NoError(t, k8s.Update(ctx, u, client.DryRunAll), "%s: CRD %s", dir, u.GetName())
+				continue
+			}
 			if u.GetKind() == "Namespace" {
 				labels := u.GetLabels()
 				require.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"], dir)
@@ -520,10 +519,9 @@ func applyKustomization(t *testing.T, root string) {
 	}
 }
 
-// A controller deployed with the ClusterRole but without the Role for its
-// verdict records (leases in its own namespace): ranks are told why they
-// wait, with the fix.
-func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
+// A controller deployed without the permission on Gangs (where it records
+// verdicts): ranks are told why they wait, with the fix.
+func TestE2EMissingGangPermissionIsExplained(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
 	applyManifest(t, filepath.Join(root, "configs", "deploy", "namespace.yaml"))
@@ -536,7 +534,7 @@ func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
 		cr := &rbacv1.ClusterRole{}
 		require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, cr))
 		for _, r := range cr.Rules {
-			if !slices.Contains(r.Resources, "leases") {
+			if !slices.Contains(r.Resources, "gangs") && !slices.Contains(r.Resources, "gangs/status") {
 				rules = append(rules, r)
 			}
 		}
@@ -563,7 +561,7 @@ func TestE2EMissingLeasePermissionIsExplained(t *testing.T) {
 	p := rankPod(t, job, "worker", 0, "node-0", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), append(fullGPURank, "--timeout", "4s")...)
 	require.Equal(t, verdict.ExitTimeout, r.wait(t, 30*time.Second), r.String())
-	require.Contains(t, r.stderr.String(), "leases.coordination.k8s.io", r.String())
+	require.Contains(t, r.stderr.String(), "gangs.rankgate.io", r.String())
 	require.Contains(t, r.stderr.String(), "configs/deploy/rbac.yaml", r.String())
 }
 
@@ -611,7 +609,7 @@ func decodeManifest(t *testing.T, path string) []*unstructured.Unstructured {
 // The controller runs with exactly the permissions configs/deploy/rbac.yaml
 // grants its service account (impersonated), under the job-write policy of
 // admission-policy.yaml: it decides a passing and a failing gang
-// (TokenReview, verdict records, job patch with suspend, Events), with
+// (TokenReview, Gangs, job patch with suspend, Events), with
 // leader election in its namespace.
 func TestE2EShippedRBACIsEnough(t *testing.T) {
 	root, err := envtestutil.RepoRoot()

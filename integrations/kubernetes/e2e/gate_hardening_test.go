@@ -134,7 +134,7 @@ func TestE2EGateNonRankBodyNotRead(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code, e.Message)
 	require.Contains(t, e.Message, "exceeds the limit of 262144 bytes")
 	require.EqualValues(t, 2, c.GateReportsRead())
-	require.Empty(t, jobAnnotations(t, job)[controller.KeyFirstReport])
+	require.Empty(t, firstReportAt(t, job))
 }
 
 // tokenReviews reads the API server's count of TokenReview creations.

@@ -23,9 +23,9 @@ import (
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
@@ -298,9 +299,6 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.Identity == "" {
 		o.Identity = "replica-" + t.Name()
 	}
-	if o.RecordCleanupDelay == 0 {
-		o.RecordCleanupDelay = 100 * time.Millisecond // appliedVerdict checks the record goes
-	}
 	if o.LeaderElection && o.LeaderElectionNamespace == "" {
 		o.LeaderElectionNamespace = "default"
 	}
@@ -326,8 +324,8 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	return h
 }
 
-// controllerNamespace is where test replicas keep their verdict records
-// (Options.Namespace), as the shipped install does.
+// controllerNamespace is the test replicas' own namespace
+// (Options.Namespace), as the shipped install's.
 const controllerNamespace = "rankgate-system"
 
 // ensureNamespace creates namespace name unless it exists (kept: envtest
@@ -338,12 +336,6 @@ func ensureNamespace(t testing.TB, name string) {
 	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
 	}
-}
-
-// recordKey names the verdict record of job uid in the controller's
-// namespace.
-func recordKey(uid types.UID) types.NamespacedName {
-	return types.NamespacedName{Namespace: controllerNamespace, Name: controller.RecordNamePrefix + string(uid)}
 }
 
 // Stop ends the replica and waits for it.
@@ -503,9 +495,9 @@ func roundRobinProxy(t testing.TB, backends ...string) string {
 }
 
 // appliedVerdict waits until the job carries its verdict (the controller
-// answers the ranks once the verdict is recorded, then applies it to the
-// job), checks that the verdict's write-ahead record is gone, and returns
-// the job's annotations.
+// answers the ranks once the verdict is recorded in the job's Gang, then
+// applies it to the job), checks that the Gang says so (condition
+// Applied), and returns the job's annotations.
 func appliedVerdict(t testing.TB, o client.Object) map[string]string {
 	t.Helper()
 	var a map[string]string
@@ -516,9 +508,9 @@ func appliedVerdict(t testing.TB, o client.Object) map[string]string {
 	fresh := o.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
 	require.Eventually(t, func() bool {
-		err := k8s.Get(context.Background(), recordKey(fresh.GetUID()), &coordv1.Lease{})
-		return apierrors.IsNotFound(err)
-	}, 10*time.Second, 20*time.Millisecond, "the verdict record was not deleted")
+		g := gangOf(t, fresh)
+		return g != nil && meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied)
+	}, 10*time.Second, 20*time.Millisecond, "the Gang of the job does not say the verdict was applied")
 	return a
 }
 

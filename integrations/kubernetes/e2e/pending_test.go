@@ -133,7 +133,7 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 		"RECONFIGURABLE: ", "nvidia.com/mig.config=all-2g.20gb", `{"2g.20gb": 3}`} {
 		require.Contains(t, a[controller.KeyReason], s)
 	}
-	require.Empty(t, a[controller.KeyFirstReport], "a rank reported")
+	require.Empty(t, firstReportAt(t, job), "a rank reported")
 	ev := jobEvents(t, job)
 	require.Len(t, ev["PendingFailed"], 1, "%v", ev)
 	require.Contains(t, ev["PendingFailed"][0], "job suspended: SHAPE_MISMATCH")

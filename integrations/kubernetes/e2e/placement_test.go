@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,11 +10,9 @@ import (
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	coordv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -45,7 +42,7 @@ func openGang(t *testing.T, c *ctrl, ns, name string, annotations map[string]str
 	p0 := rankPod(t, job, "worker", 0, "node-1", "")
 	p1 := rankPod(t, job, "worker", 1, "", "nvidia.com/gpu", edit)
 	r := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
-	require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyFirstReport] != "" }, 20*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return firstReportAt(t, job) != "" }, 20*time.Second, 50*time.Millisecond)
 	markUnschedulable(t, p1, msg)
 	return job, r, p1
 }
@@ -134,20 +131,7 @@ func TestE2EOnFailDeleteWithoutPermissionSuspends(t *testing.T) {
 	recorded := pytorchJob(t, ns, "recorded", false, 2, nil)
 	rep := verdict.NewReport(ns+"/PyTorchJob/recorded: 2 of 2 ranks reported", []verdict.Finding{{
 		Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "ranks 0 and 1 use MIG instances on 2 physical GPUs"}})
-	rb, err := json.Marshal(rep)
-	require.NoError(t, err)
-	holder := "replica-crashed"
-	key := recordKey(recorded.UID)
-	require.NoError(t, k8s.Create(context.Background(), &coordv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
-			Labels: map[string]string{controller.LabelManagedBy: "rankgate", controller.LabelRecord: "verdict",
-				controller.LabelJobNamespace: ns, controller.LabelJobKind: "PyTorchJob", controller.KeyJobName: recorded.Name},
-			Annotations: map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: verdict.RuleGangMIGSpansGPUs,
-				controller.KeyReason:    "GANG_MIG_SPANS_GPUS: ranks 0 and 1 use MIG instances on 2 physical GPUs",
-				controller.KeyDecidedAt: time.Now().UTC().Format(time.RFC3339Nano), controller.KeyDecidedBy: holder,
-				controller.KeyReport: string(rb), controller.KeyAction: controller.ActionDelete, controller.KeyJobName: recorded.Name}},
-		Spec: coordv1.LeaseSpec{HolderIdentity: &holder},
-	}))
+	recordGang(t, recorded, ns, string(recorded.UID), true, rep, controller.ActionDelete, "replica-crashed", time.Now())
 
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, OnFail: controller.ActionDelete, Namespace: controllerNS})
 	byFlag := mpiJob(t, ns, "by-flag", 2)

@@ -1,7 +1,7 @@
 // Package envtestutil starts a real kube-apiserver and etcd for tests, with
-// the Kubeflow CRDs (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1)
-// and Kueue's Workload (kueue.x-k8s.io/v1beta2)
-// installed, through controller-runtime's envtest.
+// the Kubeflow CRDs (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1),
+// Kueue's Workload (kueue.x-k8s.io/v1beta2) and rankgate's Gang
+// (rankgate.io/v1alpha1) installed, through controller-runtime's envtest.
 //
 // The binaries are not downloaded: they are built from the Go modules pinned
 // in tools/ by `make test-binaries` (hack/build-test-binaries.sh) into
@@ -42,6 +42,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 )
 
 const (
@@ -142,9 +143,15 @@ func BinDir(root string) (string, error) {
 }
 
 // Scheme returns a scheme with the built-in Kubernetes types, PyTorchJob
-// (and the other training-operator kinds) in kubeflow.org/v1 and MPIJob in
-// kubeflow.org/v2beta1.
-func Scheme() *apiruntime.Scheme { return kubeflow.NewScheme() }
+// (and the other training-operator kinds) in kubeflow.org/v1, MPIJob in
+// kubeflow.org/v2beta1 and Gang in rankgate.io/v1alpha1.
+func Scheme() *apiruntime.Scheme {
+	s := kubeflow.NewScheme()
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
 
 // StartEnv starts etcd and kube-apiserver from bin/k8s with the Kubeflow
 // CRDs installed, for use outside a single test (TestMain). The caller must

@@ -1,0 +1,312 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+)
+
+// The writes that follow a verdict (job patch, Event) are paced: when many
+// gangs complete together, these writes, which no rank waits for, would
+// otherwise crowd the API server and slow the verdict writes that ranks
+// do wait for. At most maxConcurrentApplies are in flight, and pass and warn
+// verdicts are applied at most applyRate per second (a burst of 200 gangs
+// is on its jobs within about 5 s). Fail verdicts skip the rate: their
+// action frees the GPUs the other ranks hold.
+const (
+	maxConcurrentApplies = 2
+	applyRate            = 40
+	applyBurst           = 10
+)
+
+// An apply also waits (up to maxApplyYield) while verdicts are being
+// recorded: ranks wait for those, nobody waits for the apply.
+const (
+	maxApplyYield   = 2 * time.Second
+	applyYieldCheck = 5 * time.Millisecond
+)
+
+// yieldToRecords waits while verdicts are being recorded, at most
+// maxApplyYield.
+func (c *Controller) yieldToRecords(ctx context.Context) {
+	if c.recording.Load() == 0 {
+		return
+	}
+	deadline := time.Now().Add(maxApplyYield)
+	t := time.NewTicker(applyYieldCheck)
+	defer t.Stop()
+	for c.recording.Load() > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// applyUntilDone applies d to its job, retrying with backoff until it is
+// done or this replica stops leading (the next leader's sweep then
+// finishes it).
+func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) {
+	backoff := 200 * time.Millisecond
+	for {
+		if !d.Report.Failed() {
+			if err := c.applyPace.Wait(ctx); err != nil {
+				return // stopped leading
+			}
+		}
+		select {
+		case c.applySlots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		c.yieldToRecords(ctx)
+		err := c.apply(ctx, t, d)
+		<-c.applySlots
+		if err == nil {
+			c.clearPending(t.uid)
+			c.markApplied(ctx, t, d)
+			return
+		}
+		metricAPIErrors.WithLabelValues("verdict").Inc()
+		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key(), "in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// apply writes the recorded verdict d onto its job (annotations, and
+// runPolicy.suspend on a fail with that action, in one patch guarded by
+// the job's resourceVersion), emits the Event and runs the delete policy.
+// A job that already carries a verdict, or is gone, is not patched again;
+// a delete verdict still deletes it (the Gang is marked Applied only
+// after the delete, so a leader that dies in between leaves it to the
+// next one).
+func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
+	k, _ := kindByName(t.kind)
+	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
+	var lastErr error
+	for attempt := 0; attempt < 10; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		done, obj, ev, err := c.applyOnce(actx, k, key, t, d, attempt > 0)
+		cancel()
+		switch {
+		case err == nil && done:
+			if obj != nil && !d.adopted {
+				metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
+			}
+			if d.Report.Failed() && d.Action == ActionDelete {
+				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				err := c.deleteJob(dctx, t)
+				if apierrors.IsForbidden(err) {
+					// Allowed when the verdict was recorded, refused now
+					// (the permission went, or an admission policy).
+					return c.suspendInstead(dctx, k, key, t, d, c.refusedText(k, t.ns))
+				}
+				if err != nil {
+					return err
+				}
+			}
+			if obj != nil {
+				c.emitEvent(obj, ev)
+			}
+			return nil
+		case apierrors.IsConflict(err):
+			lastErr = err
+			continue
+		default:
+			return err
+		}
+	}
+	return fmt.Errorf("job %s kept changing: %w", t.key(), lastErr)
+}
+
+// applyOnce is one try of apply. done with a nil object: nothing to write
+// (job gone, replaced, or already carrying a verdict). ev is the decision
+// the Event tells (d, with how a Kueue-managed job was stopped).
+func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
+	obj := k.New()
+	var err error
+	if fresh {
+		err = c.api.Get(ctx, key, obj)
+	} else {
+		err = c.client.Get(ctx, key, obj)
+	}
+	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
+		return true, nil, nil, nil
+	}
+	if err != nil {
+		return false, nil, nil, err
+	}
+	if _, ok := recordedDecision(obj); ok {
+		return true, nil, nil, nil
+	}
+	orig := obj.DeepCopyObject().(client.Object)
+	ev := d
+	if d.Report.Failed() && d.Action == ActionSuspend {
+		if kueueManaged(obj) {
+			// Kueue owns runPolicy.suspend: stop the job through its
+			// Workload, then annotate (a retry deactivates again, a no-op).
+			how, err := c.deactivateWorkload(ctx, obj)
+			if err != nil {
+				return false, nil, nil, err
+			}
+			e := *d
+			e.kueue = how
+			ev = &e
+		} else {
+			wrap(obj).SetSuspended(true)
+		}
+	}
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	for k, v := range decisionAnnotationsFor(d, ann) {
+		ann[k] = v
+	}
+	obj.SetAnnotations(ann)
+	err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return true, nil, nil, nil
+	}
+	if err != nil {
+		return false, nil, nil, err
+	}
+	return true, obj, ev, nil
+}
+
+// deleteRefused asks the API server, with a dry run, whether the
+// controller may delete job; it returns why not when the answer is
+// Forbidden, "" otherwise (other errors leave it to the real delete).
+func (c *Controller) deleteRefused(ctx context.Context, k jobKind, job client.Object) string {
+	err := c.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
+	if apierrors.IsForbidden(err) {
+		return c.refusedText(k, job.GetNamespace())
+	}
+	return ""
+}
+
+func (c *Controller) refusedText(k jobKind, ns string) string {
+	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK.Kind), ns)
+}
+
+// suspendInstead suspends a job whose delete verdict the API server
+// refused, and sets its action annotation to suspend. The in-memory
+// decision keeps delete (ranks were answered with it); the job, its
+// annotations and the Event say what happened.
+func (c *Controller) suspendInstead(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, why string) error {
+	s := *d
+	s.Action, s.deleteRefused = ActionSuspend, why
+	for attempt := 0; attempt < 10; attempt++ {
+		obj := k.New()
+		err := c.api.Get(ctx, key, obj)
+		if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		j := wrap(obj)
+		kueue := kueueManaged(obj)
+		if (j.Suspended() || kueue) && obj.GetAnnotations()[KeyAction] == ActionSuspend {
+			return nil // done by an earlier try or leader
+		}
+		orig := obj.DeepCopyObject().(client.Object)
+		if kueue {
+			how, err := c.deactivateWorkload(ctx, obj)
+			if err != nil {
+				return err
+			}
+			s.kueue = how
+		} else {
+			j.SetSuspended(true)
+		}
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[KeyAction] = ActionSuspend
+		obj.SetAnnotations(ann)
+		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		switch {
+		case apierrors.IsConflict(err):
+			continue
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("suspending job %s, whose delete is refused: %w", t.key(), err)
+		}
+		c.log.Info("the controller may not delete the job: suspended it instead", "job", t.key(), "why", why)
+		c.emitEvent(obj, &s)
+		return nil
+	}
+	return fmt.Errorf("job %s kept changing while being suspended", t.key())
+}
+
+// markApplied sets the Applied condition of t's Gang once its job carries
+// verdict d (the job patch, and a delete verdict's delete, are done), and
+// forgets the Gang: it stays as the job's history. A Gang that is gone
+// (deleted with its job) needs nothing.
+func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	r := c.lookupRes(t.uid)
+	if r == nil || r.t.attempt != t.attempt {
+		r = &gangRes{t: t}
+	}
+	defer c.dropRes(t.key(), &t)
+	obj := r.current()
+	reason, msg := "VerdictOnJob", "the job carries the verdict"
+	if d.Report.Failed() {
+		switch d.Action {
+		case ActionSuspend:
+			reason, msg = "JobSuspended", "the job carries the verdict and is suspended"
+		case ActionDelete:
+			reason, msg = "JobDeleted", "the job was deleted"
+		}
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		if obj == nil {
+			cur := &v1alpha1.Gang{}
+			if err := c.gangAPI.Get(ctx, r.key(), cur); err != nil {
+				if !apierrors.IsNotFound(err) {
+					c.log.Info("marking the gang applied", "gang", r.key().String(), "error", err.Error())
+				}
+				return
+			}
+			obj = cur
+			obj.ManagedFields = nil
+		}
+		if !ownedBy(obj, t) || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
+			return
+		}
+		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue,
+			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
+		err := c.gangAPI.Status().Update(ctx, obj)
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			return
+		case apierrors.IsConflict(err):
+			obj = nil
+		default:
+			metricAPIErrors.WithLabelValues("gang-applied").Inc()
+			c.log.Info("marking the gang applied; the next leader's sweep applies it again (a no-op) and retries", "gang", r.key().String(), "error", err.Error())
+			return
+		}
+	}
+}

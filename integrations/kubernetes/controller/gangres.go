@@ -1,0 +1,355 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// The Gang resource (rankgate.io/v1alpha1, api/v1alpha1): one per gated
+// job attempt, in the job's namespace, named GangName(kind, job, attempt)
+// and owned by the job (the garbage collector deletes it with the job).
+// While the gang is open its status shows the ranks that reported; the
+// verdict is recorded in its status before any rank hears it (record.go).
+//
+// The controller keeps no informer on Gangs (finished ones are history and
+// may be many): it reads them from the API server, and remembers the ones
+// of the jobs it is gating (gangRes).
+
+// gangRes is the Gang resource of one job attempt, as this replica knows it.
+type gangRes struct {
+	t          target
+	apiVersion string
+	expected   int32
+	timeout    time.Duration
+
+	mu      sync.Mutex
+	obj     *v1alpha1.Gang // as last read or written (nil: not yet)
+	waiting string         // what the Pending watchdog says the job waits for
+	decided bool           // its verdict is recorded: no more progress writes
+}
+
+func (r *gangRes) set(obj *v1alpha1.Gang) {
+	r.mu.Lock()
+	r.obj = obj.DeepCopy()
+	// Not kept, not sent back: an update without managed fields keeps the
+	// server's, and the API server decodes less.
+	r.obj.ManagedFields = nil
+	if meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionDecided) {
+		r.decided = true
+	}
+	r.mu.Unlock()
+}
+
+func (r *gangRes) current() *v1alpha1.Gang {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.obj == nil {
+		return nil
+	}
+	return r.obj.DeepCopy()
+}
+
+func (r *gangRes) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: r.t.ns, Name: v1alpha1.GangName(r.t.kind, r.t.name, r.t.attempt)}
+}
+
+// resFor returns the Gang resource of job o's current attempt. A cache
+// that still shows an earlier attempt keeps the later one.
+func (c *Controller) resFor(o client.Object, kind string) *gangRes {
+	attempt := jobAttempt(o)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r := c.res[o.GetUID()]; r != nil && r.t.attempt >= attempt {
+		return r
+	}
+	timeout, _ := jobTimeout(o, c.opts.GangTimeout)
+	k, _ := kindByName(kind)
+	r := &gangRes{
+		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
+		apiVersion: k.GVK.GroupVersion().String(), expected: int32(kubeflow.RankPods(wrap(o))), timeout: timeout,
+	}
+	c.res[o.GetUID()] = r
+	return r
+}
+
+// lookupRes is the Gang resource this replica knows for job uid.
+func (c *Controller) lookupRes(uid types.UID) *gangRes {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.res[uid]
+}
+
+// dropRes forgets the Gang resource of job key (namespace/kind/name), or
+// only attempt t's when t is given.
+func (c *Controller) dropRes(key string, t *target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for uid, r := range c.res {
+		if r.t.key() == key && (t == nil || (r.t.uid == t.uid && r.t.attempt == t.attempt)) {
+			delete(c.res, uid)
+		}
+	}
+}
+
+// newGangObject is the Gang r names, without status.
+func newGangObject(r *gangRes) *v1alpha1.Gang {
+	labels := map[string]string{v1alpha1.LabelJobKind: r.t.kind, v1alpha1.LabelJobUID: string(r.t.uid)}
+	if len(validation.IsValidLabelValue(r.t.name)) == 0 {
+		labels[v1alpha1.LabelJobName] = r.t.name
+	}
+	key := r.key()
+	g := &v1alpha1.Gang{
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: r.apiVersion, Kind: r.t.kind, Name: r.t.name, UID: r.t.uid,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(false)}}},
+		Spec: v1alpha1.GangSpec{
+			Job:     v1alpha1.JobReference{APIVersion: r.apiVersion, Kind: r.t.kind, Name: r.t.name, UID: r.t.uid},
+			Attempt: r.t.attempt, ExpectedRanks: r.expected,
+		},
+	}
+	if r.timeout > 0 {
+		g.Spec.Timeout = &metav1.Duration{Duration: r.timeout}
+	}
+	return g
+}
+
+// ownedBy says whether Gang g belongs to job t: it names the job (kind,
+// name, UID) and the job is its controller owner.
+func ownedBy(g *v1alpha1.Gang, t target) bool {
+	j := g.Spec.Job
+	if j.Kind != t.kind || j.Name != t.name || j.UID != t.uid || g.Namespace != t.ns {
+		return false
+	}
+	ref := metav1.GetControllerOfNoCopy(g)
+	return ref != nil && ref.Kind == t.kind && ref.Name == t.name && ref.UID == t.uid
+}
+
+// ensureObject returns r's Gang, created if needed. A Gang of that name
+// that belongs to another job (one deleted and created again before the
+// garbage collector ran, or one not written by the controller) is deleted
+// and created again.
+func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
+	if obj := r.current(); obj != nil {
+		return obj, nil
+	}
+	for attempt := 0; attempt < 3; attempt++ {
+		obj := newGangObject(r)
+		err := c.gangAPI.Create(ctx, obj)
+		if err == nil {
+			r.set(obj)
+			return obj, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+		cur, err := c.refresh(ctx, r)
+		if err != nil || cur != nil {
+			return cur, err
+		}
+	}
+	return nil, fmt.Errorf("gang %s keeps changing", r.key())
+}
+
+// refresh reads r's Gang from the API server. It returns nil (and no
+// error) when there is none now: it was missing, or it belonged to another
+// job and was deleted.
+func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
+	cur := &v1alpha1.Gang{}
+	err := c.gangAPI.Get(ctx, r.key(), cur)
+	if apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		r.obj = nil
+		r.mu.Unlock()
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ownedBy(cur, r.t) {
+		r.set(cur)
+		return cur, nil
+	}
+	c.log.Info("deleting a Gang that does not belong to the job it is named for", "gang", r.key().String(),
+		"job", r.t.key(), "uid", r.t.uid, "gangJobUID", cur.Spec.Job.UID)
+	err = c.gangAPI.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// gangSnapshot is an open gang's progress.
+type gangSnapshot struct {
+	expected          int
+	ranks             []preflight.RankReport
+	firstAt, deadline time.Time
+}
+
+func (g *gang) snapshot() gangSnapshot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return gangSnapshot{expected: g.expected, ranks: g.rankListLocked(), firstAt: g.firstAt, deadline: g.deadline}
+}
+
+// rankStatuses lists ranks for a Gang's status, bounded by the limits of
+// the API: at most MaxRankEntries, the failing ranks first when there are
+// more (then the warning ones), in rank order; omitted counts the rest.
+func rankStatuses(ranks []preflight.RankReport) (out []v1alpha1.RankStatus, omitted int32) {
+	keep := ranks
+	if len(ranks) > v1alpha1.MaxRankEntries {
+		keep = append([]preflight.RankReport(nil), ranks...)
+		order := map[verdict.Verdict]int{verdict.VerdictFail: 0, verdict.VerdictWarn: 1}
+		rankOf := func(v verdict.Verdict) int {
+			if o, ok := order[v]; ok {
+				return o
+			}
+			return 2
+		}
+		sort.SliceStable(keep, func(i, j int) bool { return rankOf(keep[i].Report.Verdict) < rankOf(keep[j].Report.Verdict) })
+		keep = keep[:v1alpha1.MaxRankEntries]
+		sort.Slice(keep, func(i, j int) bool { return keep[i].Rank < keep[j].Rank })
+		omitted = int32(len(ranks) - len(keep))
+	}
+	out = make([]v1alpha1.RankStatus, 0, len(keep))
+	for _, rr := range keep {
+		s := v1alpha1.RankStatus{Rank: int32(rr.Rank), Pod: rr.Pod, Node: rr.Node, Verdict: string(rr.Report.Verdict), Rules: ruleIDs(rr.Report, 32)}
+		if s.Verdict == "" {
+			s.Verdict = string(verdict.VerdictPass)
+		}
+		for _, d := range rr.Report.Devices {
+			if len(s.Devices) == v1alpha1.MaxRankDevices {
+				break
+			}
+			s.Devices = append(s.Devices, d.ID)
+		}
+		out = append(out, s)
+	}
+	return out, omitted
+}
+
+// ruleIDs are the rule IDs of rep's fail and warn findings, each once, at
+// most n.
+func ruleIDs(rep verdict.Report, n int) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range rep.Findings {
+		if f.Severity != verdict.SeverityInfo && !seen[f.Rule] && len(out) < n {
+			seen[f.Rule] = true
+			out = append(out, f.Rule)
+		}
+	}
+	return out
+}
+
+// setProgress writes an open gang's progress into st: phase, ranks
+// reported of expected, the ranks, the first report and the deadline.
+// The first report never moves later than what st already holds.
+func setProgress(st *v1alpha1.GangStatus, s gangSnapshot, waiting string) {
+	st.ReportedRanks = int32(len(s.ranks))
+	st.Progress = strconv.Itoa(len(s.ranks)) + "/" + strconv.Itoa(s.expected)
+	st.Ranks, st.RanksOmitted = rankStatuses(s.ranks)
+	// As the API server stores them (to the second), so that an unchanged
+	// status compares equal.
+	if !s.firstAt.IsZero() && (st.FirstReportAt == nil || s.firstAt.Before(st.FirstReportAt.Time)) {
+		t := metav1.NewTime(s.firstAt).Rfc3339Copy()
+		st.FirstReportAt = &t
+	}
+	if !s.deadline.IsZero() {
+		t := metav1.NewTime(s.deadline).Rfc3339Copy()
+		st.Deadline = &t
+	}
+	if st.Verdict != "" {
+		return
+	}
+	st.WaitingFor = verdict.Truncate(waiting, v1alpha1.MaxMessageLength)
+	switch {
+	case waiting != "":
+		st.Phase = v1alpha1.PhaseWaitingForPlacement
+		st.Reason = oneLine(waiting)
+	case len(s.ranks) == 0:
+		st.Phase, st.Reason = v1alpha1.PhaseWaitingForRanks, "no rank has reported yet"
+	default:
+		st.Phase = v1alpha1.PhaseWaitingForRanks
+		st.Reason = fmt.Sprintf("waiting for %d more of %d ranks", max(s.expected-len(s.ranks), 0), s.expected)
+	}
+}
+
+// oneLine is the first line of s, within the Reason column's limit.
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return verdict.Truncate(s, v1alpha1.MaxReasonLength)
+}
+
+// setVerdict records d in st (with the gang's latest progress): the
+// verdict fields, the phase and the Decided condition.
+func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation int64) {
+	setProgress(st, s, "")
+	st.WaitingFor = ""
+	st.Verdict = string(d.Report.Verdict)
+	st.Rules = ruleIDs(d.Report, 64)
+	st.Report = compactReport(d.Report, maxReportLen)
+	st.DecidedAt = &metav1.Time{Time: d.DecidedAt}
+	st.DecidedBy = verdict.Truncate(d.DecidedBy, 256)
+	st.Phase, st.Action = v1alpha1.PhasePassed, ""
+	msg := summary(d.Report)
+	if d.Report.Failed() {
+		st.Phase, st.Action = v1alpha1.PhaseFailed, d.Action
+		msg = failReason(d.Report, v1alpha1.MaxMessageLength)
+	}
+	st.Message = verdict.Truncate(msg, v1alpha1.MaxMessageLength)
+	st.Reason = oneLine(msg)
+	st.MissingRanks, st.MissingCount = nil, 0
+	have := map[int]bool{}
+	for _, r := range s.ranks {
+		have[r.Rank] = true
+	}
+	for i := 0; i < s.expected; i++ {
+		if !have[i] {
+			st.MissingCount++
+			if len(st.MissingRanks) < v1alpha1.MaxMissingEntries {
+				st.MissingRanks = append(st.MissingRanks, int32(i))
+			}
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionDecided, Status: metav1.ConditionTrue,
+		Reason: string(st.Phase), Message: "verdict " + st.Verdict + " recorded by " + st.DecidedBy, ObservedGeneration: generation})
+}
+
+// gangDecision reads the verdict recorded in a Gang's status.
+func gangDecision(g *v1alpha1.Gang) (*decision, bool) {
+	st := &g.Status
+	if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDecided) {
+		return nil, false
+	}
+	v := verdict.Verdict(st.Verdict)
+	if v != verdict.VerdictPass && v != verdict.VerdictWarn && v != verdict.VerdictFail {
+		return nil, false
+	}
+	d := &decision{Action: st.Action, DecidedBy: st.DecidedBy, adopted: true}
+	if st.DecidedAt != nil {
+		d.DecidedAt = st.DecidedAt.Time
+	}
+	if err := json.Unmarshal([]byte(st.Report), &d.Report); err != nil || d.Report.Verdict != v {
+		d.Report = verdict.Report{Verdict: v, Subject: st.Message, Findings: []verdict.Finding{}}
+	}
+	return d, true
+}

@@ -1,0 +1,185 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+func testRes(name string) *gangRes {
+	return &gangRes{t: target{kind: "PyTorchJob", ns: "ml", name: name, uid: "6f1c2b3a-1111-4222-8333-444455556666", attempt: 2},
+		apiVersion: "kubeflow.org/v1", expected: 4, timeout: time.Minute}
+}
+
+// A Gang names its job attempt, is owned by the job (controller, without
+// blocking its deletion), and is acted on only when it belongs to the job
+// it names: the same namespace, kind, name and UID, the job its controller.
+func TestGangObjectOwnedByItsJob(t *testing.T) {
+	r := testRes("pt")
+	g := newGangObject(r)
+	require.Equal(t, "pytorchjob-pt-2", g.Name)
+	require.Equal(t, "ml", g.Namespace)
+	require.Equal(t, map[string]string{v1alpha1.LabelJobKind: "PyTorchJob", v1alpha1.LabelJobUID: string(r.t.uid), v1alpha1.LabelJobName: "pt"}, g.Labels)
+	require.Len(t, g.OwnerReferences, 1)
+	ref := g.OwnerReferences[0]
+	require.Equal(t, metav1.OwnerReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: r.t.uid,
+		Controller: ref.Controller, BlockOwnerDeletion: ref.BlockOwnerDeletion}, ref)
+	require.True(t, *ref.Controller)
+	require.False(t, *ref.BlockOwnerDeletion)
+	require.Equal(t, v1alpha1.JobReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: r.t.uid}, g.Spec.Job)
+	require.EqualValues(t, 2, g.Spec.Attempt)
+	require.EqualValues(t, 4, g.Spec.ExpectedRanks)
+	require.Equal(t, time.Minute, g.Spec.Timeout.Duration)
+	require.True(t, ownedBy(g, r.t))
+
+	for name, mutate := range map[string]func(g *v1alpha1.Gang){
+		"another job's uid":     func(g *v1alpha1.Gang) { g.Spec.Job.UID = "0c1d2e3f-0000-4000-8000-000000000000" },
+		"in another namespace":  func(g *v1alpha1.Gang) { g.Namespace = "other" },
+		"no owner reference":    func(g *v1alpha1.Gang) { g.OwnerReferences = nil },
+		"owner not controller":  func(g *v1alpha1.Gang) { g.OwnerReferences[0].Controller = nil },
+		"owned by another uid":  func(g *v1alpha1.Gang) { g.OwnerReferences[0].UID = "0c1d2e3f-0000-4000-8000-000000000000" },
+		"another kind":          func(g *v1alpha1.Gang) { g.Spec.Job.Kind = "MPIJob" },
+		"another job's name":    func(g *v1alpha1.Gang) { g.Spec.Job.Name = "other" },
+		"owned by another kind": func(g *v1alpha1.Gang) { g.OwnerReferences[0].Kind = "MPIJob" },
+	} {
+		f := g.DeepCopy()
+		mutate(f)
+		require.False(t, ownedBy(f, r.t), name)
+	}
+
+	// A name too long for a label value is not a label.
+	long := testRes(strings.Repeat("x", 80))
+	require.NotContains(t, newGangObject(long).Labels, v1alpha1.LabelJobName)
+}
+
+func rankReport(rank int, v verdict.Verdict, devices int) preflight.RankReport {
+	rep := verdict.Report{Verdict: v}
+	if v != verdict.VerdictPass {
+		sev := verdict.SeverityFail
+		if v == verdict.VerdictWarn {
+			sev = verdict.SeverityWarn
+		}
+		rep.Findings = []verdict.Finding{{Rule: "RULE_" + string(v), Severity: sev}, {Rule: "INFO_ONLY", Severity: verdict.SeverityInfo}}
+	}
+	for d := 0; d < devices; d++ {
+		rep.Devices = append(rep.Devices, verdict.DeviceSummary{ID: fmt.Sprintf("GPU-%d-%d", rank, d)})
+	}
+	return preflight.RankReport{Rank: rank, Pod: fmt.Sprintf("pod-%d", rank), Node: fmt.Sprintf("node-%d", rank/8), Report: rep}
+}
+
+// Ranks in a Gang's status are bounded: at most MaxRankEntries, the
+// failing ranks (then the warning ones) kept first when cut, in rank
+// order, at most MaxRankDevices devices each, rule IDs of fail and warn
+// findings only.
+func TestRankStatusesBounded(t *testing.T) {
+	var ranks []preflight.RankReport
+	n := v1alpha1.MaxRankEntries + 500
+	for i := 0; i < n; i++ {
+		v := verdict.VerdictPass
+		switch {
+		case i >= n-3:
+			v = verdict.VerdictFail
+		case i == n-10:
+			v = verdict.VerdictWarn
+		}
+		ranks = append(ranks, rankReport(i, v, 12))
+	}
+	out, omitted := rankStatuses(ranks)
+	require.Len(t, out, v1alpha1.MaxRankEntries)
+	require.EqualValues(t, 500, omitted)
+	for i := 1; i < len(out); i++ {
+		require.Less(t, out[i-1].Rank, out[i].Rank)
+	}
+	last := out[len(out)-4:]
+	require.Equal(t, []int32{int32(n - 10), int32(n - 3), int32(n - 2), int32(n - 1)}, []int32{last[0].Rank, last[1].Rank, last[2].Rank, last[3].Rank})
+	require.Equal(t, "warn", last[0].Verdict)
+	require.Equal(t, []string{"RULE_fail"}, last[3].Rules)
+	require.Equal(t, "fail", last[3].Verdict)
+	require.Len(t, out[0].Devices, v1alpha1.MaxRankDevices)
+	require.Equal(t, "GPU-0-0", out[0].Devices[0])
+	require.Empty(t, out[0].Rules)
+
+	out, omitted = rankStatuses(ranks[:3])
+	require.Len(t, out, 3)
+	require.Zero(t, omitted)
+}
+
+// An open gang's status: its progress, phase and reason; the first report
+// never moves later; what the Pending watchdog says the job waits for.
+// Its verdict: phase, rules, reason on one line, the missing ranks, the
+// Decided condition, and read back as the decision.
+func TestGangStatusProgressAndVerdict(t *testing.T) {
+	first := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	snap := gangSnapshot{expected: 8, ranks: []preflight.RankReport{rankReport(0, verdict.VerdictPass, 1), rankReport(1, verdict.VerdictPass, 1), rankReport(5, verdict.VerdictPass, 1)},
+		firstAt: first, deadline: first.Add(10 * time.Minute)}
+	var st v1alpha1.GangStatus
+	setProgress(&st, snap, "")
+	require.Equal(t, v1alpha1.PhaseWaitingForRanks, st.Phase)
+	require.Equal(t, "3/8", st.Progress)
+	require.EqualValues(t, 3, st.ReportedRanks)
+	require.Len(t, st.Ranks, 3)
+	require.Equal(t, "waiting for 5 more of 8 ranks", st.Reason)
+	require.True(t, st.FirstReportAt.Time.Equal(first))
+	require.True(t, st.Deadline.Time.Equal(first.Add(10*time.Minute)))
+
+	// A later first report (a new leader's) does not move it.
+	later := snap
+	later.firstAt = first.Add(time.Minute)
+	setProgress(&st, later, "WAIT_CAPACITY: 2 of 4 nodes busy\nsecond line")
+	require.True(t, st.FirstReportAt.Time.Equal(first))
+	require.Equal(t, v1alpha1.PhaseWaitingForPlacement, st.Phase)
+	require.Equal(t, "WAIT_CAPACITY: 2 of 4 nodes busy", st.Reason)
+	require.Contains(t, st.WaitingFor, "second line")
+
+	rep := verdict.NewReport("ml/PyTorchJob/pt: 3 of 8 ranks reported", []verdict.Finding{
+		{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: strings.Repeat("long ", 100) + "\nand more"},
+		{Rule: "SOME_WARNING", Severity: verdict.SeverityWarn, Message: "w"},
+	})
+	d := &decision{Report: rep, DecidedAt: first.Add(2 * time.Minute), DecidedBy: "replica-a", Action: ActionSuspend}
+	setVerdict(&st, snap, d, 1)
+	require.Equal(t, v1alpha1.PhaseFailed, st.Phase)
+	require.Equal(t, "fail", st.Verdict)
+	require.Equal(t, []string{verdict.RuleGangMIGSpansGPUs, "SOME_WARNING"}, st.Rules)
+	require.Equal(t, ActionSuspend, st.Action)
+	require.Empty(t, st.WaitingFor)
+	require.LessOrEqual(t, len(st.Reason), v1alpha1.MaxReasonLength)
+	require.NotContains(t, st.Reason, "\n")
+	require.True(t, strings.HasPrefix(st.Reason, verdict.RuleGangMIGSpansGPUs+": long"), st.Reason)
+	require.Equal(t, []int32{2, 3, 4, 6, 7}, st.MissingRanks)
+	require.EqualValues(t, 5, st.MissingCount)
+	require.True(t, meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDecided))
+	require.Equal(t, "replica-a", st.DecidedBy)
+
+	got, ok := gangDecision(&v1alpha1.Gang{Status: st})
+	require.True(t, ok)
+	require.Equal(t, rep.Verdict, got.Report.Verdict)
+	require.Equal(t, rep.RuleIDs(), got.Report.RuleIDs())
+	require.Equal(t, ActionSuspend, got.Action)
+	require.Equal(t, "replica-a", got.DecidedBy)
+	require.True(t, got.adopted)
+
+	// Not decided: no verdict to adopt, whatever the fields say.
+	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionDecided)
+	_, ok = gangDecision(&v1alpha1.Gang{Status: st})
+	require.False(t, ok)
+
+	pass := &decision{Report: verdict.NewReport("ok", nil), DecidedAt: first, DecidedBy: "r"}
+	var ps v1alpha1.GangStatus
+	snap.ranks = append(snap.ranks, rankReport(2, verdict.VerdictPass, 1), rankReport(3, verdict.VerdictPass, 1), rankReport(4, verdict.VerdictPass, 1),
+		rankReport(6, verdict.VerdictPass, 1), rankReport(7, verdict.VerdictPass, 1))
+	setVerdict(&ps, snap, pass, 1)
+	require.Equal(t, v1alpha1.PhasePassed, ps.Phase)
+	require.Equal(t, "8/8", ps.Progress)
+	require.Equal(t, "all ranks passed", ps.Reason)
+	require.Empty(t, ps.Action)
+	require.Zero(t, ps.MissingCount)
+}

@@ -1,0 +1,170 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+)
+
+// Progress writes: what an open gang's Gang shows (ranks reported, the
+// deadline, what the job waits for). Nobody waits for them, and a burst of
+// reports must not multiply API writes: a report only marks its gang
+// dirty, and a small pool of writers writes each dirty gang at most once
+// per progressEvery, paced overall (progressRate) and yielding while
+// verdicts are being recorded. A gang that completes within progressEvery
+// of a report costs no progress write: its verdict write carries the
+// ranks.
+const (
+	progressEvery   = time.Second
+	progressWriters = 2
+	progressRate    = 20
+	progressBurst   = 10
+	progressRetry   = 5 * time.Second
+)
+
+func newProgressQueue() workqueue.TypedDelayingInterface[types.UID] {
+	return workqueue.NewTypedDelayingQueue[types.UID]()
+}
+
+// touchProgress marks job uid's Gang dirty: written within progressEvery,
+// or at once with soon (a Gang that does not exist yet).
+func (c *Controller) touchProgress(uid types.UID, soon bool) {
+	delay := progressEvery
+	if soon {
+		delay = 0
+	}
+	c.progress.AddAfter(uid, delay)
+}
+
+// runProgress runs the writers while this replica leads.
+func (c *Controller) runProgress(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		c.progress.ShutDown()
+	}()
+	for i := 0; i < progressWriters; i++ {
+		go func() {
+			for {
+				uid, shut := c.progress.Get()
+				if shut {
+					return
+				}
+				c.flushProgress(ctx, uid)
+				c.progress.Done(uid)
+			}
+		}()
+	}
+}
+
+// flushProgress writes job uid's Gang: created if needed, with the
+// gang's progress. A gang being decided is left to its verdict write.
+func (c *Controller) flushProgress(ctx context.Context, uid types.UID) {
+	r := c.lookupRes(uid)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	done := r.decided
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	c.mu.Lock()
+	g := c.gangs[uid]
+	c.mu.Unlock()
+	snap := gangSnapshot{expected: int(r.expected)}
+	if g != nil {
+		g.mu.Lock()
+		busy := g.deciding || g.verdict != nil
+		g.mu.Unlock()
+		if busy {
+			return
+		}
+		snap = g.snapshot()
+	}
+	c.yieldToRecords(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.writeProgress(wctx, r, g, snap); err != nil && ctx.Err() == nil {
+		metricAPIErrors.WithLabelValues("gang-progress").Inc()
+		msg := err.Error()
+		if apierrors.IsForbidden(err) || isNoGangKind(err) {
+			msg += " (" + c.gangsRBACHint("create and update") + ")"
+		}
+		c.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
+		c.progress.AddAfter(uid, progressRetry)
+	}
+}
+
+// writeProgress writes snap into r's Gang unless it holds a verdict (then
+// an open in-memory gang g adopts it: another replica recorded it) or
+// already shows it.
+func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, snap gangSnapshot) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		obj, err := c.ensureObject(ctx, r)
+		if err != nil {
+			return err
+		}
+		if obj == nil {
+			continue
+		}
+		if d, ok := gangDecision(obj); ok {
+			// Recorded by another replica: adopted, unless it was applied
+			// and the job no longer carries it (then the gang's verdict
+			// write starts a new attempt).
+			if g != nil && !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
+				c.setPending(r.t, d)
+				go c.adoptVerdict(g, d)
+			}
+			return nil
+		}
+		before := obj.Status.DeepCopy()
+		r.mu.Lock()
+		waiting := r.waiting
+		r.mu.Unlock()
+		setProgress(&obj.Status, snap, waiting)
+		if equality.Semantic.DeepEqual(before, &obj.Status) {
+			return nil
+		}
+		if err := c.progressPace.Wait(ctx); err != nil {
+			return err
+		}
+		c.yieldToRecords(ctx)
+		err = c.gangAPI.Status().Update(ctx, obj)
+		switch {
+		case err == nil:
+			r.set(obj)
+			return nil
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			if _, err := c.refresh(ctx, r); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// noteWaitingFor is what the Pending watchdog says job uid waits for ("":
+// nothing), for its Gang's phase.
+func (c *Controller) noteWaitingFor(uid types.UID, waiting string) {
+	r := c.lookupRes(uid)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	changed := r.waiting != waiting
+	r.waiting = waiting
+	r.mu.Unlock()
+	if changed {
+		c.touchProgress(uid, true)
+	}
+}
