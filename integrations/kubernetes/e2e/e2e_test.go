@@ -18,11 +18,13 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -614,7 +616,7 @@ func decodeManifest(t *testing.T, path string) []*unstructured.Unstructured {
 func TestE2EShippedRBACIsEnough(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
-	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml"} {
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "service.yaml"} {
 		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
 	}
 	waitJobWritePolicy(t)
@@ -628,11 +630,25 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 		_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: "rankgate-tls"}})
 	})
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
-		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-e2e-rbac",
+		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-controller",
+		GateService: "rankgate-gate", GateEndpointIP: "192.0.2.77",
 		CertDir: t.TempDir(), WebhookOptions: controller.WebhookOptions{ManageCerts: true, WebhookAddr: whAddr, InitImage: initImage,
 			CertDNS: []string{"localhost"}, CertInterval: 200 * time.Millisecond}})
 	waitInjected(t, c)
 	require.Eventually(t, c.IsLeader, 20*time.Second, 50*time.Millisecond)
+	// The leader publishes itself as the gate Service's endpoint, owned by
+	// the Service, with the shipped permissions.
+	require.Eventually(t, func() bool {
+		es := &discoveryv1.EndpointSlice{}
+		if k8s.Get(context.Background(), types.NamespacedName{Namespace: "rankgate-system", Name: controller.GateEndpointSliceName("rankgate-gate")}, es) != nil {
+			return false
+		}
+		return len(es.Endpoints) == 1 && slices.Equal(es.Endpoints[0].Addresses, []string{"192.0.2.77"}) &&
+			len(es.OwnerReferences) == 1 && es.OwnerReferences[0].Name == "rankgate-gate"
+	}, 20*time.Second, 100*time.Millisecond, "the leader's gate EndpointSlice")
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: controller.GateEndpointSliceName("rankgate-gate")}})
+	})
 
 	// The gate serves the controller's own certificate (DNS name localhost).
 	gateURL := "https://localhost:" + strings.Split(c.Addr, ":")[1]
