@@ -306,10 +306,11 @@ func (g *gang) response(rank int) *gate.Response {
 	return r
 }
 
+// fillDecided answers with d. Every answer of the gang points to d's one
+// report (the gate encodes it once for all of them): d must not change.
 func fillDecided(r *gate.Response, d *decision) {
 	r.State = gate.StateDecided
-	rep := d.Report
-	r.Verdict = &rep
+	r.Verdict = &d.Report
 	if !d.DecidedAt.IsZero() {
 		at := d.DecidedAt
 		r.DecidedAt = &at
