@@ -350,6 +350,9 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.mgr = mgr
+	if err := indexPodsByJob(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("controller: indexing pods by job: %w", err)
+	}
 	c.client = mgr.GetClient()
 	c.api = mgr.GetAPIReader()
 	c.rec = mgr.GetEventRecorder("rankgate-controller")
