@@ -154,7 +154,11 @@ func TestBenchGangLatency(t *testing.T) {
 	// waiting rank holds a connection: with more ranks than the gate's
 	// default bound, raise it as an operator would (--gate-max-connections).
 	conns := max(controller.DefaultGateMaxConnections, jobs*ranks+64)
-	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, RecordCleanupDelay: 30 * time.Second, GateMaxConnections: conns})
+	// RANKGATE_BENCH_KUBE_QPS raises the controller's client-side limit
+	// towards the API server (--kube-api-qps; burst twice that).
+	qps := envInt("RANKGATE_BENCH_KUBE_QPS", controller.DefaultQPS)
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, RecordCleanupDelay: 30 * time.Second, GateMaxConnections: conns,
+		QPS: float32(qps), Burst: max(controller.DefaultBurst, 2*qps)})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started
 
@@ -248,7 +252,7 @@ func TestBenchGangLatency(t *testing.T) {
 	appliedAfter := time.Since(lastHeld)
 	summary := map[string]any{
 		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
-		"loadAvgBefore": loadBefore, "loadAvgAfter": loadAverage(), "gateMaxConnections": conns,
+		"loadAvgBefore": loadBefore, "loadAvgAfter": loadAverage(), "gateMaxConnections": conns, "kubeAPIQPS": qps,
 		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
 		"decisions": c.Decisions(),
