@@ -72,6 +72,7 @@ that still reaches the other gets NotLeader and retries.`,
 	f.StringVar(&o.MIGReconfigure, "mig-reconfigure", controller.MIGReconfigureOff, "off, or on-demand when the cluster changes MIG layouts by itself: then a job whose shape a layout change would create (RECONFIGURABLE) waits instead of failing")
 	f.StringVar(&o.Audience, "audience", gate.Audience, "audience the ranks' service-account tokens must carry")
 	f.DurationVar(&o.MaxWait, "max-wait", controller.DefaultMaxWait, "longest long poll the gate holds open")
+	f.IntVar(&o.GateMaxConnections, "gate-max-connections", controller.DefaultGateMaxConnections, "most connections the gate serves at once; each waiting rank holds one (about 55 KiB of controller memory each), so gangs with more rank pods than this cannot all wait at once")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", controller.DefaultMetricsAddr, "Prometheus /metrics address: HTTPS for callers the API server authorizes (get on /metrics), in clear only on loopback (0 disables)")
 	f.StringVar(&o.HealthAddr, "health-addr", controller.DefaultHealthAddr, "/healthz and /readyz address (0 disables)")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect a leader among replicas (Lease rankgate-controller); only the leader holds gangs")

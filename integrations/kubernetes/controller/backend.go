@@ -258,6 +258,7 @@ func (c *Controller) ensureGang(j job) *gang {
 		c.gangs[g.uid] = g
 		c.byName[g.key] = g.uid
 		metricGangs.Inc()
+		defer c.warnGateBound(j, g.expected)
 	}
 	c.mu.Unlock()
 	if r := c.resFor(o, j.Kind()); r.current() == nil {

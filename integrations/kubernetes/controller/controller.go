@@ -84,6 +84,10 @@ type Options struct {
 	Audience string
 	// MaxWait caps a rank's long poll (default 30s).
 	MaxWait time.Duration
+	// GateMaxConnections bounds the gate's connections open at once
+	// (default 2048): a waiting rank holds one during its long poll, so a
+	// gang of more rank pods cannot all wait at once (see gatebound.go).
+	GateMaxConnections int
 	// GangTimeout: how long after the first report of a gang the missing
 	// ranks fail it (default 10m; per job: annotation rankgate.io/gang-timeout).
 	GangTimeout time.Duration
@@ -158,6 +162,8 @@ const (
 	DefaultHealthAddr   = ":8081"
 	DefaultOnFail       = ActionSuspend
 	DefaultPendingGrace = 10 * time.Second
+	// DefaultGateMaxConnections: see Options.GateMaxConnections.
+	DefaultGateMaxConnections = gateserver.DefaultMaxConns
 )
 
 func (o *Options) defaults() error {
@@ -181,6 +187,9 @@ func (o *Options) defaults() error {
 	}
 	if o.MaxWait <= 0 {
 		o.MaxWait = DefaultMaxWait
+	}
+	if o.GateMaxConnections <= 0 {
+		o.GateMaxConnections = DefaultGateMaxConnections
 	}
 	if o.GangTimeout <= 0 {
 		o.GangTimeout = DefaultGangTimeout
@@ -349,6 +358,9 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.mgr = mgr
+	if err := indexPodsByJob(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("controller: indexing pods by job: %w", err)
+	}
 	c.client = mgr.GetClient()
 	c.api = mgr.GetAPIReader()
 	c.rec = mgr.GetEventRecorder("rankgate-controller")
@@ -374,7 +386,7 @@ func New(opts Options) (*Controller, error) {
 	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
 		Auth:    gateserver.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
-		Backend: c, MaxWait: opts.MaxWait, Log: c.log.WithName("gate"), Observe: observeRequest,
+		Backend: c, MaxWait: opts.MaxWait, MaxConns: opts.GateMaxConnections, Log: c.log.WithName("gate"), Observe: observeRequest,
 	})
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err

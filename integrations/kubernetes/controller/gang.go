@@ -182,7 +182,7 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 // it has none).
 func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, error) {
 	pods := &corev1.PodList{}
-	if err := c.client.List(ctx, pods, client.InNamespace(g.ns), client.MatchingLabels{LabelJobName: g.name}); err != nil {
+	if err := c.listJobPods(ctx, g.ns, g.name, pods); err != nil {
 		return time.Time{}, err
 	}
 	var oldest time.Time
@@ -320,10 +320,11 @@ func (g *gang) response(rank int) *gate.Response {
 	return r
 }
 
+// fillDecided answers with d. Every answer of the gang points to d's one
+// report (the gate encodes it once for all of them): d must not change.
 func fillDecided(r *gate.Response, d *decision) {
 	r.State = gate.StateDecided
-	rep := d.Report
-	r.Verdict = &rep
+	r.Verdict = &d.Report
 	if !d.DecidedAt.IsZero() {
 		at := d.DecidedAt
 		r.DecidedAt = &at

@@ -273,7 +273,7 @@ func unschedulableSince(pods []*corev1.Pod, seen time.Time) (since time.Time, ok
 // jobPods are the cached pods of the job with obj's UID.
 func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := c.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{LabelJobName: obj.GetName()}); err != nil {
+	if err := c.listJobPods(ctx, obj.GetNamespace(), obj.GetName(), pods); err != nil {
 		return nil, err
 	}
 	var out []*corev1.Pod

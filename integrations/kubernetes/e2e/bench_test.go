@@ -150,7 +150,14 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("setup: %d jobs, %d pods, %d tokens in %s", jobs, jobs*ranks, jobs*ranks, time.Since(begin).Round(time.Millisecond))
 
-	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute})
+	// Every waiting rank holds a connection: with more ranks than the gate's
+	// default bound, raise it as an operator would (--gate-max-connections).
+	conns := max(controller.DefaultGateMaxConnections, jobs*ranks+64)
+	// RANKGATE_BENCH_KUBE_QPS raises the controller's client-side limit
+	// towards the API server (--kube-api-qps; burst twice that).
+	qps := envInt("RANKGATE_BENCH_KUBE_QPS", controller.DefaultQPS)
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, GateMaxConnections: conns,
+		QPS: float32(qps), Burst: max(controller.DefaultBurst, 2*qps)})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started
 
@@ -175,6 +182,7 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, os.WriteFile(specFile, b, 0o600))
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
 	cmd.Env = append(os.Environ(), "RANKGATE_BENCH_CLIENTS="+specFile)
+	loadBefore := loadAverage()
 	profiled := profileAPIServer(t, window)
 	stopProfile := profileSelf(t, "controller-cpu.pprof")
 	out, err := cmd.CombinedOutput()
@@ -243,6 +251,7 @@ func TestBenchGangLatency(t *testing.T) {
 	appliedAfter := time.Since(lastHeld)
 	summary := map[string]any{
 		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
+		"loadAvgBefore": loadBefore, "loadAvgAfter": loadAverage(), "gateMaxConnections": conns, "kubeAPIQPS": qps,
 		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
 		"decisions": c.Decisions(),
@@ -386,8 +395,13 @@ func TestBenchRankClients(t *testing.T) {
 	require.NoError(t, err)
 	var spec clientSpec
 	require.NoError(t, json.Unmarshal(b, &spec))
+	pem, err := os.ReadFile(spec.CAFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pem))
 	ctx := context.Background()
 	res := clientResult{Sent: make([][]time.Time, len(spec.Jobs)), Held: make([][]time.Time, len(spec.Jobs))}
+	k := 0 // ranks so far: each dials from its own loopback address
 	var fails atomic.Int32
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -397,9 +411,16 @@ func TestBenchRankClients(t *testing.T) {
 		for i, rr := range ranks {
 			wg.Add(1)
 			delay := time.Duration(rand.Int64N(int64(spec.Window)))
+			// Each rank from its own address, as from its own node: the
+			// gate limits TokenReviews per client address. Its connection
+			// closes when it holds the verdict, as rankgate init exits.
+			tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, ForceAttemptHTTP2: true,
+				DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, byte(3+k/62500), byte(k/250%250), byte(k%250+1))}, Timeout: 10 * time.Second}).DialContext}
+			k++
 			go func() {
 				defer wg.Done()
-				cl, err := gate.NewClient(gate.ClientOptions{URL: spec.URL, Token: rr.Token, Transport: benchTransport(t, spec.CAFile, j)})
+				defer tr.CloseIdleConnections()
+				cl, err := gate.NewClient(gate.ClientOptions{URL: spec.URL, Token: rr.Token, Transport: tr})
 				if err != nil {
 					fails.Add(1)
 					return
@@ -428,20 +449,6 @@ func TestBenchRankClients(t *testing.T) {
 	b, err = json.Marshal(res)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(specFile+".out", b, 0o600))
-}
-
-// benchTransport is job j's ranks' connection to the gate, from an address
-// of its own (127.0.x.y), as ranks on different nodes connect from
-// different pod IPs: the gate limits the token reviews one address causes
-// (server.ReviewsPerSecond).
-func benchTransport(t *testing.T, caFile string, j int) http.RoundTripper {
-	pem, err := os.ReadFile(caFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
-	local := &net.TCPAddr{IP: net.IPv4(127, 0, byte(1+j/250), byte(1+j%250))}
-	return &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, ForceAttemptHTTP2: true,
-		DialContext: (&net.Dialer{LocalAddr: local, Timeout: 30 * time.Second}).DialContext}
 }
 
 func benchPod(owner client.Object, typ string, idx int, node string) *corev1.Pod {

@@ -61,8 +61,8 @@ func kubeconfigFile(t testing.TB) string {
 }
 
 // startGateProcess runs the controller binary (leader, no election) with
-// the shipped GOMEMLIMIT and waits until it is Ready.
-func startGateProcess(t *testing.T) *gateProc {
+// the shipped GOMEMLIMIT, and extra flags, and waits until it is Ready.
+func startGateProcess(t *testing.T, extra ...string) *gateProc {
 	t.Helper()
 	ensureNamespace(t, controllerNamespace)
 	gateAddr, metrics, health := freePort(t), freePort(t), freePort(t)
@@ -70,6 +70,7 @@ func startGateProcess(t *testing.T) *gateProc {
 		"--namespace", controllerNamespace, "--gate-addr", gateAddr, "--cert-dir", certs.Dir, "--manage-certs=false",
 		"--metrics-addr", metrics, "--health-addr", health, "--gang-timeout", "10m", "--log-level", "warn",
 		"--profiling") // pprof's heap?gc=1 collects before the live heap is read
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GOMEMLIMIT=120MiB"}
 	p := &gateProc{cmd: cmd, URL: "https://" + gateAddr, metrics: metrics, stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr

@@ -31,6 +31,11 @@ import (
 
 // Backend decides. The controller implements it; tests use fakes. Errors
 // that are not *Error become 503 Unavailable.
+//
+// A Response's Verdict must not change once the Backend has returned it:
+// the server encodes each verdict once and answers every rank whose
+// Response points to it (and matches it but for Rank) with those bytes.
+// Share one *verdict.Report among a gang's answers; copy it to change it.
 type Backend interface {
 	// Admit says whether id may send a report: its pod exists with id's
 	// UID and is a rank of an opted-in job, and this replica decides (else
@@ -90,6 +95,9 @@ type Server struct {
 	decodes chan struct{} // a slot per report being read and decoded
 	polls   *perPod       // requests in progress per pod
 	decoded atomic.Int64  // report bodies read
+
+	answers answers  // decided answers, encoded once per verdict
+	date    httpDate // the Date header of this second
 }
 
 // Defaults of the bounds (Options).
@@ -524,7 +532,9 @@ func (s *Server) authenticate(r *http.Request) (Identity, error) {
 }
 
 func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time, resp *gate.Response, err error) {
-	w.Header().Set("Content-Type", "application/json")
+	h := w.Header()
+	h["Content-Type"] = jsonContentType
+	h["Date"] = s.date.header(time.Now())
 	code := "OK"
 	if err != nil {
 		var ge *gate.Error
@@ -558,7 +568,11 @@ func (s *Server) answer(w http.ResponseWriter, endpoint string, start time.Time,
 		}
 	} else {
 		resp.APIVersion = gate.APIVersion
-		_, _ = w.Write(fitAnswer(resp, gate.MaxAnswer))
+		if sa, ok := s.answers.shared(resp); ok {
+			sa.write(w, resp.Rank)
+		} else {
+			_, _ = w.Write(fitAnswer(resp, gate.MaxAnswer))
+		}
 	}
 	if s.opts.Observe != nil {
 		s.opts.Observe(endpoint, code, time.Since(start))
