@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
@@ -35,10 +34,11 @@ import (
 //     written only when that changes. Past the pending timeout, if one is
 //     set, it fails with PENDING_TIMEOUT and the last cause.
 //
-// Hopelessness never depends on free capacity, so it is judged from the
-// informer caches on every relevant change (pods, nodes). What a job waits
-// for does (who holds the devices): that is judged as diagnose judges it,
-// from a full read of nodes and pods, at most once per liveEvery per job.
+// Hopelessness never depends on free capacity, so it is judged on the
+// node model on every relevant change (pods, nodes). What a job waits for
+// does (who holds the devices): that is judged as diagnose judges it, on
+// the model with the requests of every bound, unfinished pod, summed per
+// node from the informers (usage.go), at most once per liveEvery per job.
 
 // MIG reconfiguration policies (Options.MIGReconfigure).
 const (
@@ -47,8 +47,11 @@ const (
 )
 
 const (
-	// liveEvery bounds the full reads that describe what a job waits for.
+	// liveEvery: how often a waiting job's cause is judged again (the
+	// usage it names changes with every pod).
 	liveEvery = 10 * time.Second
+	// liveFresh: judgements this close share the model with the usage.
+	liveFresh = time.Second
 	// waitRecheck re-judges a waiting job without any event.
 	waitRecheck = 30 * time.Second
 	// migSettle: after mig-manager changes a node's MIG state (config,
@@ -150,8 +153,7 @@ func (o *Options) pendingDefaults() error {
 type pendingWatches struct {
 	mu   sync.Mutex
 	jobs map[string]*pendingJob
-	live *cluster.Live
-	// liveMu serialises the full reads of liveCluster; snap is the last.
+	// liveMu serialises liveCluster; snap is its last result.
 	liveMu sync.Mutex
 	snap   *liveSnapshot
 	// migChanged: when each node's MIG labels last changed (noteNodeChange).
@@ -178,7 +180,7 @@ type pendingJob struct {
 	kind, ns, name string
 	uid            types.UID
 	seen           time.Time       // first seen unschedulable (when a condition has no time)
-	liveAt         time.Time       // last full judgement
+	liveAt         time.Time       // last judgement of what it waits for
 	cause          verdict.Finding // what it waits for, from that judgement
 	written        string          // the rankgate.io/waiting-for this replica last wrote
 	due            time.Time       // when its grace ends
@@ -342,7 +344,7 @@ func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Obj
 		return 0, false
 	}
 	fj := wrap(full)
-	res, _, jd, _, err := c.judge(ctx, fj, pods, false)
+	res, wl, jd, _, err := c.judge(ctx, fj, pods, false)
 	c.pw.mu.Lock()
 	w.judged = jd
 	c.pw.mu.Unlock()
@@ -358,18 +360,18 @@ func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Obj
 		c.failPending(j, key, res.Report, "hopeless")
 		return 0, true
 	}
-	cause, again, failed := c.waitingCause(ctx, fj, j, key, w, onDemand)
+	cause, again, failed := c.waitingCause(ctx, fj, wl, j, key, w, onDemand)
 	if again > 0 || failed {
 		return again, failed
 	}
 	return c.noteWaiting(ctx, obj, j, key, w, lresSubject(res), cause, since)
 }
 
-// waitingCause says what a waiting job waits for, as diagnose says it (a
-// full read: who holds the devices is not in the caches), at most once per
-// liveEvery. again > 0: look again then; failed: that read found the job
-// hopeless and failed it.
-func (c *Controller) waitingCause(ctx context.Context, fj job, j job, key string, w *pendingJob, onDemand bool) (cause verdict.Finding, again time.Duration, failed bool) {
+// waitingCause says what a waiting job waits for, as diagnose says it
+// (judgeLive on its workload wl), at most once per liveEvery. again > 0:
+// look again then; failed: that judgement found the job hopeless and
+// failed it.
+func (c *Controller) waitingCause(ctx context.Context, fj job, wl schedule.Workload, j job, key string, w *pendingJob, onDemand bool) (cause verdict.Finding, again time.Duration, failed bool) {
 	c.pw.mu.Lock()
 	stale := time.Since(w.liveAt) >= liveEvery || w.cause.Rule == ""
 	cause = w.cause
@@ -377,9 +379,9 @@ func (c *Controller) waitingCause(ctx context.Context, fj job, j job, key string
 	if !stale {
 		return cause, 0, false
 	}
-	lres, err := c.judgeLive(ctx, fj)
+	lres, err := c.judgeLive(ctx, fj, wl)
 	if err != nil {
-		c.log.Info("cannot read the cluster to say what the job waits for", "job", key, "error", err.Error())
+		c.log.Info("cannot judge what the job waits for", "job", key, "error", err.Error())
 		return cause, waitRecheck, false
 	}
 	hopeless, f := pendingCause(lres, onDemand)
@@ -494,54 +496,18 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 	go c.decideWith(g, trigPending, nil, &rep)
 }
 
-// judgeLive judges the job as `rankgate diagnose job` does: every node and
-// every unfinished pod read from the API server. One read serves every
-// waiting job for liveEvery, and only one read is in flight at a time: a
-// read holds whole pages of pods, and hundreds of waiting jobs each
-// reading on their own overlapped and held hundreds of MiB.
-func (c *Controller) judgeLive(ctx context.Context, j job) (schedule.Result, error) {
+// judgeLive judges workload w of job j as `rankgate diagnose job` does:
+// against every node with the requests of every bound, unfinished pod
+// (liveCluster, from the informers; usage.go).
+func (c *Controller) judgeLive(ctx context.Context, j job, w schedule.Workload) (schedule.Result, error) {
 	if err := j.Validate(); err != nil {
 		return schedule.Result{}, err
 	}
-	b, cl, err := c.liveCluster(ctx)
-	if err != nil {
-		return schedule.Result{}, err
-	}
-	w, err := b.WorkloadFor(j)
+	cl, err := c.liveCluster(ctx)
 	if err != nil {
 		return schedule.Result{}, err
 	}
 	return c.engine.Diagnose(cl, w), nil
-}
-
-// liveCluster is the cluster as last read from the API server, read again
-// when older than liveEvery. Both results are shared: read them only.
-func (c *Controller) liveCluster(ctx context.Context) (*cluster.Builder, *schedule.Cluster, error) {
-	c.pw.liveMu.Lock()
-	defer c.pw.liveMu.Unlock()
-	if s := c.pw.snap; s != nil && time.Since(s.at) < liveEvery {
-		return s.b, s.cl, nil
-	}
-	if c.pw.live == nil {
-		l, err := cluster.NewLive(c.mgr.GetConfig())
-		if err != nil {
-			return nil, nil, err
-		}
-		c.pw.live = l
-	}
-	b := cluster.NewBuilder()
-	if err := c.pw.live.LoadCluster(ctx, b); err != nil {
-		return nil, nil, err
-	}
-	c.pw.snap = &liveSnapshot{b: b, cl: c.engine.NewCluster(b.Nodes()), at: time.Now()}
-	return c.pw.snap.b, c.pw.snap.cl, nil
-}
-
-// liveSnapshot is one read of the whole cluster (liveCluster).
-type liveSnapshot struct {
-	b  *cluster.Builder
-	cl *schedule.Cluster
-	at time.Time
 }
 
 // waitingFor is the annotation's value for cause.
