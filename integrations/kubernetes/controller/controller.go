@@ -385,6 +385,9 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(manager.RunnableFunc(c.watchLeadership)); err != nil {
 		return nil, err
 	}
+	if err := indexPodsByJob(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return nil, err
+	}
 	if err := c.setupReconcilers(); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
@@ -34,11 +35,13 @@ import (
 //     written only when that changes. Past the pending timeout, if one is
 //     set, it fails with PENDING_TIMEOUT and the last cause.
 //
-// Hopelessness never depends on free capacity, so it is judged on the
-// node model on every relevant change (pods, nodes). What a job waits for
-// does (who holds the devices): that is judged as diagnose judges it, on
-// the model with the requests of every bound, unfinished pod, summed per
-// node from the informers (usage.go), at most once per liveEvery per job.
+// The job is judged as diagnose judges it, on every relevant change (pods,
+// nodes): on the engine's node model (model.go) with the requests of every
+// bound, unfinished pod summed per node (usage.go), both kept current from
+// the informers. Hopelessness never depends on free capacity; what a job
+// waits for does (who holds the devices), and its text changes with every
+// pod bound or finished on a busy node: it is renewed at most once per
+// liveEvery while its rule stays the same.
 
 // MIG reconfiguration policies (Options.MIGReconfigure).
 const (
@@ -275,7 +278,7 @@ func unschedulableSince(pods []*corev1.Pod, seen time.Time) (since time.Time, ok
 // jobPods are the cached pods of the job with obj's UID.
 func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := c.client.List(ctx, pods, client.InNamespace(obj.GetNamespace()), client.MatchingLabels{LabelJobName: obj.GetName()}); err != nil {
+	if err := c.listJobPods(ctx, pods, obj.GetNamespace(), obj.GetName()); err != nil {
 		return nil, err
 	}
 	var out []*corev1.Pod
@@ -344,58 +347,41 @@ func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Obj
 		return 0, false
 	}
 	fj := wrap(full)
-	res, wl, jd, _, err := c.judge(ctx, fj, pods, false)
+	res, wl, err := c.judgeLive(ctx, fj, pods)
 	c.pw.mu.Lock()
-	w.judged = jd
+	w.judged = nil
+	if err == nil {
+		w.judged = &judged{w: wl, sig: signature(wl)}
+	}
 	c.pw.mu.Unlock()
 	if err != nil {
 		c.log.Info("cannot judge the unschedulable job; looking again later", "job", key, "error", err.Error())
 		return waitRecheck, false
 	}
 	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
-	if hopeless, _ := pendingCause(res, onDemand); hopeless {
+	hopeless, f := pendingCause(res, onDemand)
+	if hopeless {
 		if left, ok := c.settling(res.Report); ok {
 			return left, false
 		}
 		c.failPending(j, key, res.Report, "hopeless")
 		return 0, true
 	}
-	cause, again, failed := c.waitingCause(ctx, fj, wl, j, key, w, onDemand)
-	if again > 0 || failed {
-		return again, failed
-	}
-	return c.noteWaiting(ctx, obj, j, key, w, lresSubject(res), cause, since)
+	return c.noteWaiting(ctx, obj, j, key, w, res.Report.Subject, c.waitingCause(w, f), since)
 }
 
-// waitingCause says what a waiting job waits for, as diagnose says it
-// (judgeLive on its workload wl), at most once per liveEvery. again > 0:
-// look again then; failed: that judgement found the job hopeless and
-// failed it.
-func (c *Controller) waitingCause(ctx context.Context, fj job, wl schedule.Workload, j job, key string, w *pendingJob, onDemand bool) (cause verdict.Finding, again time.Duration, failed bool) {
+// waitingCause is what a waiting job waits for: f, the cause just judged,
+// where its rule differs from the last one or the last is older than
+// liveEvery (the use of the busy nodes it names changes with every pod
+// bound or finished; what the job waits for is written only when it
+// changes), else the last one.
+func (c *Controller) waitingCause(w *pendingJob, f verdict.Finding) verdict.Finding {
 	c.pw.mu.Lock()
-	stale := time.Since(w.liveAt) >= liveEvery || w.cause.Rule == ""
-	cause = w.cause
-	c.pw.mu.Unlock()
-	if !stale {
-		return cause, 0, false
+	defer c.pw.mu.Unlock()
+	if w.cause.Rule != f.Rule || time.Since(w.liveAt) >= liveEvery {
+		w.liveAt, w.cause = time.Now(), f
 	}
-	lres, err := c.judgeLive(ctx, fj, wl)
-	if err != nil {
-		c.log.Info("cannot judge what the job waits for", "job", key, "error", err.Error())
-		return cause, waitRecheck, false
-	}
-	hopeless, f := pendingCause(lres, onDemand)
-	if left, ok := c.settling(lres.Report); hopeless && ok {
-		return cause, left, false
-	}
-	if hopeless {
-		c.failPending(j, key, lres.Report, "hopeless")
-		return cause, 0, true
-	}
-	c.pw.mu.Lock()
-	w.liveAt, w.cause = time.Now(), f
-	c.pw.mu.Unlock()
-	return f, 0, false
+	return w.cause
 }
 
 // noteWaiting fails a job waiting past its pending timeout, and otherwise
@@ -427,8 +413,6 @@ func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, 
 	}
 	return next, false
 }
-
-func lresSubject(res schedule.Result) string { return res.Report.Subject }
 
 // pendingCause reads the engine's result: hopeless, or what the job
 // waits for (the finding of the primary rule).
@@ -496,18 +480,23 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 	go c.decideWith(g, trigPending, nil, &rep)
 }
 
-// judgeLive judges workload w of job j as `rankgate diagnose job` does:
-// against every node with the requests of every bound, unfinished pod
-// (liveCluster, from the informers; usage.go).
-func (c *Controller) judgeLive(ctx context.Context, j job, w schedule.Workload) (schedule.Result, error) {
+// judgeLive judges job j with its cached pods as `rankgate diagnose job`
+// does: against every node with the requests of every bound, unfinished
+// pod (liveCluster, from the informers; usage.go). It returns the job's
+// workload too.
+func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod) (schedule.Result, schedule.Workload, error) {
 	if err := j.Validate(); err != nil {
-		return schedule.Result{}, err
+		return schedule.Result{}, schedule.Workload{}, err
+	}
+	w, _, err := jobWorkload(cluster.NewBuilder(), j, pods, false)
+	if err != nil {
+		return schedule.Result{}, w, err
 	}
 	cl, err := c.liveCluster(ctx)
 	if err != nil {
-		return schedule.Result{}, err
+		return schedule.Result{}, w, err
 	}
-	return c.engine.Diagnose(cl, w), nil
+	return c.engine.Diagnose(cl, w), w, nil
 }
 
 // waitingFor is the annotation's value for cause.

@@ -137,6 +137,19 @@ func (u *podUsage) used() (map[string]schedule.Resources, uint64, error) {
 	return out, u.gen, nil
 }
 
+// generation is the generation of the sums, or used's error.
+func (u *podUsage) generation() (uint64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.synced) == 0 || !allSynced(u.synced) {
+		return 0, errUsageNotSynced
+	}
+	if len(u.bad) > 0 {
+		return 0, errors.New("a pod's request cannot be read")
+	}
+	return u.gen, nil
+}
+
 var errUsageNotSynced = errors.New("the pods' usage has not seen every pod yet")
 
 func allSynced(fs []func() bool) bool {
@@ -201,9 +214,9 @@ func (c *Controller) startUsage(ctx context.Context, cs kubernetes.Interface) er
 }
 
 // liveCluster is the engine's model with every bound pod's usage, as a full
-// read would give it; it is shared by every judgement until the nodes or
-// the pods change (and is at least liveFresh old), and waits for the
-// informers' initial lists. Read it only.
+// read would give it. It is laid out again after a node change, and after
+// a pod change once it is liveFresh old; until then every judgement shares
+// it. It waits for the informers' initial lists. Read it only.
 func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error) {
 	c.pw.liveMu.Lock()
 	defer c.pw.liveMu.Unlock()
@@ -213,18 +226,20 @@ func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error)
 	deadline := time.Now().Add(time.Minute)
 	for {
 		base, gen, err := c.model.cluster()
-		var used map[string]schedule.Resources
 		var ugen uint64
 		if err == nil {
-			used, ugen, err = c.usage.used()
+			ugen, err = c.usage.generation()
 		}
 		if err == nil {
-			if s := c.pw.snap; s != nil && s.gen == gen && s.ugen == ugen {
-				s.at = time.Now()
+			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || time.Since(s.at) < liveFresh) {
 				return s.cl, nil
 			}
 			if len(base.LabelErrors) > 0 {
 				return nil, errors.Join(base.LabelErrors...)
+			}
+			used, ugen, err := c.usage.used()
+			if err != nil {
+				return nil, err
 			}
 			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), gen: gen, ugen: ugen, at: time.Now()}
 			return c.pw.snap.cl, nil
