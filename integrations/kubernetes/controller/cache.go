@@ -202,6 +202,51 @@ func keepRequest(out, in *corev1.PodSpec) {
 	out.Resources = internRequest(req)
 }
 
+// lists shares equal resource lists between cached objects (the nodes of
+// one kind advertise the same allocatable, a job's pending replicas ask
+// the same); shared lists are read only, as every cached object is. The
+// table forgets everything when it is full: objects keep their lists.
+var lists struct {
+	sync.Mutex
+	m map[string]corev1.ResourceList
+}
+
+const maxLists = 4096
+
+func internList(rl corev1.ResourceList) corev1.ResourceList {
+	if len(rl) == 0 {
+		return rl
+	}
+	names := make([]string, 0, len(rl))
+	for n := range rl {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, n := range names {
+		q := rl[corev1.ResourceName(n)]
+		key.WriteString(n)
+		key.WriteByte('=')
+		key.WriteString(q.String())
+		key.WriteByte(';')
+	}
+	k := key.String()
+	lists.Lock()
+	defer lists.Unlock()
+	if v, ok := lists.m[k]; ok {
+		return v
+	}
+	if lists.m == nil || len(lists.m) >= maxLists {
+		lists.m = make(map[string]corev1.ResourceList, 64)
+	}
+	out := make(corev1.ResourceList, len(rl))
+	for n, q := range rl {
+		out[corev1.ResourceName(intern(string(n)))] = q
+	}
+	lists.m[k] = out
+	return out
+}
+
 // requests shares equal pod-level requests between cached pods (the
 // replicas of a job, the pods of a DaemonSet ask the same). Entries are
 // weak: a request no cached pod holds any more is collected.
@@ -266,7 +311,7 @@ func keepScheduling(out, in *corev1.PodSpec) {
 		}
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
-			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}, RestartPolicy: c.RestartPolicy}
+			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: internList(c.Resources.Requests), Limits: internList(c.Resources.Limits)}, RestartPolicy: c.RestartPolicy}
 		}
 		return out
 	}
@@ -291,7 +336,7 @@ func trimNode(i any) (any, error) {
 	out := &corev1.Node{
 		ObjectMeta: trimMeta(n.ObjectMeta, ""),
 		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable, Capacity: gpuList(n.Status.Capacity)},
+		Status:     corev1.NodeStatus{Allocatable: internList(n.Status.Allocatable), Capacity: internList(gpuList(n.Status.Capacity))},
 	}
 	out.OwnerReferences = nil
 	for _, c := range n.Status.Conditions {

@@ -188,6 +188,7 @@ type pendingJob struct {
 	written        string          // the rankgate.io/waiting-for this replica last wrote
 	due            time.Time       // when its grace ends
 	judged         *judged         // its last judgement on the model (nil: none, or its pods changed since)
+	last           *lastJudgement  // its last judgement on the model with the pods' usage
 }
 
 func (c *Controller) watchedPending(key string, o client.Object, kind string) *pendingJob {
@@ -347,7 +348,7 @@ func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Obj
 		return 0, false
 	}
 	fj := wrap(full)
-	res, wl, err := c.judgeLive(ctx, fj, pods)
+	res, wl, err := c.judgeLive(ctx, fj, pods, w)
 	c.pw.mu.Lock()
 	w.judged = nil
 	if err == nil {
@@ -483,8 +484,10 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 // judgeLive judges job j with its cached pods as `rankgate diagnose job`
 // does: against every node with the requests of every bound, unfinished
 // pod (liveCluster, from the informers; usage.go). It returns the job's
-// workload too.
-func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod) (schedule.Result, schedule.Workload, error) {
+// workload too. The same workload on the same snapshot is judged once: p
+// keeps the last judgement (a waiting job is looked at again every
+// waitRecheck and after each write of its annotation).
+func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p *pendingJob) (schedule.Result, schedule.Workload, error) {
 	if err := j.Validate(); err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
@@ -492,11 +495,30 @@ func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod) (
 	if err != nil {
 		return schedule.Result{}, w, err
 	}
-	cl, err := c.liveCluster(ctx)
+	s, err := c.liveCluster(ctx)
 	if err != nil {
 		return schedule.Result{}, w, err
 	}
-	return c.engine.Diagnose(cl, w), w, nil
+	key := fmt.Sprintf("%+v", w)
+	c.pw.mu.Lock()
+	m := p.last
+	c.pw.mu.Unlock()
+	if m != nil && m.seq == s.seq && m.key == key {
+		return m.res, w, nil
+	}
+	res := c.engine.Diagnose(s.cl, w)
+	c.pw.mu.Lock()
+	p.last = &lastJudgement{seq: s.seq, key: key, res: res}
+	c.pw.mu.Unlock()
+	return res, w, nil
+}
+
+// lastJudgement is a Pending job's last judgement (judgeLive): of its
+// workload (key) on snapshot seq.
+type lastJudgement struct {
+	seq uint64
+	key string
+	res schedule.Result
 }
 
 // waitingFor is the annotation's value for cause.

@@ -217,12 +217,9 @@ func (c *Controller) startUsage(ctx context.Context, cs kubernetes.Interface) er
 // read would give it. It is laid out again after a node change, and after
 // a pod change once it is liveFresh old; until then every judgement shares
 // it. It waits for the informers' initial lists. Read it only.
-func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error) {
+func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 	c.pw.liveMu.Lock()
 	defer c.pw.liveMu.Unlock()
-	if s := c.pw.snap; s != nil && time.Since(s.at) < liveFresh {
-		return s.cl, nil
-	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		base, gen, err := c.model.cluster()
@@ -232,7 +229,7 @@ func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error)
 		}
 		if err == nil {
 			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || time.Since(s.at) < liveFresh) {
-				return s.cl, nil
+				return s, nil
 			}
 			if len(base.LabelErrors) > 0 {
 				return nil, errors.Join(base.LabelErrors...)
@@ -241,8 +238,12 @@ func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error)
 			if err != nil {
 				return nil, err
 			}
-			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), gen: gen, ugen: ugen, at: time.Now()}
-			return c.pw.snap.cl, nil
+			seq := uint64(1)
+			if c.pw.snap != nil {
+				seq = c.pw.snap.seq + 1
+			}
+			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), seq: seq, gen: gen, ugen: ugen, at: time.Now()}
+			return c.pw.snap, nil
 		}
 		if !errors.Is(err, errModelNotSynced) && !errors.Is(err, errUsageNotSynced) || time.Now().After(deadline) {
 			return nil, err
@@ -258,6 +259,7 @@ func (c *Controller) liveCluster(ctx context.Context) (*schedule.Cluster, error)
 // liveSnapshot is the model with the pods' usage (liveCluster).
 type liveSnapshot struct {
 	cl        *schedule.Cluster
+	seq       uint64 // numbers the snapshots
 	gen, ugen uint64 // of the model and of the usage
 	at        time.Time
 }
