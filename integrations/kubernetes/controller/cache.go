@@ -1,10 +1,16 @@
 package controller
 
 import (
+	"context"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"unique"
+	"weak"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -12,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 )
 
@@ -45,6 +53,25 @@ func cacheOptions(kinds []jobKind, trim bool) cache.Options {
 		}}
 	}
 	return cache.Options{ByObject: by, DefaultTransform: cache.TransformStripManagedFields()}
+}
+
+// podsByJob indexes the cached pods by their job-name label: a job's pods
+// are listed from the index, not by scanning every pod of its namespace
+// (20,000 in one namespace took a copy of 20,000 pointers per list).
+const podsByJob = "rankgate.io/job-name"
+
+func indexPodsByJob(ctx context.Context, idx client.FieldIndexer) error {
+	return idx.IndexField(ctx, &corev1.Pod{}, podsByJob, func(o client.Object) []string {
+		if v := o.GetLabels()[LabelJobName]; v != "" {
+			return []string{v}
+		}
+		return nil
+	})
+}
+
+// listJobPods lists the cached pods labelled with job name in ns.
+func (c *Controller) listJobPods(ctx context.Context, pods *corev1.PodList, ns, name string) error {
+	return c.client.List(ctx, pods, client.InNamespace(ns), client.MatchingFields{podsByJob: name})
 }
 
 func keepPrefixed(m map[string]string, prefixes ...string) map[string]string {
@@ -105,7 +132,8 @@ func clip(s string, n int) string {
 // condition and init container states; for a pod not yet bound to a node,
 // also what the schedule engine needs to judge whether it can ever be
 // placed (placement.go): its containers' resources, overhead and placement
-// rules. A bound pod keeps no containers (nearly every cached pod is bound).
+// rules. A bound pod keeps no containers (nearly every cached pod is bound),
+// only its effective request, which the nodes' usage sums (usage.go).
 func trimPod(i any) (any, error) {
 	p, ok := i.(*corev1.Pod)
 	if !ok {
@@ -137,8 +165,140 @@ func trimPod(i any) (any, error) {
 	}
 	if p.Spec.NodeName == "" {
 		keepScheduling(&out.Spec, &p.Spec)
+	} else {
+		keepRequest(&out.Spec, &p.Spec)
 	}
 	return out, nil
+}
+
+// slimPod keeps of a pod outside any Kubeflow job what the nodes' usage
+// reads (usage.go): identity, node, phase and effective request.
+func slimPod(i any) (any, error) {
+	p, ok := i.(*corev1.Pod)
+	if !ok {
+		return unwrapTombstone(i, slimPod)
+	}
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: intern(p.Namespace), UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
+		Status:     corev1.PodStatus{Phase: p.Status.Phase},
+	}
+	keepRequest(&out.Spec, &p.Spec)
+	return out, nil
+}
+
+// keepRequest puts the effective request of in (cluster.PodRequests, as
+// the scheduler sums it) into out as a pod-level request, which
+// cluster.PodRequests reads back unchanged; equal requests share one
+// read-only copy. A request that cannot be read keeps the containers'
+// resources, so that reading it fails again where it is summed.
+func keepRequest(out, in *corev1.PodSpec) {
+	req, err := cluster.PodRequests(in)
+	if err != nil {
+		keepScheduling(out, in)
+		out.NodeSelector, out.Tolerations, out.Affinity, out.SchedulingGates = nil, nil, nil, nil
+		return
+	}
+	out.Resources = internRequest(req)
+}
+
+// lists shares equal resource lists between cached objects (the nodes of
+// one kind advertise the same allocatable, a job's pending replicas ask
+// the same); shared lists are read only, as every cached object is. The
+// table forgets everything when it is full: objects keep their lists.
+var lists struct {
+	sync.Mutex
+	m map[string]corev1.ResourceList
+}
+
+const maxLists = 4096
+
+func internList(rl corev1.ResourceList) corev1.ResourceList {
+	if len(rl) == 0 {
+		return rl
+	}
+	names := make([]string, 0, len(rl))
+	for n := range rl {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, n := range names {
+		q := rl[corev1.ResourceName(n)]
+		key.WriteString(n)
+		key.WriteByte('=')
+		key.WriteString(q.String())
+		key.WriteByte(';')
+	}
+	k := key.String()
+	lists.Lock()
+	defer lists.Unlock()
+	if v, ok := lists.m[k]; ok {
+		return v
+	}
+	if lists.m == nil || len(lists.m) >= maxLists {
+		lists.m = make(map[string]corev1.ResourceList, 64)
+	}
+	out := make(corev1.ResourceList, len(rl))
+	for n, q := range rl {
+		out[corev1.ResourceName(intern(string(n)))] = q
+	}
+	lists.m[k] = out
+	return out
+}
+
+// requests shares equal pod-level requests between cached pods (the
+// replicas of a job, the pods of a DaemonSet ask the same). Entries are
+// weak: a request no cached pod holds any more is collected.
+var requests struct {
+	sync.Mutex
+	m     map[string]weak.Pointer[corev1.ResourceRequirements]
+	sweep int
+}
+
+func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
+	names := make([]string, 0, len(req))
+	for n := range req {
+		if n != schedule.ResourcePods {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, n := range names {
+		key.WriteString(n)
+		key.WriteByte('=')
+		key.WriteString(strconv.FormatInt(req[n], 10))
+		key.WriteByte(';')
+	}
+	k := key.String()
+	requests.Lock()
+	defer requests.Unlock()
+	if v := requests.m[k].Value(); v != nil {
+		return v
+	}
+	rl := make(corev1.ResourceList, len(names))
+	for _, n := range names {
+		if n == string(corev1.ResourceCPU) {
+			rl[corev1.ResourceName(intern(n))] = *resource.NewMilliQuantity(req[n], resource.DecimalSI)
+		} else {
+			rl[corev1.ResourceName(intern(n))] = *resource.NewQuantity(req[n], resource.DecimalSI)
+		}
+	}
+	v := &corev1.ResourceRequirements{Requests: rl}
+	if requests.m == nil {
+		requests.m = map[string]weak.Pointer[corev1.ResourceRequirements]{}
+	}
+	requests.m[k] = weak.Make(v)
+	if len(requests.m) > requests.sweep {
+		for k, p := range requests.m {
+			if p.Value() == nil {
+				delete(requests.m, k)
+			}
+		}
+		requests.sweep = 2*len(requests.m) + 64
+	}
+	return v
 }
 
 // keepScheduling copies what cluster.PodRequests and cluster.ConstraintsOf
@@ -151,7 +311,7 @@ func keepScheduling(out, in *corev1.PodSpec) {
 		}
 		out := make([]corev1.Container, len(cs))
 		for i, c := range cs {
-			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: c.Resources.Requests, Limits: c.Resources.Limits}, RestartPolicy: c.RestartPolicy}
+			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: internList(c.Resources.Requests), Limits: internList(c.Resources.Limits)}, RestartPolicy: c.RestartPolicy}
 		}
 		return out
 	}
@@ -176,7 +336,7 @@ func trimNode(i any) (any, error) {
 	out := &corev1.Node{
 		ObjectMeta: trimMeta(n.ObjectMeta, ""),
 		Spec:       corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
-		Status:     corev1.NodeStatus{Allocatable: n.Status.Allocatable, Capacity: gpuList(n.Status.Capacity)},
+		Status:     corev1.NodeStatus{Allocatable: internList(n.Status.Allocatable), Capacity: internList(gpuList(n.Status.Capacity))},
 	}
 	out.OwnerReferences = nil
 	for _, c := range n.Status.Conditions {

@@ -252,6 +252,7 @@ type Controller struct {
 	engine  *schedule.Engine // judges whether a missing rank can ever be placed
 	pw      pendingWatches   // jobs with unschedulable pods (pending.go)
 	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
+	usage   *podUsage        // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 
 	leader      atomic.Bool
@@ -343,6 +344,7 @@ func New(opts Options) (*Controller, error) {
 	}
 	c.kinds = kinds
 	c.model = newNodeModel(c.engine)
+	c.usage = newPodUsage()
 
 	mopts := managerOptions(opts, kinds)
 	ws, err := c.webhookServer()
@@ -408,6 +410,13 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	if err := c.setupReconcilers(); err != nil {
+		return nil, err
+	}
+	podsCS, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startUsage(context.Background(), podsCS); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

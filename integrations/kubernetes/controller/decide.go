@@ -227,7 +227,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 		have[r.Rank] = true
 	}
 	pods := &corev1.PodList{}
-	if err := c.listJobPods(ctx, g.ns, g.name, pods); err != nil {
+	if err := c.listJobPods(ctx, pods, g.ns, g.name); err != nil {
 		c.log.Error(err, "listing pods of missing ranks", "job", g.key)
 	}
 	out := map[int]preflight.MissingRank{}

@@ -182,7 +182,7 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 // it has none).
 func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, error) {
 	pods := &corev1.PodList{}
-	if err := c.listJobPods(ctx, g.ns, g.name, pods); err != nil {
+	if err := c.listJobPods(ctx, pods, g.ns, g.name); err != nil {
 		return time.Time{}, err
 	}
 	var oldest time.Time

@@ -35,10 +35,13 @@ import (
 //     written only when that changes. Past the pending timeout, if one is
 //     set, it fails with PENDING_TIMEOUT and the last cause.
 //
-// Hopelessness never depends on free capacity, so it is judged from the
-// informer caches on every relevant change (pods, nodes). What a job waits
-// for does (who holds the devices): that is judged as diagnose judges it,
-// from a full read of nodes and pods, at most once per liveEvery per job.
+// The job is judged as diagnose judges it, on every relevant change (pods,
+// nodes): on the engine's node model (model.go) with the requests of every
+// bound, unfinished pod summed per node (usage.go), both kept current from
+// the informers. Hopelessness never depends on free capacity; what a job
+// waits for does (who holds the devices), and its text changes with every
+// pod bound or finished on a busy node: it is renewed at most once per
+// liveEvery while its rule stays the same.
 
 // MIG reconfiguration policies (Options.MIGReconfigure).
 const (
@@ -47,8 +50,11 @@ const (
 )
 
 const (
-	// liveEvery bounds the full reads that describe what a job waits for.
+	// liveEvery: how often a waiting job's cause is judged again (the
+	// usage it names changes with every pod).
 	liveEvery = 10 * time.Second
+	// liveFresh: judgements this close share the model with the usage.
+	liveFresh = time.Second
 	// waitRecheck re-judges a waiting job without any event.
 	waitRecheck = 30 * time.Second
 	// migSettle: after mig-manager changes a node's MIG state (config,
@@ -150,8 +156,7 @@ func (o *Options) pendingDefaults() error {
 type pendingWatches struct {
 	mu   sync.Mutex
 	jobs map[string]*pendingJob
-	live *cluster.Live
-	// liveMu serialises the full reads of liveCluster; snap is the last.
+	// liveMu serialises liveCluster; snap is its last result.
 	liveMu sync.Mutex
 	snap   *liveSnapshot
 	// migChanged: when each node's MIG labels last changed (noteNodeChange).
@@ -178,11 +183,12 @@ type pendingJob struct {
 	kind, ns, name string
 	uid            types.UID
 	seen           time.Time       // first seen unschedulable (when a condition has no time)
-	liveAt         time.Time       // last full judgement
+	liveAt         time.Time       // last judgement of what it waits for
 	cause          verdict.Finding // what it waits for, from that judgement
 	written        string          // the rankgate.io/waiting-for this replica last wrote
 	due            time.Time       // when its grace ends
 	judged         *judged         // its last judgement on the model (nil: none, or its pods changed since)
+	last           *lastJudgement  // its last judgement on the model with the pods' usage
 }
 
 func (c *Controller) watchedPending(key string, o client.Object, kind string) *pendingJob {
@@ -273,7 +279,7 @@ func unschedulableSince(pods []*corev1.Pod, seen time.Time) (since time.Time, ok
 // jobPods are the cached pods of the job with obj's UID.
 func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	if err := c.listJobPods(ctx, obj.GetNamespace(), obj.GetName(), pods); err != nil {
+	if err := c.listJobPods(ctx, pods, obj.GetNamespace(), obj.GetName()); err != nil {
 		return nil, err
 	}
 	var out []*corev1.Pod
@@ -342,58 +348,41 @@ func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Obj
 		return 0, false
 	}
 	fj := wrap(full)
-	res, _, jd, _, err := c.judge(ctx, fj, pods, false)
+	res, wl, err := c.judgeLive(ctx, fj, pods, w)
 	c.pw.mu.Lock()
-	w.judged = jd
+	w.judged = nil
+	if err == nil {
+		w.judged = &judged{w: wl, sig: signature(wl)}
+	}
 	c.pw.mu.Unlock()
 	if err != nil {
 		c.log.Info("cannot judge the unschedulable job; looking again later", "job", key, "error", err.Error())
 		return waitRecheck, false
 	}
 	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
-	if hopeless, _ := pendingCause(res, onDemand); hopeless {
+	hopeless, f := pendingCause(res, onDemand)
+	if hopeless {
 		if left, ok := c.settling(res.Report); ok {
 			return left, false
 		}
 		c.failPending(j, key, res.Report, "hopeless")
 		return 0, true
 	}
-	cause, again, failed := c.waitingCause(ctx, fj, j, key, w, onDemand)
-	if again > 0 || failed {
-		return again, failed
-	}
-	return c.noteWaiting(ctx, obj, j, key, w, lresSubject(res), cause, since)
+	return c.noteWaiting(ctx, obj, j, key, w, res.Report.Subject, c.waitingCause(w, f), since)
 }
 
-// waitingCause says what a waiting job waits for, as diagnose says it (a
-// full read: who holds the devices is not in the caches), at most once per
-// liveEvery. again > 0: look again then; failed: that read found the job
-// hopeless and failed it.
-func (c *Controller) waitingCause(ctx context.Context, fj job, j job, key string, w *pendingJob, onDemand bool) (cause verdict.Finding, again time.Duration, failed bool) {
+// waitingCause is what a waiting job waits for: f, the cause just judged,
+// where its rule differs from the last one or the last is older than
+// liveEvery (the use of the busy nodes it names changes with every pod
+// bound or finished; what the job waits for is written only when it
+// changes), else the last one.
+func (c *Controller) waitingCause(w *pendingJob, f verdict.Finding) verdict.Finding {
 	c.pw.mu.Lock()
-	stale := time.Since(w.liveAt) >= liveEvery || w.cause.Rule == ""
-	cause = w.cause
-	c.pw.mu.Unlock()
-	if !stale {
-		return cause, 0, false
+	defer c.pw.mu.Unlock()
+	if w.cause.Rule != f.Rule || time.Since(w.liveAt) >= liveEvery {
+		w.liveAt, w.cause = time.Now(), f
 	}
-	lres, err := c.judgeLive(ctx, fj)
-	if err != nil {
-		c.log.Info("cannot read the cluster to say what the job waits for", "job", key, "error", err.Error())
-		return cause, waitRecheck, false
-	}
-	hopeless, f := pendingCause(lres, onDemand)
-	if left, ok := c.settling(lres.Report); hopeless && ok {
-		return cause, left, false
-	}
-	if hopeless {
-		c.failPending(j, key, lres.Report, "hopeless")
-		return cause, 0, true
-	}
-	c.pw.mu.Lock()
-	w.liveAt, w.cause = time.Now(), f
-	c.pw.mu.Unlock()
-	return f, 0, false
+	return w.cause
 }
 
 // noteWaiting fails a job waiting past its pending timeout, and otherwise
@@ -425,8 +414,6 @@ func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, 
 	}
 	return next, false
 }
-
-func lresSubject(res schedule.Result) string { return res.Report.Subject }
 
 // pendingCause reads the engine's result: hopeless, or what the job
 // waits for (the finding of the primary rule).
@@ -494,54 +481,44 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 	go c.decideWith(g, trigPending, nil, &rep)
 }
 
-// judgeLive judges the job as `rankgate diagnose job` does: every node and
-// every unfinished pod read from the API server. One read serves every
-// waiting job for liveEvery, and only one read is in flight at a time: a
-// read holds whole pages of pods, and hundreds of waiting jobs each
-// reading on their own overlapped and held hundreds of MiB.
-func (c *Controller) judgeLive(ctx context.Context, j job) (schedule.Result, error) {
+// judgeLive judges job j with its cached pods as `rankgate diagnose job`
+// does: against every node with the requests of every bound, unfinished
+// pod (liveCluster, from the informers; usage.go). It returns the job's
+// workload too. The same workload on the same snapshot is judged once: p
+// keeps the last judgement (a waiting job is looked at again every
+// waitRecheck and after each write of its annotation).
+func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p *pendingJob) (schedule.Result, schedule.Workload, error) {
 	if err := j.Validate(); err != nil {
-		return schedule.Result{}, err
+		return schedule.Result{}, schedule.Workload{}, err
 	}
-	b, cl, err := c.liveCluster(ctx)
+	w, _, err := jobWorkload(cluster.NewBuilder(), j, pods, false)
 	if err != nil {
-		return schedule.Result{}, err
+		return schedule.Result{}, w, err
 	}
-	w, err := b.WorkloadFor(j)
+	s, err := c.liveCluster(ctx)
 	if err != nil {
-		return schedule.Result{}, err
+		return schedule.Result{}, w, err
 	}
-	return c.engine.Diagnose(cl, w), nil
+	key := fmt.Sprintf("%+v", w)
+	c.pw.mu.Lock()
+	m := p.last
+	c.pw.mu.Unlock()
+	if m != nil && m.seq == s.seq && m.key == key {
+		return m.res, w, nil
+	}
+	res := c.engine.Diagnose(s.cl, w)
+	c.pw.mu.Lock()
+	p.last = &lastJudgement{seq: s.seq, key: key, res: res}
+	c.pw.mu.Unlock()
+	return res, w, nil
 }
 
-// liveCluster is the cluster as last read from the API server, read again
-// when older than liveEvery. Both results are shared: read them only.
-func (c *Controller) liveCluster(ctx context.Context) (*cluster.Builder, *schedule.Cluster, error) {
-	c.pw.liveMu.Lock()
-	defer c.pw.liveMu.Unlock()
-	if s := c.pw.snap; s != nil && time.Since(s.at) < liveEvery {
-		return s.b, s.cl, nil
-	}
-	if c.pw.live == nil {
-		l, err := cluster.NewLive(c.mgr.GetConfig())
-		if err != nil {
-			return nil, nil, err
-		}
-		c.pw.live = l
-	}
-	b := cluster.NewBuilder()
-	if err := c.pw.live.LoadCluster(ctx, b); err != nil {
-		return nil, nil, err
-	}
-	c.pw.snap = &liveSnapshot{b: b, cl: c.engine.NewCluster(b.Nodes()), at: time.Now()}
-	return c.pw.snap.b, c.pw.snap.cl, nil
-}
-
-// liveSnapshot is one read of the whole cluster (liveCluster).
-type liveSnapshot struct {
-	b  *cluster.Builder
-	cl *schedule.Cluster
-	at time.Time
+// lastJudgement is a Pending job's last judgement (judgeLive): of its
+// workload (key) on snapshot seq.
+type lastJudgement struct {
+	seq uint64
+	key string
+	res schedule.Result
 }
 
 // waitingFor is the annotation's value for cause.

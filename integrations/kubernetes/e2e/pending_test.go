@@ -166,7 +166,8 @@ func onNode(name string) func(*corev1.Pod) {
 // (i) A shape that exists but is held by another pod: the job waits, is
 // never failed, and rankgate.io/waiting-for and one Normal Event say
 // WAIT_CAPACITY with the busy node; re-judging (job and node changes, the
-// periodic full read) does not write them again while the cause holds.
+// periodic re-judgement of its cause) does not write them again while the
+// cause holds.
 func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-wait", true)
 	startScheduler(t)
@@ -187,7 +188,7 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
 	rv := fresh.ResourceVersion
 	// Resyncs: a label on the job (reconciles it), node changes (re-judge
-	// the watched jobs), across a full re-read (liveEvery, 10 s).
+	// the watched jobs), across a re-judgement of the cause (liveEvery, 10 s).
 	deadline := time.Now().Add(12 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		patch := []byte(`{"metadata":{"labels":{"resync":"` + string(rune('a'+i%26)) + `"}}}`)
