@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -230,6 +232,31 @@ func TestE2EGangsTable(t *testing.T) {
 	require.Len(t, g.OwnerReferences, 1)
 	require.Equal(t, job.UID, g.OwnerReferences[0].UID)
 	require.NotContains(t, c.logs.String(), "retrying", "a write failed")
+
+	// rankgate status reads the Gangs the controller wrote.
+	kc := kubeconfigFile(t)
+	status := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(binary, append([]string{"status", "--kubeconfig", kc}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		t.Logf("$ rankgate status %s\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	table := status("-n", ns)
+	require.Regexp(t, `(?m)^pytorchjob/train +Passed +8/8 +pass +all ranks passed`, table)
+	require.Regexp(t, `(?m)^pytorchjob/idle +WaitingForRanks +0/8 `, table)
+	detail := status("pytorchjob/train", "-n", ns)
+	for i := range pods {
+		require.Regexp(t, fmt.Sprintf(`(?m)^ *%d +%s +node-%d +pass`, i, regexp.QuoteMeta(pods[i].Name), i), detail)
+	}
+	var list struct {
+		Kind  string          `json:"kind"`
+		Items []v1alpha1.Gang `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(status("train", "-n", ns, "-o", "json")), &list))
+	require.Equal(t, "List", list.Kind)
+	require.Len(t, list.Items, 1)
+	require.Equal(t, "pass", list.Items[0].Status.Verdict)
 }
 
 // countingTransport counts the API requests that match.
