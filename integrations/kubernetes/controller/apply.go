@@ -74,7 +74,18 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		<-c.applySlots
 		if err == nil {
 			c.clearPending(t.uid)
-			c.markApplied(ctx, t, d)
+			if c.opts.AppliedDelay <= 0 {
+				c.markApplied(ctx, t, d)
+				return
+			}
+			// Later, off the moment many gangs complete together: until
+			// then the Gang reads Decided, and a new leader's sweep finds
+			// the job carrying the verdict (nothing to do) and marks it.
+			time.AfterFunc(c.opts.AppliedDelay, func() {
+				if ctx.Err() == nil {
+					c.markApplied(ctx, t, d)
+				}
+			})
 			return
 		}
 		metricAPIErrors.WithLabelValues("verdict").Inc()
@@ -297,6 +308,9 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		}
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue,
 			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
+		// Nobody waits for this write: it waits for the verdict writes
+		// ranks wait for, as the job patch did.
+		c.yieldToRecords(ctx)
 		err := c.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):

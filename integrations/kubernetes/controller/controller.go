@@ -88,6 +88,11 @@ type Options struct {
 	// (default 2048): a waiting rank holds one during its long poll, so a
 	// gang of more rank pods cannot all wait at once (see gatebound.go).
 	GateMaxConnections int
+	// AppliedDelay: how long after a verdict is on its job the Gang's
+	// Applied condition is written (default DefaultAppliedDelay; negative:
+	// at once). Nobody waits for it; written later, it stays out of the
+	// burst of verdict writes when many gangs complete together.
+	AppliedDelay time.Duration
 	// GangTimeout: how long after the first report of a gang the missing
 	// ranks fail it (default 10m; per job: annotation rankgate.io/gang-timeout).
 	GangTimeout time.Duration
@@ -162,6 +167,8 @@ const (
 	DefaultHealthAddr   = ":8081"
 	DefaultOnFail       = ActionSuspend
 	DefaultPendingGrace = 10 * time.Second
+	// DefaultAppliedDelay: see Options.AppliedDelay.
+	DefaultAppliedDelay = 5 * time.Second
 	// DefaultGateMaxConnections: see Options.GateMaxConnections.
 	DefaultGateMaxConnections = gateserver.DefaultMaxConns
 )
@@ -190,6 +197,12 @@ func (o *Options) defaults() error {
 	}
 	if o.GateMaxConnections <= 0 {
 		o.GateMaxConnections = DefaultGateMaxConnections
+	}
+	switch {
+	case o.AppliedDelay == 0:
+		o.AppliedDelay = DefaultAppliedDelay
+	case o.AppliedDelay < 0:
+		o.AppliedDelay = 0
 	}
 	if o.GangTimeout <= 0 {
 		o.GangTimeout = DefaultGangTimeout

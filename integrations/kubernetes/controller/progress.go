@@ -22,9 +22,9 @@ import (
 // of a report costs no progress write: its verdict write carries the
 // ranks.
 const (
-	progressEvery   = time.Second
+	progressEvery   = 2 * time.Second
 	progressWriters = 2
-	progressRate    = 20
+	progressRate    = 10
 	progressBurst   = 10
 	progressRetry   = 5 * time.Second
 )

@@ -487,3 +487,25 @@ func TestE2EGangAttempts(t *testing.T) {
 	require.Equal(t, "2", jobAnnotations(t, ann)[controller.KeyAttempt])
 	require.Equal(t, v1alpha1.PhasePassed, gangOf(t, ann).Status.Phase)
 }
+
+// The Gang's Applied condition is written AppliedDelay after the job
+// carries the verdict (out of a burst of completing gangs): Decided at
+// once, Applied later.
+func TestE2EGangAppliedLater(t *testing.T) {
+	ns := newNamespace(t, "e2e-gang-applied-later", true)
+	const delay = 1500 * time.Millisecond
+	c := startController(t, controller.Options{GangTimeout: time.Minute, AppliedDelay: delay})
+	job := pytorchJob(t, ns, "train", false, 1, nil)
+	p := rankPod(t, job, "worker", 0, "node-0", "")
+	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)
+	require.Equal(t, 0, r.wait(t, time.Minute), r.String())
+	appliedVerdict(t, job)
+	onJob := time.Now()
+	g := gangOf(t, job)
+	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionDecided))
+	require.False(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied), "Applied written before its delay")
+	require.Eventually(t, func() bool {
+		return meta.IsStatusConditionTrue(gangOf(t, job).Status.Conditions, v1alpha1.ConditionApplied)
+	}, 10*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(onJob), delay/2, "Applied came too soon")
+}

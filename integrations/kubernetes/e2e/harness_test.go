@@ -305,6 +305,9 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.Namespace == "" {
 		o.Namespace = controllerNamespace
 	}
+	if o.AppliedDelay == 0 {
+		o.AppliedDelay = -1 // tests read the Applied condition right after the job's verdict
+	}
 	ensureNamespace(t, o.Namespace)
 	logs := &logBuffer{}
 	o.Log = logs.logger(o.Identity)

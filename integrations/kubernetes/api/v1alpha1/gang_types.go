@@ -114,8 +114,7 @@ type GangStatus struct {
 	// Ranks lists the reported ranks in rank order, failing ranks first
 	// when there are more than fit (then RanksOmitted counts the others).
 	// +optional
-	// +listType=map
-	// +listMapKey=rank
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=1024
 	Ranks []RankStatus `json:"ranks,omitempty"`
 	// RanksOmitted counts reported ranks left out of Ranks.
