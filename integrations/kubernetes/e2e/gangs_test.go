@@ -499,7 +499,8 @@ func TestE2EGangAppliedLater(t *testing.T) {
 	p := rankPod(t, job, "worker", 0, "node-0", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)
 	require.Equal(t, 0, r.wait(t, time.Minute), r.String())
-	appliedVerdict(t, job)
+	require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyVerdict] == "pass" },
+		10*time.Second, 20*time.Millisecond, "the verdict was not applied to the job")
 	onJob := time.Now()
 	g := gangOf(t, job)
 	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionDecided))
