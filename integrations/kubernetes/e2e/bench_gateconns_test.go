@@ -18,11 +18,7 @@ import (
 	"testing"
 	"time"
 
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	authnv1 "k8s.io/api/authentication/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -44,30 +40,16 @@ func TestBenchGateHeldConnections(t *testing.T) {
 	n := envInt("RANKGATE_BENCH_HELD_RANKS", 2100)
 	ctx := context.Background()
 	ns := newNamespace(t, "bench-held", true)
-	job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: ns},
-		Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
-			kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
-			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(n - 1)), Template: minimalTemplate},
-		}}}
-	require.NoError(t, k8s.Create(ctx, job))
+	job, err := benchGangJob(ctx, ns, "held", n)
+	require.NoError(t, err)
 	ranks := make([]clientRank, n)
 	begin := time.Now()
 	require.NoError(t, parallel(n, 16, func(i int) error {
-		typ, idx := "worker", i-1
-		if i == 0 {
-			typ, idx = "master", 0
-		}
-		p := benchPod(job, typ, idx, fmt.Sprintf("node-%04d", i))
-		if err := k8s.Create(ctx, p); err != nil {
-			return err
-		}
-		tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-			Audiences: []string{gate.Audience}, ExpirationSeconds: ptr.To(int64(3600)),
-			BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
+		p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%04d", i))
 		if err != nil {
 			return err
 		}
-		ranks[i] = clientRank{Pod: p.Name, Node: p.Spec.NodeName, Token: tr.Status.Token}
+		ranks[i] = clientRank{Pod: p.Name, Node: p.Spec.NodeName, Token: tok}
 		return nil
 	}))
 	t.Logf("setup: 1 job, %d pods, %d tokens in %s", n, n, time.Since(begin).Round(time.Millisecond))

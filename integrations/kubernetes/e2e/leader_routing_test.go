@@ -22,14 +22,12 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -406,30 +404,16 @@ func routingGangs(t *testing.T, ns string, jobs, ranks int) []benchRank {
 	ctx := context.Background()
 	out := make([]benchRank, jobs*ranks)
 	require.NoError(t, parallel(jobs, 8, func(j int) error {
-		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%03d", j), Namespace: ns},
-			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
-				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
-				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(ranks - 1)), Template: minimalTemplate},
-			}}}
-		if err := k8s.Create(ctx, job); err != nil {
+		job, err := benchGangJob(ctx, ns, fmt.Sprintf("job-%03d", j), ranks)
+		if err != nil {
 			return err
 		}
 		for i := 0; i < ranks; i++ {
-			typ, idx := "worker", i-1
-			if i == 0 {
-				typ, idx = "master", 0
-			}
-			p := benchPod(job, typ, idx, fmt.Sprintf("node-%d", i))
-			if err := k8s.Create(ctx, p); err != nil {
-				return err
-			}
-			tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-				Audiences: []string{gate.Audience}, ExpirationSeconds: ptr.To(int64(3600)),
-				BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
+			p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%d", i))
 			if err != nil {
 				return err
 			}
-			out[j*ranks+i] = benchRank{p, tr.Status.Token}
+			out[j*ranks+i] = benchRank{p, tok}
 		}
 		return nil
 	}))
