@@ -266,7 +266,13 @@ func TestBenchGangLatency(t *testing.T) {
 	t.Logf("last report -> all ranks hold the verdict: %s", b)
 	writeBenchResult(t, "gang-latency", b)
 	require.EqualValues(t, jobs, c.Decisions())
-	require.LessOrEqual(t, percentile(lat, .99), 100*time.Millisecond, "p99 above the 100 ms goal")
+	// The goals: p99 at most 50 ms for 200 jobs x 8 ranks, 100 ms for
+	// 1,000 jobs arriving within 60 s.
+	goal := 50 * time.Millisecond
+	if jobs > 200 {
+		goal = 100 * time.Millisecond
+	}
+	require.LessOrEqual(t, percentile(lat, .99), goal, "p99 above the %s goal", goal)
 }
 
 // profileAPIServer, with RANKGATE_BENCH_OUT set, records a CPU profile of
