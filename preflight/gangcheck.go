@@ -25,9 +25,9 @@ type GangCheck struct {
 	parents            keyCount
 	shapes             keyCount
 	domains            keyCount
-	devices            keyCount // node/device ID -> ranks holding it
-	duplicated         int      // devices held by more than one rank
-	sick, sickFailing  int      // ranks with health findings, with a failing one
+	devices            map[nodeDevice]int // node/device ID (deviceKey: the report's own strings) -> ranks holding it
+	duplicated         int                // devices held by more than one rank
+	sick, sickFailing  int                // ranks with health findings, with a failing one
 }
 
 // keyCount counts, for each key, the ranks contributing it.
@@ -53,7 +53,7 @@ func (k keyCount) remove(key string) int {
 func NewGangCheck(expectMultiNodeNVLink bool) *GangCheck {
 	return &GangCheck{
 		expectMultiNodeNVLink: expectMultiNodeNVLink, ranks: map[int]RankReport{},
-		parents: keyCount{}, shapes: keyCount{}, domains: keyCount{}, devices: keyCount{},
+		parents: keyCount{}, shapes: keyCount{}, domains: keyCount{}, devices: map[nodeDevice]int{},
 	}
 }
 
@@ -126,7 +126,8 @@ func (c *GangCheck) apply(r RankReport, sign int) {
 	if fullGPU {
 		c.fullRank += sign
 	}
-	seen := make(map[string]bool, 4*len(devs))
+	seen := make(map[string]bool, 3*len(devs))
+	seenDev := make(map[nodeDevice]bool, len(devs))
 	count := func(k keyCount, key string) {
 		if seen[key] {
 			return
@@ -146,14 +147,21 @@ func (c *GangCheck) apply(r RankReport, sign int) {
 		if multi {
 			count(c.domains, "d\x00"+nvlinkDomain(r, d))
 		}
-		key := "i\x00" + r.Node + "/" + d.ID
-		if seen[key] {
+		key := deviceKey(r.Node, d.ID)
+		if seenDev[key] {
 			continue
 		}
-		seen[key] = true
-		if sign > 0 && c.devices.add(key) == 2 {
+		seenDev[key] = true
+		n := c.devices[key] + sign
+		switch {
+		case n <= 0:
+			delete(c.devices, key)
+		default:
+			c.devices[key] = n
+		}
+		if sign > 0 && n == 2 {
 			c.duplicated++
-		} else if sign < 0 && c.devices.remove(key) == 1 {
+		} else if sign < 0 && n == 1 {
 			c.duplicated--
 		}
 	}
