@@ -706,6 +706,8 @@ func measureController(t *testing.T, trim bool, memLimit, ns string, pending []s
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-trim-%v%s.pb.gz", trim, memLimit)), prof, 0o644)
 	}
 	live := metricValue(t, metrics, "go_memstats_heap_alloc_bytes") / (1 << 20)
+	// The Go runtime's memory besides the heap (stacks, spans, GC metadata).
+	runtimeOther := (metricValue(t, metrics, "go_memstats_sys_bytes") - metricValue(t, metrics, "go_memstats_heap_sys_bytes")) / (1 << 20)
 	_, _, anon, file := procMem(t, cmd.Process.Pid)
 	if dir := os.Getenv("RANKGATE_BENCH_OUT"); dir != "" {
 		smaps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", cmd.Process.Pid))
@@ -717,7 +719,7 @@ func measureController(t *testing.T, trim bool, memLimit, ns string, pending []s
 	out := map[string]any{"trim": trim, "gomemlimit": memLimit, "readyAfter": synced.Round(time.Millisecond).String(),
 		"judgedAfter": judged.Round(time.Second).String(), "pendingWaiting": waiting, "pendingFailed": failed, "waitingFor": sample,
 		"openGangs": openNow, "ranksWaiting": ranksWaiting, "reportedAfter": reported.Round(time.Second).String(), "loadAvg": loadAverage(),
-		"rssMiB": rss, "peakRssMiB": hwm, "rssAnonMiB": anon, "rssFileMiB": file, "heapInuseMiB": heap, "liveHeapMiB": live}
+		"rssMiB": rss, "peakRssMiB": hwm, "goRuntimeNonHeapMiB": runtimeOther, "rssAnonMiB": anon, "rssFileMiB": file, "heapInuseMiB": heap, "liveHeapMiB": live}
 	t.Logf("controller (trim=%v, GOMEMLIMIT=%q): %v", trim, memLimit, out)
 	return out
 }
