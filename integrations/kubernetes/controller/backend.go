@@ -76,7 +76,6 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		Rank: r.rank, Pod: r.pod.Name, Node: node,
 		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
 	}
-	compactRank(&rr)
 	now := time.Now()
 	c.startClock(g, now)
 	isNew, decide, why, err := c.addReport(ctx, g, r, rr, now)
