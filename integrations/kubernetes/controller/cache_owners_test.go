@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,4 +37,27 @@ func TestTrimPodSharesOwners(t *testing.T) {
 	require.NotSame(t, &a.OwnerReferences[0], &e.OwnerReferences[0])
 	require.Nil(t, e.OwnerReferences[0].Controller)
 	runtime.KeepAlive(a)
+}
+
+// Cached jobs lose their pod templates; replica specs left equal are
+// shared.
+func TestStripSharesReplicaSpecs(t *testing.T) {
+	mk := func(workers int32) *kubeflowv1.PyTorchJob {
+		tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "x"}}}}
+		return &kubeflowv1.PyTorchJob{Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+			kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: tmpl},
+			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(workers), Template: tmpl, RestartPolicy: kubeflowv1.RestartPolicyOnFailure},
+		}}}
+	}
+	a, b, c := mk(7), mk(7), mk(3)
+	for _, j := range []*kubeflowv1.PyTorchJob{a, b, c} {
+		stripPyTorchJob(j)
+	}
+	m, w := kubeflowv1.PyTorchJobReplicaTypeMaster, kubeflowv1.PyTorchJobReplicaTypeWorker
+	require.Same(t, a.Spec.PyTorchReplicaSpecs[m], b.Spec.PyTorchReplicaSpecs[m])
+	require.Same(t, a.Spec.PyTorchReplicaSpecs[m], c.Spec.PyTorchReplicaSpecs[m])
+	require.Same(t, a.Spec.PyTorchReplicaSpecs[w], b.Spec.PyTorchReplicaSpecs[w])
+	require.NotSame(t, a.Spec.PyTorchReplicaSpecs[w], c.Spec.PyTorchReplicaSpecs[w])
+	require.Equal(t, kubeflowv1.ReplicaSpec{Replicas: ptr.To(int32(3)), RestartPolicy: kubeflowv1.RestartPolicyOnFailure}, *c.Spec.PyTorchReplicaSpecs[w])
+	require.Equal(t, int32(7), *a.Spec.PyTorchReplicaSpecs[w].Replicas)
 }
