@@ -54,13 +54,13 @@ func wrap(o client.Object) job {
 
 var jobKinds = []jobKind{
 	{
-		GVK: pytorchGVK,
-		New: func() client.Object { return &kubeflowv1.PyTorchJob{} },
+		GVK:   pytorchGVK,
+		New:   func() client.Object { return &kubeflowv1.PyTorchJob{} },
 		Strip: func(o client.Object) { stripPyTorchJob(o.(*kubeflowv1.PyTorchJob)) },
 	},
 	{
-		GVK: mpiGVK,
-		New: func() client.Object { return &mpiv2beta1.MPIJob{} },
+		GVK:   mpiGVK,
+		New:   func() client.Object { return &mpiv2beta1.MPIJob{} },
 		Strip: func(o client.Object) { stripMPIJob(o.(*mpiv2beta1.MPIJob)) },
 	},
 }
