@@ -18,16 +18,16 @@ import (
 // A GangCheck is not safe for concurrent use.
 type GangCheck struct {
 	expectMultiNodeNVLink bool
-	ranks                 map[int]RankReport
+	ranks                 map[int]*contribution
 
 	failed             int // ranks whose own report fails
 	migRanks, fullRank int // ranks with a MIG device, with a full GPU
 	parents            keyCount
 	shapes             keyCount
 	domains            keyCount
-	devices            keyCount // node/device ID -> ranks holding it
-	duplicated         int      // devices held by more than one rank
-	sick, sickFailing  int      // ranks with health findings, with a failing one
+	devices            map[nodeDevice]int // node/device ID (deviceKey: the report's own strings) -> ranks holding it
+	duplicated         int                // devices held by more than one rank
+	sick, sickFailing  int                // ranks with health findings, with a failing one
 }
 
 // keyCount counts, for each key, the ranks contributing it.
@@ -52,27 +52,74 @@ func (k keyCount) remove(key string) int {
 // GangInput.ExpectMultiNodeNVLink.
 func NewGangCheck(expectMultiNodeNVLink bool) *GangCheck {
 	return &GangCheck{
-		expectMultiNodeNVLink: expectMultiNodeNVLink, ranks: map[int]RankReport{},
-		parents: keyCount{}, shapes: keyCount{}, domains: keyCount{}, devices: keyCount{},
+		expectMultiNodeNVLink: expectMultiNodeNVLink, ranks: map[int]*contribution{},
+		parents: keyCount{}, shapes: keyCount{}, domains: keyCount{}, devices: map[nodeDevice]int{},
 	}
 }
 
 // Len is the number of ranks held.
 func (c *GangCheck) Len() int { return len(c.ranks) }
 
-// Add takes r's report, replacing an earlier one of the same rank.
+// Add takes r's report, replacing an earlier one of the same rank. The
+// check keeps what the report contributes (its keys), not the report.
 func (c *GangCheck) Add(r RankReport) {
 	c.Remove(r.Rank)
-	c.ranks[r.Rank] = r
-	c.apply(r, 1)
+	k := c.contributionOf(r)
+	c.ranks[r.Rank] = k
+	c.apply(k, 1)
 }
 
 // Remove drops rank's report, if held.
 func (c *GangCheck) Remove(rank int) {
-	if r, ok := c.ranks[rank]; ok {
-		c.apply(r, -1)
+	if k, ok := c.ranks[rank]; ok {
+		c.apply(k, -1)
 		delete(c.ranks, rank)
 	}
+}
+
+// contribution is what one rank's report adds to the check: each key once
+// per rank, as the rules see ranks, not devices.
+type contribution struct {
+	failed, mig, fullGPU, sick, sickFailing bool
+	keys                                    []string     // parent, shape and domain keys
+	devices                                 []nodeDevice // the report's own strings
+}
+
+func (c *GangCheck) contributionOf(r RankReport) *contribution {
+	devs := r.Report.Devices
+	k := &contribution{failed: r.Report.Failed()}
+	multi := c.expectMultiNodeNVLink
+	for _, d := range devs {
+		if d.Kind == "mig" {
+			k.mig = true
+		} else {
+			k.fullGPU = true
+		}
+		multi = multi || d.FabricCluster != ""
+	}
+	seen := make(map[string]bool, 3*len(devs))
+	key := func(s string) {
+		if !seen[s] {
+			seen[s] = true
+			k.keys = append(k.keys, s)
+		}
+	}
+	seenDev := make(map[nodeDevice]bool, len(devs))
+	for _, d := range devs {
+		if d.Kind == "mig" {
+			key("p\x00" + migParent(r.Node, d))
+		}
+		key("s\x00" + shapeOf(d))
+		if multi {
+			key("d\x00" + nvlinkDomain(r, d))
+		}
+		if dk := deviceKey(r.Node, d.ID); !seenDev[dk] {
+			seenDev[dk] = true
+			k.devices = append(k.devices, dk)
+		}
+	}
+	k.sick, k.sickFailing = healthOf(r.Report)
+	return k
 }
 
 // Failed says whether GangRules fails on the ranks held.
@@ -103,66 +150,44 @@ func (c *GangCheck) FailingRules() []string {
 	return out
 }
 
-// apply adds (sign 1) or removes (sign -1) what r contributes. Each key
-// counts once per rank, as the rules see ranks, not devices.
-func (c *GangCheck) apply(r RankReport, sign int) {
-	if r.Report.Failed() {
-		c.failed += sign
-	}
-	devs := r.Report.Devices
-	mig, fullGPU := false, false
-	multi := c.expectMultiNodeNVLink
-	for _, d := range devs {
-		if d.Kind == "mig" {
-			mig = true
-		} else {
-			fullGPU = true
+// apply adds (sign 1) or removes (sign -1) a rank's contribution.
+func (c *GangCheck) apply(k *contribution, sign int) {
+	count := func(b bool, n *int) {
+		if b {
+			*n += sign
 		}
-		multi = multi || d.FabricCluster != ""
 	}
-	if mig {
-		c.migRanks += sign
-	}
-	if fullGPU {
-		c.fullRank += sign
-	}
-	seen := make(map[string]bool, 4*len(devs))
-	count := func(k keyCount, key string) {
-		if seen[key] {
-			return
+	count(k.failed, &c.failed)
+	count(k.mig, &c.migRanks)
+	count(k.fullGPU, &c.fullRank)
+	count(k.sick, &c.sick)
+	count(k.sickFailing, &c.sickFailing)
+	for _, key := range k.keys {
+		m := c.shapes
+		switch key[0] {
+		case 'p':
+			m = c.parents
+		case 'd':
+			m = c.domains
 		}
-		seen[key] = true
 		if sign > 0 {
-			k.add(key)
+			m.add(key)
 		} else {
-			k.remove(key)
+			m.remove(key)
 		}
 	}
-	for _, d := range devs {
-		if d.Kind == "mig" {
-			count(c.parents, "p\x00"+migParent(r.Node, d))
+	for _, key := range k.devices {
+		n := c.devices[key] + sign
+		if n <= 0 {
+			delete(c.devices, key)
+		} else {
+			c.devices[key] = n
 		}
-		count(c.shapes, "s\x00"+shapeOf(d))
-		if multi {
-			count(c.domains, "d\x00"+nvlinkDomain(r, d))
-		}
-		key := "i\x00" + r.Node + "/" + d.ID
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
-		if sign > 0 && c.devices.add(key) == 2 {
+		if sign > 0 && n == 2 {
 			c.duplicated++
-		} else if sign < 0 && c.devices.remove(key) == 1 {
+		} else if sign < 0 && n == 1 {
 			c.duplicated--
 		}
-	}
-	sick, failing := healthOf(r.Report)
-	if sick {
-		c.sick += sign
-	}
-	if failing {
-		c.sickFailing += sign
 	}
 }
 

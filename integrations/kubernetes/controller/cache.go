@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"unique"
+	"unsafe"
 	"weak"
 
 	corev1 "k8s.io/api/core/v1"
@@ -96,9 +97,76 @@ func trimMeta(m metav1.ObjectMeta, labelPrefixes ...string) metav1.ObjectMeta {
 		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
 		Labels: keepPrefixed(m.Labels, labelPrefixes...),
 	}
-	for _, r := range m.OwnerReferences {
+	out.OwnerReferences = internOwners(m.OwnerReferences)
+	return out
+}
+
+// owners shares equal owner lists between cached objects (a job's
+// replicas have the same owner). Entries are weak: a list no cached
+// object holds any more is collected.
+var owners struct {
+	sync.Mutex
+	m     map[string]ownerList
+	sweep int
+}
+
+// ownerList is a weak reference to a shared owner list: its first element
+// is the start of the list's array.
+type ownerList struct {
+	first weak.Pointer[metav1.OwnerReference]
+	n     int
+}
+
+func internOwners(refs []metav1.OwnerReference) []metav1.OwnerReference {
+	if len(refs) == 0 {
+		return nil
+	}
+	var key strings.Builder
+	for _, r := range refs {
+		key.WriteString(r.APIVersion)
+		key.WriteByte(0)
+		key.WriteString(r.Kind)
+		key.WriteByte(0)
+		key.WriteString(r.Name)
+		key.WriteByte(0)
+		key.WriteString(string(r.UID))
+		key.WriteByte(0)
+		for _, b := range []*bool{r.Controller, r.BlockOwnerDeletion} {
+			switch {
+			case b == nil:
+				key.WriteByte('-')
+			case *b:
+				key.WriteByte('t')
+			default:
+				key.WriteByte('f')
+			}
+		}
+		key.WriteByte(0)
+	}
+	k := key.String()
+	owners.Lock()
+	defer owners.Unlock()
+	if e, ok := owners.m[k]; ok {
+		if p := e.first.Value(); p != nil {
+			return unsafe.Slice(p, e.n)
+		}
+	}
+	out := make([]metav1.OwnerReference, len(refs))
+	for i, r := range refs {
 		r.APIVersion, r.Kind, r.Name = intern(r.APIVersion), intern(r.Kind), intern(r.Name)
-		out.OwnerReferences = append(out.OwnerReferences, r)
+		out[i] = r
+	}
+	if owners.m == nil {
+		owners.m = map[string]ownerList{}
+	}
+	owners.m[k] = ownerList{first: weak.Make(&out[0]), n: len(out)}
+	if len(owners.m) > owners.sweep {
+		for k, p := range owners.m {
+			if p.first.Value() == nil {
+				delete(owners.m, k)
+			}
+		}
+		owners.sweep = 2*len(owners.m) + 64
 	}
 	return out
 }

@@ -45,7 +45,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -571,7 +570,7 @@ func profilingHandlers(on bool) map[string]http.Handler {
 }
 
 // metricsOptions: /metrics and the profiles behind TokenReview and
-// SubjectAccessReview (controller-runtime's filter) over HTTPS, unless only
+// SubjectAccessReview (metricsAuth) over HTTPS, unless only
 // this host can reach them.
 func metricsOptions(o Options) metricsserver.Options {
 	m := metricsserver.Options{BindAddress: o.MetricsAddr, ExtraHandlers: profilingHandlers(o.Profiling)}
@@ -579,7 +578,7 @@ func metricsOptions(o Options) metricsserver.Options {
 		return m
 	}
 	m.SecureServing = true
-	m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	m.FilterProvider = metricsAuth
 	// Without tls.crt/tls.key there, a self-signed certificate.
 	m.CertDir = o.CertDir
 	return m

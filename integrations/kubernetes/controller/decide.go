@@ -39,9 +39,10 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		return
 	}
 	g.deciding = true
-	ranks := g.rankListLocked()
+	held := g.heldLocked()
 	expected, first, last := g.expected, g.firstAt, g.lastAt
 	g.mu.Unlock()
+	ranks := unpackAll(held)
 
 	ctx := c.leadContext()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

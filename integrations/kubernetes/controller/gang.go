@@ -29,8 +29,8 @@ type gang struct {
 	mu       sync.Mutex
 	expected int
 	timeout  time.Duration
-	reports  map[int]preflight.RankReport
-	// check holds the same reports for the early-fail check.
+	reports  map[int]heldReport
+	// check holds what the reports contribute to the early-fail check.
 	check    *preflight.GangCheck
 	podUIDs  map[int]string
 	firstAt  time.Time // the gang's first report, possibly from an earlier leader
@@ -71,7 +71,7 @@ func newGang(j job, timeout time.Duration) *gang {
 	return &gang{
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
 		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
-		reports: map[int]preflight.RankReport{}, check: preflight.NewGangCheck(multi),
+		reports: map[int]heldReport{}, check: preflight.NewGangCheck(multi),
 		podUIDs: map[int]string{}, done: make(chan struct{}),
 	}
 }
@@ -102,10 +102,10 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 		return false, false, 0, nil
 	}
 	if uid, ok := g.podUIDs[rr.Rank]; ok && uid != podUID {
-		return false, false, 0, &holder{pod: g.reports[rr.Rank].Pod, uid: uid}
+		return false, false, 0, &holder{pod: g.reports[rr.Rank].pod, uid: uid}
 	}
 	_, had := g.reports[rr.Rank]
-	g.reports[rr.Rank] = rr
+	g.reports[rr.Rank] = holdReport(rr)
 	g.check.Add(rr)
 	g.podUIDs[rr.Rank] = podUID
 	if !had {
@@ -282,10 +282,37 @@ func (c *Controller) podRuns(ctx context.Context, ns, name, uid string) (bool, e
 	return string(p.UID) == uid && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed, nil
 }
 
-func (g *gang) rankListLocked() []preflight.RankReport {
+// heldLocked lists the reports held, in rank order, still packed: the
+// caller unpacks them (unpackAll) without holding the gang's lock.
+func (g *gang) heldLocked() []heldRank {
+	out := make([]heldRank, 0, len(g.reports))
+	for rank, h := range g.reports {
+		out = append(out, heldRank{rank, h})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rank < out[j].rank })
+	return out
+}
+
+// rankListLocked unpacks the reports held, in rank order.
+func (g *gang) rankListLocked() []preflight.RankReport { return unpackAll(g.heldLocked()) }
+
+// summariesLocked lists the ranks as a Gang shows them (heldReport.summary),
+// in rank order.
+func (g *gang) summariesLocked() []preflight.RankReport {
 	out := make([]preflight.RankReport, 0, len(g.reports))
-	for _, r := range g.reports {
-		out = append(out, r)
+	for rank, h := range g.reports {
+		out = append(out, h.summary(rank))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
+	return out
+}
+
+// reportedLocked lists the ranks that reported and their pods, without
+// their reports.
+func (g *gang) reportedLocked() []preflight.RankReport {
+	out := make([]preflight.RankReport, 0, len(g.reports))
+	for rank, r := range g.reports {
+		out = append(out, preflight.RankReport{Rank: rank, Pod: r.pod})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
 	return out

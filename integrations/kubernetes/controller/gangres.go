@@ -207,7 +207,7 @@ type gangSnapshot struct {
 func (g *gang) snapshot() gangSnapshot {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return gangSnapshot{expected: g.expected, ranks: g.rankListLocked(), firstAt: g.firstAt, deadline: g.deadline}
+	return gangSnapshot{expected: g.expected, ranks: g.summariesLocked(), firstAt: g.firstAt, deadline: g.deadline}
 }
 
 // rankStatuses lists ranks for a Gang's status, bounded by the limits of
@@ -231,7 +231,7 @@ func rankStatuses(ranks []preflight.RankReport) (out []v1alpha1.RankStatus, omit
 	}
 	out = make([]v1alpha1.RankStatus, 0, len(keep))
 	for _, rr := range keep {
-		s := v1alpha1.RankStatus{Rank: int32(rr.Rank), Pod: rr.Pod, Node: rr.Node, Verdict: string(rr.Report.Verdict), Rules: ruleIDs(rr.Report, 32)}
+		s := v1alpha1.RankStatus{Rank: int32(rr.Rank), Pod: rr.Pod, Node: rr.Node, Verdict: string(rr.Report.Verdict), Rules: ruleIDs(rr.Report, maxRankRules)}
 		if s.Verdict == "" {
 			s.Verdict = string(verdict.VerdictPass)
 		}

@@ -34,7 +34,7 @@ type jobKind struct {
 	GVK schema.GroupVersionKind
 	New func() client.Object
 	// Strip removes what the controller never reads (pod templates) before
-	// the object enters the informer cache.
+	// the object enters the informer cache; the specs left are shared.
 	Strip func(client.Object)
 }
 
@@ -54,26 +54,14 @@ func wrap(o client.Object) job {
 
 var jobKinds = []jobKind{
 	{
-		GVK: pytorchGVK,
-		New: func() client.Object { return &kubeflowv1.PyTorchJob{} },
-		Strip: func(o client.Object) {
-			for _, s := range o.(*kubeflowv1.PyTorchJob).Spec.PyTorchReplicaSpecs {
-				if s != nil {
-					s.Template = corev1.PodTemplateSpec{}
-				}
-			}
-		},
+		GVK:   pytorchGVK,
+		New:   func() client.Object { return &kubeflowv1.PyTorchJob{} },
+		Strip: func(o client.Object) { stripPyTorchJob(o.(*kubeflowv1.PyTorchJob)) },
 	},
 	{
-		GVK: mpiGVK,
-		New: func() client.Object { return &mpiv2beta1.MPIJob{} },
-		Strip: func(o client.Object) {
-			for _, s := range o.(*mpiv2beta1.MPIJob).Spec.MPIReplicaSpecs {
-				if s != nil {
-					s.Template = corev1.PodTemplateSpec{}
-				}
-			}
-		},
+		GVK:   mpiGVK,
+		New:   func() client.Object { return &mpiv2beta1.MPIJob{} },
+		Strip: func(o client.Object) { stripMPIJob(o.(*mpiv2beta1.MPIJob)) },
 	},
 }
 

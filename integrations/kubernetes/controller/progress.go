@@ -137,9 +137,15 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			return err
 		}
 		c.yieldToRecords(ctx)
+		// The response is decoded into obj, into these very lists: a copy.
+		sent := make([]v1alpha1.RankStatus, len(obj.Status.Ranks))
+		for i := range sent {
+			obj.Status.Ranks[i].DeepCopyInto(&sent[i])
+		}
 		err = c.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil:
+			shareRanks(obj.Status.Ranks, sent)
 			r.set(obj)
 			return nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
@@ -166,5 +172,20 @@ func (c *Controller) noteWaitingFor(uid types.UID, waiting string) {
 	r.mu.Unlock()
 	if changed {
 		c.touchProgress(uid, true)
+	}
+}
+
+// shareRanks puts the ranks written (whose strings are the held reports')
+// in place of the same ranks as the API server echoed them, so that an
+// open gang's Gang does not hold a second copy of every pod, node and
+// device name.
+func shareRanks(echoed, sent []v1alpha1.RankStatus) {
+	if len(echoed) != len(sent) {
+		return
+	}
+	for i := range echoed {
+		if equality.Semantic.DeepEqual(echoed[i], sent[i]) {
+			echoed[i] = sent[i]
+		}
 	}
 }

@@ -161,7 +161,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	g := c.ensureGang(j)
 	g.mu.Lock()
 	open := g.verdict == nil && !g.deciding
-	ranks := g.rankListLocked()
+	ranks := g.reportedLocked()
 	g.mu.Unlock()
 	if open {
 		if m := c.missingRanks(ctx, g, ranks, true); len(m) > 0 {

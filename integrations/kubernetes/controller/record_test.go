@@ -24,7 +24,7 @@ func TestGangRankHeldByFirstPod(t *testing.T) {
 	_, decide, _, h = g.add(preflight.RankReport{Rank: 0, Pod: "evil", Report: fail}, "uid-evil", time.Now())
 	require.False(t, decide, "a second pod's failing report decided the gang")
 	require.Equal(t, &holder{pod: "a", uid: "uid-a"}, h)
-	require.Equal(t, pass, g.reports[0].Report)
+	require.Equal(t, pass, g.reports[0].report().Report)
 	// The holder re-sends: fine.
 	_, _, _, h = g.add(preflight.RankReport{Rank: 0, Pod: "a", Report: pass}, "uid-a", time.Now())
 	require.Nil(t, h)

@@ -14,7 +14,7 @@ import (
 // reported of expected and the gang's deadline (none before the first
 // report starts the clock).
 func TestWaitingAnswerCarriesProgress(t *testing.T) {
-	g := &gang{key: "ml/PyTorchJob/train", expected: 8, reports: map[int]preflight.RankReport{}, done: make(chan struct{})}
+	g := &gang{key: "ml/PyTorchJob/train", expected: 8, reports: map[int]heldReport{}, done: make(chan struct{})}
 	r := g.response(2)
 	require.Equal(t, gate.StateWaiting, r.State)
 	require.Equal(t, 8, r.Expected)
@@ -23,7 +23,7 @@ func TestWaitingAnswerCarriesProgress(t *testing.T) {
 
 	deadline := time.Date(2026, 11, 30, 12, 10, 0, 0, time.UTC)
 	for _, rank := range []int{0, 2, 5} {
-		g.reports[rank] = preflight.RankReport{Rank: rank}
+		g.reports[rank] = holdReport(preflight.RankReport{Rank: rank})
 	}
 	g.deadline = deadline
 	r = g.response(2)

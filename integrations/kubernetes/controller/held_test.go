@@ -1,0 +1,79 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// An open gang holds its reports packed: unpacked, each is the report the
+// gate decoded, and an 8-GPU report takes a fraction of its JSON.
+func TestHeldReportRoundTrip(t *testing.T) {
+	clique := uint32(3)
+	var devs []verdict.DeviceSummary
+	for i := 0; i < 8; i++ {
+		id := fmt.Sprintf("GPU-6f1c2a7e-59d1-4b0a-0042-%012d", i)
+		devs = append(devs, verdict.DeviceSummary{ID: id, Kind: "gpu", GPU: i, GPUUUID: id, Profile: "full", SMs: 132, MemoryMiB: 81559,
+			FabricCluster: "c1", FabricClique: &clique})
+	}
+	r := verdict.NewReport("node gpu-node-0042", []verdict.Finding{
+		{Rule: verdict.RuleProfileMismatch, Severity: verdict.SeverityWarn, Message: "GPU 3 runs profile full, the job asks for 3g.40gb",
+			Remediation: "reconfigure MIG on the node or change the job's resource", Devices: []string{devs[3].ID}, Ranks: []int{0, 3}, Nodes: []string{"a"}},
+		{Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityInfo, Message: "GPU 5 is allocated whole", Devices: []string{devs[5].ID}},
+	})
+	r.Devices, r.Mode = devs, "rank"
+	b, err := json.Marshal(preflight.RankReport{Rank: 3, Pod: "train-worker-2", Node: "gpu-node-0042", DriverVersion: "580.65.06", CUDADriverVersion: "13.0", Report: r})
+	require.NoError(t, err)
+	var decoded preflight.RankReport
+	require.NoError(t, json.Unmarshal(b, &decoded))
+
+	h := holdReport(decoded)
+	require.Equal(t, "train-worker-2", h.pod)
+	require.Less(t, len(h.packed), len(b)/3, "packed %d of %d bytes", len(h.packed), len(b))
+	var wg sync.WaitGroup // the packers and unpackers are shared
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 20; k++ {
+				require.Equal(t, decoded, holdReport(decoded).report())
+			}
+		}()
+	}
+	wg.Wait()
+	empty := preflight.RankReport{Rank: 1}
+	require.Equal(t, empty, holdReport(empty).report())
+}
+
+// What a Gang shows of a held rank (its summary) is what it shows of the
+// full report: verdict, the rules of fail and warn findings (each once, in
+// order), the first devices.
+func TestHeldSummaryShowsAsReport(t *testing.T) {
+	var ranks, sums []preflight.RankReport
+	for rank := 0; rank < 3; rank++ {
+		var devs []verdict.DeviceSummary
+		for i := 0; i < 4+4*rank; i++ { // up to 12 MIG devices: more than a Gang shows
+			devs = append(devs, verdict.DeviceSummary{ID: fmt.Sprintf("MIG-%d-%d", rank, i), Kind: "mig", Profile: "1g.10gb"})
+		}
+		findings := []verdict.Finding{
+			{Rule: "B_RULE", Severity: verdict.SeverityWarn}, {Rule: "A_INFO", Severity: verdict.SeverityInfo},
+			{Rule: "C_FAIL", Severity: verdict.SeverityFail}, {Rule: "B_RULE", Severity: verdict.SeverityFail},
+		}[:rank*2]
+		rep := verdict.NewReport("node n", findings)
+		rep.Devices = devs
+		rr := preflight.RankReport{Rank: rank, Pod: fmt.Sprintf("p%d", rank), Node: "n", Report: rep}
+		ranks = append(ranks, rr)
+		sums = append(sums, holdReport(rr).summary(rank))
+	}
+	want, wantOmitted := rankStatuses(ranks)
+	got, omitted := rankStatuses(sums)
+	require.Equal(t, want, got)
+	require.Equal(t, wantOmitted, omitted)
+	require.Equal(t, []string{"B_RULE", "C_FAIL"}, got[2].Rules)
+}
