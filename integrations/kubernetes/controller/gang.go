@@ -105,7 +105,7 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 		return false, false, 0, &holder{pod: g.reports[rr.Rank].pod, uid: uid}
 	}
 	_, had := g.reports[rr.Rank]
-	g.reports[rr.Rank] = holdReport(rr)
+	g.reports[rr.Rank] = holdReport(rr, g.expected)
 	g.check.Add(rr)
 	g.podUIDs[rr.Rank] = podUID
 	if !had {

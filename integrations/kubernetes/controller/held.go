@@ -21,14 +21,21 @@ import (
 // gangs of 8 hold 7,000 and more of them; they are unpacked only when the
 // gang is decided. What the Gang's ranks show (rankStatuses) is kept
 // unpacked, and the early-fail check keeps its own keys
-// (preflight.GangCheck), both sharing the report's strings.
+// (preflight.GangCheck), both sharing the report's strings. A gang of more
+// than packMaxRanks ranks holds its reports as they are: unpacking
+// thousands would delay its verdict (about 27 µs each), and its ranks'
+// connections cost far more memory than their reports.
 type heldReport struct {
 	pod, node string
 	verdict   verdict.Verdict
 	rules     []string // ruleIDs of the report
 	devices   []string // the first MaxRankDevices device IDs
 	packed    []byte
+	plain     *preflight.RankReport // instead of packed
 }
+
+// packMaxRanks: the largest gang whose reports are packed.
+const packMaxRanks = 64
 
 var packers = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(io.Discard, flate.BestSpeed) // the level is valid: no error
@@ -37,9 +44,16 @@ var packers = sync.Pool{New: func() any {
 
 var unpackers sync.Pool // of io.ReadCloser that are flate.Resetter
 
-// holdReport packs rr. Encoding it cannot fail (strings, numbers and
-// lists into memory).
-func holdReport(rr preflight.RankReport) heldReport {
+// holdReport holds rr for a gang of expected ranks: packed unless the
+// gang is larger than packMaxRanks. Encoding it cannot fail (strings,
+// numbers and lists into memory).
+func holdReport(rr preflight.RankReport, expected int) heldReport {
+	if expected > packMaxRanks {
+		h := summarize(rr)
+		h.plain = &rr
+		return h
+	}
+	h := summarize(rr)
 	var buf bytes.Buffer
 	w := packers.Get().(*flate.Writer)
 	defer packers.Put(w)
@@ -51,7 +65,13 @@ func holdReport(rr preflight.RankReport) heldReport {
 	if err != nil {
 		panic(fmt.Sprintf("rankgate: packing a rank report: %v", err))
 	}
-	h := heldReport{pod: rr.Pod, node: rr.Node, verdict: rr.Report.Verdict, rules: ruleIDs(rr.Report, maxRankRules), packed: bytes.Clone(buf.Bytes())}
+	h.packed = bytes.Clone(buf.Bytes())
+	return h
+}
+
+// summarize keeps what rankStatuses reads of rr.
+func summarize(rr preflight.RankReport) heldReport {
+	h := heldReport{pod: rr.Pod, node: rr.Node, verdict: rr.Report.Verdict, rules: ruleIDs(rr.Report, maxRankRules)}
 	for i := range rr.Report.Devices {
 		if i == v1alpha1.MaxRankDevices {
 			break
@@ -105,6 +125,9 @@ type heldRank struct {
 // report unpacks the held report. It fails only if the bytes this process
 // packed were damaged.
 func (h heldReport) report() preflight.RankReport {
+	if h.plain != nil {
+		return *h.plain
+	}
 	src := bytes.NewReader(h.packed)
 	r, _ := unpackers.Get().(io.ReadCloser)
 	if r == nil {

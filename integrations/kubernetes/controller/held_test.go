@@ -33,7 +33,7 @@ func TestHeldReportRoundTrip(t *testing.T) {
 	var decoded preflight.RankReport
 	require.NoError(t, json.Unmarshal(b, &decoded))
 
-	h := holdReport(decoded)
+	h := holdReport(decoded, 8)
 	require.Equal(t, "train-worker-2", h.pod)
 	require.Less(t, len(h.packed), len(b)/3, "packed %d of %d bytes", len(h.packed), len(b))
 	var wg sync.WaitGroup // the packers and unpackers are shared
@@ -42,13 +42,19 @@ func TestHeldReportRoundTrip(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for k := 0; k < 20; k++ {
-				require.Equal(t, decoded, holdReport(decoded).report())
+				require.Equal(t, decoded, holdReport(decoded, 8).report())
 			}
 		}()
 	}
 	wg.Wait()
+	// A large gang's reports are held as they are (unpacking thousands
+	// would delay its verdict).
+	big := holdReport(decoded, packMaxRanks+1)
+	require.Nil(t, big.packed)
+	require.Equal(t, decoded, big.report())
+	require.Equal(t, h.summary(3), big.summary(3))
 	empty := preflight.RankReport{Rank: 1}
-	require.Equal(t, empty, holdReport(empty).report())
+	require.Equal(t, empty, holdReport(empty, 8).report())
 }
 
 // What a Gang shows of a held rank (its summary) is what it shows of the
@@ -69,7 +75,7 @@ func TestHeldSummaryShowsAsReport(t *testing.T) {
 		rep.Devices = devs
 		rr := preflight.RankReport{Rank: rank, Pod: fmt.Sprintf("p%d", rank), Node: "n", Report: rep}
 		ranks = append(ranks, rr)
-		sums = append(sums, holdReport(rr).summary(rank))
+		sums = append(sums, holdReport(rr, 8).summary(rank))
 	}
 	want, wantOmitted := rankStatuses(ranks)
 	got, omitted := rankStatuses(sums)

@@ -23,7 +23,7 @@ func TestWaitingAnswerCarriesProgress(t *testing.T) {
 
 	deadline := time.Date(2026, 11, 30, 12, 10, 0, 0, time.UTC)
 	for _, rank := range []int{0, 2, 5} {
-		g.reports[rank] = holdReport(preflight.RankReport{Rank: rank})
+		g.reports[rank] = holdReport(preflight.RankReport{Rank: rank}, 8)
 	}
 	g.deadline = deadline
 	r = g.response(2)
