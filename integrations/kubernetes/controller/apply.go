@@ -28,23 +28,33 @@ const (
 	applyBurst           = 10
 )
 
-// An apply also waits (up to maxApplyYield) while verdicts are being
-// recorded: ranks wait for those, nobody waits for the apply.
+// An apply (and a progress write) also waits, up to maxApplyYield, while
+// verdicts are being recorded and until none has started for recordQuiet:
+// ranks wait for those, nobody waits for the apply. When many gangs
+// complete together the verdict writes come back to back; the writes
+// nobody waits for go into the gaps after them, not between them.
 const (
 	maxApplyYield   = 2 * time.Second
 	applyYieldCheck = 5 * time.Millisecond
+	recordQuiet     = 50 * time.Millisecond
 )
 
-// yieldToRecords waits while verdicts are being recorded, at most
-// maxApplyYield.
+// recordsBusy says whether a verdict is being recorded or one started
+// within recordQuiet.
+func (c *Controller) recordsBusy() bool {
+	return c.recording.Load() > 0 || time.Since(time.Unix(0, c.lastRecord.Load())) < recordQuiet
+}
+
+// yieldToRecords waits while verdicts are being recorded (recordsBusy), at
+// most maxApplyYield.
 func (c *Controller) yieldToRecords(ctx context.Context) {
-	if c.recording.Load() == 0 {
+	if !c.recordsBusy() {
 		return
 	}
 	deadline := time.Now().Add(maxApplyYield)
 	t := time.NewTicker(applyYieldCheck)
 	defer t.Stop()
-	for c.recording.Load() > 0 && time.Now().Before(deadline) {
+	for c.recordsBusy() && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return

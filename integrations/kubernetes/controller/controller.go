@@ -283,6 +283,7 @@ type Controller struct {
 	applySlots   chan struct{}                               // bounds concurrent applies (maxConcurrentApplies)
 	applyPace    *rate.Limiter                               // paces pass/warn applies (applyRate)
 	recording    atomic.Int32                                // verdicts being recorded (applies and progress writes yield to them)
+	lastRecord   atomic.Int64                                // when the latest verdict write started (unix ns)
 	progress     workqueue.TypedDelayingInterface[types.UID] // Gangs whose progress is to be written (progress.go)
 	progressPace *rate.Limiter                               // paces progress writes (progressRate)
 

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"sort"
@@ -157,6 +158,7 @@ func TestBenchGangLatency(t *testing.T) {
 	// RANKGATE_BENCH_KUBE_QPS raises the controller's client-side limit
 	// towards the API server (--kube-api-qps; burst twice that).
 	qps := envInt("RANKGATE_BENCH_KUBE_QPS", controller.DefaultQPS)
+	reqBefore := apiRequests(t)
 	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, GateMaxConnections: conns, AppliedDelay: controller.DefaultAppliedDelay,
 		QPS: float32(qps), Burst: max(controller.DefaultBurst, 2*qps)})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
@@ -265,6 +267,7 @@ func TestBenchGangLatency(t *testing.T) {
 	summary["applyLagP99"] = histogramQuantile(t, "rankgate_verdict_apply_lag_seconds", .99)
 	b, _ = json.Marshal(summary)
 	t.Logf("last report -> all ranks hold the verdict: %s", b)
+	logRequestsSince(t, reqBefore, apiRequests(t))
 	writeBenchResult(t, "gang-latency", b)
 	require.EqualValues(t, jobs, c.Decisions())
 	// The goals: p99 at most 50 ms for 200 jobs x 8 ranks, 100 ms for
@@ -886,5 +889,48 @@ func benchPodSpec(j int, node string) corev1.PodSpec {
 				ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: gate.Audience, ExpirationSeconds: ptr.To(int64(3600)), Path: "token"}}}}}},
 		},
 		Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+	}
+}
+
+// apiRequests reads the API server's request counts
+// (apiserver_request_total) by verb and resource.
+func apiRequests(t *testing.T) map[string]float64 {
+	hc, err := rest.HTTPClientFor(restCfg)
+	require.NoError(t, err)
+	res, err := hc.Get(strings.TrimSuffix(restCfg.Host, "/") + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	re := regexp.MustCompile(`^apiserver_request_total\{(.*)\} ([0-9.e+]+)$`)
+	lab := regexp.MustCompile(`(\w+)="([^"]*)"`)
+	for sc.Scan() {
+		m := re.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		l := map[string]string{}
+		for _, x := range lab.FindAllStringSubmatch(m[1], -1) {
+			l[x[1]] = x[2]
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		out[l["verb"]+" "+l["resource"]+"/"+l["subresource"]] += v
+	}
+	return out
+}
+
+// logRequestsSince logs the API requests made between two apiRequests
+// readings (20 or more of a kind): which writes the run cost.
+func logRequestsSince(t *testing.T, a, b map[string]float64) {
+	var keys []string
+	for k := range b {
+		if b[k]-a[k] >= 20 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t.Logf("requests %-50s %6.0f", k, b[k]-a[k])
 	}
 }
