@@ -90,7 +90,7 @@ const (
 // Limits on what a Gang's status lists, so that the largest gang's object
 // stays well under the API server's request size limit.
 const (
-	MaxRankEntries    = 1024
+	MaxRankEntries    = 256
 	MaxRankDevices    = 8
 	MaxMissingEntries = 20
 	MaxReasonLength   = 256
@@ -115,7 +115,7 @@ type GangStatus struct {
 	// when there are more than fit (then RanksOmitted counts the others).
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:MaxItems=256
 	Ranks []RankStatus `json:"ranks,omitempty"`
 	// RanksOmitted counts reported ranks left out of Ranks.
 	// +optional
