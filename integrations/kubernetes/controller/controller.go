@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -31,7 +30,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -45,7 +43,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
@@ -555,56 +552,4 @@ func Scheme() *runtime.Scheme {
 
 func newMapper(cfg *rest.Config, hc *http.Client) (meta.RESTMapper, error) {
 	return apiutil.NewDynamicRESTMapper(cfg, hc)
-}
-
-func profilingHandlers(on bool) map[string]http.Handler {
-	if !on {
-		return nil
-	}
-	return map[string]http.Handler{
-		"/debug/pprof/":        http.HandlerFunc(pprof.Index),
-		"/debug/pprof/cmdline": http.HandlerFunc(pprof.Cmdline),
-		"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
-		"/debug/pprof/symbol":  http.HandlerFunc(pprof.Symbol),
-		"/debug/pprof/trace":   http.HandlerFunc(pprof.Trace),
-	}
-}
-
-// metricsOptions: /metrics and the profiles behind TokenReview and
-// SubjectAccessReview (metricsAuth) over HTTPS, unless only
-// this host can reach them.
-func metricsOptions(o Options) metricsserver.Options {
-	m := metricsserver.Options{BindAddress: o.MetricsAddr, ExtraHandlers: profilingHandlers(o.Profiling)}
-	if o.MetricsAddr == "0" || onLoopback(o.MetricsAddr) {
-		return m
-	}
-	m.SecureServing = true
-	m.FilterProvider = metricsAuth
-	// Without tls.crt/tls.key there, a self-signed certificate.
-	m.CertDir = o.CertDir
-	return m
-}
-
-func onLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func ptrDuration(d time.Duration) *time.Duration { return &d }
-
-// nodeReady reads a trimmed node's Ready condition.
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
