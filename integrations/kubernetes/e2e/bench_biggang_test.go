@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -149,10 +148,7 @@ func TestBenchBigGangClients(t *testing.T) {
 	require.NoError(t, err)
 	var spec bigGangSpec
 	require.NoError(t, json.Unmarshal(b, &spec))
-	pem, err := os.ReadFile(spec.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, spec.CAFile)
 	// One HTTP/2 connection per transport, each from its own loopback
 	// address: the gate limits TokenReviews per client address.
 	transports := make([]*http.Transport, spec.Conns)

@@ -3,13 +3,11 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -58,10 +56,7 @@ func TestBenchGateHeldConnections(t *testing.T) {
 	time.Sleep(2 * time.Second) // the pods in its cache, the start-up garbage gone
 	before := g.snapshot(t)
 
-	pem, err := os.ReadFile(certs.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, certs.CAFile)
 	clients := make([]*gate.Client, n)
 	transports := make([]*http.Transport, n)
 	for i := range clients {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -117,10 +116,7 @@ func fullRankReport(node string) verdict.Report {
 // from its own loopback address (the gate bounds TokenReviews per client
 // address), and checks that each stays undecided.
 func reportOpenGangs(t *testing.T, url, ns string, gangs []openGangLoad) {
-	pem, err := os.ReadFile(certs.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, certs.CAFile)
 	ctx := context.Background()
 	require.NoError(t, parallel(len(gangs), 16, func(j int) error {
 		tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, ForceAttemptHTTP2: true,

@@ -2,8 +2,12 @@ package e2e
 
 import (
 	"context"
+	"crypto/x509"
+	"os"
+	"testing"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,4 +47,14 @@ func benchRankPod(ctx context.Context, job client.Object, i int, node string) (*
 		return nil, "", err
 	}
 	return p, tr.Status.Token, nil
+}
+
+// caPool is a certificate pool holding the PEM certificates in file.
+func caPool(t testing.TB, file string) *x509.CertPool {
+	t.Helper()
+	pem, err := os.ReadFile(file)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pem), "no certificate in %s", file)
+	return pool
 }

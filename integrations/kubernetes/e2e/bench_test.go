@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -27,7 +26,6 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -131,21 +129,11 @@ func TestBenchGangLatency(t *testing.T) {
 		}
 		all[j] = make([]rankRef, ranks)
 		for i := 0; i < ranks; i++ {
-			typ, idx := "worker", i-1
-			if i == 0 {
-				typ, idx = "master", 0
-			}
-			p := benchPod(job, typ, idx, fmt.Sprintf("node-%d", i))
-			if err := k8s.Create(ctx, p); err != nil {
-				return err
-			}
-			tr, err := clientset.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{
-				Audiences: []string{gate.Audience}, ExpirationSeconds: ptr.To(int64(3600)),
-				BoundObjectRef: &authnv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID}}}, metav1.CreateOptions{})
+			p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%d", i))
 			if err != nil {
 				return err
 			}
-			all[j][i] = rankRef{p, tr.Status.Token}
+			all[j][i] = rankRef{p, tok}
 		}
 		return nil
 	})
@@ -405,10 +393,7 @@ func TestBenchRankClients(t *testing.T) {
 	require.NoError(t, err)
 	var spec clientSpec
 	require.NoError(t, json.Unmarshal(b, &spec))
-	pem, err := os.ReadFile(spec.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, spec.CAFile)
 	ctx := context.Background()
 	res := clientResult{Sent: make([][]time.Time, len(spec.Jobs)), Held: make([][]time.Time, len(spec.Jobs))}
 	k := 0 // ranks so far: each dials from its own loopback address

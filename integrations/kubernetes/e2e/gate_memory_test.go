@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -454,10 +453,7 @@ func hammer(t *testing.T, url string, n int, tok func(i int) string) map[string]
 // after its headers the last one was closed by the server.
 func holdConnections(t *testing.T, g *gateProc, n int, kinds [][]string) (snapshot, time.Duration) {
 	t.Helper()
-	pem, err := os.ReadFile(certs.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, certs.CAFile)
 	cfg := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}
 	addr := strings.TrimPrefix(g.URL, "https://")
 

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -380,10 +379,7 @@ func (r *routingRun) share(from, to time.Time, decides func(route) bool) (leader
 // rankTransport connects to the gate from 127.1.x.y, a loopback address of
 // rank i's own (Linux routes all of 127.0.0.0/8 to the loopback device).
 func rankTransport(t *testing.T, i int) *http.Transport {
-	pem, err := os.ReadFile(certs.CAFile)
-	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
+	pool := caPool(t, certs.CAFile)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: rankIP(i)}, Timeout: 10 * time.Second}
