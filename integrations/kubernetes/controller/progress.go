@@ -90,6 +90,9 @@ func (c *Controller) flushProgress(ctx context.Context, uid types.UID) {
 		snap = g.snapshot()
 	}
 	c.yieldToRecords(ctx)
+	if g != nil && !g.open() {
+		return // decided while this write waited: its verdict write carried the ranks
+	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := c.writeProgress(wctx, r, g, snap); err != nil && ctx.Err() == nil {
@@ -119,7 +122,10 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			// Recorded by another replica: adopted, unless it was applied
 			// and the job no longer carries it (then the gang's verdict
 			// write starts a new attempt).
-			if g != nil && !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
+			// Only a gang still open here adopts it: this replica's own
+			// verdict (decided while this write waited) is being applied
+			// or applied already, and must not be marked pending again.
+			if g != nil && g.open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
 				c.setPending(r.t, d)
 				go c.adoptVerdict(g, d)
 			}
@@ -188,4 +194,11 @@ func shareRanks(echoed, sent []v1alpha1.RankStatus) {
 			echoed[i] = sent[i]
 		}
 	}
+}
+
+// open says the gang is neither decided nor being decided.
+func (g *gang) open() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.verdict == nil && !g.deciding
 }

@@ -116,7 +116,10 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 	}
 	j := wrap(obj)
 	if _, ok := c.pendingDecision(obj.GetUID()); ok {
-		return reconcile.Result{}, nil // decided; being applied to the job
+		// Decided; being applied to the job. Looked at again once it is
+		// (a person may resume the job right after, and that change may
+		// have been the event that brought it here).
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	// The job's rankgate.io/ annotations are a report for people, and
 	// anyone who may patch the job may write them: they are never an
@@ -137,7 +140,11 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 				}
 			}
 			if resumed {
-				return reconcile.Result{}, c.regate(ctx, key, obj)
+				again, err := c.regate(ctx, key, obj)
+				if again {
+					return reconcile.Result{RequeueAfter: time.Second}, err
+				}
+				return reconcile.Result{}, err
 			}
 		}
 		c.unwatchPending(key)
@@ -176,22 +183,28 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 // (rankgate.io/attempt, one more, in the same patch), with a Gang of its
 // own. The old verdict is kept in rankgate.io/previous-verdict, and in the
 // earlier attempt's Gang.
-func (c *Controller) regate(ctx context.Context, key string, obj client.Object) error {
+//
+// again: the job changed meanwhile (the patch's resourceVersion is
+// stale); look at it again.
+func (c *Controller) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
 	a := obj.GetAnnotations()
 	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
 	next := strconv.Itoa(int(jobAttempt(obj)) + 1)
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q,%q:%q}}}`,
 		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev, KeyAttempt, next)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return nil // a newer version is queued, or the job is gone
+		switch {
+		case apierrors.IsConflict(err):
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil // the job is gone
 		}
-		return err
+		return false, err
 	}
 	c.forget(key)
 	c.dropRes(key, nil)
 	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", prev, "attempt", next)
-	return nil
+	return false, nil
 }
 
 func controllerOptions() crcontroller.Options {
