@@ -318,11 +318,7 @@ func internList(rl corev1.ResourceList) corev1.ResourceList {
 // requests shares equal pod-level requests between cached pods (the
 // replicas of a job, the pods of a DaemonSet ask the same). Entries are
 // weak: a request no cached pod holds any more is collected.
-var requests struct {
-	sync.Mutex
-	m     map[string]weak.Pointer[corev1.ResourceRequirements]
-	sweep int
-}
+var requests sharedTable[corev1.ResourceRequirements]
 
 func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
 	names := make([]string, 0, len(req))
@@ -339,34 +335,17 @@ func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
 		key.WriteString(strconv.FormatInt(req[n], 10))
 		key.WriteByte(';')
 	}
-	k := key.String()
-	requests.Lock()
-	defer requests.Unlock()
-	if v := requests.m[k].Value(); v != nil {
-		return v
-	}
-	rl := make(corev1.ResourceList, len(names))
-	for _, n := range names {
-		if n == string(corev1.ResourceCPU) {
-			rl[corev1.ResourceName(intern(n))] = *resource.NewMilliQuantity(req[n], resource.DecimalSI)
-		} else {
-			rl[corev1.ResourceName(intern(n))] = *resource.NewQuantity(req[n], resource.DecimalSI)
-		}
-	}
-	v := &corev1.ResourceRequirements{Requests: rl}
-	if requests.m == nil {
-		requests.m = map[string]weak.Pointer[corev1.ResourceRequirements]{}
-	}
-	requests.m[k] = weak.Make(v)
-	if len(requests.m) > requests.sweep {
-		for k, p := range requests.m {
-			if p.Value() == nil {
-				delete(requests.m, k)
+	return requests.shareFunc(key.String(), func() *corev1.ResourceRequirements {
+		rl := make(corev1.ResourceList, len(names))
+		for _, n := range names {
+			if n == string(corev1.ResourceCPU) {
+				rl[corev1.ResourceName(intern(n))] = *resource.NewMilliQuantity(req[n], resource.DecimalSI)
+			} else {
+				rl[corev1.ResourceName(intern(n))] = *resource.NewQuantity(req[n], resource.DecimalSI)
 			}
 		}
-		requests.sweep = 2*len(requests.m) + 64
-	}
-	return v
+		return &corev1.ResourceRequirements{Requests: rl}
+	})
 }
 
 // keepScheduling copies what cluster.PodRequests and cluster.ConstraintsOf

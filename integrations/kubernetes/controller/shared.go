@@ -22,11 +22,17 @@ type sharedTable[T any] struct {
 
 // share returns the copy held for key, or v, which becomes that copy.
 func (s *sharedTable[T]) share(key string, v *T) *T {
+	return s.shareFunc(key, func() *T { return v })
+}
+
+// shareFunc returns the copy held for key, or makes it (only then).
+func (s *sharedTable[T]) shareFunc(key string, build func() *T) *T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p := s.m[key].Value(); p != nil {
 		return p
 	}
+	v := build()
 	if s.m == nil {
 		s.m = map[string]weak.Pointer[T]{}
 	}
