@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -153,10 +151,8 @@ func TestBenchBigGangClients(t *testing.T) {
 	// address: the gate limits TokenReviews per client address.
 	transports := make([]*http.Transport, spec.Conns)
 	for k := range transports {
-		local := &net.TCPAddr{IP: net.IPv4(127, 1, byte(k/250), byte(k%250+1))}
-		d := &net.Dialer{LocalAddr: local, Timeout: 10 * time.Second}
-		transports[k] = &http.Transport{DialContext: d.DialContext, TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool},
-			ForceAttemptHTTP2: true, MaxConnsPerHost: 1, TLSHandshakeTimeout: 10 * time.Second}
+		transports[k] = sourceTransport(pool, sourceIP(1, k))
+		transports[k].MaxConnsPerHost = 1
 	}
 	n := len(spec.Ranks)
 	res := bigGangResult{Sent: make([]time.Time, n), Held: make([]time.Time, n)}

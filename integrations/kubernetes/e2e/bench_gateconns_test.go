@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"runtime"
 	"strconv"
@@ -60,9 +58,7 @@ func TestBenchGateHeldConnections(t *testing.T) {
 	clients := make([]*gate.Client, n)
 	transports := make([]*http.Transport, n)
 	for i := range clients {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 4, byte(i/250), byte(i%250+1))}, Timeout: 10 * time.Second}
-		transports[i] = &http.Transport{DialContext: d.DialContext, ForceAttemptHTTP2: true,
-			TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}
+		transports[i] = sourceTransport(pool, sourceIP(4, i))
 		clients[i], err = gate.NewClient(gate.ClientOptions{URL: g.URL, Token: ranks[i].Token, Transport: transports[i]})
 		require.NoError(t, err)
 	}

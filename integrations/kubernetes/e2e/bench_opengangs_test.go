@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"testing"
@@ -119,8 +116,7 @@ func reportOpenGangs(t *testing.T, url, ns string, gangs []openGangLoad) {
 	pool := caPool(t, certs.CAFile)
 	ctx := context.Background()
 	require.NoError(t, parallel(len(gangs), 16, func(j int) error {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, ForceAttemptHTTP2: true,
-			DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, byte(3+j/62500), byte(j/250%250), byte(j%250+1))}, Timeout: 10 * time.Second}).DialContext}
+		tr := sourceTransport(pool, sourceIP(3, j))
 		defer tr.CloseIdleConnections()
 		for i, tok := range gangs[j].tokens {
 			p := gangs[j].pods[i]

@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"net"
+	"net/http"
 	"os"
 	"testing"
+	"time"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
@@ -57,4 +61,20 @@ func caPool(t testing.TB, file string) *x509.CertPool {
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(pem), "no certificate in %s", file)
 	return pool
+}
+
+// sourceIP is client k's own loopback address, 127.block.x.y (Linux routes
+// all of 127.0.0.0/8 to the loopback device): the gate limits TokenReviews
+// per client address, so benchmark ranks dial from addresses of their own,
+// as ranks on different nodes do.
+func sourceIP(block byte, k int) net.IP {
+	return net.IPv4(127, block+byte(k/62500), byte(k/250%250), byte(k%250+1))
+}
+
+// sourceTransport is a gate client's transport (TLS to the CAs in pool,
+// HTTP/2) that dials from ip.
+func sourceTransport(pool *x509.CertPool, ip net.IP) *http.Transport {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Timeout: 10 * time.Second}
+	return &http.Transport{DialContext: d.DialContext, ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}}
 }

@@ -3,12 +3,10 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -409,8 +407,7 @@ func TestBenchRankClients(t *testing.T) {
 			// Each rank from its own address, as from its own node: the
 			// gate limits TokenReviews per client address. Its connection
 			// closes when it holds the verdict, as rankgate init exits.
-			tr := &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, ForceAttemptHTTP2: true,
-				DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, byte(3+k/62500), byte(k/250%250), byte(k%250+1))}, Timeout: 10 * time.Second}).DialContext}
+			tr := sourceTransport(pool, sourceIP(3, k))
 			k++
 			go func() {
 				defer wg.Done()

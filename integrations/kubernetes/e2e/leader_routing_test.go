@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -379,13 +378,7 @@ func (r *routingRun) share(from, to time.Time, decides func(route) bool) (leader
 // rankTransport connects to the gate from 127.1.x.y, a loopback address of
 // rank i's own (Linux routes all of 127.0.0.0/8 to the loopback device).
 func rankTransport(t *testing.T, i int) *http.Transport {
-	pool := caPool(t, certs.CAFile)
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: rankIP(i)}, Timeout: 10 * time.Second}
-	tr.DialContext = d.DialContext
-	tr.ForceAttemptHTTP2 = true
-	return tr
+	return sourceTransport(caPool(t, certs.CAFile), rankIP(i))
 }
 
 func rankIP(i int) net.IP { return net.IPv4(127, 1, byte((i+1)>>8), byte(i+1)) }
