@@ -384,6 +384,13 @@ func New(opts Options) (*Controller, error) {
 	// verdict writes (Gangs).
 	trCfg := rest.CopyConfig(cfg)
 	trCfg.QPS, trCfg.Burst = -1, 0
+	// They also get a connection of their own: client-go sends all of a
+	// configuration's requests over one HTTP/2 connection, where they
+	// would queue behind the informers' watch streams and the bulk writes
+	// (a dial function of its own gives the client a transport of its own).
+	if trCfg.Dial == nil {
+		trCfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	cs, err := kubernetes.NewForConfig(trCfg)
 	if err != nil {
 		return nil, err

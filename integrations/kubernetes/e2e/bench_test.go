@@ -144,7 +144,7 @@ func TestBenchGangLatency(t *testing.T) {
 	// RANKGATE_BENCH_KUBE_QPS raises the controller's client-side limit
 	// towards the API server (--kube-api-qps; burst twice that).
 	qps := envInt("RANKGATE_BENCH_KUBE_QPS", controller.DefaultQPS)
-	reqBefore := apiRequests(t)
+	reqBefore, metricsBefore := apiRequests(t), apiServerMetrics(t)
 	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, GateMaxConnections: conns, AppliedDelay: controller.DefaultAppliedDelay,
 		QPS: float32(qps), Burst: max(controller.DefaultBurst, 2*qps)})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
@@ -206,6 +206,7 @@ func TestBenchGangLatency(t *testing.T) {
 		lat = append(lat, done.Sub(last))
 		edges = append(edges, edge{first, 1}, edge{done, -1})
 	}
+	logSlowestGangs(t, ns, sent, held, lat, c.logs.String())
 	// How many gangs were open (a rank waiting, no verdict yet) at once.
 	sort.Slice(edges, func(i, j int) bool { return edges[i].at.Before(edges[j].at) })
 	open, maxOpen := 0, 0
@@ -254,6 +255,7 @@ func TestBenchGangLatency(t *testing.T) {
 	b, _ = json.Marshal(summary)
 	t.Logf("last report -> all ranks hold the verdict: %s", b)
 	logRequestsSince(t, reqBefore, apiRequests(t))
+	logServerLatency(t, metricsBefore, apiServerMetrics(t))
 	writeBenchResult(t, "gang-latency", b)
 	require.EqualValues(t, jobs, c.Decisions())
 	// The goals: p99 at most 50 ms for 200 jobs x 8 ranks, 100 ms for
