@@ -36,7 +36,7 @@ const (
 const (
 	maxApplyYield   = 2 * time.Second
 	applyYieldCheck = 5 * time.Millisecond
-	recordQuiet     = 50 * time.Millisecond
+	recordQuiet     = 250 * time.Millisecond
 )
 
 // recordsBusy says whether a verdict is being recorded or one started
