@@ -18,9 +18,10 @@ import (
 // The writes that follow a verdict (job patch, Event) are paced: when many
 // gangs complete together, these writes, which no rank waits for, would
 // otherwise crowd the API server and slow the verdict writes that ranks
-// do wait for. At most maxConcurrentApplies are in flight, and pass and warn
-// verdicts are applied at most applyRate per second (a burst of 200 gangs
-// is on its jobs within about 5 s). Fail verdicts skip the rate: their
+// do wait for. Pass and warn verdicts are applied at most applyRate per
+// second, at most maxConcurrentApplies at once (a burst of 200 gangs is on
+// its jobs within about 5 s). Fail verdicts skip the rate and have slots
+// of their own, so that they never queue behind passing ones: their
 // action frees the GPUs the other ranks hold.
 const (
 	maxConcurrentApplies = 2
@@ -28,39 +29,22 @@ const (
 	applyBurst           = 10
 )
 
-// An apply (and a progress write) also waits, up to maxApplyYield, while
-// verdicts are being recorded and until none has started for recordQuiet:
-// ranks wait for those, nobody waits for the apply. When many gangs
-// complete together the verdict writes come back to back; the writes
-// nobody waits for go into the gaps after them, not between them.
+// An apply (and a progress write, and the Applied condition) also waits,
+// up to maxApplyYield, while verdicts are being recorded and until none
+// has started for recordQuiet (quietGate): ranks wait for those, nobody
+// waits for the apply. When many gangs complete together the verdict
+// writes come back to back; the writes nobody waits for go into the gaps
+// after them, not between them. Under a steady stream of verdicts with no
+// such gap, each apply waits its longest in its slot and then goes.
 const (
-	maxApplyYield   = 2 * time.Second
-	applyYieldCheck = 5 * time.Millisecond
-	recordQuiet     = 250 * time.Millisecond
+	maxApplyYield = 2 * time.Second
+	recordQuiet   = 250 * time.Millisecond
 )
 
-// recordsBusy says whether a verdict is being recorded or one started
-// within recordQuiet.
-func (c *Controller) recordsBusy() bool {
-	return c.recording.Load() > 0 || time.Since(time.Unix(0, c.lastRecord.Load())) < recordQuiet
-}
-
-// yieldToRecords waits while verdicts are being recorded (recordsBusy), at
+// yieldToRecords waits while verdicts are being recorded (quietGate), at
 // most maxApplyYield.
 func (c *Controller) yieldToRecords(ctx context.Context) {
-	if !c.recordsBusy() {
-		return
-	}
-	deadline := time.Now().Add(maxApplyYield)
-	t := time.NewTicker(applyYieldCheck)
-	defer t.Stop()
-	for c.recordsBusy() && time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	c.quiet.wait(ctx, maxApplyYield)
 }
 
 // applyUntilDone applies d to its job, retrying with backoff until it is
@@ -69,19 +53,24 @@ func (c *Controller) yieldToRecords(ctx context.Context) {
 func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) {
 	backoff := 200 * time.Millisecond
 	for {
+		slots := c.failSlots
 		if !d.Report.Failed() {
 			if err := c.applyPace.Wait(ctx); err != nil {
 				return // stopped leading
 			}
+			slots = c.applySlots
 		}
 		select {
-		case c.applySlots <- struct{}{}:
+		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
+		// Holding the slot: at most maxConcurrentApplies wait here, and
+		// the rest queue behind them, so that a long burst of verdicts
+		// is not followed by a rush of every apply that waited.
 		c.yieldToRecords(ctx)
 		err := c.apply(ctx, t, d)
-		<-c.applySlots
+		<-slots
 		if err == nil {
 			c.clearPending(t.uid)
 			if c.opts.AppliedDelay <= 0 {
@@ -291,6 +280,18 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		r = &gangRes{t: t}
 	}
 	defer c.dropRes(t.key(), &t)
+	// Bounded with the applies: the marks of a burst of verdicts come 5 s
+	// later, in a burst of their own.
+	slots := c.applySlots
+	if d.Report.Failed() {
+		slots = c.failSlots
+	}
+	select {
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
+	case <-ctx.Done():
+		return
+	}
 	obj := r.current()
 	reason, msg := "VerdictOnJob", "the job carries the verdict"
 	if d.Report.Failed() {

@@ -277,10 +277,10 @@ type Controller struct {
 	pending map[types.UID]*decision // recorded, not yet applied to the job (by job UID)
 	res     map[types.UID]*gangRes  // the Gangs of the jobs being gated (by job UID)
 
-	applySlots   chan struct{}                               // bounds concurrent applies (maxConcurrentApplies)
+	applySlots   chan struct{}                               // bounds concurrent pass/warn applies (maxConcurrentApplies)
+	failSlots    chan struct{}                               // bounds concurrent fail applies (maxConcurrentApplies)
 	applyPace    *rate.Limiter                               // paces pass/warn applies (applyRate)
-	recording    atomic.Int32                                // verdicts being recorded (applies and progress writes yield to them)
-	lastRecord   atomic.Int64                                // when the latest verdict write started (unix ns)
+	quiet        *quietGate                                  // verdict writes (applies and progress writes yield to them)
 	progress     workqueue.TypedDelayingInterface[types.UID] // Gangs whose progress is to be written (progress.go)
 	progressPace *rate.Limiter                               // paces progress writes (progressRate)
 
@@ -345,7 +345,7 @@ func New(opts Options) (*Controller, error) {
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), applyPace: rate.NewLimiter(applyRate, applyBurst),
+		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
 		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)

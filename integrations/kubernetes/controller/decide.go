@@ -78,10 +78,9 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	}
 	d := &decision{Report: report, DecidedAt: time.Now(), DecidedBy: c.opts.Identity}
 	recStart := time.Now()
-	c.recording.Add(1)
-	c.lastRecord.Store(time.Now().UnixNano())
+	c.quiet.begin()
 	rec, wrote, err := c.record(rctx, g, d)
-	c.recording.Add(-1)
+	c.quiet.end()
 	recTook := time.Since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
