@@ -280,15 +280,12 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		r = &gangRes{t: t}
 	}
 	defer c.dropRes(t.key(), &t)
-	// Bounded with the applies: the marks of a burst of verdicts come 5 s
-	// later, in a burst of their own.
-	slots := c.applySlots
-	if d.Report.Failed() {
-		slots = c.failSlots
-	}
+	// Bounded as the applies are (slots of their own, so that they do not
+	// slow the applies): the marks of a burst of verdicts come 5 s later,
+	// in a burst of their own.
 	select {
-	case slots <- struct{}{}:
-		defer func() { <-slots }()
+	case c.markSlots <- struct{}{}:
+		defer func() { <-c.markSlots }()
 	case <-ctx.Done():
 		return
 	}

@@ -279,6 +279,7 @@ type Controller struct {
 
 	applySlots   chan struct{}                               // bounds concurrent pass/warn applies (maxConcurrentApplies)
 	failSlots    chan struct{}                               // bounds concurrent fail applies (maxConcurrentApplies)
+	markSlots    chan struct{}                               // bounds concurrent Applied marks (maxConcurrentApplies)
 	applyPace    *rate.Limiter                               // paces pass/warn applies (applyRate)
 	quiet        *quietGate                                  // verdict writes (applies and progress writes yield to them)
 	progress     workqueue.TypedDelayingInterface[types.UID] // Gangs whose progress is to be written (progress.go)
@@ -345,7 +346,7 @@ func New(opts Options) (*Controller, error) {
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
+		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
 		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
 
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
