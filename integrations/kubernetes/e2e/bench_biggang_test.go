@@ -47,15 +47,7 @@ func TestBenchBigGang(t *testing.T) {
 	begin := time.Now()
 	job, err := benchGangJob(ctx, ns, "big", n)
 	require.NoError(t, err)
-	ranks := make([]clientRank, n)
-	require.NoError(t, parallel(n, 16, func(i int) error {
-		p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%04d", i))
-		if err != nil {
-			return err
-		}
-		ranks[i] = clientRank{Pod: p.Name, Node: p.Spec.NodeName, Token: tok}
-		return nil
-	}))
+	ranks := benchGangRanks(t, ctx, job, n)
 	t.Logf("setup: 1 job, %d pods, %d tokens in %s", n, n, time.Since(begin).Round(time.Millisecond))
 
 	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute})

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -88,12 +87,7 @@ func TestBenchGangWriteCost(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				res, err := hc.Get(strings.TrimSuffix(restCfg.Host, "/") + "/debug/pprof/profile?seconds=3")
-				if err == nil {
-					b, _ := io.ReadAll(res.Body)
-					res.Body.Close()
-					_ = os.WriteFile(filepath.Join(dir, "gangwrite-apiserver.pprof"), b, 0o644)
-				}
+				saveAPIServerProfile(t, hc, 3, filepath.Join(dir, "gangwrite-apiserver.pprof"))
 			}()
 			defer func() { <-done }()
 		}

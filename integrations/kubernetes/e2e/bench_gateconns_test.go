@@ -38,16 +38,8 @@ func TestBenchGateHeldConnections(t *testing.T) {
 	ns := newNamespace(t, "bench-held", true)
 	job, err := benchGangJob(ctx, ns, "held", n)
 	require.NoError(t, err)
-	ranks := make([]clientRank, n)
 	begin := time.Now()
-	require.NoError(t, parallel(n, 16, func(i int) error {
-		p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%04d", i))
-		if err != nil {
-			return err
-		}
-		ranks[i] = clientRank{Pod: p.Name, Node: p.Spec.NodeName, Token: tok}
-		return nil
-	}))
+	ranks := benchGangRanks(t, ctx, job, n)
 	t.Logf("setup: 1 job, %d pods, %d tokens in %s", n, n, time.Since(begin).Round(time.Millisecond))
 
 	g := startGateProcess(t, "--gate-max-connections", strconv.Itoa(n+64))

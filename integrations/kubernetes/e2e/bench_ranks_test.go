@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -30,6 +31,21 @@ func benchGangJob(ctx context.Context, ns, name string, n int) (*kubeflowv1.PyTo
 			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(n - 1)), Template: minimalTemplate},
 		}}}
 	return job, k8s.Create(ctx, job)
+}
+
+// benchGangRanks creates the pods and tokens of all n ranks of job, each
+// on its own node, 16 at a time.
+func benchGangRanks(t *testing.T, ctx context.Context, job client.Object, n int) []clientRank {
+	ranks := make([]clientRank, n)
+	require.NoError(t, parallel(n, 16, func(i int) error {
+		p, tok, err := benchRankPod(ctx, job, i, fmt.Sprintf("node-%04d", i))
+		if err != nil {
+			return err
+		}
+		ranks[i] = clientRank{Pod: p.Name, Node: p.Spec.NodeName, Token: tok}
+		return nil
+	}))
+	return ranks
 }
 
 // benchRankPod creates rank i's pod of job on node (rank 0 is the master,

@@ -292,23 +292,28 @@ func profileAPIServer(t *testing.T, window time.Duration) <-chan struct{} {
 			from = f
 		}
 		time.Sleep(time.Duration(from * float64(window)))
-		secs := max(1, int(window/2/time.Second))
-		res, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(restCfg.Host, "/"), secs))
-		if err != nil {
-			t.Logf("apiserver profile: %v", err)
-			return
-		}
-		defer res.Body.Close()
-		b, err := io.ReadAll(res.Body)
-		if err != nil || res.StatusCode != http.StatusOK {
-			t.Logf("apiserver profile: HTTP %d %v", res.StatusCode, err)
-			return
-		}
-		if err := os.WriteFile(filepath.Join(dir, "apiserver-cpu.pprof"), b, 0o644); err != nil {
-			t.Logf("apiserver profile: %v", err)
-		}
+		saveAPIServerProfile(t, hc, max(1, int(window/2/time.Second)), filepath.Join(dir, "apiserver-cpu.pprof"))
 	}()
 	return done
+}
+
+// saveAPIServerProfile records a CPU profile of the envtest kube-apiserver
+// for secs seconds into file (a failure is logged: it is a diagnostic).
+func saveAPIServerProfile(t *testing.T, hc *http.Client, secs int, file string) {
+	res, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(restCfg.Host, "/"), secs))
+	if err != nil {
+		t.Logf("apiserver profile: %v", err)
+		return
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Logf("apiserver profile: HTTP %d %v", res.StatusCode, err)
+		return
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Logf("apiserver profile: %v", err)
+	}
 }
 
 // profileSelf, with RANKGATE_BENCH_OUT set, records a CPU profile of this
