@@ -411,7 +411,7 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
-	if err := c.registerWebhooks(ws, mgr.GetClient()); err != nil {
+	if err := c.registerWebhooks(ws, mgr.GetClient(), selfUser(cs, c.log)); err != nil {
 		return nil, err
 	}
 	if ws != nil {

@@ -103,9 +103,17 @@ var replicaSpecs = map[string]string{
 	"MPIJob":     "mpiReplicaSpecs",
 }
 
-// Handle implements admission.Handler.
+// Handle implements admission.Handler. Only creates are mutated: a job
+// that exists is never rewritten under itself (its pods may be running
+// from the templates it has), and an update never gains an init container
+// that the controller's own patch would then carry (the shipped
+// ValidatingAdmissionPolicy lets the controller change only
+// spec.runPolicy.suspend and rankgate.io/ annotations). A job created
+// before its namespace was opted in, or while no replica answered, keeps
+// its templates: the Pending watchdog still judges it; re-create it to
+// gate its ranks.
 func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
 	field, ok := replicaSpecs[req.Kind.Kind]
