@@ -39,7 +39,7 @@ func standDown(w *Workload) (Result, bool) {
 	if w.Kind == "Pod" {
 		noun = "pod"
 	}
-	msg := fmt.Sprintf("The %s's devices come through DRA (%s): rankgate does not judge DRA placement yet (resource claims, DeviceClasses and ResourceSlices are not modelled), so it does not judge the %s from node allocatable and never fails it on those grounds.",
+	msg := fmt.Sprintf("The %s's devices come through DRA (%s): rankgate does not model DRA allocation yet (ResourceSlices, claims and their selectors), and node allocatable does not hold these devices, so the %s is not judged and never failed on those grounds.",
 		noun, strings.Join(via, "; "), noun)
 	if schedMsg != "" {
 		msg += fmt.Sprintf(" The scheduler said: %q.", clip(schedMsg, 600))

@@ -21,7 +21,7 @@ func DeviceClass(name, extendedResource string) *resourcev1.DeviceClass {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-			Expression: fmt.Sprintf("device.driver == %q && device.attributes[%q].type == 'gpu'", NVIDIADRADriver, NVIDIADRADriver),
+			Expression: fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", NVIDIADRADriver, NVIDIADRADriver),
 		}}}},
 	}
 	if extendedResource != "" {
