@@ -1,12 +1,19 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
@@ -198,4 +205,41 @@ spec:
 	res = judge(noClass)
 	require.Equal(t, verdict.RuleShapeMismatch, res.Rule)
 	require.Contains(t, res.Report.Findings[0].Message, "offers no NVIDIA GPU resource at all")
+}
+
+// Live diagnose reads the DeviceClasses; a user who may not list them is
+// told, and pods with resource claims are still recognised.
+func TestLiveDeviceClasses(t *testing.T) {
+	job := kubeflowtest.MakePyTorchJob("llm", "ml").Master().Workers(1).Request("nvidia.com/gpu", "1").Obj()
+	objs := []runtime.Object{job, clustertest.MakeNode("dra-h100-0").Obj(), clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu")}
+	objs = append(objs, jobPods(asJob(t, job), "0/1 nodes are available: 1 cannot allocate all claims.")...)
+	e := schedule.New()
+	judge := func(live *Live) schedule.Result {
+		b := NewBuilder()
+		require.NoError(t, live.LoadCluster(context.Background(), b))
+		j, err := live.Job(context.Background(), "ml", "llm", "")
+		require.NoError(t, err)
+		w, err := b.WorkloadFor(j)
+		require.NoError(t, err)
+		return e.Diagnose(e.NewCluster(b.Nodes()), w)
+	}
+
+	live := newFakeLive(t, objs...)
+	require.Equal(t, verdict.RuleDRANotJudged, judge(live).Rule)
+	require.Empty(t, live.Notes)
+
+	live = newFakeLive(t, objs...)
+	live.Core.(*fake.Clientset).PrependReactor("list", "deviceclasses", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}, "", errors.New("no RBAC"))
+	})
+	require.Equal(t, verdict.RuleShapeMismatch, judge(live).Rule)
+	require.Len(t, live.Notes, 1)
+	require.Contains(t, live.Notes[0], "cannot list deviceclasses")
+
+	live = newFakeLive(t, objs...)
+	live.Core.(*fake.Clientset).PrependReactor("list", "deviceclasses", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("connection refused")
+	})
+	var ae *APIError
+	require.ErrorAs(t, live.LoadCluster(context.Background(), NewBuilder()), &ae)
 }
