@@ -369,6 +369,7 @@ func keepScheduling(out, in *corev1.PodSpec) {
 		out.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
 	}
 	out.SchedulingGates = in.SchedulingGates
+	out.ResourceClaims = in.ResourceClaims // devices through DRA (cluster.Builder)
 }
 
 // trimNode keeps what the schedule engine reads (cluster.NodeFromCore):

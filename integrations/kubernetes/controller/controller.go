@@ -263,6 +263,8 @@ type Controller struct {
 	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage        // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
+	// draServed: the API server serves DeviceClasses (dra.go).
+	draServed bool
 
 	leader      atomic.Bool
 	synced      atomic.Bool

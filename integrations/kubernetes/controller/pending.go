@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
@@ -491,7 +490,14 @@ func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p
 	if err := j.Validate(); err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
-	w, _, err := jobWorkload(cluster.NewBuilder(), j, pods, false)
+	// A job whose devices come through DRA is not judged from node
+	// allocatable: the engine answers DRA_NOT_JUDGED, a waiting cause
+	// that is never hopeless.
+	classes, err := c.deviceClasses(ctx)
+	if err != nil {
+		return schedule.Result{}, schedule.Workload{}, err
+	}
+	w, _, err := jobWorkload(newBuilder(classes), j, pods, false)
 	if err != nil {
 		return schedule.Result{}, w, err
 	}

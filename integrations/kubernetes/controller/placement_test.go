@@ -62,7 +62,7 @@ func judgeTrimmed(t *testing.T, j job, pods []*corev1.Pod, nodes ...*corev1.Node
 		require.NoError(t, err)
 		tp = append(tp, o.(*corev1.Pod))
 	}
-	why, err := judgePlacement(schedule.New(), tn, j, tp)
+	why, err := judgePlacement(schedule.New(), tn, nil, j, tp)
 	require.NoError(t, err)
 	return why
 }

@@ -85,7 +85,7 @@ func (c *Controller) setupReconcilers() error {
 			return err
 		}
 	}
-	return nil
+	return c.startDeviceClasses(context.Background())
 }
 
 func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Request) (reconcile.Result, error) {

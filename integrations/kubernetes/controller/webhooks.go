@@ -166,7 +166,7 @@ func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader, sel
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), Engine: c.engine}
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), DeviceClasses: c.deviceClasses, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
 	}

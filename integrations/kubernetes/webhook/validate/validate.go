@@ -113,6 +113,10 @@ type Options struct {
 	// Nodes feeds the schedule engine. Nil turns SHAPE_MISMATCH and
 	// STRATEGY_MISMATCH off.
 	Nodes NodeSource
+	// DeviceClasses say which extended resources come through DRA; a job
+	// whose pods use DRA is never refused on placement. Nil: none do
+	// (resource claims are still seen).
+	DeviceClasses DeviceClassSource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
 	// TrustedUsers are user names whose updates are never judged: the
@@ -126,7 +130,7 @@ type Options struct {
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
 	}
@@ -150,9 +154,10 @@ func CheckPolicies(m map[string]Policy) error {
 }
 
 type handler struct {
-	policy map[string]Policy
-	nodes  NodeSource
-	engine *schedule.Engine
+	policy  map[string]Policy
+	nodes   NodeSource
+	classes DeviceClassSource
+	engine  *schedule.Engine
 	// trusted: user names whose updates are allowed unjudged.
 	trusted []string
 	// last is the last prepared cluster (snapshot).
