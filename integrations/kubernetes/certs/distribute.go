@@ -69,7 +69,8 @@ func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
 }
 
 // DistributeCA keeps the CA ConfigMap in every opted-in namespace (OptedIn;
-// jobs opted in by their own label also get theirs from the webhook). It
+// jobs opted in by their own label also get theirs from the webhook) and
+// in the controller's own namespace. It
 // runs on the leader, every Interval. What it reads is bounded whatever
 // tenants create: the opted-in namespaces, and the metadata of the
 // ConfigMaps named CAConfigMap, page by page. It writes only ConfigMaps
@@ -100,9 +101,9 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing opted-in namespaces: %w", err)
 	}
-	if len(want) == 0 {
-		return nil
-	}
+	// The controller's own namespace too: the scraper's CA ConfigMap
+	// (ServiceMonitor overlay) lives there.
+	want[r.Namespace] = true
 	kept, err := r.caHashes(ctx)
 	if err != nil {
 		return fmt.Errorf("listing CA ConfigMaps: %w", err)
