@@ -82,7 +82,9 @@ func TestE2ECADistributionIgnoresTenantConfigMaps(t *testing.T) {
 
 	s := g.snapshot(t)
 	t.Logf("after the first distribution among %d tenant ConfigMaps of 1 MiB: %s", len(tenantCMs), s)
-	require.LessOrEqual(t, s.peak, float64(gateMemLimitMiB-32), "peak RSS: the tenants' ConfigMaps were read")
+	// Under the shipped GOMEMLIMIT (120 MiB), let alone the 256 MiB limit:
+	// reading the tenants' 129 MiB would take well over both.
+	require.LessOrEqual(t, s.peak, 120.0, "peak RSS: the tenants' ConfigMaps were read")
 	for _, cm := range tenantCMs {
 		got := &corev1.ConfigMap{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(cm), got))

@@ -99,7 +99,7 @@ func TestE2ERankStringsReachNoTerminal(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "%+v", e)
 	a := appliedVerdict(t, job)
 	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Contains(t, a[controller.KeyReason], "device lost")
+	require.Contains(t, a[controller.KeyReason], verdict.RuleDeviceNotFound, "the rank's rule")
 
 	// The job's annotations, and the report they hold once decoded.
 	for k, v := range a {
@@ -120,7 +120,8 @@ func TestE2ERankStringsReachNoTerminal(t *testing.T) {
 	var status map[string]any
 	require.NoError(t, json.Unmarshal(raw, &status))
 	walkStrings(status, func(s string) { requireNoTerminalControls(t, "Gang status", s, true) })
-	require.Contains(t, gang.Status.Reason, "device lost")
+	require.NotEmpty(t, gang.Status.Ranks)
+	require.Equal(t, []string{"GPU-0" + verdict.CleanText(evil)}, gang.Status.Ranks[0].Devices, "the rank's text, cleaned")
 	// The job's Events.
 	require.Eventually(t, func() bool { return len(jobEvents(t, job)) > 0 }, 10*time.Second, 100*time.Millisecond)
 	for reason, msgs := range jobEvents(t, job) {
@@ -129,11 +130,14 @@ func TestE2ERankStringsReachNoTerminal(t *testing.T) {
 		}
 	}
 	// rankgate status, as a table and in detail.
-	for _, args := range [][]string{{"-o", "wide"}, {"pytorchjob/" + job.Name}} {
+	for _, args := range [][]string{{"-o", "wide"}, {"pytorchjob/" + job.Name, "-o", "wide"}} {
 		out, err := exec.Command(binary, append([]string{"status", "--kubeconfig", kubeconfigFile(t), "-n", ns}, args...)...).CombinedOutput()
 		require.NoError(t, err, string(out))
 		requireNoTerminalControls(t, fmt.Sprintf("rankgate status %v", args), string(out), true)
-		require.Contains(t, string(out), "device lost")
+		require.Contains(t, string(out), "fail")
+		if len(args) > 2 {
+			require.Contains(t, string(out), "forged: line", "the detail shows the rank's devices")
+		}
 	}
 }
 
