@@ -99,7 +99,8 @@ func (c *Controller) setupCerts(mgr manager.Manager) error {
 		return err
 	}
 	r := &certs.Rotator{Client: cl, Namespace: c.opts.Namespace, SecretName: c.opts.CertSecret, CertDir: c.opts.CertDir,
-		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs")}
+		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs"),
+		OptedIn: c.caNamespaces}
 	if c.opts.WebhookAddr != "0" {
 		r.MutatingWebhooks = []string{c.opts.WebhookConfigName}
 		r.ValidatingWebhooks = []string{c.opts.WebhookConfigName}

@@ -160,7 +160,7 @@ func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
 	timeout := m.o.GangTimeout
 	if ann, ok := meta["annotations"].(map[string]any); ok {
 		if s, ok := ann[keyGangTimeout].(string); ok {
-			if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
 				timeout = d
 			}
 		}
@@ -370,7 +370,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 	if p := expectProfile(gpus); p != "" {
 		args = append(args, "--expect-profile="+p)
 	}
-	args = append(args, "--timeout="+(timeout+initMargin).String())
+	args = append(args, "--timeout="+gate.AddDurations(timeout, initMargin).String())
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
