@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,20 +34,25 @@ func kueueManaged(job client.Object) bool {
 	return job.GetLabels()[LabelKueueQueue] != ""
 }
 
-// jobWorkload finds job's Kueue Workload; nil (no error) when there is none.
-func (c *Controller) jobWorkload(ctx context.Context, job client.Object) (*unstructured.Unstructured, error) {
+// jobWorkloads lists the Kueue Workloads in job's namespace whose
+// controller owner is job. Kueue keeps one (it deletes others that claim
+// the job), but anyone allowed to create Workloads can add one for a
+// while: every verdict acts on all of them, so that a forged Workload
+// never stands in for the real one.
+func (c *Controller) jobWorkloads(ctx context.Context, job client.Object) ([]*unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(WorkloadGVK.GroupVersion().WithKind(WorkloadGVK.Kind + "List"))
 	if err := c.api.List(ctx, list, client.InNamespace(job.GetNamespace())); err != nil {
 		return nil, fmt.Errorf("listing Kueue Workloads in namespace %s: %w", job.GetNamespace(), err)
 	}
+	var out []*unstructured.Unstructured
 	for i := range list.Items {
 		w := &list.Items[i]
 		if ref := metav1.GetControllerOfNoCopy(w); ref != nil && ref.UID == job.GetUID() {
-			return w, nil
+			out = append(out, w)
 		}
 	}
-	return nil, nil
+	return out, nil
 }
 
 // workloadActive reads a Workload's spec.active (true when unset: Kueue's
@@ -57,43 +63,69 @@ func workloadActive(w *unstructured.Unstructured) bool {
 }
 
 // deactivateWorkload stops a Kueue-managed job by deactivating its
-// Workload. It returns the Event's account of what was done.
+// Workloads (every one the job controls: the real one among them). It
+// returns the Event's account of what was done.
 func (c *Controller) deactivateWorkload(ctx context.Context, job client.Object) (string, error) {
-	w, err := c.jobWorkload(ctx, job)
+	ws, err := c.jobWorkloads(ctx, job)
 	if err != nil {
 		return "", err
 	}
-	if w == nil {
+	if len(ws) == 0 {
 		return "job not admitted by Kueue yet (no Workload; Kueue keeps it suspended): verdict annotated only", nil
 	}
-	done := fmt.Sprintf("Kueue Workload %s deactivated (spec.active=false; Kueue suspends the job and frees its quota)", w.GetName())
+	var done, gone []string
+	for _, w := range ws {
+		ok, err := c.deactivateOne(ctx, w)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			done = append(done, w.GetName())
+		} else {
+			gone = append(gone, w.GetName())
+		}
+	}
+	if len(done) == 0 {
+		return "job's Kueue Workload " + strings.Join(gone, ", ") + " was gone: verdict annotated only", nil
+	}
+	return fmt.Sprintf("Kueue Workload %s deactivated (spec.active=false; Kueue suspends the job and frees its quota)", strings.Join(done, ", ")), nil
+}
+
+// deactivateOne sets spec.active=false on w; false when w was gone or
+// replaced meanwhile.
+func (c *Controller) deactivateOne(ctx context.Context, w *unstructured.Unstructured) (bool, error) {
 	if !workloadActive(w) {
-		return done, nil
+		return true, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"active":false}}`, w.GetUID())
-	err = c.client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(patch)))
+	err := c.client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(patch)))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		// Gone or replaced meanwhile: the job is Kueue's to suspend again.
-		return "job's Kueue Workload " + w.GetName() + " was gone: verdict annotated only", nil
+		return false, nil
 	}
 	if err != nil {
 		metricAPIErrors.WithLabelValues("workload").Inc()
 		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (the controller needs get, list and patch on workloads.kueue.x-k8s.io: apply configs/deploy/rbac.yaml)", err)
 		}
-		return "", fmt.Errorf("deactivating Kueue Workload %s/%s: %w", w.GetNamespace(), w.GetName(), err)
+		return false, fmt.Errorf("deactivating Kueue Workload %s/%s: %w", w.GetNamespace(), w.GetName(), err)
 	}
-	return done, nil
+	return true, nil
 }
 
 // kueueResumed says whether a Kueue-managed job that carries a suspend
-// verdict was resumed by a person: its Workload is active again (and the
-// job running). Without a Workload, or with it still inactive, the job
-// stays as the verdict left it.
+// verdict was resumed by a person: every Workload the job controls is
+// active again (a forged active one alongside the deactivated real one
+// does not count). Without a Workload the job stays as the verdict left
+// it.
 func (c *Controller) kueueResumed(ctx context.Context, job client.Object) (bool, error) {
-	w, err := c.jobWorkload(ctx, job)
-	if err != nil || w == nil {
+	ws, err := c.jobWorkloads(ctx, job)
+	if err != nil || len(ws) == 0 {
 		return false, err
 	}
-	return workloadActive(w), nil
+	for _, w := range ws {
+		if !workloadActive(w) {
+			return false, nil
+		}
+	}
+	return true, nil
 }

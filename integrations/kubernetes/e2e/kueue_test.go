@@ -170,3 +170,39 @@ func TestE2EKueueNoWorkloadAnnotatesOnly(t *testing.T) {
 	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
 	require.False(t, isSuspended(t, job), "rankgate set runPolicy.suspend on a Kueue-managed job")
 }
+
+// A forged Workload, controlled by the job and created by someone allowed
+// to create Workloads, never stands in for the one Kueue made: a fail
+// verdict deactivates every Workload the job controls, and the forged one
+// set active again does not count as the job being resumed.
+func TestE2EKueueForgedWorkloadDoesNotShieldTheJob(t *testing.T) {
+	ns := newNamespace(t, "e2e-kueue-forged", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	job := mpiJob(t, ns, "bert", 2)
+	queueLabel(t, job)
+	real := kueueWorkload(t, job)
+	// Listed first (by name): the first match was taken before.
+	forged := &unstructured.Unstructured{Object: map[string]any{"spec": real.Object["spec"]}}
+	forged.SetGroupVersionKind(controller.WorkloadGVK)
+	forged.SetNamespace(ns)
+	forged.SetName("aaa-" + real.GetName())
+	forged.SetOwnerReferences(real.GetOwnerReferences())
+	require.NoError(t, k8s.Create(context.Background(), forged))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), forged) })
+	var ranks []*rank
+	for i, dev := range []string{"0:0", "1:0"} {
+		p := rankPod(t, job, "worker", i, "h100-node", "nvidia.com/mig-3g.40gb")
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+	}
+	for _, r := range ranks {
+		require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), r.String())
+	}
+	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.False(t, workloadActive(t, real), "the Workload Kueue made was not deactivated")
+	require.False(t, workloadActive(t, forged))
+	// The forger turns theirs back on: the job is not taken as resumed.
+	require.NoError(t, k8s.Patch(context.Background(), forged, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"active":true}}`))))
+	time.Sleep(2 * time.Second)
+	require.Equal(t, "fail", jobAnnotations(t, job)[controller.KeyVerdict], "re-gated on a forged Workload")
+	require.False(t, workloadActive(t, real))
+}
