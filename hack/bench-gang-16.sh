@@ -28,10 +28,6 @@ cd "$(dirname "$0")/.."
 root=$PWD
 die() { echo "bench-gang-16: $*" >&2; exit 2; }
 
-out=${1:-${OUT:-bench-gang-16-out}}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
-
 export RANKGATE_BENCH_APISERVER_CPUS=${RANKGATE_BENCH_APISERVER_CPUS:-0-7}
 export RANKGATE_BENCH_ETCD_CPUS=${RANKGATE_BENCH_ETCD_CPUS:-8-9}
 export RANKGATE_BENCH_CONTROLLER_CPUS=${RANKGATE_BENCH_CONTROLLER_CPUS:-10-12}
@@ -53,15 +49,22 @@ expand() { # a CPU list, one CPU a line
     case $part in *-*) seq "${part%-*}" "${part#*-}" ;; *) echo "$part" ;; esac
   done
 }
+mine=$(taskset -pc $$ | sed 's/.*: //')
 for r in "${roles[@]}"; do
   v=RANKGATE_BENCH_${r}_CPUS
-  taskset -c "${!v}" true 2>/dev/null || die "$v=${!v}: not a CPU list of this machine (CPUs here: $(taskset -pc $$ | sed 's/.*: //'))"
+  taskset -c "${!v}" true 2>/dev/null || die "$v=${!v}: not a CPU list (CPUs here: $mine)"
+  missing=$(comm -23 <(expand "${!v}" | sort -u) <(expand "$mine" | sort -u) | sort -n | paste -sd, -)
+  [ -z "$missing" ] || die "$v=${!v}: CPUs $missing are not available here (CPUs here: $mine)"
 done
 shared=$(for r in "${roles[@]}"; do v=RANKGATE_BENCH_${r}_CPUS; expand "${!v}"; done | sort -n | uniq -d | paste -sd, -)
 if [ -n "$shared" ]; then
   [ "${FORCE:-}" = 1 ] || die "CPUs $shared are given to more than one role (FORCE=1 allows it)"
   echo "bench-gang-16: WARNING: CPUs $shared are shared by roles" >&2
 fi
+
+out=${1:-${OUT:-bench-gang-16-out}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
 
 # What the run needs: kube-apiserver and etcd (bin/k8s), the e2e test
 # binary. The e2e suite builds the rankgate binary itself.
