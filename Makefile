@@ -30,7 +30,7 @@ CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
-.PHONY: generate verify-generated manifests help build build-node test test-unit lint bench fuzz image e2e demo device-smoke clean
+.PHONY: generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -106,6 +106,9 @@ $(GOCYCLO):
 bench: ## benchmarks of every package, then peak RSS of a preflight (numbers: docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 	bash hack/bench-rss.sh
+
+bench-gang-16: ## 1,000 jobs x 8 ranks gang latency with kube-apiserver, etcd, controller and rank clients pinned to their own cores (16 cores; results in OUT, hack/bench-gang-16.sh)
+	bash hack/bench-gang-16.sh $(OUT)
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \

@@ -36,6 +36,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/e2e/cpupin"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -169,7 +170,10 @@ func TestBenchGangLatency(t *testing.T) {
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(specFile, b, 0o600))
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
+	// With RANKGATE_BENCH_CLIENT_CPUS the clients run on CPUs of their own.
+	pinned := checkPinning(t)
+	cmd, err := cpupin.Command(os.Getenv(envClientCPUs), os.Args[0], "-test.run", "^TestBenchRankClients$", "-test.v", "-test.timeout", "10m")
+	require.NoError(t, err)
 	cmd.Env = append(os.Environ(), "RANKGATE_BENCH_CLIENTS="+specFile)
 	loadBefore := loadAverage()
 	profiled := profileAPIServer(t, window)
@@ -183,6 +187,12 @@ func TestBenchGangLatency(t *testing.T) {
 	require.NoError(t, err, string(out))
 	require.NoError(t, json.Unmarshal(b, &res))
 	require.Zero(t, res.Fails, string(out))
+	if list := os.Getenv(envClientCPUs); list != "" {
+		want, err := cpupin.ParseList(list)
+		require.NoError(t, err)
+		require.Equal(t, cpupin.FormatList(want), res.CPUs, "the rank clients ran on other CPUs than %s", envClientCPUs)
+		pinned["rank clients"] = res.CPUs
+	}
 	sent, held := res.Sent, res.Held
 	var lat []time.Duration
 	type edge struct {
@@ -240,7 +250,7 @@ func TestBenchGangLatency(t *testing.T) {
 	}, time.Minute, 20*time.Millisecond, "verdicts not applied to every job")
 	appliedAfter := time.Since(lastHeld)
 	summary := map[string]any{
-		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "maxOpenGangs": maxOpen,
+		"jobs": jobs, "ranksPerJob": ranks, "window": window.String(), "cpus": runtime.NumCPU(), "pinnedCPUs": pinned, "maxOpenGangs": maxOpen,
 		"loadAvgBefore": loadBefore, "loadAvgAfter": loadAverage(), "gateMaxConnections": conns, "kubeAPIQPS": qps,
 		"p50": percentile(lat, .50).String(), "p90": percentile(lat, .90).String(),
 		"p99": percentile(lat, .99).String(), "max": percentile(lat, 1).String(),
@@ -383,6 +393,7 @@ type clientSpec struct {
 type clientResult struct {
 	Sent, Held [][]time.Time
 	Fails      int
+	CPUs       string // where the client process could run
 }
 
 // TestBenchRankClients is the rank side of TestBenchGangLatency, run in its
@@ -445,6 +456,7 @@ func TestBenchRankClients(t *testing.T) {
 	}
 	wg.Wait()
 	res.Fails = int(fails.Load())
+	res.CPUs = ownCPUs(t)
 	b, err = json.Marshal(res)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(specFile+".out", b, 0o600))
