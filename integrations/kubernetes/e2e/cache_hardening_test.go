@@ -27,6 +27,10 @@ import (
 // on the real `rankgate controller` binary run as configs/deploy ships it
 // (startGateProcess: GOMEMLIMIT=120MiB; memory limit 256Mi).
 
+// noWebhooks: the processes serve no admission webhooks (their port would
+// collide between processes; the webhooks are not under test here).
+var noWebhooks = []string{"--webhook-addr", "0"}
+
 // hopelessJob creates a PyTorchJob with one worker whose pod asks one GPU
 // on a node selector no node matches, marked unschedulable: the watchdog
 // fails it with NODE_CONSTRAINTS after its 1 s grace.
@@ -66,7 +70,7 @@ func TestE2EPodCacheBounded(t *testing.T) {
 	quiet := newNamespace(t, "e2e-cache-big", false)
 	ns := newNamespace(t, "e2e-cache-judged", true)
 	gpuNodeUntainted(t, "cache-gpu-0")
-	g := startGateProcess(t)
+	g := startGateProcess(t, noWebhooks...)
 	time.Sleep(2 * time.Second)
 	base := g.snapshot(t)
 	t.Logf("idle: %s", base)
@@ -109,7 +113,7 @@ func TestE2EPodCacheBounded(t *testing.T) {
 	require.Less(t, s.peak, float64(gateMemLimitMiB-32), "peak RSS")
 
 	// A new replica lists them all at start.
-	r := startGateProcess(t)
+	r := startGateProcess(t, noWebhooks...)
 	time.Sleep(2 * time.Second)
 	rs := r.snapshot(t)
 	t.Logf("restarted with the big pods listed: %s", rs)
@@ -129,7 +133,7 @@ func TestE2EPendingImpostorIgnored(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-impostor", true)
 	grant(t, ns, "mallory", "", []string{"pods"}, "create")
 	gpuNodeUntainted(t, "impostor-gpu-0")
-	g := startGateProcess(t)
+	g := startGateProcess(t, noWebhooks...)
 
 	// Worker 0 runs; the operator has not created worker 1's pod yet.
 	victim := pytorchJob(t, ns, "victim", false, 2, map[string]string{controller.KeyPendingGrace: "1s"})
@@ -190,7 +194,7 @@ func TestE2EGateNonRankPodNotReadEachTime(t *testing.T) {
 		Spec: corev1.PodSpec{ServiceAccountName: serviceAccount, Containers: []corev1.Container{{Name: "x", Image: "busybox"}}}}
 	require.NoError(t, k8s.Create(ctx, intruder))
 	tok := token(t, intruder, gate.Audience)
-	g := startGateProcess(t)
+	g := startGateProcess(t, noWebhooks...)
 	hc := gateHTTP(t)
 	body := []byte(`{}`)
 	require.Eventually(t, func() bool {

@@ -47,9 +47,9 @@ func TestE2EOperatorPodsPolicy(t *testing.T) {
 	// pods as mallory again.
 	t.Cleanup(func() {
 		require.Eventually(t, func() bool {
-			p := owned(fmt.Sprintf("probe-%d", time.Now().UnixNano()))
+			p := owned(fmt.Sprintf("victim-probe-%d", time.Now().UnixNano()))
 			err := mallory.Create(ctx, p)
-			_ = k8s.Delete(ctx, p)
+			_ = k8s.Delete(ctx, p, client.GracePeriodSeconds(0))
 			return err == nil
 		}, 30*time.Second, 200*time.Millisecond, "policy %s still enforced after its deletion", operatorPodsPolicy)
 	})
@@ -59,9 +59,14 @@ func TestE2EOperatorPodsPolicy(t *testing.T) {
 
 	var refused error
 	require.Eventually(t, func() bool {
-		refused = mallory.Create(ctx, owned("victim-worker-0"))
+		// The API server loads new policies asynchronously.
+		p := owned(fmt.Sprintf("victim-probe-%d", time.Now().UnixNano()))
+		if refused = mallory.Create(ctx, p); refused == nil {
+			require.NoError(t, k8s.Delete(ctx, p, client.GracePeriodSeconds(0)))
+		}
 		return refused != nil && strings.Contains(refused.Error(), operatorPodsPolicy)
 	}, 30*time.Second, 200*time.Millisecond, "the API server never enforced %s: %v", operatorPodsPolicy, refused)
+	require.Error(t, mallory.Create(ctx, owned("victim-worker-0")))
 	require.Contains(t, refused.Error(), "only the Kubeflow operators create pods and batch Jobs controlled by a Kubeflow job; this one names PyTorchJob victim as its controller")
 
 	// The operator creates the pod.
