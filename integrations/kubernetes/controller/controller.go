@@ -264,9 +264,10 @@ type Controller struct {
 	usage   *podUsage        // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 
-	unexpected misfits       // pods reported as not the job's (podfit.go)
-	placements placementMemo // placement rules read of unbound pods (podfacts.go)
-	notRanks   uidSet        // pods read once and found without a job-name label (gatepod.go)
+	unexpected  misfits       // pods reported as not the job's (podfit.go)
+	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
+	notRanks    uidSet        // pods read once and found without a job-name label (gatepod.go)
+	batchOwners batchOwners   // the MPIJob (or none) controlling each batch Job read (gatepod.go)
 
 	leader      atomic.Bool
 	synced      atomic.Bool

@@ -18,7 +18,8 @@ import (
 // either too new for it or no rank: it is read from the API server once,
 // and a pod read without the label is remembered (by UID), so that its
 // further requests are refused without a read. Should it be labelled
-// later, the cache shows it.
+// later, the cache shows it. Likewise the batch Job that controls a pod
+// with the label (an MPIJob's launcher, or not) is read once.
 
 // uidSet is a set of pod UIDs that forgets everything when full.
 type uidSet struct {
@@ -104,4 +105,34 @@ func (c *Controller) refuseUnexpected(g *gang, r rankOf) error {
 		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, ReasonUnexpectedPod, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)
+}
+
+// batchOwners remembers, by batch Job UID, the MPIJob that controls the
+// Job (an MPIJob's launcher) or that none does, so that a pod whose
+// controller is a batch Job costs one read of that Job, not one per
+// request. It forgets everything when full.
+type batchOwners struct {
+	mu sync.Mutex
+	m  map[types.UID]batchOwner
+}
+
+type batchOwner struct {
+	ref jobRef
+	ok  bool
+}
+
+func (b *batchOwners) get(uid types.UID) (ref jobRef, ok, known bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	o, known := b.m[uid]
+	return o.ref, o.ok, known
+}
+
+func (b *batchOwners) put(uid types.UID, ref jobRef, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil || len(b.m) >= maxNotRanks {
+		b.m = map[types.UID]batchOwner{}
+	}
+	b.m[uid] = batchOwner{ref: ref, ok: ok}
 }
