@@ -59,7 +59,7 @@ func WriteJSON(w io.Writer, r Report) error {
 func WriteText(w io.Writer, r Report) error {
 	subject := ""
 	if r.Subject != "" {
-		subject = "  " + r.Subject
+		subject = "  " + EscapeText(r.Subject)
 	}
 	fmt.Fprintf(w, "verdict: %s%s\n", strings.ToUpper(string(r.Verdict)), subject)
 	if len(r.Devices) > 0 {
@@ -67,7 +67,7 @@ func WriteText(w io.Writer, r Report) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "DEVICE\tKIND\tGPU\tPROFILE\tSMS\tMEMORY")
 		for _, d := range r.Devices {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, d.Kind, d.GPU, orUnknown(d.Profile), countOrUnknown(uint64(d.SMs), ""), countOrUnknown(d.MemoryMiB, " MiB"))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", EscapeText(d.ID), EscapeText(d.Kind), d.GPU, orUnknown(EscapeText(d.Profile)), countOrUnknown(uint64(d.SMs), ""), countOrUnknown(d.MemoryMiB, " MiB"))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -84,12 +84,13 @@ func WriteText(w io.Writer, r Report) error {
 	return nil
 }
 
-// WriteFinding renders one finding as the text report does.
+// WriteFinding renders one finding as the text report does, every string
+// escaped for the terminal (EscapeText).
 func WriteFinding(w io.Writer, f Finding) {
-	fmt.Fprintf(w, "%-4s  %s\n", strings.ToUpper(string(f.Severity)), f.Rule)
-	fmt.Fprintf(w, "      %s\n", f.Message)
+	fmt.Fprintf(w, "%-4s  %s\n", strings.ToUpper(EscapeText(string(f.Severity))), EscapeText(f.Rule))
+	fmt.Fprintf(w, "      %s\n", EscapeText(f.Message))
 	if f.Remediation != "" {
-		fmt.Fprintf(w, "      fix: %s\n", f.Remediation)
+		fmt.Fprintf(w, "      fix: %s\n", EscapeText(f.Remediation))
 	}
 }
 

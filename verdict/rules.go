@@ -96,6 +96,7 @@ const (
 	RuleNodeConstraints    = "NODE_CONSTRAINTS"
 	RuleReconfigurable     = "RECONFIGURABLE"
 	RuleMIGMultiPod        = "MIG_MULTI_POD"
+	RuleDRANotJudged       = "DRA_NOT_JUDGED"
 
 	// The controller's Pending watchdog.
 	RulePendingTimeout = "PENDING_TIMEOUT"
@@ -198,6 +199,7 @@ var rules = []Rule{
 	{ID: RuleNodeConstraints, Severity: SeverityFail, Varies: true, Faces: place, Summary: "nodeSelector, affinity, taints or nodeName exclude every node offering the shape", Remediation: "relax the pod's constraints or add tolerations for the nodes that offer the shape"},
 	{ID: RuleReconfigurable, Severity: SeverityInfo, Faces: place, Summary: "no node has the shape now, but a valid MIG layout for a node's GPU would create it", Remediation: "relabel the named nodes with the named mig-parted layout (drains them)"},
 	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
+	{ID: RuleDRANotJudged, Severity: SeverityWarn, Faces: place, Summary: "the job's devices come through DRA (resource claims, or an extended resource a DeviceClass maps): placement is not judged from node allocatable, so the job is never refused, failed or called hopeless on those grounds", Remediation: "read the pods' scheduling events and their ResourceClaims' status (kubectl describe resourceclaim) for why they wait"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
 	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks", Exit: ExitTimeout},

@@ -12,7 +12,7 @@ var Rules = []string{
 	verdict.RuleSchedulable, verdict.RuleWaitCapacity, verdict.RuleShapeMismatch, verdict.RuleStrategyMismatch,
 	verdict.RuleMIGLayoutInvalid, verdict.RuleMIGReconfigPending, verdict.RuleMIGReconfigFailed,
 	verdict.RuleDriverKnownBad, verdict.RuleGangTooLarge, verdict.RuleNodeConstraints,
-	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod,
+	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod, verdict.RuleDRANotJudged,
 }
 
 // Result is the engine's judgement of one workload.
@@ -68,8 +68,12 @@ type setState struct {
 	setClass
 }
 
-// Diagnose judges one workload against a prepared cluster.
+// Diagnose judges one workload against a prepared cluster. A workload
+// whose devices come through DRA is not judged (standDown).
 func (e *Engine) Diagnose(c *Cluster, w Workload) Result {
+	if res, ok := standDown(&w); ok {
+		return res
+	}
 	d := newDiag(e, c, &w)
 	for i := range d.sets {
 		d.sets[i].setClass = d.classifySet(&d.sets[i])

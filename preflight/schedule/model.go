@@ -145,6 +145,12 @@ type PodSet struct {
 	// SchedulerMessage is the PodScheduled=False message of one of its
 	// pods, quoted as evidence.
 	SchedulerMessage string
+	// DRA, when set, says how the set's devices come through Dynamic
+	// Resource Allocation ("nvidia.com/gpu from DeviceClass
+	// gpu.nvidia.com", "resource claims gpu"). Node allocatable says
+	// nothing about such devices: a workload with such a set is not
+	// judged (DRA_NOT_JUDGED).
+	DRA string
 }
 
 // Pending is the number of pods that still need a node.

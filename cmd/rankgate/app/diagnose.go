@@ -267,6 +267,9 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 	if err := l.LoadCluster(ctx, b); err != nil {
 		return err
 	}
+	for _, n := range l.Notes {
+		fmt.Fprintln(a.Streams.Err, "rankgate: note: "+n)
+	}
 	c := e.NewCluster(b.Nodes())
 	for _, le := range c.LabelErrors {
 		// Live, one odd label must not block every diagnosis.

@@ -15,8 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -24,9 +22,14 @@ import (
 // CA ConfigMaps: what rank pods mount (webhook.CAConfigMapName, key ca.crt).
 const (
 	CAConfigMap = "rankgate-ca"
-	// LabelCABundle marks the ConfigMaps the controller keeps.
+	// LabelCABundle marks the CA ConfigMaps the controller writes. It is
+	// informational: anyone may set it, so the controller never selects
+	// by it alone (see DistributeCA).
 	LabelCABundle = "rankgate.io/ca-bundle"
-	labelGate     = gate.KeyGate
+	// AnnotationCAHash is the fingerprint of the CA a CA ConfigMap holds,
+	// so that keeping them needs their metadata only.
+	AnnotationCAHash = "rankgate.io/ca-sha256"
+	labelGate        = gate.KeyGate
 )
 
 // Rotator keeps the Secret, the files, the webhooks' CA bundle and the
@@ -47,6 +50,11 @@ type Rotator struct {
 	Interval                             time.Duration // how often each replica re-reads the Secret (default 1m)
 	Log                                  logr.Logger
 	Now                                  func() time.Time
+	// OptedIn names the namespaces whose CA ConfigMap DistributeCA keeps,
+	// as the controller sees them (namespaces labelled rankgate.io/gate and
+	// those of jobs opted in by their own setting). Unset: the namespaces
+	// labelled rankgate.io/gate=enabled.
+	OptedIn func(context.Context) (map[string]bool, error)
 
 	cur     atomic.Pointer[Bundle]
 	tlsCert atomic.Pointer[tls.Certificate]
@@ -226,94 +234,4 @@ func (r *Rotator) injectOne(ctx context.Context, name string, o client.Object, s
 		}
 	}
 	return nil
-}
-
-// EnsureCAConfigMap creates or updates the CA ConfigMap in ns.
-func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
-	b := r.cur.Load()
-	if b == nil {
-		return errors.New("no certificates yet")
-	}
-	ca := string(b.CAPEM())
-	cm := &corev1.ConfigMap{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CAConfigMap}, cm)
-	if apierrors.IsNotFound(err) {
-		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: CAConfigMap,
-			Labels: map[string]string{LabelCABundle: "true"}}, Data: map[string]string{"ca.crt": ca}}
-		if err = r.Client.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
-			return nil // another replica, at the same time
-		}
-		return err
-	}
-	if err != nil {
-		return err
-	}
-	if cm.Data["ca.crt"] == ca && cm.Labels[LabelCABundle] == "true" {
-		return nil
-	}
-	if cm.Labels == nil {
-		cm.Labels = map[string]string{}
-	}
-	cm.Labels[LabelCABundle] = "true"
-	if cm.Data == nil {
-		cm.Data = map[string]string{}
-	}
-	cm.Data["ca.crt"] = ca
-	return r.Client.Update(ctx, cm)
-}
-
-// DistributeCA keeps the CA ConfigMap in every namespace labelled
-// rankgate.io/gate=enabled and in every namespace that has one already
-// (jobs opted in by their own label get theirs from the webhook). It runs
-// on the leader, every Interval.
-func (r *Rotator) DistributeCA(ctx context.Context) error {
-	r.defaults()
-	t := time.NewTicker(r.Interval)
-	defer t.Stop()
-	for {
-		if err := r.distributeOnce(ctx); err != nil && ctx.Err() == nil {
-			r.Log.Error(err, "certificates: keeping the CA ConfigMaps")
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-func (r *Rotator) distributeOnce(ctx context.Context) error {
-	if r.cur.Load() == nil {
-		return nil
-	}
-	sel, err := labels.NewRequirement(labelGate, selection.In, []string{"enabled", "true"})
-	if err != nil {
-		return err
-	}
-	nss := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, nss, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*sel)}); err != nil {
-		return fmt.Errorf("listing opted-in namespaces: %w", err)
-	}
-	want := map[string]bool{}
-	for _, ns := range nss.Items {
-		if ns.DeletionTimestamp.IsZero() {
-			want[ns.Name] = true
-		}
-	}
-	cms := &corev1.ConfigMapList{}
-	if err := r.Client.List(ctx, cms, client.MatchingLabels{LabelCABundle: "true"}); err != nil {
-		return fmt.Errorf("listing CA ConfigMaps: %w", err)
-	}
-	for _, cm := range cms.Items {
-		if cm.Name == CAConfigMap {
-			want[cm.Namespace] = true
-		}
-	}
-	var errs []error
-	for ns := range want {
-		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
-			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -30,6 +30,8 @@ type Builder struct {
 	// boundJob counts bound pods of Kubeflow jobs.
 	boundJob map[jobReplica]int
 	jobs     []kubeflow.Job
+	// classes: the extended resources DeviceClasses map (dra.go).
+	classes DeviceClasses
 }
 
 type podRecord struct {
@@ -43,6 +45,8 @@ type podRecord struct {
 	constraints  schedule.Constraints
 	schedMsg     string
 	gpu          bool
+	// claims names the pod's resource claims (DRA).
+	claims []string
 }
 
 // NewBuilder returns an empty Builder.
@@ -166,7 +170,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		namespace: p.Namespace, name: p.Name, jobKind: jobKind, job: job,
 		replica:  replicaLabelsOf(p),
 		requests: req, constraints: ConstraintsOf(&p.Spec),
-		schedMsg: schedulerMessage(p), gpu: hasGPU(req),
+		schedMsg: schedulerMessage(p), gpu: hasGPU(req), claims: claimNames(&p.Spec),
 	})
 	return nil
 }
@@ -293,12 +297,14 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 		}
 		if sample != nil {
 			ps.Requests, ps.Constraints = sample.requests, sample.constraints
+			ps.DRA = b.viaDRA(sample)
 		} else {
 			req, err := PodRequests(&rs.Template.Spec)
 			if err != nil {
 				return w, fmt.Errorf("%s replica template: %w", rs.Type, err)
 			}
 			ps.Requests, ps.Constraints = req, ConstraintsOf(&rs.Template.Spec)
+			ps.DRA = b.classes.viaDRA(claimNames(&rs.Template.Spec), req)
 		}
 		if ps.Bound > ps.Count {
 			ps.Bound = ps.Count
@@ -309,8 +315,8 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 }
 
 // Workloads returns what offline diagnose judges: every job added, every
-// group of unbound GPU pods of a job that is not in the input (judged from
-// the pods), and every other unbound GPU pod alone.
+// group of unbound GPU (or DRA) pods of a job that is not in the input
+// (judged from the pods), and every other unbound GPU (or DRA) pod alone.
 func (b *Builder) Workloads() ([]schedule.Workload, error) {
 	var out []schedule.Workload
 	for _, j := range b.jobs {
@@ -369,20 +375,17 @@ func (b *Builder) Workloads() ([]schedule.Workload, error) {
 	}
 	for i := range b.pods {
 		r := &b.pods[i]
-		if r.job != "" || !r.gpu {
+		if r.job != "" || !b.devicePod(r) {
 			continue
 		}
-		out = append(out, schedule.Workload{Kind: "Pod", Namespace: r.namespace, Name: r.name, PodSets: []schedule.PodSet{{
-			Name: r.name, Count: 1, Requests: r.requests, Constraints: r.constraints,
-			Pods: []string{r.namespace + "/" + r.name}, SchedulerMessage: r.schedMsg,
-		}}})
+		out = append(out, b.podWorkload(r))
 	}
 	return out, nil
 }
 
 // workloadFromPods judges a job whose object is missing from the input by
 // the pods seen: one pod set per replica type. Only groups with an unbound
-// GPU pod are judged. kind is the job's kind, "" if unknown.
+// GPU or DRA pod are judged. kind is the job's kind, "" if unknown.
 func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workload, bool) {
 	ns, name := rs[0].namespace, rs[0].job
 	w := schedule.Workload{Kind: kind, Namespace: ns, Name: name + " (job object not in the input: judged from its pods)"}
@@ -402,10 +405,11 @@ func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workl
 			order = append(order, set)
 		}
 		ps.Count++
-		judge = judge || r.gpu
+		judge = judge || b.devicePod(r)
 		ps.Pods = append(ps.Pods, r.namespace+"/"+r.name)
 		if ps.Requests == nil {
 			ps.Requests, ps.Constraints = r.requests, r.constraints
+			ps.DRA = b.viaDRA(r)
 		}
 		if ps.SchedulerMessage == "" {
 			ps.SchedulerMessage = r.schedMsg
@@ -475,11 +479,22 @@ func (b *Builder) PodWorkload(namespace, name string) (schedule.Workload, bool) 
 	for i := range b.pods {
 		r := &b.pods[i]
 		if r.namespace == namespace && r.name == name {
-			return schedule.Workload{Kind: "Pod", Namespace: namespace, Name: name, PodSets: []schedule.PodSet{{
-				Name: name, Count: 1, Requests: r.requests, Constraints: r.constraints,
-				Pods: []string{namespace + "/" + name}, SchedulerMessage: r.schedMsg,
-			}}}, true
+			return b.podWorkload(r), true
 		}
 	}
 	return schedule.Workload{}, false
 }
+
+func (b *Builder) podWorkload(r *podRecord) schedule.Workload {
+	return schedule.Workload{Kind: "Pod", Namespace: r.namespace, Name: r.name, PodSets: []schedule.PodSet{{
+		Name: r.name, Count: 1, Requests: r.requests, Constraints: r.constraints,
+		Pods: []string{r.namespace + "/" + r.name}, SchedulerMessage: r.schedMsg, DRA: b.viaDRA(r),
+	}}}
+}
+
+// viaDRA says how an unbound pod gets devices through DRA ("" if not).
+func (b *Builder) viaDRA(r *podRecord) string { return b.classes.viaDRA(r.claims, r.requests) }
+
+// devicePod: an unbound pod that asks for GPUs, or for devices through
+// DRA; diagnose judges such pods.
+func (b *Builder) devicePod(r *podRecord) bool { return r.gpu || b.viaDRA(r) != "" }

@@ -26,6 +26,9 @@ type Live struct {
 	Dynamic dynamic.Interface
 	// PageSize of pod and node lists (default 500).
 	PageSize int64
+	// Notes says what LoadCluster could not read and did without (for
+	// the user, on stderr).
+	Notes []string
 }
 
 // NewLive builds clients from a rest config.
@@ -82,8 +85,12 @@ func (l *Live) pageSize() int64 {
 	return 500
 }
 
-// LoadCluster adds every node and every unfinished pod to b.
+// LoadCluster adds every node, every unfinished pod and every DeviceClass
+// to b.
 func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
+	if err := l.loadDeviceClasses(ctx, b); err != nil {
+		return err
+	}
 	opts := metav1.ListOptions{Limit: l.pageSize()}
 	for {
 		nodes, err := l.Core.CoreV1().Nodes().List(ctx, opts)
@@ -113,6 +120,29 @@ func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
 		}
 		if opts.Continue = pods.Continue; opts.Continue == "" {
 			break
+		}
+	}
+	return nil
+}
+
+// loadDeviceClasses adds the DeviceClasses (resource.k8s.io/v1), which say
+// which extended resources DRA serves. A cluster that does not serve the
+// API has none; a user who may not list them is told that pods asking for
+// an extended resource DRA serves are judged from node allocatable.
+func (l *Live) loadDeviceClasses(ctx context.Context, b *Builder) error {
+	classes, err := l.Core.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsForbidden(err):
+		l.Notes = append(l.Notes, "cannot list deviceclasses (resource.k8s.io/v1): pods asking for an extended resource that DRA serves are judged as if the device plugin served it, and DRA_NOT_JUDGED only comes from resource claims")
+		return nil
+	case err != nil:
+		return apiErrorf("list deviceclasses: %w", err)
+	}
+	for i := range classes.Items {
+		if err := b.AddDeviceClass(&classes.Items[i]); err != nil {
+			return apiErrorf("deviceclass %s: %w", classes.Items[i].Name, err)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -90,9 +91,10 @@ func LoadFile(ctx context.Context, b *Builder, path string, stdin io.Reader, sta
 
 // Load reads Kubernetes objects as `kubectl get -o yaml|json` prints them:
 // single objects, Lists (v1 List, NodeList, PodList, PyTorchJobList,
-// MPIJobList) and multi-document YAML. Nodes, Pods, PyTorchJobs
-// (kubeflow.org/v1) and MPIJobs (kubeflow.org/v2beta1) go into b; other
-// kinds are counted in stats and skipped. A node's label map alone (`kubectl
+// MPIJobList, DeviceClassList) and multi-document YAML. Nodes, Pods,
+// PyTorchJobs (kubeflow.org/v1), MPIJobs (kubeflow.org/v2beta1) and
+// DeviceClasses (resource.k8s.io, for the extended resources DRA serves)
+// go into b; other kinds are counted in stats and skipped. A node's label map alone (`kubectl
 // get node NAME -o jsonpath='{.metadata.labels}'`) is a node too
 // (labelsNode). `kubectl describe` output is refused with the command that
 // prints what diagnose reads (ErrDescribe).
@@ -224,6 +226,17 @@ func listKind(apiVersion, kind string) bool {
 	case "v1 List", "v1 NodeList", "v1 PodList", "kubeflow.org/v1 PyTorchJobList", "kubeflow.org/v2beta1 MPIJobList":
 		return true
 	}
+	return kind == "DeviceClassList" && deviceClassVersion(apiVersion)
+}
+
+// deviceClassVersion: the resource.k8s.io versions whose DeviceClass has
+// spec.extendedResourceName (the only field read besides the name, the
+// same in each).
+func deviceClassVersion(apiVersion string) bool {
+	switch apiVersion {
+	case "resource.k8s.io/v1", "resource.k8s.io/v1beta2", "resource.k8s.io/v1beta1":
+		return true
+	}
 	return false
 }
 
@@ -254,6 +267,13 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 			return err
 		}
 		return addJob(b, &j)
+	}
+	if tm.Kind == "DeviceClass" && deviceClassVersion(tm.APIVersion) {
+		var dc resourcev1.DeviceClass
+		if err := json.Unmarshal(raw, &dc); err != nil {
+			return err
+		}
+		return b.AddDeviceClass(&dc)
 	}
 	stats.skip(tm.APIVersion, tm.Kind)
 	return nil

@@ -257,13 +257,14 @@ func gateSetting(o client.Object) string {
 func enabled(v string) bool  { return v == "enabled" || v == "true" }
 func disabled(v string) bool { return v == "disabled" || v == "false" }
 
-// jobTimeout is the job's gang timeout: its annotation, else def.
+// jobTimeout is the job's gang timeout: its annotation (at most
+// gate.MaxJobDuration), else def.
 func jobTimeout(o client.Object, def time.Duration) (time.Duration, error) {
 	s := o.GetAnnotations()[KeyGangTimeout]
 	if s == "" {
 		return def, nil
 	}
-	d, err := time.ParseDuration(s)
+	d, err := gate.ParseJobDuration(s)
 	if err != nil || d <= 0 {
 		return def, fmt.Errorf("annotation %s=%q is not a positive duration like 15m", KeyGangTimeout, s)
 	}

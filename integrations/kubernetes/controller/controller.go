@@ -263,6 +263,8 @@ type Controller struct {
 	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage        // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
+	// draServed: the API server serves DeviceClasses (dra.go).
+	draServed bool
 
 	unexpected  misfits       // pods reported as not the job's (podfit.go)
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
@@ -416,7 +418,7 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
-	if err := c.registerWebhooks(ws, mgr.GetClient()); err != nil {
+	if err := c.registerWebhooks(ws, mgr.GetClient(), selfUser(cs, c.log)); err != nil {
 		return nil, err
 	}
 	if ws != nil {

@@ -31,8 +31,9 @@ type job = kubeflow.Job
 
 // jobKind describes one supported kind.
 type jobKind struct {
-	GVK schema.GroupVersionKind
-	New func() client.Object
+	GVK     schema.GroupVersionKind
+	New     func() client.Object
+	NewList func() client.ObjectList
 	// Strip removes what the controller never reads (pod templates) before
 	// the object enters the informer cache; the specs left are shared.
 	Strip func(client.Object)
@@ -54,14 +55,16 @@ func wrap(o client.Object) job {
 
 var jobKinds = []jobKind{
 	{
-		GVK:   pytorchGVK,
-		New:   func() client.Object { return &kubeflowv1.PyTorchJob{} },
-		Strip: func(o client.Object) { stripPyTorchJob(o.(*kubeflowv1.PyTorchJob)) },
+		GVK:     pytorchGVK,
+		New:     func() client.Object { return &kubeflowv1.PyTorchJob{} },
+		NewList: func() client.ObjectList { return &kubeflowv1.PyTorchJobList{} },
+		Strip:   func(o client.Object) { stripPyTorchJob(o.(*kubeflowv1.PyTorchJob)) },
 	},
 	{
-		GVK:   mpiGVK,
-		New:   func() client.Object { return &mpiv2beta1.MPIJob{} },
-		Strip: func(o client.Object) { stripMPIJob(o.(*mpiv2beta1.MPIJob)) },
+		GVK:     mpiGVK,
+		New:     func() client.Object { return &mpiv2beta1.MPIJob{} },
+		NewList: func() client.ObjectList { return &mpiv2beta1.MPIJobList{} },
+		Strip:   func(o client.Object) { stripMPIJob(o.(*mpiv2beta1.MPIJob)) },
 	},
 }
 

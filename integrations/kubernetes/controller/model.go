@@ -146,9 +146,13 @@ func signature(w schedule.Workload) string {
 // judge is judgeJob on the model, or over a fresh list of the cached
 // nodes until the model has seen them all.
 func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyUnbound bool) (schedule.Result, schedule.Workload, *judged, bool, error) {
+	classes, err := c.deviceClasses(ctx)
+	if err != nil {
+		return schedule.Result{}, schedule.Workload{}, nil, false, err
+	}
 	cl, _, err := c.model.cluster()
 	if err == nil {
-		res, w, used, ok, err := judgeOn(c.engine, cl, j, pods, onlyUnbound)
+		res, w, used, ok, err := judgeOn(c.engine, cl, classes, j, pods, onlyUnbound)
 		return res, w, &judged{w: w, used: used, sig: signature(w)}, ok, err
 	}
 	if !errors.Is(err, errModelNotSynced) {
@@ -158,7 +162,7 @@ func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyU
 	if err := c.client.List(ctx, nodes); err != nil {
 		return schedule.Result{}, schedule.Workload{}, nil, false, fmt.Errorf("listing nodes: %w", err)
 	}
-	res, w, ok, err := judgeJob(c.engine, nodes.Items, j, pods, onlyUnbound)
+	res, w, ok, err := judgeJob(c.engine, nodes.Items, classes, j, pods, onlyUnbound)
 	return res, w, nil, ok, err
 }
 

@@ -62,7 +62,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 		c.pw.jobs = map[string]*pendingJob{}
 		cl, _, _ := c.model.cluster()
 		for i, j := range bp.jobs {
-			res, w, used, ok, err := judgeOn(e, cl, j, bp.pods[i], false)
+			res, w, used, ok, err := judgeOn(e, cl, nil, j, bp.pods[i], false)
 			if err != nil || !ok {
 				b.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			list[17].Spec.Unschedulable = !list[17].Spec.Unschedulable
 			for k, j := range bp.jobs {
-				res, _, _, err := judgeJob(e, list, j, bp.pods[k], false)
+				res, _, _, err := judgeJob(e, list, nil, j, bp.pods[k], false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -131,7 +131,7 @@ func BenchmarkModelMemory(b *testing.B) {
 		cl, _, _ := nm.cluster()
 		kept := make([]*judged, len(bp.jobs))
 		for k, j := range bp.jobs {
-			_, w, used, _, _ := judgeOn(e, cl, j, bp.pods[k], false)
+			_, w, used, _, _ := judgeOn(e, cl, nil, j, bp.pods[k], false)
 			kept[k] = &judged{w: w, used: used, sig: signature(w)}
 		}
 		after := heap()

@@ -195,8 +195,8 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 		require.NoError(t, err)
 		for _, jp := range jobs {
 			for _, onlyUnbound := range []bool{false, true} {
-				fres, fw, fok, ferr := judgeJob(e, list, jp.j, jp.pods, onlyUnbound)
-				ires, iw, _, iok, ierr := judgeOn(e, cl, jp.j, jp.pods, onlyUnbound)
+				fres, fw, fok, ferr := judgeJob(e, list, nil, jp.j, jp.pods, onlyUnbound)
+				ires, iw, _, iok, ierr := judgeOn(e, cl, nil, jp.j, jp.pods, onlyUnbound)
 				require.Equal(t, ferr, ierr, "step %d %s", step, jp.j.Name())
 				require.Equal(t, fok, iok)
 				require.Equal(t, fw, iw)

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
@@ -243,14 +243,15 @@ func equalResources(a, b corev1.ResourceList) bool {
 	return true
 }
 
-// jobDuration reads a duration annotation ("0s" allowed), else def.
+// jobDuration reads a duration annotation ("0s" allowed; at most
+// gate.MaxJobDuration), else def.
 func jobDuration(o client.Object, key string, def time.Duration) (time.Duration, error) {
 	s, ok := o.GetAnnotations()[key]
 	if !ok || s == "" {
 		return def, nil
 	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	d, err := gate.ParseJobDuration(s)
+	if err != nil {
 		return def, fmt.Errorf("annotation %s=%q is not a duration like 30s", key, s)
 	}
 	return d, nil
@@ -496,7 +497,14 @@ func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p
 	if err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
-	w, _, err := jobWorkload(cluster.NewBuilder(), j, pods, false)
+	// A job whose devices come through DRA is not judged from node
+	// allocatable: the engine answers DRA_NOT_JUDGED, a waiting cause
+	// that is never hopeless.
+	classes, err := c.deviceClasses(ctx)
+	if err != nil {
+		return schedule.Result{}, schedule.Workload{}, err
+	}
+	w, _, err := jobWorkload(newBuilder(classes), j, pods, false)
 	if err != nil {
 		return schedule.Result{}, w, err
 	}

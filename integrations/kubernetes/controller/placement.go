@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -60,8 +61,8 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 // engine's model refuses, or GPU labels it cannot read, leave nothing
 // judged (an error): without them a pod could look unplaceable that is
 // not. A pod it refuses is left out (its pod set only gets smaller).
-func judgePlacement(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod) (map[string]string, error) {
-	res, w, ok, err := judgeJob(e, nodes, j, pods, true)
+func judgePlacement(e *schedule.Engine, nodes []corev1.Node, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod) (map[string]string, error) {
+	res, w, ok, err := judgeJob(e, nodes, classes, j, pods, true)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -73,9 +74,10 @@ func judgePlacement(e *schedule.Engine, nodes []corev1.Node, j job, pods []*core
 // pending.go): it models nodes and the job's pods as diagnose does and
 // judges the job. With onlyUnbound only the pod sets that have unbound
 // pods are judged, each as if all its pods were those (ok is false when
-// there are none).
-func judgeJob(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, ok bool, err error) {
-	b := cluster.NewBuilder()
+// there are none). classes are the cluster's DeviceClasses: a job whose
+// devices come through DRA is not judged (DRA_NOT_JUDGED, never hopeless).
+func judgeJob(e *schedule.Engine, nodes []corev1.Node, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, ok bool, err error) {
+	b := newBuilder(classes)
 	for i := range nodes {
 		if err := b.AddNode(&nodes[i]); err != nil {
 			return res, w, false, fmt.Errorf("node %s: %w", nodes[i].Name, err)
@@ -95,8 +97,8 @@ func judgeJob(e *schedule.Engine, nodes []corev1.Node, j job, pods []*corev1.Pod
 // judgeOn is judgeJob against a prepared cluster (the controller's
 // incremental model, model.go): the job's bound pods are added to their
 // nodes' usage as the full rebuild adds them. It returns that usage too.
-func judgeOn(e *schedule.Engine, base *schedule.Cluster, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, used map[string]schedule.Resources, ok bool, err error) {
-	b := cluster.NewBuilder()
+func judgeOn(e *schedule.Engine, base *schedule.Cluster, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, used map[string]schedule.Resources, ok bool, err error) {
+	b := newBuilder(classes)
 	w, ok, err = jobWorkload(b, j, pods, onlyUnbound)
 	if err != nil || !ok {
 		return res, w, nil, false, err

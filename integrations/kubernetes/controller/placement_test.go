@@ -76,7 +76,7 @@ func judgeTrimmed(t *testing.T, j job, pods []*corev1.Pod, nodes ...*corev1.Node
 	c := &Controller{api: api.Build()}
 	tp, err := c.judgedPods(context.Background(), j, tp)
 	require.NoError(t, err)
-	why, err := judgePlacement(schedule.New(), tn, j, tp)
+	why, err := judgePlacement(schedule.New(), tn, nil, j, tp)
 	require.NoError(t, err)
 	return why
 }

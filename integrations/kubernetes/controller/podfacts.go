@@ -29,11 +29,14 @@ import (
 
 // placementFingerprint is a fixed-size digest of the placement rules the
 // schedule engine reads of a pod (cluster.ConstraintsOf, without the node
-// name).
+// name) and of its resource claims.
 func placementFingerprint(spec *corev1.PodSpec) string {
 	c := cluster.ConstraintsOf(spec)
 	c.NodeName = ""
-	b, err := json.Marshal(c) // maps marshal in key order
+	b, err := json.Marshal(struct {
+		C      any
+		Claims []corev1.PodResourceClaim
+	}{c, spec.ResourceClaims}) // maps marshal in key order
 	if err != nil {
 		return "unreadable"
 	}
@@ -41,9 +44,10 @@ func placementFingerprint(spec *corev1.PodSpec) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// placementRules is what ConstraintsOf reads of a pod's spec.
+// placementRules is what ConstraintsOf reads of a pod's spec, and its
+// resource claims (whether its devices come through DRA: cluster.Builder).
 func placementRules(in *corev1.PodSpec) *corev1.PodSpec {
-	out := &corev1.PodSpec{NodeSelector: in.NodeSelector, Tolerations: in.Tolerations}
+	out := &corev1.PodSpec{NodeSelector: in.NodeSelector, Tolerations: in.Tolerations, ResourceClaims: in.ResourceClaims}
 	if a := in.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 		out.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
 	}
@@ -52,7 +56,7 @@ func placementRules(in *corev1.PodSpec) *corev1.PodSpec {
 
 // ruleCount is the number of entries of a pod's placement rules.
 func ruleCount(s *corev1.PodSpec) int {
-	n := len(s.NodeSelector) + len(s.Tolerations)
+	n := len(s.NodeSelector) + len(s.Tolerations) + len(s.ResourceClaims)
 	if s.Affinity != nil {
 		for _, t := range s.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
 			n += 1 + len(t.MatchExpressions) + len(t.MatchFields)
@@ -150,6 +154,6 @@ func (c *Controller) withPlacement(ctx context.Context, p *corev1.Pod) (*corev1.
 		}
 	}
 	q := *p
-	q.Spec.NodeSelector, q.Spec.Affinity, q.Spec.Tolerations = rules.NodeSelector, rules.Affinity, rules.Tolerations
+	q.Spec.NodeSelector, q.Spec.Affinity, q.Spec.Tolerations, q.Spec.ResourceClaims = rules.NodeSelector, rules.Affinity, rules.Tolerations, rules.ResourceClaims
 	return &q, nil
 }

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -62,6 +64,11 @@ func (c *Controller) setupReconcilers() error {
 				c.refreshNode(ctx, o.GetName())
 				return c.affectedPending(k.GVK.Kind)
 			}), builder.WithPredicates(nodeChanged)).
+			// A namespace opted in (or out) later: its jobs are looked at
+			// (the Pending watchdog judges jobs that predate the opt-in).
+			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+				return c.jobsIn(ctx, k, o.GetName())
+			}), builder.WithPredicates(optInChanged)).
 			WithOptions(controllerOptions()).
 			Complete(r)
 		if err != nil {
@@ -78,7 +85,7 @@ func (c *Controller) setupReconcilers() error {
 			return err
 		}
 	}
-	return nil
+	return c.startDeviceClasses(context.Background())
 }
 
 func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Request) (reconcile.Result, error) {
@@ -247,4 +254,39 @@ func (c *Controller) noteUndecided(key string, k jobKind, obj client.Object) {
 	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
 		c.touchProgress(obj.GetUID(), true)
 	}
+}
+
+// optInChanged passes a namespace update that changes its opt-in label.
+var optInChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[KeyGate] != e.ObjectNew.GetLabels()[KeyGate]
+	},
+}
+
+// jobsIn lists the cached jobs of kind k in namespace ns as requests.
+func (c *Controller) jobsIn(ctx context.Context, k jobKind, ns string) []reconcile.Request {
+	o, err := c.mgr.GetScheme().New(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
+	if err != nil {
+		c.log.Error(err, "no list type", "kind", k.GVK.Kind)
+		return nil
+	}
+	list, ok := o.(client.ObjectList)
+	if !ok {
+		return nil
+	}
+	if err := c.client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", k.GVK.Kind)
+		return nil
+	}
+	var out []reconcile.Request
+	_ = meta.EachListItem(list, func(o runtime.Object) error {
+		if m, ok := o.(client.Object); ok {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: m.GetName()}})
+		}
+		return nil
+	})
+	return out
 }

@@ -10,6 +10,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
+	authnv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -95,7 +99,8 @@ func (c *Controller) setupCerts(mgr manager.Manager) error {
 		return err
 	}
 	r := &certs.Rotator{Client: cl, Namespace: c.opts.Namespace, SecretName: c.opts.CertSecret, CertDir: c.opts.CertDir,
-		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs")}
+		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs"),
+		OptedIn: c.caNamespaces}
 	if c.opts.WebhookAddr != "0" {
 		r.MutatingWebhooks = []string{c.opts.WebhookConfigName}
 		r.ValidatingWebhooks = []string{c.opts.WebhookConfigName}
@@ -140,7 +145,9 @@ func (c *Controller) webhookServer() (webhook.Server, error) {
 // registerWebhooks adds the mutating handler (rank init containers and
 // the MPIJob launcher gate) and the validating handler, which judges
 // placement with the schedule engine over the controller's node cache.
-func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader) error {
+// self is the controller's own user name: its updates of jobs are never
+// judged by the validating webhook.
+func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader, self string) error {
 	if s == nil {
 		return nil
 	}
@@ -160,7 +167,11 @@ func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader) err
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	v := validate.NewHandler(validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), Engine: c.engine})
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), DeviceClasses: c.deviceClasses, Engine: c.engine}
+	if self != "" {
+		vo.TrustedUsers = []string{self}
+	}
+	v := validate.NewHandler(vo)
 	s.Register(validate.Path, WebhookHandler(v))
 	return nil
 }
@@ -174,3 +185,20 @@ func WebhookHandler(h admission.Handler) http.Handler {
 
 // Certificates is the controller's own CA (nil unless ManageCerts).
 func (c *Controller) Certificates() *certs.Rotator { return c.certs }
+
+// selfUser asks the API server who the controller is (SelfSubjectReview,
+// allowed to every authenticated user by the built-in system:basic-user
+// role), within a deadline. "" when it cannot tell: the validating webhook
+// then lets the controller's writes through by what they change (only
+// rankgate.io/ annotations and spec.runPolicy.suspend, which it never
+// judges).
+func selfUser(cs kubernetes.Interface, log logr.Logger) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authnv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		log.Info("cannot tell the controller's own identity (SelfSubjectReview); the validating webhook judges its updates by what they change", "error", err.Error())
+		return ""
+	}
+	return r.Status.UserInfo.Username
+}

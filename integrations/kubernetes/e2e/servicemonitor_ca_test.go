@@ -17,8 +17,8 @@ import (
 )
 
 // The ServiceMonitor overlay's CA ConfigMap (configs/overlays/servicemonitor/
-// ca-configmap.yaml) ships empty, in a namespace that is not opted in: the
-// controller fills it with its CA, the CA the scraper verifies /metrics
+// ca-configmap.yaml) ships empty, in the controller's own namespace, which
+// is not opted in: the controller fills it with its CA, the CA the scraper verifies /metrics
 // against, and keeps it current through a CA rotation.
 func TestE2EServiceMonitorCAConfigMap(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
@@ -28,10 +28,14 @@ func TestE2EServiceMonitorCAConfigMap(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, cm))
 	require.Empty(t, cm.Data)
-	ns := newNamespace(t, "e2e-sm-ca", false)
-	cm.Namespace = ns
+	// The overlay's namespace is the controller's own.
+	require.Equal(t, "rankgate-system", cm.Namespace)
+	ns := controllerNamespace
+	ensureNamespace(t, ns)
 	ctx := context.Background()
+	_ = k8s.Delete(ctx, cm.DeepCopy())
 	require.NoError(t, k8s.Create(ctx, cm))
+	t.Cleanup(func() { _ = k8s.Delete(ctx, cm) })
 
 	c, _ := webhookController(t, "rankgate-tls-sm", controller.Options{
 		WebhookOptions: controller.WebhookOptions{CertDurations: rgcerts.Durations{CA: 6 * time.Second, Cert: 3 * time.Second, Lookahead: 2 * time.Second}},

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // TableOptions choose the table's columns.
@@ -54,9 +55,9 @@ func WriteTable(w io.Writer, gs []v1alpha1.Gang, o TableOptions) error {
 		g := &gs[i]
 		var row []string
 		if o.AllNamespaces {
-			row = append(row, g.Namespace)
+			row = append(row, esc(g.Namespace))
 		}
-		row = append(row, JobName(g))
+		row = append(row, esc(JobName(g)))
 		if o.Wide {
 			row = append(row, strconv.Itoa(int(g.Spec.Attempt)))
 		}
@@ -64,9 +65,9 @@ func WriteTable(w io.Writer, gs []v1alpha1.Gang, o TableOptions) error {
 		if !o.Wide {
 			reason = cut(reason, narrowReason)
 		}
-		row = append(row, orNone(string(g.Status.Phase)), Progress(g), orNone(g.Status.Verdict), orNone(reason), age(g.CreationTimestamp, o.Now))
+		row = append(row, orNone(esc(string(g.Status.Phase))), esc(Progress(g)), orNone(esc(g.Status.Verdict)), orNone(reason), age(g.CreationTimestamp, o.Now))
 		if o.Wide {
-			row = append(row, TimeLeft(g, o.Now), orNone(g.Status.DecidedBy), strconv.Itoa(int(Missing(g))))
+			row = append(row, TimeLeft(g, o.Now), orNone(esc(g.Status.DecidedBy)), strconv.Itoa(int(Missing(g))))
 		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -119,12 +120,12 @@ func TimeLeft(g *v1alpha1.Gang, now time.Time) string {
 }
 
 // WriteDetail prints one gang in full: what kubectl describe would, and a
-// line per reported rank.
+// line per reported rank. Every stored string is escaped for the terminal.
 func WriteDetail(w io.Writer, g *v1alpha1.Gang, now time.Time, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	field := func(name, value string) {
 		if value != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", name, value)
+			fmt.Fprintf(tw, "%s:\t%s\n", name, esc(value))
 		}
 	}
 	field("Gang", g.Namespace+"/"+g.Name)
@@ -156,7 +157,7 @@ func WriteDetail(w io.Writer, g *v1alpha1.Gang, now time.Time, wide bool) error 
 	if msg := strings.TrimSpace(g.Status.Message); msg != "" && msg != strings.TrimSpace(g.Status.Reason) {
 		fmt.Fprintln(w, "Message:")
 		for _, l := range strings.Split(msg, "\n") {
-			fmt.Fprintln(w, "  "+l)
+			fmt.Fprintln(w, "  "+esc(l))
 		}
 	}
 	if err := writeRanks(w, g, wide); err != nil {
@@ -188,9 +189,9 @@ func writeRanks(w io.Writer, g *v1alpha1.Gang, wide bool) error {
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range g.Status.Ranks {
-		row := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", r.Rank, r.Pod, orNone(r.Node), orNone(r.Verdict), orNone(strings.Join(r.Rules, ",")))
+		row := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", r.Rank, esc(r.Pod), orNone(esc(r.Node)), orNone(esc(r.Verdict)), orNone(esc(strings.Join(r.Rules, ","))))
 		if wide {
-			row += "\t" + orNone(strings.Join(r.Devices, ","))
+			row += "\t" + orNone(esc(strings.Join(r.Devices, ",")))
 		}
 		fmt.Fprintln(tw, row)
 	}
@@ -274,10 +275,14 @@ func orNone(s string) string {
 	return s
 }
 
-// oneLine keeps a table row on one line.
+// oneLine keeps a table row on one line, escaped for the terminal.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	return esc(strings.Join(strings.Fields(s), " "))
 }
+
+// esc escapes what a Gang stores for the terminal: a Gang written by an
+// older controller may still hold a rank's raw control characters.
+func esc(s string) string { return verdict.EscapeText(s) }
 
 func cut(s string, n int) string {
 	r := []rune(s)

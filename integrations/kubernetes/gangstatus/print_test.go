@@ -1,8 +1,11 @@
 package gangstatus
 
 import (
+	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,4 +32,25 @@ func TestTimeLeftAndMissing(t *testing.T) {
 	require.Equal(t, "abc", cut("abc", 3))
 	require.Equal(t, "ab…", cut("abcd", 3))
 	require.Equal(t, "a b", oneLine(" a\n b "))
+}
+
+// A Gang that holds a rank's raw control characters (written by an older
+// controller) prints escaped: no sequence reaches the terminal.
+func TestPrintEscapesStoredStrings(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const evil = "\x1b]0;owned\x07\x1b[2J\u202egnp\x9b"
+	g := v1alpha1.Gang{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-1", CreationTimestamp: metav1.NewTime(now)},
+		Spec: v1alpha1.GangSpec{Job: v1alpha1.JobReference{Kind: "PyTorchJob", Name: "train"}, ExpectedRanks: 2, Attempt: 1},
+		Status: v1alpha1.GangStatus{Phase: v1alpha1.PhaseFailed, Verdict: "fail", Reason: "R: " + evil, Message: "line\n" + evil,
+			WaitingFor: evil, Rules: []string{"R" + evil}, Action: "suspend", DecidedBy: evil, Progress: "2/2" + evil,
+			Ranks: []v1alpha1.RankStatus{{Rank: 0, Pod: "p" + evil, Node: evil, Verdict: "fail", Rules: []string{evil}, Devices: []string{evil}}}}}
+	var b strings.Builder
+	require.NoError(t, WriteTable(&b, []v1alpha1.Gang{g}, TableOptions{AllNamespaces: true, Wide: true, Now: now}))
+	require.NoError(t, WriteDetail(&b, &g, now, true))
+	out := b.String()
+	require.True(t, utf8.ValidString(out))
+	for _, r := range out {
+		require.False(t, r != '\n' && unicode.IsControl(r) || r == '\u202e', "%U reached the terminal:\n%s", r, out)
+	}
+	require.Contains(t, out, `\x1b]0;owned\a\x1b[2J\u202egnp`)
 }

@@ -66,8 +66,8 @@ const (
 	MaxFindingItems = 128
 	// MaxTextLen bounds a finding's message and remediation, in bytes.
 	MaxTextLen = 8 << 10
-	// MaxNameLen bounds every other string (names, versions, rule IDs,
-	// device fields), in bytes.
+	// MaxNameLen bounds every other string (names, versions, device
+	// fields), in bytes. Rule IDs have their own form (verdict.ValidRuleID).
 	MaxNameLen = 512
 )
 
@@ -102,7 +102,25 @@ func (r *ReportRequest) Validate() error {
 	case r.Report.Verdict != verdict.VerdictPass && r.Report.Verdict != verdict.VerdictWarn && r.Report.Verdict != verdict.VerdictFail:
 		return fmt.Errorf("report.verdict %q: want pass, warn or fail", r.Report.Verdict)
 	}
-	return r.checkBounds()
+	if err := r.checkBounds(); err != nil {
+		return err
+	}
+	for i, f := range r.Report.Findings {
+		if !verdict.ValidRuleID(f.Rule) {
+			return fmt.Errorf("report.findings[%d].rule %q is not a rule ID (an upper-case letter, then at most 63 upper-case letters, digits or underscores)", i, f.Rule)
+		}
+	}
+	return nil
+}
+
+// Clean strips from every string the rank supplied what could act on a
+// terminal or reorder text (verdict.CleanText): the controller stores
+// reports only after it, in the Gang, the job's annotations and its Events.
+func (r *ReportRequest) Clean() {
+	r.Node = verdict.CleanText(r.Node)
+	r.DriverVersion = verdict.CleanText(r.DriverVersion)
+	r.CUDADriverVersion = verdict.CleanText(r.CUDADriverVersion)
+	r.Report.Clean()
 }
 
 // checkBounds refuses a report larger than a rank sends (the Max* bounds).

@@ -103,9 +103,17 @@ var replicaSpecs = map[string]string{
 	"MPIJob":     "mpiReplicaSpecs",
 }
 
-// Handle implements admission.Handler.
+// Handle implements admission.Handler. Only creates are mutated: a job
+// that exists is never rewritten under itself (its pods may be running
+// from the templates it has), and an update never gains an init container
+// that the controller's own patch would then carry (the shipped
+// ValidatingAdmissionPolicy lets the controller change only
+// spec.runPolicy.suspend and rankgate.io/ annotations). A job created
+// before its namespace was opted in, or while no replica answered, keeps
+// its templates: the Pending watchdog still judges it; re-create it to
+// gate its ranks.
 func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
 	field, ok := replicaSpecs[req.Kind.Kind]
@@ -152,7 +160,7 @@ func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
 	timeout := m.o.GangTimeout
 	if ann, ok := meta["annotations"].(map[string]any); ok {
 		if s, ok := ann[keyGangTimeout].(string); ok {
-			if d, err := time.ParseDuration(s); err == nil && d > 0 {
+			if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
 				timeout = d
 			}
 		}
@@ -362,7 +370,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 	if p := expectProfile(gpus); p != "" {
 		args = append(args, "--expect-profile="+p)
 	}
-	args = append(args, "--timeout="+(timeout+initMargin).String())
+	args = append(args, "--timeout="+gate.AddDurations(timeout, initMargin).String())
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}

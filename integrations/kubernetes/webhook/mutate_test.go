@@ -123,3 +123,25 @@ func TestHandlePatchesOnlyWhatItAdds(t *testing.T) {
 	require.True(t, resp.Allowed)
 	require.Empty(t, resp.Patches)
 }
+
+// An existing job is never mutated: an UPDATE (the controller's suspend,
+// a person's label) of a job that has no init container (created before
+// its namespace was opted in, or while the webhook was down) is answered
+// with no patch, while the same object as a CREATE is mutated.
+func TestHandleMutatesCreatesOnly(t *testing.T) {
+	m := newMutator(t)
+	req := func(op admissionv1.Operation) admission.Request {
+		return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			UID: "1", Operation: op, Namespace: "ml", Name: "j",
+			Kind:   metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"},
+			Object: runtime.RawExtension{Raw: []byte(job)}, OldObject: runtime.RawExtension{Raw: []byte(job)},
+		}}
+	}
+	create := m.Handle(context.Background(), req(admissionv1.Create))
+	require.True(t, create.Allowed)
+	require.NotEmpty(t, create.Patches, "a create is mutated")
+	upd := m.Handle(context.Background(), req(admissionv1.Update))
+	require.True(t, upd.Allowed)
+	require.Empty(t, upd.Patches, "an update is never mutated")
+	require.Nil(t, upd.PatchType)
+}

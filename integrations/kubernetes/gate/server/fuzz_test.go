@@ -81,3 +81,36 @@ func FuzzReportBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodedReportIsClean: whatever body a rank sends, a report the gate
+// accepts has rule IDs of the rule-ID form and no string that could act
+// on a terminal (control characters, bidi controls, bytes not UTF-8).
+func FuzzDecodedReportIsClean(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"gate.rankgate.io/v1","namespace":"ml","pod":"p0","node":"n\u001b[2J","driverVersion":"5\u202e80",` +
+		`"report":{"verdict":"fail","subject":"s\u0007","findings":[{"rule":"NO_DEVICES","severity":"fail","message":"m\u009b31m\r\nx",` +
+		`"remediation":"r\u2066","devices":["d\u0000"],"nodes":["\u200f"],"pods":["p\u007f"]}],"devices":[{"id":"i\u001b","kind":"k","gpu":0,"profile":"p\t"}]}}`))
+	f.Add([]byte(`{"apiVersion":"gate.rankgate.io/v1","namespace":"ml","pod":"p0","report":{"verdict":"pass","findings":[{"rule":"X\u001b","severity":"warn"}]}}`))
+	f.Add([]byte("{\"apiVersion\":\"gate.rankgate.io/v1\",\"namespace\":\"ml\",\"pod\":\"p0\",\"report\":{\"verdict\":\"pass\",\"subject\":\"\xff\xfe\",\"findings\":[]}}"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := server.DecodeReport(body)
+		if err != nil {
+			return
+		}
+		r := req.Report
+		strs := []string{req.Node, req.DriverVersion, req.CUDADriverVersion, r.Subject, r.Mode}
+		for _, fd := range r.Findings {
+			if !verdict.ValidRuleID(fd.Rule) {
+				t.Fatalf("accepted rule %q", fd.Rule)
+			}
+			strs = append(append(append(append(strs, fd.Message, fd.Remediation, string(fd.Severity)), fd.Devices...), fd.Nodes...), fd.Pods...)
+		}
+		for _, d := range r.Devices {
+			strs = append(strs, d.ID, d.Kind, d.GPUUUID, d.Profile, d.FabricCluster)
+		}
+		for _, s := range strs {
+			if verdict.CleanText(s) != s {
+				t.Fatalf("accepted report holds %q", s)
+			}
+		}
+	})
+}

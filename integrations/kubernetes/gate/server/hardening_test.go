@@ -177,6 +177,12 @@ func TestReportBounds(t *testing.T) {
 		{name: "message", mutate: func(r *gate.ReportRequest) {
 			r.Report.Findings = []verdict.Finding{{Rule: "X", Severity: verdict.SeverityWarn, Message: strings.Repeat("m", gate.MaxTextLen+1)}}
 		}, want: "a string of 8193 bytes exceeds the limit of 8192"},
+		{name: "rule ID", mutate: func(r *gate.ReportRequest) {
+			r.Report.Findings = []verdict.Finding{{Rule: "X\x1b]0;owned\x07", Severity: verdict.SeverityFail}}
+		}, want: `report.findings[0].rule "X\x1b]0;owned\a" is not a rule ID`},
+		{name: "lower-case rule ID", mutate: func(r *gate.ReportRequest) {
+			r.Report.Findings = []verdict.Finding{{Rule: "mig_mixed", Severity: verdict.SeverityWarn}}
+		}, want: "is not a rule ID"},
 		{name: "node name", mutate: func(r *gate.ReportRequest) { r.Node = strings.Repeat("n", gate.MaxNameLen+1) }, want: "node: 513 bytes exceed the limit of 512"},
 		{name: "nesting", raw: `{"apiVersion":"gate.rankgate.io/v1","x":[[[[[[[[]]]]]]]]}`, want: "nested deeper than 6"},
 		{name: "keys", raw: `{"apiVersion":"gate.rankgate.io/v1"` + strings.Repeat(`,"a":0`, 40) + `}`, want: "more than 32 keys"},
@@ -206,6 +212,28 @@ func TestReportBounds(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 	require.Contains(t, errorCode(t, rec).Message, "exceeds the limit")
+}
+
+// Every string a rank supplies reaches the backend (and so the Gang, the
+// job's annotations and Events) without control or bidi characters.
+func TestReportStringsCleaned(t *testing.T) {
+	in := gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: "ml", Pod: "p0", Node: "node\x1b[2J", DriverVersion: "580\u202e",
+		CUDADriverVersion: "13.0\n", Report: verdict.NewReport("node\x1b]0;t\x07", []verdict.Finding{{Rule: "MIG_MIXED_PROFILES", Severity: verdict.SeverityFail,
+			Message: "ranks differ\x1b[H\x1b[2J", Remediation: "use one profile\u2066\u2069\r\n", Devices: []string{"MIG-1\x07"}, Nodes: []string{"n\u0085"}, Pods: []string{"p\x7f"}}}),
+	}
+	in.Report.Devices = []verdict.DeviceSummary{{ID: "MIG-1\x1b", Kind: "mig", GPUUUID: "GPU-\u200f", Profile: "1g.10gb\t", FabricCluster: "c\x00"}}
+	body, err := json.Marshal(in)
+	require.NoError(t, err)
+	got, err := server.DecodeReport(body)
+	require.NoError(t, err)
+	require.Equal(t, "node[2J", got.Node)
+	require.Equal(t, "580", got.DriverVersion)
+	require.Equal(t, "13.0 ", got.CUDADriverVersion)
+	require.Equal(t, "node]0;t", got.Report.Subject)
+	f := got.Report.Findings[0]
+	require.Equal(t, verdict.Finding{Rule: "MIG_MIXED_PROFILES", Severity: verdict.SeverityFail, Message: "ranks differ[H[2J",
+		Remediation: "use one profile  ", Devices: []string{"MIG-1"}, Nodes: []string{"n"}, Pods: []string{"p"}}, f)
+	require.Equal(t, verdict.DeviceSummary{ID: "MIG-1", Kind: "mig", GPUUUID: "GPU-", Profile: "1g.10gb ", FabricCluster: "c"}, got.Report.Devices[0])
 }
 
 // At most MaxDecodes bodies are read at once; the next waits DecodeWait

@@ -322,7 +322,9 @@ func (s *Server) readReport(r *http.Request, rc *http.ResponseController) (*gate
 // DecodeReport decodes and validates a report body. Its shape (nesting,
 // list lengths, string lengths) is checked on the token stream before
 // anything is allocated for it, so that the decoded report is never much
-// larger than the bounds in package gate allow.
+// larger than the bounds in package gate allow. A report with a malformed
+// rule ID is refused; every other string is cleaned of control and bidi
+// characters before anyone stores or shows it.
 func DecodeReport(data []byte) (*gate.ReportRequest, error) {
 	if len(data) > gate.MaxReportBody {
 		return nil, gate.Errorf(gate.CodeBadRequest, "report body exceeds the limit of %d bytes", gate.MaxReportBody)
@@ -337,6 +339,7 @@ func DecodeReport(data []byte) (*gate.ReportRequest, error) {
 	if err := req.Validate(); err != nil {
 		return nil, gate.Errorf(gate.CodeBadRequest, "%v", err)
 	}
+	req.Clean()
 	return &req, nil
 }
 

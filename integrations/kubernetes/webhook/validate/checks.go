@@ -48,6 +48,9 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 // for jobs that ask for MIG resources (a missing full-GPU shape is left to
 // the cluster autoscaler).
 // Without GPU nodes nothing is judged: the cluster may not have any yet.
+// A job whose pods get devices through DRA (resource claims, or an
+// extended resource a DeviceClass maps) is not judged either: the engine
+// stands down (DRA_NOT_JUDGED, a warning this check does not keep).
 func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
 	if h.nodes == nil || !requestsGPU(j) {
 		return nil, nil
@@ -61,7 +64,19 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 		return nil, err
 	}
 	// The templates alone: no pods exist yet.
-	w, err := cluster.NewBuilder().WorkloadFor(j)
+	b := cluster.NewBuilder()
+	if h.classes != nil {
+		classes, err := h.classes(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("reading DeviceClasses: %w", err)
+		}
+		for i := range classes {
+			if err := b.AddDeviceClass(&classes[i]); err != nil {
+				return nil, fmt.Errorf("DeviceClass %d: %w", i, err)
+			}
+		}
+	}
+	w, err := b.WorkloadFor(j)
 	if err != nil {
 		return nil, err
 	}

@@ -113,15 +113,24 @@ type Options struct {
 	// Nodes feeds the schedule engine. Nil turns SHAPE_MISMATCH and
 	// STRATEGY_MISMATCH off.
 	Nodes NodeSource
+	// DeviceClasses say which extended resources come through DRA; a job
+	// whose pods use DRA is never refused on placement. Nil: none do
+	// (resource claims are still seen).
+	DeviceClasses DeviceClassSource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
+	// TrustedUsers are user names whose updates are never judged: the
+	// controller's own identity (its writes are limited to rankgate.io/
+	// annotations and spec.runPolicy.suspend by the shipped
+	// ValidatingAdmissionPolicy rankgate-controller-job-writes).
+	TrustedUsers []string
 }
 
 // NewHandler returns the validating admission handler. Unknown rule IDs or
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, engine: opts.Engine}
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
 	}
@@ -145,32 +154,40 @@ func CheckPolicies(m map[string]Policy) error {
 }
 
 type handler struct {
-	policy map[string]Policy
-	nodes  NodeSource
-	engine *schedule.Engine
+	policy  map[string]Policy
+	nodes   NodeSource
+	classes DeviceClassSource
+	engine  *schedule.Engine
+	// trusted: user names whose updates are allowed unjudged.
+	trusted []string
 	// last is the last prepared cluster (snapshot).
 	last atomic.Pointer[snapshot]
 }
 
-// Handle judges a create or update of a PyTorchJob or MPIJob. Anything
-// else, and objects it cannot read, are allowed: the API server and the
+// Handle judges a create of a PyTorchJob or MPIJob, and an update as a
+// change (update.go). Anything else is allowed: the API server and the
 // operators' schemas validate those.
 func (h *handler) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	j, err := decodeJob(req)
+	j, err := decodeObject(req, req.Object.Raw)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if j == nil {
 		return admission.Allowed("")
 	}
+	if req.Operation == admissionv1.Update {
+		return h.handleUpdate(ctx, req, j)
+	}
 	fs, note := h.judge(ctx, j)
 	return h.respond(j, fs, note)
 }
 
-func decodeJob(req admission.Request) (kubeflow.Job, error) {
+// decodeObject reads raw (the request's object or old object) as the
+// request's kind; nil for kinds the webhook does not judge.
+func decodeObject(req admission.Request, raw []byte) (kubeflow.Job, error) {
 	gvk := req.Kind
 	var obj kubeflow.Object
 	switch {
@@ -181,7 +198,7 @@ func decodeJob(req admission.Request) (kubeflow.Job, error) {
 	default:
 		return nil, nil
 	}
-	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+	if err := json.Unmarshal(raw, obj); err != nil {
 		return nil, fmt.Errorf("decoding %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)
 	}
 	j, err := kubeflow.FromObject(obj)

@@ -1,0 +1,172 @@
+package certs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// listPage bounds one page of the metadata lists DistributeCA makes.
+const listPage = 500
+
+// caHash is the AnnotationCAHash of a CA bundle.
+func caHash(ca []byte) string {
+	h := sha256.Sum256(ca)
+	return hex.EncodeToString(h[:])
+}
+
+// EnsureCAConfigMap creates or updates the CA ConfigMap (named
+// CAConfigMap, nothing else) in ns.
+func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
+	b := r.cur.Load()
+	if b == nil {
+		return errors.New("no certificates yet")
+	}
+	ca := string(b.CAPEM())
+	hash := caHash(b.CAPEM())
+	cm := &corev1.ConfigMap{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CAConfigMap}, cm)
+	if apierrors.IsNotFound(err) {
+		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: CAConfigMap,
+			Labels: map[string]string{LabelCABundle: "true"}, Annotations: map[string]string{AnnotationCAHash: hash}},
+			Data: map[string]string{"ca.crt": ca}}
+		if err = r.Client.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
+			return nil // another replica, at the same time
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if cm.Data["ca.crt"] == ca && cm.Labels[LabelCABundle] == "true" && cm.Annotations[AnnotationCAHash] == hash {
+		return nil
+	}
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	cm.Labels[LabelCABundle] = "true"
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[AnnotationCAHash] = hash
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["ca.crt"] = ca
+	return r.Client.Update(ctx, cm)
+}
+
+// DistributeCA keeps the CA ConfigMap in every opted-in namespace (OptedIn;
+// jobs opted in by their own label also get theirs from the webhook) and
+// in the controller's own namespace. It
+// runs on the leader, every Interval. What it reads is bounded whatever
+// tenants create: the opted-in namespaces, and the metadata of the
+// ConfigMaps named CAConfigMap, page by page. It writes only ConfigMaps
+// named CAConfigMap in opted-in namespaces, and only those whose CA
+// fingerprint is not the current one.
+func (r *Rotator) DistributeCA(ctx context.Context) error {
+	r.defaults()
+	t := time.NewTicker(r.Interval)
+	defer t.Stop()
+	for {
+		if err := r.distributeOnce(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Error(err, "certificates: keeping the CA ConfigMaps")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Rotator) distributeOnce(ctx context.Context) error {
+	b := r.cur.Load()
+	if b == nil {
+		return nil
+	}
+	want, err := r.optedIn(ctx)
+	if err != nil {
+		return fmt.Errorf("listing opted-in namespaces: %w", err)
+	}
+	// The controller's own namespace too: the scraper's CA ConfigMap
+	// (ServiceMonitor overlay) lives there.
+	want[r.Namespace] = true
+	kept, err := r.caHashes(ctx)
+	if err != nil {
+		return fmt.Errorf("listing CA ConfigMaps: %w", err)
+	}
+	hash := caHash(b.CAPEM())
+	var errs []error
+	for ns := range want {
+		if kept[ns] == hash {
+			continue
+		}
+		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// optedIn is OptedIn, else the namespaces labelled rankgate.io/gate=enabled
+// (their metadata, page by page).
+func (r *Rotator) optedIn(ctx context.Context) (map[string]bool, error) {
+	if r.OptedIn != nil {
+		return r.OptedIn(ctx)
+	}
+	sel, err := labels.NewRequirement(labelGate, selection.In, []string{"enabled", "true"})
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	err = r.eachMeta(ctx, "Namespace", func(o *metav1.PartialObjectMetadata) {
+		if o.DeletionTimestamp.IsZero() {
+			want[o.Name] = true
+		}
+	}, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*sel)})
+	return want, err
+}
+
+// caHashes maps each namespace that has a ConfigMap named CAConfigMap to
+// its AnnotationCAHash. It reads metadata only, and only of ConfigMaps of
+// that name: a tenant's other ConfigMaps, labelled or not, are never read.
+func (r *Rotator) caHashes(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	err := r.eachMeta(ctx, "ConfigMap", func(o *metav1.PartialObjectMetadata) {
+		out[o.Namespace] = o.Annotations[AnnotationCAHash]
+	}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", CAConfigMap)})
+	return out, err
+}
+
+// eachMeta lists the metadata of the core/v1 objects of kind, listPage at
+// a time.
+func (r *Rotator) eachMeta(ctx context.Context, kind string, f func(*metav1.PartialObjectMetadata), opts ...client.ListOption) error {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
+	cont := ""
+	for {
+		page := append(opts[:len(opts):len(opts)], client.Limit(listPage), client.Continue(cont))
+		if err := r.Client.List(ctx, list, page...); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			f(&list.Items[i])
+		}
+		if cont = list.Continue; cont == "" {
+			return nil
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package clustertest
+
+import (
+	"fmt"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu v0.4.1)
+// publishes its full GPUs under this driver name, one pool per node.
+const NVIDIADRADriver = "gpu.nvidia.com"
+
+// DeviceClass is the driver's class of full GPUs, named like the driver.
+// With extendedResource set (KEP-5004), pods asking for that extended
+// resource (nvidia.com/gpu) get the class's devices through DRA.
+func DeviceClass(name, extendedResource string) *resourcev1.DeviceClass {
+	dc := &resourcev1.DeviceClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: fmt.Sprintf("device.driver == '%s' && device.attributes['%s'].type == 'gpu'", NVIDIADRADriver, NVIDIADRADriver),
+		}}}},
+	}
+	if extendedResource != "" {
+		dc.Spec.ExtendedResourceName = ptr.To(extendedResource)
+	}
+	return dc
+}
+
+// DRAGPU is one full GPU as the driver publishes it.
+type DRAGPU struct {
+	UUID, Product, Driver string
+	MemoryGiB             int
+}
+
+// GPUSlice is the ResourceSlice the driver publishes for a node's full
+// GPUs (devices gpu-0, gpu-1, ...): attributes type, uuid, productName,
+// driverVersion, capacity memory.
+func GPUSlice(node string, gpus ...DRAGPU) *resourcev1.ResourceSlice {
+	s := &resourcev1.ResourceSlice{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + NVIDIADRADriver + "-0"},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver:   NVIDIADRADriver,
+			Pool:     resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1},
+			NodeName: ptr.To(node),
+		},
+	}
+	for i, g := range gpus {
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{
+			Name: fmt.Sprintf("gpu-%d", i),
+			Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+				"type":          {StringValue: ptr.To("gpu")},
+				"uuid":          {StringValue: ptr.To(g.UUID)},
+				"productName":   {StringValue: ptr.To(g.Product)},
+				"driverVersion": {VersionValue: ptr.To(g.Driver)},
+			},
+			Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
+				"memory": {Value: resource.MustParse(fmt.Sprintf("%dGi", g.MemoryGiB))},
+			},
+		})
+	}
+	return s
+}

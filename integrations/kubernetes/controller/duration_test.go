@@ -1,0 +1,29 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+)
+
+// Durations from a job's annotations are clamped to gate.MaxJobDuration:
+// a deadline "now + 2562047h47m" would overflow.
+func TestJobDurationsClamped(t *testing.T) {
+	j := ptJob(true, 1)
+	j.Annotations = map[string]string{KeyGangTimeout: "2562047h47m", KeyPendingGrace: "2562047h47m", KeyPendingTimeout: "1000h"}
+	d, err := jobTimeout(j, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, gate.MaxJobDuration, d)
+	for _, key := range []string{KeyPendingGrace, KeyPendingTimeout} {
+		d, err = jobDuration(j, key, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, gate.MaxJobDuration, d, key)
+	}
+	j.Annotations[KeyPendingGrace] = "-5s"
+	d, err = jobDuration(j, KeyPendingGrace, time.Minute)
+	require.Error(t, err)
+	require.Equal(t, time.Minute, d)
+}

@@ -1,0 +1,30 @@
+package validate
+
+import (
+	"context"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// DeviceClassSource returns the cluster's DeviceClasses: the extended
+// resources they map come through DRA, and a job asking for one is not
+// judged from node allocatable (DRA_NOT_JUDGED, never refused).
+type DeviceClassSource func(ctx context.Context) ([]resourcev1.DeviceClass, error)
+
+// ListDeviceClasses is a DeviceClassSource over a client: with the
+// controller manager's client, the informer cache. A cluster that does not
+// serve resource.k8s.io/v1 has none.
+func ListDeviceClasses(c client.Reader) DeviceClassSource {
+	return func(ctx context.Context) ([]resourcev1.DeviceClass, error) {
+		l := &resourcev1.DeviceClassList{}
+		if err := c.List(ctx, l); err != nil {
+			if meta.IsNoMatchError(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		return l.Items, nil
+	}
+}
