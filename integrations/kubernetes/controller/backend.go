@@ -68,6 +68,9 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		return c.answerDecided(r, d), nil
 	}
 	g := c.ensureGang(r.job)
+	if err := c.refuseUnexpected(g, r); err != nil {
+		return nil, err
+	}
 	node := r.pod.Spec.NodeName
 	if node == "" {
 		node = req.Node
@@ -154,15 +157,9 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launch
 		}
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%s", why)
 	}
-	pod := &corev1.Pod{}
-	if err := c.getFresh(ctx, types.NamespacedName{Namespace: id.Namespace, Name: id.Pod}, pod, id.PodUID); err != nil {
-		if apierrors.IsNotFound(err) {
-			return rankOf{}, gate.Errorf(gate.CodeForbidden, "pod %s/%s does not exist", id.Namespace, id.Pod)
-		}
-		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s: %v", id.Namespace, id.Pod, err)
-	}
-	if string(pod.UID) != id.PodUID {
-		return rankOf{}, gate.Errorf(gate.CodeForbidden, "the token was issued to an earlier pod named %s/%s (uid %s, now %s)", id.Namespace, id.Pod, id.PodUID, pod.UID)
+	pod, err := c.reportingPod(ctx, id)
+	if err != nil {
+		return rankOf{}, err
 	}
 	ref, ok, err := c.jobOf(ctx, pod)
 	if err != nil {

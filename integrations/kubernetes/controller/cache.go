@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
@@ -196,47 +197,123 @@ func clip(s string, n int) string {
 	return s
 }
 
-// trimPod keeps identity, rank labels, owner, node, phase, the PodScheduled
-// condition and init container states; for a pod not yet bound to a node,
-// also what the schedule engine needs to judge whether it can ever be
-// placed (placement.go): its containers' resources, overhead and placement
-// rules. A bound pod keeps no containers (nearly every cached pod is bound),
-// only its effective request, which the nodes' usage sums (usage.go).
+// Bounds of a cached pod: whatever a pod carries (any user who may create
+// pods can give one 20,000 containers, labels, gates and owners), its
+// cached record stays a few KiB.
+const (
+	maxPodLabels      = 8  // training.kubeflow.org/ and rankgate.io/ labels
+	maxInitStatuses   = 8  // init container states (podState reads the first that says something)
+	maxSchedGates     = 4  // scheduling gates named in the scheduler message
+	maxRequestNames   = 32 // resource names of the effective request
+	maxCachedGateName = 63
+)
+
+// Annotations only the cached copy of a pod carries (never written).
+const (
+	// annoPlacement is the fingerprint of an unbound pod's placement rules
+	// (placementFingerprint): the rules themselves are read when the
+	// watchdog needs them (podfacts.go).
+	annoPlacement = "rankgate.io/cached-placement"
+	// annoUnreadable is why the pod's effective request cannot be read.
+	annoUnreadable = "rankgate.io/cached-unreadable-request"
+)
+
+// podLabels are the labels a cached pod keeps first (the operators' rank
+// labels); others under the kept prefixes follow, in key order, up to
+// maxPodLabels.
+var podLabels = []string{LabelJobName, LabelReplicaType, LabelReplicaIndex, LabelJobRole, kubeflow.LabelOperatorName}
+
+// trimPod keeps identity, rank labels, the controller owner, node, phase,
+// the PodScheduled condition, the first init container states and the
+// pod's effective request; for a pod not yet bound to a node, also its
+// scheduling gates and a fingerprint of its placement rules, never the
+// rules or containers themselves (podfacts.go reads them when the Pending
+// watchdog judges the job). Every part is bounded (see maxPodLabels).
 func trimPod(i any) (any, error) {
 	p, ok := i.(*corev1.Pod)
 	if !ok {
 		return unwrapTombstone(i, trimPod)
 	}
 	out := &corev1.Pod{
-		ObjectMeta: trimMeta(p.ObjectMeta, "training.kubeflow.org/", "rankgate.io/"),
+		ObjectMeta: trimPodMeta(&p.ObjectMeta),
 		Spec: corev1.PodSpec{
 			NodeName: intern(p.Spec.NodeName), ServiceAccountName: intern(p.Spec.ServiceAccountName),
 		},
-		Status: corev1.PodStatus{Phase: p.Status.Phase, Reason: p.Status.Reason, Message: clip(p.Status.Message, 256)},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, Reason: clip(p.Status.Reason, 128), Message: clip(p.Status.Message, 256)},
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled {
-			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: clip(c.Message, 512), LastTransitionTime: c.LastTransitionTime}}
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status, Reason: clip(c.Reason, 128), Message: clip(c.Message, 512), LastTransitionTime: c.LastTransitionTime}}
+			break
 		}
 	}
-	for _, s := range p.Status.InitContainerStatuses {
-		t := corev1.ContainerStatus{Name: s.Name, Ready: s.Ready, RestartCount: s.RestartCount}
+	for _, s := range p.Status.InitContainerStatuses[:min(len(p.Status.InitContainerStatuses), maxInitStatuses)] {
+		t := corev1.ContainerStatus{Name: clip(s.Name, maxCachedGateName), Ready: s.Ready, RestartCount: s.RestartCount}
 		switch {
 		case s.State.Waiting != nil:
-			t.State.Waiting = &corev1.ContainerStateWaiting{Reason: s.State.Waiting.Reason, Message: clip(s.State.Waiting.Message, 256)}
+			t.State.Waiting = &corev1.ContainerStateWaiting{Reason: clip(s.State.Waiting.Reason, 128), Message: clip(s.State.Waiting.Message, 256)}
 		case s.State.Running != nil:
 			t.State.Running = &corev1.ContainerStateRunning{StartedAt: s.State.Running.StartedAt}
 		case s.State.Terminated != nil:
-			t.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.State.Terminated.ExitCode, Reason: s.State.Terminated.Reason, Message: clip(s.State.Terminated.Message, 256)}
+			t.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: s.State.Terminated.ExitCode, Reason: clip(s.State.Terminated.Reason, 128), Message: clip(s.State.Terminated.Message, 256)}
 		}
 		out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, t)
 	}
+	keepRequest(out, &p.Spec)
 	if p.Spec.NodeName == "" {
-		keepScheduling(&out.Spec, &p.Spec)
-	} else {
-		keepRequest(&out.Spec, &p.Spec)
+		for _, g := range p.Spec.SchedulingGates[:min(len(p.Spec.SchedulingGates), maxSchedGates)] {
+			out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: intern(clip(g.Name, maxCachedGateName))})
+		}
+		setCachedAnnotation(out, annoPlacement, placementFingerprint(&p.Spec))
 	}
 	return out, nil
+}
+
+// trimPodMeta keeps a pod's identity, at most maxPodLabels of its rank
+// labels, and its controller owner reference (the only one read).
+func trimPodMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
+	out := metav1.ObjectMeta{
+		Name: m.Name, Namespace: intern(m.Namespace), UID: m.UID, ResourceVersion: m.ResourceVersion,
+		CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
+	}
+	keep := func(k, v string) {
+		if out.Labels == nil {
+			out.Labels = make(map[string]string, 4)
+		}
+		out.Labels[intern(k)] = intern(v)
+	}
+	for _, k := range podLabels {
+		if v, ok := m.Labels[k]; ok {
+			keep(k, v)
+		}
+	}
+	if len(m.Labels) > len(out.Labels) {
+		var more []string
+		for k := range m.Labels {
+			if _, kept := out.Labels[k]; !kept && (strings.HasPrefix(k, "training.kubeflow.org/") || strings.HasPrefix(k, "rankgate.io/")) {
+				more = append(more, k)
+			}
+		}
+		slices.Sort(more)
+		for _, k := range more[:min(len(more), maxPodLabels-len(out.Labels))] {
+			keep(k, m.Labels[k])
+		}
+	}
+	for i := range m.OwnerReferences {
+		if r := &m.OwnerReferences[i]; r.Controller != nil && *r.Controller {
+			out.OwnerReferences = internOwners(m.OwnerReferences[i : i+1])
+			break
+		}
+	}
+	return out
+}
+
+// setCachedAnnotation sets an annotation on a cached copy.
+func setCachedAnnotation(p *corev1.Pod, k, v string) {
+	if p.Annotations == nil {
+		p.Annotations = make(map[string]string, 1)
+	}
+	p.Annotations[k] = v
 }
 
 // slimPod keeps of a pod outside any Kubeflow job what the nodes' usage
@@ -251,23 +328,55 @@ func slimPod(i any) (any, error) {
 		Spec:       corev1.PodSpec{NodeName: intern(p.Spec.NodeName)},
 		Status:     corev1.PodStatus{Phase: p.Status.Phase},
 	}
-	keepRequest(&out.Spec, &p.Spec)
+	keepRequest(out, &p.Spec)
 	return out, nil
 }
 
 // keepRequest puts the effective request of in (cluster.PodRequests, as
 // the scheduler sums it) into out as a pod-level request, which
 // cluster.PodRequests reads back unchanged; equal requests share one
-// read-only copy. A request that cannot be read keeps the containers'
-// resources, so that reading it fails again where it is summed.
-func keepRequest(out, in *corev1.PodSpec) {
+// read-only copy. Of a request naming more than maxRequestNames
+// resources, the node resources every kubelet advertises and the GPU
+// resources come first. A request that cannot be read keeps why
+// (annoUnreadable), so that summing it fails again (usage.go).
+func keepRequest(out *corev1.Pod, in *corev1.PodSpec) {
 	req, err := cluster.PodRequests(in)
 	if err != nil {
-		keepScheduling(out, in)
-		out.NodeSelector, out.Tolerations, out.Affinity, out.SchedulingGates = nil, nil, nil, nil
+		setCachedAnnotation(out, annoUnreadable, clip(err.Error(), 512))
 		return
 	}
-	out.Resources = internRequest(req)
+	out.Spec.Resources = internRequest(boundNames(req))
+}
+
+// boundNames keeps at most maxRequestNames resources of req.
+func boundNames(req schedule.Resources) schedule.Resources {
+	if len(req) <= maxRequestNames {
+		return req
+	}
+	names := make([]string, 0, len(req))
+	for n := range req {
+		names = append(names, n)
+	}
+	rank := func(n string) int {
+		switch {
+		case n == string(corev1.ResourceCPU) || n == string(corev1.ResourceMemory) || n == string(corev1.ResourceEphemeralStorage) || n == schedule.ResourcePods:
+			return 0
+		case topology.IsGPUResource(n):
+			return 1
+		}
+		return 2
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	out := make(schedule.Resources, maxRequestNames)
+	for _, n := range names[:maxRequestNames] {
+		out[n] = req[n]
+	}
+	return out
 }
 
 // lists shares equal resource lists between cached objects (the nodes of
@@ -346,30 +455,6 @@ func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
 		}
 		return &corev1.ResourceRequirements{Requests: rl}
 	})
-}
-
-// keepScheduling copies what cluster.PodRequests and cluster.ConstraintsOf
-// read: requests and limits (app, init and sidecar containers, pod level,
-// overhead), node selector, required node affinity and tolerations.
-func keepScheduling(out, in *corev1.PodSpec) {
-	ctrs := func(cs []corev1.Container) []corev1.Container {
-		if len(cs) == 0 {
-			return nil
-		}
-		out := make([]corev1.Container, len(cs))
-		for i, c := range cs {
-			out[i] = corev1.Container{Name: intern(c.Name), Resources: corev1.ResourceRequirements{Requests: internList(c.Resources.Requests), Limits: internList(c.Resources.Limits)}, RestartPolicy: c.RestartPolicy}
-		}
-		return out
-	}
-	out.Containers, out.InitContainers = ctrs(in.Containers), ctrs(in.InitContainers)
-	out.Overhead, out.Resources = in.Overhead, in.Resources
-	out.NodeSelector, out.Tolerations = in.NodeSelector, in.Tolerations
-	if a := in.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
-		out.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution}}
-	}
-	out.SchedulingGates = in.SchedulingGates
-	out.ResourceClaims = in.ResourceClaims // devices through DRA (cluster.Builder)
 }
 
 // trimNode keeps what the schedule engine reads (cluster.NodeFromCore):

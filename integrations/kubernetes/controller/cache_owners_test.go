@@ -1,19 +1,23 @@
 package controller
 
 import (
+	"encoding/json"
+	"fmt"
 	"runtime"
 	"testing"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 )
 
 // The replicas of one job share one cached owner list (also across a
-// collection while they hold it); another owner gets its own.
+// collection while they hold it); another owner gets its own. Only the
+// controller owner is kept (the only one read).
 func TestTrimPodSharesOwners(t *testing.T) {
 	pod := func(name, job, uid string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", OwnerReferences: []metav1.OwnerReference{{
@@ -34,8 +38,7 @@ func TestTrimPodSharesOwners(t *testing.T) {
 	require.Same(t, &a.OwnerReferences[0], &b.OwnerReferences[0])
 	require.NotSame(t, &a.OwnerReferences[0], &c.OwnerReferences[0])
 	require.Equal(t, "other", c.OwnerReferences[0].Name)
-	require.NotSame(t, &a.OwnerReferences[0], &e.OwnerReferences[0])
-	require.Nil(t, e.OwnerReferences[0].Controller)
+	require.Empty(t, e.OwnerReferences)
 	runtime.KeepAlive(a)
 }
 
@@ -60,4 +63,37 @@ func TestStripSharesReplicaSpecs(t *testing.T) {
 	require.NotSame(t, a.Spec.PyTorchReplicaSpecs[w], c.Spec.PyTorchReplicaSpecs[w])
 	require.Equal(t, kubeflowv1.ReplicaSpec{Replicas: ptr.To(int32(3)), RestartPolicy: kubeflowv1.RestartPolicyOnFailure}, *c.Spec.PyTorchReplicaSpecs[w])
 	require.Equal(t, int32(7), *a.Spec.PyTorchReplicaSpecs[w].Replicas)
+}
+
+// A pod with 20,000 containers, many labels, owners, gates and
+// tolerations keeps a record of bounded size.
+func TestTrimPodBounded(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "j-worker-0", Namespace: "ml", Labels: map[string]string{LabelJobName: "j"}}}
+	for i := 0; i < 20000; i++ {
+		name := fmt.Sprintf("c%d", i)
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: name, Image: "x",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceName("example.com/r" + name): resource.MustParse("1")}}})
+		p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{Key: name, Operator: corev1.TolerationOpExists})
+		p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "example.com/" + name})
+		p.Labels["rankgate.io/"+name] = "x"
+		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: name, UID: k8stypes.UID(name)})
+		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: name})
+	}
+	p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = resource.MustParse("8")
+	o, err := trimPod(p)
+	require.NoError(t, err)
+	tp := o.(*corev1.Pod)
+	require.Empty(t, tp.Spec.Containers)
+	require.Empty(t, tp.Spec.Tolerations)
+	require.Len(t, tp.Spec.SchedulingGates, maxSchedGates)
+	require.Len(t, tp.Labels, maxPodLabels)
+	require.Equal(t, "j", tp.Labels[LabelJobName])
+	require.Empty(t, tp.OwnerReferences)
+	require.Len(t, tp.Status.InitContainerStatuses, maxInitStatuses)
+	require.Len(t, tp.Spec.Resources.Requests, maxRequestNames-1) // and pods, implied
+	q := tp.Spec.Resources.Requests["nvidia.com/gpu"]
+	require.EqualValues(t, 8, q.Value())
+	b, err := json.Marshal(tp)
+	require.NoError(t, err)
+	require.Less(t, len(b), 8<<10, "cached record of a pod with 20,000 containers")
 }

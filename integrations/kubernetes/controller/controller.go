@@ -266,6 +266,11 @@ type Controller struct {
 	// draServed: the API server serves DeviceClasses (dra.go).
 	draServed bool
 
+	unexpected  misfits       // pods reported as not the job's (podfit.go)
+	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
+	notRanks    uidSet        // pods read once and found without a job-name label (gatepod.go)
+	batchOwners batchOwners   // the MPIJob (or none) controlling each batch Job read (gatepod.go)
+
 	leader      atomic.Bool
 	synced      atomic.Bool
 	recovered   atomic.Bool            // verdicts earlier leaders recorded loaded (sweep)

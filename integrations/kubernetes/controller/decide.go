@@ -236,7 +236,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 	waitingRank := map[*corev1.Pod]int{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid {
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid || podFits(j, p) != nil {
 			continue
 		}
 		jobPods = append(jobPods, p)

@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -34,11 +36,18 @@ func TestJudgeDRARanks(t *testing.T) {
 			tn = append(tn, *o.(*corev1.Node))
 		}
 		var tp []*corev1.Pod
+		api := fake.NewClientBuilder()
 		for _, p := range pods {
 			o, err := trimPod(p.DeepCopy())
 			require.NoError(t, err)
 			tp = append(tp, o.(*corev1.Pod))
+			api.WithObjects(p.DeepCopy())
 		}
+		// The placement rules and claims of the pods judged are read from
+		// the API server, as the controller reads them.
+		c := &Controller{api: api.Build()}
+		tp, err := c.judgedPods(context.Background(), j, tp)
+		require.NoError(t, err)
 		why, err := judgePlacement(schedule.New(), tn, classes, j, tp)
 		require.NoError(t, err)
 		res, _, ok, err := judgeJob(schedule.New(), tn, classes, j, tp, false)
@@ -59,8 +68,9 @@ func TestJudgeDRARanks(t *testing.T) {
 	require.False(t, res.Hopeless)
 	require.Contains(t, res.Report.Findings[0].Message, "nvidia.com/gpu from DeviceClass gpu.nvidia.com")
 
-	// Resource claims survive the pod cache's trim: a MIG shape no node
-	// has next to a claim is not judged either.
+	// Resource claims are read with the placement rules (the pod cache
+	// keeps only their fingerprint): a MIG shape no node has next to a
+	// claim is not judged either.
 	why, res = judge(nil, withClaim(pendingPod("nvidia.com/mig-1g.5gb", 1)))
 	require.Empty(t, why)
 	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)

@@ -119,20 +119,27 @@ func (c *Controller) jobOf(ctx context.Context, pod *corev1.Pod) (jobRef, bool, 
 	if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() || pod.Labels[LabelJobName] == "" {
 		return jobRef{}, false, nil
 	}
+	if r, ok, known := c.batchOwners.get(ref.UID); known {
+		return r, ok, nil
+	}
 	bj := &batchv1.Job{}
 	if err := c.api.Get(ctx, types.NamespacedName{Namespace: pod.Namespace, Name: ref.Name}, bj); err != nil {
 		if client.IgnoreNotFound(err) == nil {
+			c.batchOwners.put(ref.UID, jobRef{}, false) // a UID never comes back
 			return jobRef{}, false, nil
 		}
 		return jobRef{}, false, fmt.Errorf("reading Job %s/%s, owner of pod %s: %w", pod.Namespace, ref.Name, pod.Name, err)
 	}
 	if bj.UID != ref.UID {
+		c.batchOwners.put(ref.UID, jobRef{}, false)
 		return jobRef{}, false, nil
 	}
 	r, ok := kubeflowController(bj.OwnerReferences)
 	if !ok || r.kind != mpiGVK.Kind {
+		c.batchOwners.put(ref.UID, jobRef{}, false)
 		return jobRef{}, false, nil
 	}
+	c.batchOwners.put(ref.UID, r, true)
 	return r, true, nil
 }
 

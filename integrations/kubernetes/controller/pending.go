@@ -277,7 +277,8 @@ func unschedulableSince(pods []*corev1.Pod, seen time.Time) (since time.Time, ok
 	return since, ok
 }
 
-// jobPods are the cached pods of the job with obj's UID.
+// jobPods are the cached pods of the job with obj's UID that fit its spec
+// (podFits: another pod with its labels and owner is ignored).
 func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.Pod, error) {
 	pods := &corev1.PodList{}
 	if err := c.listJobPods(ctx, pods, obj.GetNamespace(), obj.GetName()); err != nil {
@@ -290,7 +291,7 @@ func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.
 			out = append(out, p)
 		}
 	}
-	return out, nil
+	return c.fittingPods(wrap(obj), out), nil
 }
 
 // watchPending is the watchdog's step for one gated job without a
@@ -490,6 +491,10 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 // waitRecheck and after each write of its annotation).
 func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p *pendingJob) (schedule.Result, schedule.Workload, error) {
 	if err := j.Validate(); err != nil {
+		return schedule.Result{}, schedule.Workload{}, err
+	}
+	pods, err := c.judgedPods(ctx, j, pods)
+	if err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
 	// A job whose devices come through DRA is not judged from node

@@ -38,7 +38,13 @@ import (
 // unplaceablePods judges job j with its cached pods and returns, for each
 // pod ("namespace/name") that can never be placed, the engine's reason.
 func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.Pod) map[string]string {
-	res, w, _, ok, err := c.judge(ctx, j, pods, true)
+	pods, err := c.judgedPods(ctx, j, pods)
+	var res schedule.Result
+	var w schedule.Workload
+	ok := false
+	if err == nil {
+		res, w, _, ok, err = c.judge(ctx, j, pods, true)
+	}
 	if err != nil {
 		c.log.Info("cannot judge whether the missing ranks can ever be placed; the gang deadline still applies", "job", jobKey(j), "error", err.Error())
 	}

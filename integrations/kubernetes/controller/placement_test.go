@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -8,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -41,6 +44,9 @@ func rankJob(t *testing.T, pods ...*corev1.Pod) (job, []*corev1.Pod) {
 		if p.Name == "" {
 			p.Name = fmt.Sprintf("j-worker-%d", i)
 		}
+		if p.UID == "" {
+			p.UID = types.UID(p.Name + "-uid")
+		}
 		p.Labels = map[string]string{LabelJobName: "j", LabelReplicaType: "worker", LabelReplicaIndex: fmt.Sprint(i)}
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "j", UID: "job-uid", Controller: ptr.To(true)}}
 	}
@@ -57,11 +63,19 @@ func judgeTrimmed(t *testing.T, j job, pods []*corev1.Pod, nodes ...*corev1.Node
 		tn = append(tn, *o.(*corev1.Node))
 	}
 	var tp []*corev1.Pod
+	api := fake.NewClientBuilder()
 	for _, p := range pods {
 		o, err := trimPod(p.DeepCopy())
 		require.NoError(t, err)
 		tp = append(tp, o.(*corev1.Pod))
+		full := p.DeepCopy()
+		full.ManagedFields = nil
+		api.WithObjects(full)
 	}
+	// The placement rules of the pods judged are read from the API server.
+	c := &Controller{api: api.Build()}
+	tp, err := c.judgedPods(context.Background(), j, tp)
+	require.NoError(t, err)
 	why, err := judgePlacement(schedule.New(), tn, nil, j, tp)
 	require.NoError(t, err)
 	return why
@@ -173,8 +187,9 @@ func TestTrimNodeKeepsTheEngineModel(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-// An unbound pod keeps what the engine reads (its effective request and
-// placement rules come out the same); a bound one keeps no containers.
+// An unbound pod keeps its effective request and a fingerprint of its
+// placement rules, never the rules or containers; the rules read back for
+// judging (judgedPods) are the pod's. A bound one keeps its request only.
 func TestTrimPodKeepsScheduling(t *testing.T) {
 	p := pendingPod("nvidia.com/gpu", 4)
 	p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: "side", RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
@@ -186,24 +201,41 @@ func TestTrimPodKeepsScheduling(t *testing.T) {
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "nvidia.com/gpu.product", Operator: corev1.NodeSelectorOpIn, Values: []string{"NVIDIA-H100-80GB-HBM3"}}}}}}},
 		PodAntiAffinity: &corev1.PodAntiAffinity{},
 	}
+	j, pods := rankJob(t, p)
 	out, err := trimPod(p.DeepCopy())
 	require.NoError(t, err)
 	tp := out.(*corev1.Pod)
-	require.Empty(t, tp.Spec.Containers[0].Image)
-	require.Empty(t, tp.Spec.Containers[0].Env)
-	require.Nil(t, tp.Spec.Affinity.PodAntiAffinity)
-	for _, spec := range []*corev1.PodSpec{&p.Spec, &tp.Spec} {
-		require.Equal(t, cluster.ConstraintsOf(&p.Spec), cluster.ConstraintsOf(spec))
-		got, err := cluster.PodRequests(spec)
-		require.NoError(t, err)
-		want, err := cluster.PodRequests(&p.Spec)
-		require.NoError(t, err)
-		require.Equal(t, want, got)
-	}
+	require.Empty(t, tp.Spec.Containers)
+	require.Empty(t, tp.Spec.InitContainers)
+	require.Nil(t, tp.Spec.Affinity)
+	require.Empty(t, tp.Spec.NodeSelector)
+	require.Empty(t, tp.Spec.Tolerations)
+	require.Equal(t, placementFingerprint(&p.Spec), tp.Annotations[annoPlacement])
+	got, err := cluster.PodRequests(&tp.Spec)
+	require.NoError(t, err)
+	want, err := cluster.PodRequests(&p.Spec)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	c := &Controller{api: fake.NewClientBuilder().WithObjects(pods[0].DeepCopy()).Build()}
+	judged, err := c.judgedPods(context.Background(), j, []*corev1.Pod{tp})
+	require.NoError(t, err)
+	require.Len(t, judged, 1)
+	require.Equal(t, cluster.ConstraintsOf(&p.Spec), cluster.ConstraintsOf(&judged[0].Spec))
+	got, err = cluster.PodRequests(&judged[0].Spec)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	// Read once: the rules are remembered while the fingerprint holds.
+	c.api = fake.NewClientBuilder().Build()
+	judged, err = c.judgedPods(context.Background(), j, []*corev1.Pod{tp})
+	require.NoError(t, err)
+	require.Equal(t, cluster.ConstraintsOf(&p.Spec), cluster.ConstraintsOf(&judged[0].Spec))
+
 	p.Spec.NodeName = "n0"
 	out, err = trimPod(p)
 	require.NoError(t, err)
 	require.Empty(t, out.(*corev1.Pod).Spec.Containers)
 	require.Empty(t, out.(*corev1.Pod).Spec.InitContainers)
 	require.Nil(t, out.(*corev1.Pod).Spec.Affinity)
+	require.Empty(t, out.(*corev1.Pod).Annotations[annoPlacement])
 }

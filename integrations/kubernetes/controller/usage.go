@@ -57,6 +57,9 @@ func (u *podUsage) add(source string, p *corev1.Pod, sign int64) {
 		return
 	}
 	req, err := cluster.PodRequests(&p.Spec)
+	if why := p.Annotations[annoUnreadable]; why != "" {
+		err = errors.New(why) // the cache keeps why, not the pod's containers
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.gen++

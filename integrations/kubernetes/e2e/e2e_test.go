@@ -462,7 +462,7 @@ func applyKustomization(t *testing.T, root string) {
 		t.Skipf("kustomize v5.8.0 not built (make test builds it into bin/tools): %v", err)
 	}
 	ctx := context.Background()
-	for _, dir := range []string{"configs/deploy", "configs/overlays/cert-manager", "configs/overlays/on-fail-delete"} {
+	for _, dir := range []string{"configs/deploy", "configs/overlays/cert-manager", "configs/overlays/on-fail-delete", "configs/overlays/operator-pods"} {
 		out, err := exec.Command(kz, "build", filepath.Join(root, dir)).Output()
 		require.NoError(t, err, "kustomize build %s", dir)
 		file := filepath.Join(t.TempDir(), "out.yaml")

@@ -133,6 +133,11 @@ func rankPod(t testing.TB, owner client.Object, replicaType string, index int, n
 	gvk, err := k8s.GroupVersionKindFor(owner)
 	require.NoError(t, err)
 	name := fmt.Sprintf("%s-%s-%d", owner.GetName(), replicaType, index)
+	if mj, ok := owner.(*mpiv2beta1.MPIJob); ok && ptr.Deref(mj.Spec.RunLauncherAsWorker, false) && replicaType == "worker" {
+		// mpi-operator v0.8 names Worker i <job>-worker-i and labels it
+		// index i+1 when the launcher is rank 0.
+		name = fmt.Sprintf("%s-worker-%d", owner.GetName(), index-1)
+	}
 	if gpuResource == "" {
 		gpuResource = "nvidia.com/gpu"
 	}
