@@ -21,21 +21,20 @@ package validate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync/atomic"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -172,6 +171,11 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	j, err := decodeObject(req, req.Object.Raw)
+	if errors.Is(err, review.ErrTooLarge) {
+		// Not judged, and not refused: an update over the bounds may be
+		// the one that stops the job.
+		return admission.Allowed("").WithWarnings(fmt.Sprintf("rankgate: not checked: %v", err))
+	}
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -186,30 +190,10 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // decodeObject reads raw (the request's object or old object) as the
-// request's kind; nil for kinds the webhook does not judge.
+// request's kind, once and within the shared bounds (review.DecodeJob);
+// nil for kinds the webhook does not judge.
 func decodeObject(req admission.Request, raw []byte) (kubeflow.Job, error) {
-	gvk := req.Kind
-	var obj kubeflow.Object
-	switch {
-	case gvk.Group == kubeflow.PyTorchJobGVK.Group && gvk.Version == kubeflow.PyTorchJobGVK.Version && gvk.Kind == kubeflow.PyTorchJobGVK.Kind:
-		obj = &kftraining.PyTorchJob{}
-	case gvk.Group == kubeflow.MPIJobGVK.Group && gvk.Version == kubeflow.MPIJobGVK.Version && gvk.Kind == kubeflow.MPIJobGVK.Kind:
-		obj = &mpiv2.MPIJob{}
-	default:
-		return nil, nil
-	}
-	if err := json.Unmarshal(raw, obj); err != nil {
-		return nil, fmt.Errorf("decoding %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)
-	}
-	j, err := kubeflow.FromObject(obj)
-	if err != nil {
-		return nil, err
-	}
-	// generateName: the name is not known yet.
-	if j.Namespace() == "" {
-		j.Object().SetNamespace(req.Namespace)
-	}
-	return j, nil
+	return review.DecodeJob(req.Kind, req.Namespace, raw)
 }
 
 // respond turns findings into the answer: denied when a finding's check
