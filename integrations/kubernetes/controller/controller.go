@@ -265,6 +265,9 @@ type Controller struct {
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 	// draServed: the API server serves DeviceClasses (dra.go).
 	draServed bool
+	// webhookCert serves the webhook port's certificate (registerWebhooks).
+	webhookCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	jobCA       sync.Map // namespace -> *certs.Bundle written there (ensureJobCA)
 
 	unexpected  misfits       // pods reported as not the job's (podfit.go)
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
@@ -369,7 +372,9 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	mopts.WebhookServer = ws
+	if ws != nil {
+		mopts.WebhookServer = ws
+	}
 	mgr, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("controller: manager: %w", err)
@@ -418,7 +423,7 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
-	if err := c.registerWebhooks(ws, mgr.GetClient(), selfUser(cs, c.log)); err != nil {
+	if err := c.registerWebhooks(mgr, ws, selfUser(cs, c.log)); err != nil {
 		return nil, err
 	}
 	if ws != nil {

@@ -108,6 +108,7 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
+	c.ensureJobCA(ctx, obj)
 	c.mu.Lock()
 	if uid, ok := c.byName[key]; ok && uid != obj.GetUID() {
 		c.mu.Unlock()
