@@ -186,6 +186,11 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 	slices.Sort(names)
 	var ops []jsonpatch.Operation
 	for _, name := range names {
+		if name == "" {
+			// Not a replica type any operator runs, and a key that JSON
+			// patch implementations address differently: left alone.
+			continue
+		}
 		base := "/spec/" + field + "/" + pointerKey(name) + "/template/spec"
 		add, err := m.podSpecOps(base, &templates[name].Spec, timeout)
 		if err != nil {

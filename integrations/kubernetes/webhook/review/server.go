@@ -137,15 +137,19 @@ func (s *Server) bounded(h http.Handler) http.Handler {
 			http.Error(w, fmt.Sprintf("a body of %d bytes exceeds the limit of %d bytes", r.ContentLength, s.opts.MaxBody), http.StatusRequestEntityTooLarge)
 			return
 		}
+		// Reads on the connection end at this deadline, moved once the
+		// review has a slot: a client that sends headers and then trickles
+		// (or never sends) the body is cut, and so is the server's discard
+		// of a body it answered without reading.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.DecodeWait + s.opts.BodyTimeout))
 		if !s.acquire(r.Context()) {
 			w.Header().Set("Retry-After", strconv.Itoa(int((s.opts.DecodeWait+time.Second-1)/time.Second)))
 			http.Error(w, fmt.Sprintf("%d reviews are being read; retry", cap(s.decodes)), http.StatusServiceUnavailable)
 			return
 		}
 		defer func() { <-s.decodes }()
-		// The body must arrive within BodyTimeout; the deadline also ends
-		// the server's discard of a body the handler refused unread.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 		r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBody)
 		h.ServeHTTP(w, r)
 	})
