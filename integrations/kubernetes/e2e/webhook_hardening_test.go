@@ -94,7 +94,7 @@ func tinyObjectsJob(size int) []byte {
 // insecureClient posts to the webhook port as anyone in the cluster could.
 func insecureClient(cert ...tls.Certificate) *http.Client {
 	return &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, Certificates: cert}, //nolint:gosec // the attacker's view
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true, Certificates: cert}, //nolint:gosec // the attacker's view
 		DisableKeepAlives: true,
 	}}
 }
@@ -284,7 +284,9 @@ func TestE2EWebhookLargeDryRunsBounded(t *testing.T) {
 func TestE2EWebhookCAConfigMapOnlyWhereOptedIn(t *testing.T) {
 	ensureNamespace(t, "kube-system")
 	ctx := context.Background()
-	cmKey := func(ns string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: webhook.CAConfigMapName} }
+	cmKey := func(ns string) types.NamespacedName {
+		return types.NamespacedName{Namespace: ns, Name: webhook.CAConfigMapName}
+	}
 	_ = k8s.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: webhook.CAConfigMapName}})
 	p := startWebhookProcess(t, "--manage-certs=true", "--cert-dir", t.TempDir(), "--cert-secret", "rankgate-e2e-wh-ca", "--webhook-config", "rankgate-e2e-none")
 	t.Cleanup(func() {

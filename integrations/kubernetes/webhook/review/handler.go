@@ -23,17 +23,17 @@ type envelope struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Request    *struct {
-		UID       types.UID                `json:"uid"`
-		Kind      metav1.GroupVersionKind  `json:"kind"`
-		Name      string                   `json:"name"`
-		Namespace string                   `json:"namespace"`
-		Operation admissionv1.Operation    `json:"operation"`
+		UID       types.UID               `json:"uid"`
+		Kind      metav1.GroupVersionKind `json:"kind"`
+		Name      string                  `json:"name"`
+		Namespace string                  `json:"namespace"`
+		Operation admissionv1.Operation   `json:"operation"`
 		UserInfo  struct {
 			Username string `json:"username"`
 		} `json:"userInfo"`
-		DryRun    *bool                    `json:"dryRun"`
-		Object    rawValue                 `json:"object"`
-		OldObject rawValue                 `json:"oldObject"`
+		DryRun    *bool    `json:"dryRun"`
+		Object    rawValue `json:"object"`
+		OldObject rawValue `json:"oldObject"`
 	} `json:"request"`
 }
 
