@@ -35,6 +35,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 )
 
@@ -410,4 +411,24 @@ func bigEnvJob(t *testing.T, ns, name string, size int, legit bool) *kubeflowv1.
 		c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("E%d", i), Value: value})
 	}
 	return j
+}
+
+// A job opted in by its own label, in a namespace that is not, still gets
+// the CA ConfigMap its rank pods mount: from the leader, once the
+// controller sees the job (the webhook no longer writes where only the
+// review says so).
+func TestE2EWebhookJobLabelGetsCA(t *testing.T) {
+	c, _ := webhookController(t, "rankgate-tls-jl", controller.Options{})
+	ctx := context.Background()
+	ns := newNamespace(t, "e2e-wh-jl", false)
+	j := gpuPyTorchJob(ns, "labelled", "nvidia.com/gpu", 1)
+	j.Labels = map[string]string{"rankgate.io/gate": "enabled"}
+	require.NoError(t, k8s.Create(ctx, j))
+	t.Cleanup(func() { _ = k8s.Delete(ctx, j) })
+	require.True(t, hasInit(j), "mutated")
+	cm := &corev1.ConfigMap{}
+	require.Eventually(t, func() bool {
+		return k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: webhook.CAConfigMapName}, cm) == nil
+	}, 20*time.Second, 100*time.Millisecond, "the CA ConfigMap never reached the job's namespace")
+	require.Equal(t, string(c.Certificates().Current().CAPEM()), cm.Data[webhook.CAKey])
 }
