@@ -79,8 +79,11 @@ func gpuJobJSON(ns string) []byte {
 // tinyObjectsJob is a PyTorchJob of about size bytes whose worker
 // container's environment is a list of empty objects: the most Go memory
 // per byte of JSON.
-func tinyObjectsJob(size int) []byte {
-	head := `{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob","metadata":{"name":"j"},"spec":{"pytorchReplicaSpecs":{"Worker":{"template":{"spec":{"containers":[{"name":"p","image":"t","resources":{"limits":{"nvidia.com/gpu":"1"}},"env":[{}`
+func tinyObjectsJob(size int) []byte { return tinyObjectsJobMeta(`{"name":"j"}`, size) }
+
+// tinyObjectsJobMeta is tinyObjectsJob with the metadata given.
+func tinyObjectsJobMeta(meta string, size int) []byte {
+	head := `{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob","metadata":` + meta + `,"spec":{"pytorchReplicaSpecs":{"Worker":{"template":{"spec":{"containers":[{"name":"p","image":"t","resources":{"limits":{"nvidia.com/gpu":"1"}},"env":[{}`
 	tail := `]}]}}}}}}`
 	var b bytes.Buffer
 	b.Grow(size)
@@ -242,8 +245,9 @@ func asNetErr(err error, ne *net.Error) bool {
 
 // (c) Large dry-run creates through the API server, by a tenant who opted
 // the job in by its own label, in flight together: legitimate big jobs
-// (long environments) are still mutated and jobs of tiny objects are not
-// decoded into them, and the process stays within its memory limit.
+// (long environments) are still mutated, jobs whose environment is a list
+// of empty objects are not decoded into them, and the process stays
+// within its memory limit.
 // Before, each cost about 105 MiB and six in flight passed the limit.
 func TestE2EWebhookLargeDryRunsBounded(t *testing.T) {
 	p := startWebhookProcess(t)
@@ -261,7 +265,16 @@ func TestE2EWebhookLargeDryRunsBounded(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				j := bigEnvJob(t, ns, fmt.Sprintf("big-%d-%d", round, i), 2_800_000, i%2 == 0)
+				name := fmt.Sprintf("big-%d-%d", round, i)
+				if i%2 == 1 {
+					u := &unstructured.Unstructured{}
+					raw := tinyObjectsJobMeta(`{"name":"`+name+`","namespace":"`+ns+`","labels":{"rankgate.io/gate":"enabled"}}`, 2_800_000)
+					if err := u.UnmarshalJSON(raw); err == nil {
+						_ = k8s.Create(context.Background(), u, client.DryRunAll)
+					}
+					return
+				}
+				j := bigEnvJob(t, ns, name, 2_800_000)
 				if err := k8s.Create(context.Background(), j, client.DryRunAll); err == nil && hasInit(j) {
 					mu.Lock()
 					mutated++
@@ -274,7 +287,7 @@ func TestE2EWebhookLargeDryRunsBounded(t *testing.T) {
 	after := p.snapshot(t)
 	t.Logf("%d of 9 legitimate big jobs mutated; before %v; after %v", mutated, before, after)
 	require.Less(t, after.peak, 192.0, "peak RSS %.0f MiB: the shipped limit is 256 MiB", after.peak)
-	require.Positive(t, mutated, "big legitimate jobs are still mutated")
+	require.GreaterOrEqual(t, mutated, 5, "big legitimate jobs are still mutated")
 }
 
 // (d) The CA ConfigMap is written only where the controller itself sees
@@ -395,18 +408,14 @@ func hasInit(j *kubeflowv1.PyTorchJob) bool {
 }
 
 // bigEnvJob is a PyTorchJob of about size bytes of JSON, opted in by its
-// own label: with legit, a long environment of long values (within the
-// webhook's decode bounds); without, an environment of tiny entries (past
-// them).
-func bigEnvJob(t *testing.T, ns, name string, size int, legit bool) *kubeflowv1.PyTorchJob {
+// own label, with a long environment of long values (within the webhook's
+// decode bounds).
+func bigEnvJob(t *testing.T, ns, name string, size int) *kubeflowv1.PyTorchJob {
 	t.Helper()
 	j := gpuPyTorchJob(ns, name, "nvidia.com/gpu", 1)
 	j.Labels = map[string]string{"rankgate.io/gate": "enabled"}
 	c := &j.Spec.PyTorchReplicaSpecs[kubeflowv1.PyTorchJobReplicaTypeWorker].Template.Spec.Containers[0]
 	value, per := strings.Repeat("v", 250), 280
-	if !legit {
-		value, per = "", 22
-	}
 	for i := 0; i < size/per; i++ {
 		c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("E%d", i), Value: value})
 	}
