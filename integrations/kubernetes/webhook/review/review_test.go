@@ -17,7 +17,9 @@ import (
 )
 
 func TestCheckShape(t *testing.T) {
-	list := func(item string, n int) string { return "[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]" }
+	list := func(item string, n int) string {
+		return "[" + strings.TrimSuffix(strings.Repeat(item+",", n), ",") + "]"
+	}
 	for _, tc := range []struct {
 		name, json string
 		ok         bool
