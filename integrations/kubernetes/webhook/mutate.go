@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/topology"
@@ -48,9 +49,7 @@ const (
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
-	keyGate        = gate.KeyGate
-	keyGangTimeout = gate.KeyGangTimeout
-	tokenSeconds   = 3600
+	tokenSeconds = 3600
 	// initMargin: the init container's --timeout is the gang timeout plus
 	// this, so that the gate's verdict (or deadline) comes first.
 	initMargin = 5 * time.Minute
@@ -159,7 +158,7 @@ func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
 	specs, _ := spec[field].(map[string]any)
 	timeout := m.o.GangTimeout
 	if ann, ok := meta["annotations"].(map[string]any); ok {
-		if s, ok := ann[keyGangTimeout].(string); ok {
+		if s, ok := ann[contract.AnnotationGangTimeout].(string); ok {
 			if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
 				timeout = d
 			}
@@ -232,7 +231,7 @@ func stringMap(v any) map[string]string {
 func optedOut(meta map[string]any) bool {
 	for _, k := range []string{"labels", "annotations"} {
 		if m, ok := meta[k].(map[string]any); ok {
-			if v, ok := m[keyGate].(string); ok {
+			if v, ok := m[contract.KeyGate].(string); ok {
 				v = strings.ToLower(v)
 				return v == "disabled" || v == "false"
 			}
