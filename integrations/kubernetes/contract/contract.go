@@ -116,6 +116,12 @@ const (
 	AnnotationCAHash = "rankgate.io/ca-sha256"
 )
 
+// LabelMetricsScraper ("true"), on a namespace, lets its pods reach the
+// controller's metrics port: a person (or the servicemonitor overlay)
+// labels the monitoring namespace; the NetworkPolicy of configs/deploy
+// selects by it.
+const LabelMetricsScraper = "rankgate.io/metrics-scraper"
+
 // The condition types of a Gang's status.conditions; the controller
 // writes them, `rankgate status` and people read them.
 const (
