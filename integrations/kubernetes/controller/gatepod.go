@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 )
@@ -102,7 +103,7 @@ func (c *Controller) refuseUnexpected(g *gang, r rankOf) error {
 	msg := fmt.Sprintf("pod %s (uid %s) claims rank %d of %s but is not a pod its operator creates (%v): its report is refused", r.pod.Name, r.pod.UID, r.rank, g.key, why)
 	if c.unexpected.first(r.pod.UID) {
 		c.log.Info("refused the report of a pod that is not one of the job's", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "why", why.Error())
-		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, ReasonUnexpectedPod, "Gate", "%s", msg)
+		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // Anyone who may create pods in a namespace can create one with a job's
@@ -22,10 +23,6 @@ import (
 // The Pending watchdog and the gang's missing ranks ignore a pod whose
 // name and index do not fit (an unschedulable impostor would otherwise
 // fail someone else's job), and the gate refuses its report.
-
-// ReasonUnexpectedPod is the Warning Event on a job about a pod that carries
-// its labels and owner reference but is not a pod its operator creates.
-const ReasonUnexpectedPod = "UnexpectedPod"
 
 // podFits says why p is not the pod j's operator creates for the replica
 // its labels name (nil when it is): its replica index is within the
@@ -100,7 +97,7 @@ func (c *Controller) fittingPods(j job, pods []*corev1.Pod) []*corev1.Pod {
 		}
 		if c.unexpected.first(p.UID) {
 			c.log.Info("ignoring a pod that carries the job's labels and owner but is not one of its pods", "job", jobKey(j), "pod", p.Name, "podUID", string(p.UID), "why", err.Error())
-			c.rec.Eventf(j.Object(), p, corev1.EventTypeWarning, ReasonUnexpectedPod, "Gate",
+			c.rec.Eventf(j.Object(), p, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate",
 				"pod %s carries the job's labels and controller owner reference but is not a pod its operator creates (%v): rankgate ignores it", p.Name, err)
 		}
 	}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -196,10 +198,10 @@ func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Req
 // stale); look at it again.
 func (c *Controller) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
 	a := obj.GetAnnotations()
-	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
+	prev := fmt.Sprintf("%s %s %s", a[contract.AnnotationVerdict], a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
 	next := strconv.Itoa(int(jobAttempt(obj)) + 1)
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q,%q:%q}}}`,
-		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev, KeyAttempt, next)
+		obj.GetResourceVersion(), contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt, contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport, contract.AnnotationPreviousVerdict, prev, contract.AnnotationAttempt, next)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
@@ -224,7 +226,7 @@ func controllerOptions() crcontroller.Options {
 // Gang (loaded when this replica took the lead) or, from earlier
 // releases, its rankgate.io/first-report-at says.
 func (c *Controller) firstReported(o client.Object) bool {
-	if _, ok := o.GetAnnotations()[KeyFirstReport]; ok {
+	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
 		return true
 	}
 	r := c.lookupRes(o.GetUID())
@@ -263,7 +265,7 @@ var optInChanged = predicate.Funcs{
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[KeyGate] != e.ObjectNew.GetLabels()[KeyGate]
+		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[contract.KeyGate] != e.ObjectNew.GetLabels()[contract.KeyGate]
 	},
 }
 

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
@@ -216,7 +217,7 @@ func (c *Controller) namespaceOptedIn(ctx context.Context, name string) bool {
 	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ns); err != nil {
 		return false
 	}
-	return ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[KeyGate]))
+	return ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[contract.KeyGate]))
 }
 
 // ensureJobCA: a job opted in by its own label, in a namespace that is not,

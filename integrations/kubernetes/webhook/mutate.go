@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
@@ -52,9 +53,7 @@ const (
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
-	keyGate        = gate.KeyGate
-	keyGangTimeout = gate.KeyGangTimeout
-	tokenSeconds   = 3600
+	tokenSeconds = 3600
 	// initMargin: the init container's --timeout is the gang timeout plus
 	// this, so that the gate's verdict (or deadline) comes first.
 	initMargin = 5 * time.Minute
@@ -173,7 +172,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		return nil, nil
 	}
 	timeout := m.o.GangTimeout
-	if s, ok := o.GetAnnotations()[keyGangTimeout]; ok {
+	if s, ok := o.GetAnnotations()[contract.AnnotationGangTimeout]; ok {
 		if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
 			timeout = d
 		}
@@ -237,7 +236,7 @@ func replicaTemplates(o kubeflow.Object) (string, map[string]*corev1.PodTemplate
 
 func optedOut(labels, annotations map[string]string) bool {
 	for _, m := range []map[string]string{labels, annotations} {
-		if v, ok := m[keyGate]; ok {
+		if v, ok := m[contract.KeyGate]; ok {
 			v = strings.ToLower(v)
 			return v == "disabled" || v == "false"
 		}

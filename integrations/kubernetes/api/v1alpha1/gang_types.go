@@ -175,21 +175,12 @@ type GangStatus struct {
 	DecidedBy string `json:"decidedBy,omitempty"`
 
 	// Conditions: Decided (the verdict is recorded here) and Applied (the
-	// job carries it).
+	// job carries it); their types are declared in package contract.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
-
-// The condition types of a Gang.
-const (
-	// ConditionDecided is True once the verdict is recorded in the status.
-	ConditionDecided = "Decided"
-	// ConditionApplied is True once the job carries the verdict (its
-	// annotations, and the fail action).
-	ConditionApplied = "Applied"
-)
 
 // RankStatus is one rank's report.
 type RankStatus struct {
