@@ -269,7 +269,7 @@ type Controller struct {
 	webhookCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	jobCA       sync.Map // namespace -> *certs.Bundle written there (ensureJobCA)
 
-	unexpected  misfits       // pods reported as not the job's (podfit.go)
+	unexpected  uidSet        // pods reported as not the job's (podfit.go); max maxMisfits
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
 	notRanks    uidSet        // pods read once and found without a job-name label (gatepod.go)
 	batchOwners batchOwners   // the MPIJob (or none) controlling each batch Job read (gatepod.go)
@@ -359,6 +359,7 @@ func New(opts Options) (*Controller, error) {
 		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
 		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
 
+	c.unexpected.max = maxMisfits
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
 		return nil, err

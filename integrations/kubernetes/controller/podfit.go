@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -61,29 +59,9 @@ func podFits(j job, p *corev1.Pod) error {
 	return nil
 }
 
-// misfits remembers the pods already reported as unexpected (by UID), so
-// that each gets one log line and one Event; it forgets everything when
-// full.
-type misfits struct {
-	mu   sync.Mutex
-	seen map[types.UID]struct{}
-}
-
+// maxMisfits bounds the pods remembered as reported unexpected (by UID),
+// so that each gets one log line and one Event.
 const maxMisfits = 4096
-
-// first says whether uid is reported for the first time.
-func (m *misfits) first(uid types.UID) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.seen[uid]; ok {
-		return false
-	}
-	if m.seen == nil || len(m.seen) >= maxMisfits {
-		m.seen = map[types.UID]struct{}{}
-	}
-	m.seen[uid] = struct{}{}
-	return true
-}
 
 // fittingPods keeps of pods those that fit j (podFits); each other one is
 // logged and noted in a Warning Event on the job, once.
