@@ -175,7 +175,7 @@ type GangStatus struct {
 	DecidedBy string `json:"decidedBy,omitempty"`
 
 	// Conditions: Decided (the verdict is recorded here) and Applied (the
-	// job carries it); their types are declared in package contract.
+	// job carries it).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
