@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -112,15 +113,32 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	}
 	hash := caHash(b.CAPEM())
 	var errs []error
-	for ns := range want {
-		if kept[ns] == hash {
-			continue
-		}
+	for _, ns := range toWrite(want, kept, hash) {
 		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// toWrite lists the namespaces of want whose CA ConfigMap is not the
+// current one (kept: the fingerprint each holds): first those that have
+// none (their rank pods cannot start without it), then the stale ones
+// (during a rotation a stale bundle still holds the CA that signs), each
+// group in name order.
+func toWrite(want map[string]bool, kept map[string]string, hash string) []string {
+	var missing, stale []string
+	for ns := range want {
+		switch h, ok := kept[ns]; {
+		case !ok:
+			missing = append(missing, ns)
+		case h != hash:
+			stale = append(stale, ns)
+		}
+	}
+	slices.Sort(missing)
+	slices.Sort(stale)
+	return append(missing, stale...)
 }
 
 // optedIn is OptedIn, else the namespaces labelled rankgate.io/gate=enabled
