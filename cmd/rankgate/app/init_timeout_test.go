@@ -1,6 +1,8 @@
 package app
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
+
 	"encoding/json"
 	"strings"
 	"testing"
@@ -22,7 +24,7 @@ func TestInitAcceptsInjectedTimeoutOfHugeGangTimeout(t *testing.T) {
 	"metadata":{"name":"train","namespace":"ml","annotations":{"rankgate.io/gang-timeout":"2562047h47m"}},
 	"spec":{"pytorchReplicaSpecs":{"Master":{"replicas":1,"template":{"spec":{"containers":[{"name":"pytorch","image":"t",
 	"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}}}}}`), &obj))
-	_, err = m.Mutate(obj, "pytorchReplicaSpecs")
+	_, err = m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	ps := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)["Master"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	ic := ps["initContainers"].([]any)[0].(map[string]any)

@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
+
 	"encoding/json"
 	"testing"
 
@@ -29,7 +31,7 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 	require.NoError(t, err)
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
-	changed, err := m.Mutate(obj, "mpiReplicaSpecs")
+	changed, err := m.Mutate(obj, mpijob.Kind)
 	require.NoError(t, err)
 	require.True(t, changed)
 
@@ -41,7 +43,7 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 	require.Equal(t, InitName, mpiTemplate(t, obj, "Worker").InitContainers[0].Name)
 
 	before, _ := json.Marshal(obj)
-	changed, err = m.Mutate(obj, "mpiReplicaSpecs")
+	changed, err = m.Mutate(obj, mpijob.Kind)
 	require.NoError(t, err)
 	require.False(t, changed, "second pass")
 	after, _ := json.Marshal(obj)
@@ -49,7 +51,7 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 
 	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
 	delete(obj["metadata"].(map[string]any), "labels")
-	_, err = m.Mutate(obj, "mpiReplicaSpecs")
+	_, err = m.Mutate(obj, mpijob.Kind)
 	require.NoError(t, err)
 	require.Equal(t, []string{"mpirun"}, mpiTemplate(t, obj, "Launcher").Containers[0].Command, "no launcher gate unless asked")
 }

@@ -14,7 +14,6 @@ package webhook
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -26,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/topology"
@@ -97,12 +97,6 @@ func NewMutator(o Options) (*Mutator, error) {
 	return &Mutator{o: o}, nil
 }
 
-// replicaSpecs is where each kind keeps its replica templates.
-var replicaSpecs = map[string]string{
-	"PyTorchJob": "pytorchReplicaSpecs",
-	"MPIJob":     "mpiReplicaSpecs",
-}
-
 // Handle implements admission.Handler. Only creates are mutated: a job
 // that exists is never rewritten under itself (its pods may be running
 // from the templates it has), and an update never gains an init container
@@ -116,15 +110,15 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
-	field, ok := replicaSpecs[req.Kind.Kind]
-	if !ok || req.Kind.Group != "kubeflow.org" {
-		return admission.Allowed("not a PyTorchJob or MPIJob")
+	k, ok := kubeflow.ByName(req.Kind.Kind)
+	if !ok || req.Kind.Group != k.GVK().Group {
+		return admission.Allowed("not a " + kubeflow.KindList("or"))
 	}
 	var obj map[string]any
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	changed, err := m.Mutate(obj, field)
+	changed, err := m.Mutate(obj, k)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -147,10 +141,11 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // Mutate adds the init container to every GPU template of a job's JSON
-// object (replica specs under spec.<field>); it reports whether anything
-// changed. A job opted out (rankgate.io/gate: disabled on the job) is left
-// as it is.
-func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
+// object of kind k (replica specs under spec.<k.ReplicaSpecsField()>); it
+// reports whether anything changed. A job opted out (rankgate.io/gate:
+// disabled on the job) is left as it is.
+func (m *Mutator) Mutate(obj map[string]any, k kubeflow.Kind) (bool, error) {
+	field := k.ReplicaSpecsField()
 	meta, _ := obj["metadata"].(map[string]any)
 	if optedOut(meta) {
 		return false, nil
@@ -184,23 +179,23 @@ func (m *Mutator) Mutate(obj map[string]any, field string) (bool, error) {
 		}
 		changed = changed || c
 	}
-	if field == "mpiReplicaSpecs" && m.o.LauncherGate != nil && launchergate.Enabled(stringMap(meta["labels"]), stringMap(meta["annotations"])) {
-		rs, _ := specs["Launcher"].(map[string]any)
-		c, err := m.gateLauncher(rs)
+	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(stringMap(meta["labels"]), stringMap(meta["annotations"])) {
+		rs, _ := specs[l].(map[string]any)
+		c, err := m.gateLauncher(k, rs)
 		if err != nil {
-			return false, fmt.Errorf("spec.%s.Launcher.template: %w", field, err)
+			return false, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
 		}
 		changed = changed || c
 	}
 	return changed, nil
 }
 
-// gateLauncher wraps the MPIJob launcher's template (replica spec rs) in
-// the launcher gate, once.
-func (m *Mutator) gateLauncher(rs map[string]any) (bool, error) {
+// gateLauncher wraps the launcher's template (replica spec rs of a job of
+// kind k: an MPIJob's Launcher) in the launcher gate, once.
+func (m *Mutator) gateLauncher(k kubeflow.Kind, rs map[string]any) (bool, error) {
 	tmpl, _ := rs["template"].(map[string]any)
 	if tmpl == nil {
-		return false, errors.New("the MPIJob has no Launcher template to gate")
+		return false, fmt.Errorf("the %s has no %s template to gate", k.GVK().Kind, k.Launcher())
 	}
 	var t corev1.PodTemplateSpec
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &t); err != nil {

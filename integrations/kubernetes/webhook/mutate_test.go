@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
+
 	"context"
 	"encoding/json"
 	"strings"
@@ -44,7 +46,7 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	m := newMutator(t)
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal([]byte(job), &obj))
-	changed, err := m.Mutate(obj, "pytorchReplicaSpecs")
+	changed, err := m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	require.True(t, changed)
 
@@ -77,7 +79,7 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	require.EqualValues(t, 1, obj["metadata"].(map[string]any)["x-unknown"], "unknown fields survive")
 
 	before, _ := json.Marshal(obj)
-	changed, err = m.Mutate(obj, "pytorchReplicaSpecs")
+	changed, err = m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	require.False(t, changed, "second pass")
 	after, _ := json.Marshal(obj)
@@ -89,14 +91,14 @@ func TestMutateLeavesHandWrittenInitAndOptedOut(t *testing.T) {
 	hand := strings.Replace(job, `[{"name":"setup","image":"s"}]`, `[{"name":"gate","image":"s","command":["/usr/local/bin/rankgate-node"],"args":["init","--gate-url=https://x"]}]`, 1)
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal([]byte(hand), &obj))
-	_, err := m.Mutate(obj, "pytorchReplicaSpecs")
+	_, err := m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	require.Len(t, podSpec(t, obj, "Worker").InitContainers, 1, "a hand-written rankgate init is left as it is")
 	require.Len(t, podSpec(t, obj, "Master").InitContainers, 1)
 
 	out := strings.Replace(job, `"annotations":{`, `"labels":{"rankgate.io/gate":"disabled"},"annotations":{`, 1)
 	require.NoError(t, json.Unmarshal([]byte(out), &obj))
-	changed, err := m.Mutate(obj, "pytorchReplicaSpecs")
+	changed, err := m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	require.False(t, changed)
 }

@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
+
 	"encoding/json"
 	"strings"
 	"testing"
@@ -17,7 +19,7 @@ func initTimeoutArg(t *testing.T, m *Mutator, gangTimeout string) string {
 	t.Helper()
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal([]byte(strings.Replace(job, `"rankgate.io/gang-timeout":"15m"`, `"rankgate.io/gang-timeout":"`+gangTimeout+`"`, 1)), &obj))
-	_, err := m.Mutate(obj, "pytorchReplicaSpecs")
+	_, err := m.Mutate(obj, pytorchjob.Kind)
 	require.NoError(t, err)
 	for _, a := range podSpec(t, obj, "Master").InitContainers[0].Args {
 		if v, ok := strings.CutPrefix(a, "--timeout="); ok {

@@ -27,10 +27,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -189,19 +188,15 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 // request's kind; nil for kinds the webhook does not judge.
 func decodeObject(req admission.Request, raw []byte) (kubeflow.Job, error) {
 	gvk := req.Kind
-	var obj kubeflow.Object
-	switch {
-	case gvk.Group == kubeflow.PyTorchJobGVK.Group && gvk.Version == kubeflow.PyTorchJobGVK.Version && gvk.Kind == kubeflow.PyTorchJobGVK.Kind:
-		obj = &kftraining.PyTorchJob{}
-	case gvk.Group == kubeflow.MPIJobGVK.Group && gvk.Version == kubeflow.MPIJobGVK.Version && gvk.Kind == kubeflow.MPIJobGVK.Kind:
-		obj = &mpiv2.MPIJob{}
-	default:
+	k, ok := kubeflow.ByGVK(schema.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind})
+	if !ok {
 		return nil, nil
 	}
+	obj := k.New()
 	if err := json.Unmarshal(raw, obj); err != nil {
 		return nil, fmt.Errorf("decoding %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)
 	}
-	j, err := kubeflow.FromObject(obj)
+	j, err := k.Wrap(obj)
 	if err != nil {
 		return nil, err
 	}
