@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -186,9 +187,13 @@ func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.
 	}
 	kinds := make([]string, len(found))
 	for i, j := range found {
-		kinds[i] = j.Kind()
+		kinds[i] = article(j.Kind()) + " " + j.Kind()
 	}
-	return nil, &ArgError{Msg: fmt.Sprintf("jobs of kinds %s are named %s/%s: say which with --kind", strings.Join(kinds, " and "), namespace, name)}
+	both := "both "
+	if len(kinds) > 2 {
+		both = ""
+	}
+	return nil, &ArgError{Msg: fmt.Sprintf("%s%s are named %s/%s: say which with --kind", both, strings.Join(kinds, " and "), namespace, name)}
 }
 
 // Pod gets one pod.
@@ -218,4 +223,21 @@ func (l *Live) JobOfPod(ctx context.Context, p *corev1.Pod) (kubeflow.Job, bool,
 		return nil, false, err
 	}
 	return j, true, nil
+}
+
+// article is "a" or "an" before a kind's name as it is read aloud: an
+// acronym by its first letter's name (an MPIJob), a word by its first
+// letter (a PyTorchJob).
+func article(kind string) string {
+	if kind == "" {
+		return "a"
+	}
+	vowels := "AEIOU"
+	if len(kind) > 1 && unicode.IsUpper(rune(kind[1])) {
+		vowels = "AEFHILMNORSX" // letters whose names start with a vowel sound
+	}
+	if strings.ContainsRune(vowels, unicode.ToUpper(rune(kind[0]))) {
+		return "an"
+	}
+	return "a"
 }

@@ -1,0 +1,67 @@
+package kubeflow_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+)
+
+// Every registered kind answers for itself: found by GVK, name and
+// resource, its New wraps to a Job of that kind, and its scheme decodes it.
+func TestRegistry(t *testing.T) {
+	require.Equal(t, []string{"PyTorchJob", "MPIJob"}, kubeflow.KindNames())
+	require.Equal(t, "PyTorchJob or MPIJob", kubeflow.KindList("or"))
+	require.EqualError(t, kubeflow.ErrUnsupported, "not a supported Kubeflow job (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1)")
+	s := kubeflow.NewScheme()
+	for _, k := range kubeflow.All() {
+		t.Run(k.GVK().Kind, func(t *testing.T) {
+			got, ok := kubeflow.ByGVK(k.GVK())
+			require.True(t, ok)
+			require.Equal(t, k, got)
+			got, ok = kubeflow.ByName(k.GVK().Kind)
+			require.True(t, ok)
+			require.Equal(t, k, got)
+			for _, form := range []string{k.GVK().Kind, k.GVR().Resource, k.GVR().Resource + "." + k.GVK().Group} {
+				got, ok = kubeflow.ByResource(form)
+				require.True(t, ok, form)
+				require.Equal(t, k, got)
+			}
+			require.Equal(t, k.GVK().Kind, kubeflow.KindOfOperator(k.OperatorName()))
+			require.True(t, s.Recognizes(k.GVK()))
+			j, err := kubeflow.FromObject(k.New())
+			require.NoError(t, err)
+			require.Equal(t, k.GVK(), j.GVK())
+			require.NotEmpty(t, j.ReplicaTypes())
+		})
+	}
+	_, ok := kubeflow.ByName("TFJob")
+	require.False(t, ok)
+	_, ok = kubeflow.ByResource("tfjobs")
+	require.False(t, ok)
+	require.Equal(t, "", kubeflow.KindOfOperator("tfjob-controller"))
+	_, err := kubeflow.FromObject(&runtime.Unknown{})
+	require.ErrorIs(t, err, kubeflow.ErrUnsupported)
+}
+
+// Strip drops the templates and shares equal replica specs between jobs.
+func TestStripSharesSpecs(t *testing.T) {
+	k, _ := kubeflow.ByGVK(kubeflow.MPIJobGVK)
+	a := kubeflowtest.MakeMPIJob("a", "ns").Workers(2).Obj()
+	b := kubeflowtest.MakeMPIJob("b", "ns").Workers(2).Obj()
+	k.Strip(a)
+	k.Strip(b)
+	for typ, s := range a.Spec.MPIReplicaSpecs {
+		require.Empty(t, s.Template.Spec.Containers)
+		require.Same(t, s, b.Spec.MPIReplicaSpecs[typ])
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(kubeflowtest.MakePyTorchJob("p", "ns").Obj())
+	require.NoError(t, err)
+	j, err := kubeflow.FromUnstructured(&unstructured.Unstructured{Object: u})
+	require.NoError(t, err)
+	require.Equal(t, "PyTorchJob", j.Kind())
+}
