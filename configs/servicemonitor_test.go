@@ -15,6 +15,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // kustomize is the pinned kustomize that make test builds (and passes as
@@ -121,7 +122,7 @@ func TestServiceMonitorOverlay(t *testing.T) {
 	cm := find(objs, "ConfigMap", cmName)
 	require.NotNil(t, cm)
 	require.Equal(t, sm.GetNamespace(), cm.GetNamespace())
-	require.Equal(t, "true", cm.GetLabels()[certs.LabelCABundle])
+	require.Equal(t, "true", cm.GetLabels()[contract.LabelCABundle])
 	require.NotContains(t, cm.Object, "data")
 
 	// The scraper's account is bound to the role the controller checks.

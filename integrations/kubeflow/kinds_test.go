@@ -1,6 +1,7 @@
 package kubeflow_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -64,4 +65,27 @@ func TestStripSharesSpecs(t *testing.T) {
 	j, err := kubeflow.FromUnstructured(&unstructured.Unstructured{Object: u})
 	require.NoError(t, err)
 	require.Equal(t, "PyTorchJob", j.Kind())
+}
+
+// Templates names every non-null replica spec's template, a type no
+// operator runs included, and they are the object's own templates.
+func TestTemplatesEveryReplicaType(t *testing.T) {
+	for _, k := range kubeflow.All() {
+		t.Run(k.GVK().Kind, func(t *testing.T) {
+			obj := k.New()
+			j0, err := k.Wrap(k.New())
+			require.NoError(t, err)
+			known := j0.ReplicaTypes()[0]
+			raw := `{"spec":{"` + k.ReplicaSpecsField() + `":{"` + known + `":{"template":{"spec":{"containers":[{"name":"c"}]}}},"Chief":{"template":{}},"Gone":null}}}`
+			require.NoError(t, json.Unmarshal([]byte(raw), obj))
+			j, err := k.Wrap(obj)
+			require.NoError(t, err)
+			ts := j.Templates()
+			require.Len(t, ts, 2)
+			require.Contains(t, ts, "Chief")
+			require.Equal(t, "c", ts[known].Spec.Containers[0].Name)
+			ts[known].Spec.Containers[0].Name = "renamed"
+			require.Equal(t, "renamed", j.Templates()[known].Spec.Containers[0].Name, "the object's own template")
+		})
+	}
 }

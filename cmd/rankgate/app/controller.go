@@ -19,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
@@ -84,6 +85,13 @@ that still reaches the other gets NotLeader and retries.`,
 	_ = f.MarkHidden("trim-caches")
 	f.StringArrayVar(&o.AdmissionChecks, "admission-check", nil, "RULE=deny|warn|off for a check of the validating webhook (repeatable; checks: "+strings.Join(validate.Checks, ", ")+"; defaults: SHAPE_MISMATCH and STRATEGY_MISMATCH deny, the others warn)")
 	f.StringVar(&o.WebhookAddr, "webhook-addr", controller.DefaultWebhookAddr, "HOST:PORT every replica serves the admission webhooks on (HTTPS; 0 disables)")
+	f.StringVar(&o.WebhookClientCA, "webhook-client-ca", "", "PEM file of the CA that signs the API server's client certificate for webhooks: the webhook port then accepts only clients with a certificate it signed (configure the API server's --admission-control-config-file to present one; docs/security.md)")
+	f.IntVar(&o.WebhookMaxConnections, "webhook-max-connections", review.DefaultMaxConns, "most connections the webhook port serves at once (HTTP/1.1; further clients wait to be accepted)")
+	f.IntVar(&o.WebhookMaxDecodes, "webhook-max-decodes", review.DefaultMaxDecodes, "most admission reviews read and decoded at once; a review that finds no slot within a second is answered 503 (the API server then admits the job unchanged: failurePolicy Ignore)")
+	f.Int64Var(&o.WebhookMaxBody, "webhook-max-body", review.DefaultMaxBody, "largest admission review body in bytes (413 beyond): an update carries two objects of at most 3 MiB each")
+	f.DurationVar(&o.WebhookHeaderTimeout, "webhook-header-timeout", review.DefaultReadHeaderTimeout, "time a webhook client has for the TLS handshake and the request headers")
+	f.DurationVar(&o.WebhookBodyTimeout, "webhook-body-timeout", review.DefaultBodyTimeout, "time a webhook client has to send the body once the review has a decode slot")
+	f.DurationVar(&o.WebhookIdleTimeout, "webhook-idle-timeout", review.DefaultIdleTimeout, "how long a kept-alive webhook connection may wait for its next request")
 	f.StringVar(&o.InitImage, "init-image", "", "image of the init container the mutating webhook injects (default: this controller's own image, read from its pod, else "+defaultImage+":<version>)")
 	f.StringVar(&o.GateURL, "gate-url", "", "the gate's address injected into rank pods (default https://rankgate-gate.<namespace>.svc:443)")
 	f.BoolVar(&o.ManageCerts, "manage-certs", true, "create and rotate the controller's own CA and serving certificate (Secret --cert-secret), inject the CA into its webhook configurations and keep ConfigMap rankgate-ca in opted-in namespaces; false: --cert-dir's files come from elsewhere (cert-manager)")

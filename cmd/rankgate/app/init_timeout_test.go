@@ -1,15 +1,15 @@
 package app
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
-
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 )
 
 // A job annotated rankgate.io/gang-timeout: 2562047h47m (about the largest
@@ -19,18 +19,20 @@ import (
 func TestInitAcceptsInjectedTimeoutOfHugeGangTimeout(t *testing.T) {
 	m, err := webhook.NewMutator(webhook.Options{Image: "ghcr.io/rankgate/rankgate:v1", GateURL: "https://gate:443"})
 	require.NoError(t, err)
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal([]byte(`{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob",
+	raw := []byte(`{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob",
 	"metadata":{"name":"train","namespace":"ml","annotations":{"rankgate.io/gang-timeout":"2562047h47m"}},
 	"spec":{"pytorchReplicaSpecs":{"Master":{"replicas":1,"template":{"spec":{"containers":[{"name":"pytorch","image":"t",
-	"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}}}}}`), &obj))
-	_, err = m.Mutate(obj, pytorchjob.Kind)
+	"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}}}}}`)
+	j, err := review.DecodeJob(metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"}, "ml", raw)
 	require.NoError(t, err)
-	ps := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)["Master"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
-	ic := ps["initContainers"].([]any)[0].(map[string]any)
+	ops, err := m.Patch(j)
+	require.NoError(t, err)
+	require.NotEmpty(t, ops)
+	inits, ok := ops[0].Value.([]corev1.Container)
+	require.True(t, ok, "the first operation adds the init containers: %v", ops[0])
 	var timeout string
-	for _, a := range ic["args"].([]any) {
-		if v, ok := strings.CutPrefix(a.(string), "--timeout="); ok {
+	for _, a := range inits[0].Args {
+		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
 			timeout = v
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -62,7 +63,7 @@ func createGangs(t *testing.T, c client.Client, gs []gangFixture) {
 		g := &v1alpha1.Gang{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: v1alpha1.GangName(f.kind, f.job, f.attempt), Namespace: f.ns,
-				Labels: map[string]string{v1alpha1.LabelJobName: f.job, v1alpha1.LabelJobKind: f.kind},
+				Labels: map[string]string{contract.LabelJobName: f.job, contract.LabelJobKind: f.kind},
 			},
 			Spec: v1alpha1.GangSpec{
 				Job:     v1alpha1.JobReference{APIVersion: "kubeflow.org/v1", Kind: f.kind, Name: f.job, UID: types.UID("uid-" + f.job)},
@@ -143,7 +144,7 @@ func TestStatusOnAPIServer(t *testing.T) {
 		Reason:  "rank 1: MIG devices on two GPUs (MIG_SPANS_GPUS)",
 		Message: "rank 1 (pod other-worker-0): MIG devices on two GPUs.\nGive each rank one MIG device.",
 		Action:  "suspend", DecidedAt: at(-5 * time.Minute), DecidedBy: "rankgate-controller-7d9f-x2x4q",
-		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionDecided, Status: metav1.ConditionTrue, Reason: "Failed", Message: "recorded", LastTransitionTime: *at(-5 * time.Minute)}},
+		Conditions: []metav1.Condition{{Type: contract.ConditionDecided, Status: metav1.ConditionTrue, Reason: "Failed", Message: "recorded", LastTransitionTime: *at(-5 * time.Minute)}},
 	}
 	createGangs(t, c, []gangFixture{
 		{"ml", "PyTorchJob", "other", 1, 4, decided},

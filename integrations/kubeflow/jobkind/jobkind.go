@@ -109,6 +109,11 @@ type Job interface {
 	// with the operator's defaults for a nil replica count. A replica type
 	// the spec leaves out, or sets to null, is left out.
 	ReplicaSpecs() []ReplicaSpec
+	// Templates is every non-null replica spec's pod template by replica
+	// type as the spec spells it, types no operator runs included (the
+	// webhook adds the init container to every GPU template it admits).
+	// The templates are the wrapped object's own.
+	Templates() map[string]*corev1.PodTemplateSpec
 	// ReplicaTypes are every replica type the kind knows, in that order,
 	// whether or not the spec has them.
 	ReplicaTypes() []string

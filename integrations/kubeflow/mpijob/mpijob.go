@@ -82,6 +82,16 @@ func (j *job) OwnsPod(p *corev1.Pod) bool {
 }
 func (j *job) NprocPerNode() *string { return nil }
 
+func (j *job) Templates() map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for t, r := range j.o.Spec.MPIReplicaSpecs {
+		if r != nil {
+			out[string(t)] = &r.Template
+		}
+	}
+	return out
+}
+
 func (j *job) ReplicaTypes() []string {
 	return []string{string(mpiv2.MPIReplicaTypeLauncher), string(mpiv2.MPIReplicaTypeWorker)}
 }

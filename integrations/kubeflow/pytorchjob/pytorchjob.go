@@ -80,6 +80,16 @@ func (j *job) OwnsPod(p *corev1.Pod) bool {
 }
 func (j *job) NprocPerNode() *string { return j.o.Spec.NprocPerNode }
 
+func (j *job) Templates() map[string]*corev1.PodTemplateSpec {
+	out := map[string]*corev1.PodTemplateSpec{}
+	for t, r := range j.o.Spec.PyTorchReplicaSpecs {
+		if r != nil {
+			out[string(t)] = &r.Template
+		}
+	}
+	return out
+}
+
 func (j *job) ReplicaTypes() []string {
 	return []string{string(kftraining.PyTorchJobReplicaTypeMaster), string(kftraining.PyTorchJobReplicaTypeWorker)}
 }

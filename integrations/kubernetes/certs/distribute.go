@@ -16,12 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // listPage bounds one page of the metadata lists DistributeCA makes.
 const listPage = 500
 
-// caHash is the AnnotationCAHash of a CA bundle.
+// caHash is the contract.AnnotationCAHash of a CA bundle.
 func caHash(ca []byte) string {
 	h := sha256.Sum256(ca)
 	return hex.EncodeToString(h[:])
@@ -40,7 +42,7 @@ func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CAConfigMap}, cm)
 	if apierrors.IsNotFound(err) {
 		cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: CAConfigMap,
-			Labels: map[string]string{LabelCABundle: "true"}, Annotations: map[string]string{AnnotationCAHash: hash}},
+			Labels: map[string]string{contract.LabelCABundle: "true"}, Annotations: map[string]string{contract.AnnotationCAHash: hash}},
 			Data: map[string]string{"ca.crt": ca}}
 		if err = r.Client.Create(ctx, cm); apierrors.IsAlreadyExists(err) {
 			return nil // another replica, at the same time
@@ -50,17 +52,17 @@ func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
 	if err != nil {
 		return err
 	}
-	if cm.Data["ca.crt"] == ca && cm.Labels[LabelCABundle] == "true" && cm.Annotations[AnnotationCAHash] == hash {
+	if cm.Data["ca.crt"] == ca && cm.Labels[contract.LabelCABundle] == "true" && cm.Annotations[contract.AnnotationCAHash] == hash {
 		return nil
 	}
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
 	}
-	cm.Labels[LabelCABundle] = "true"
+	cm.Labels[contract.LabelCABundle] = "true"
 	if cm.Annotations == nil {
 		cm.Annotations = map[string]string{}
 	}
-	cm.Annotations[AnnotationCAHash] = hash
+	cm.Annotations[contract.AnnotationCAHash] = hash
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
@@ -127,7 +129,7 @@ func (r *Rotator) optedIn(ctx context.Context) (map[string]bool, error) {
 	if r.OptedIn != nil {
 		return r.OptedIn(ctx)
 	}
-	sel, err := labels.NewRequirement(labelGate, selection.In, []string{"enabled", "true"})
+	sel, err := labels.NewRequirement(contract.KeyGate, selection.In, []string{"enabled", "true"})
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +143,12 @@ func (r *Rotator) optedIn(ctx context.Context) (map[string]bool, error) {
 }
 
 // caHashes maps each namespace that has a ConfigMap named CAConfigMap to
-// its AnnotationCAHash. It reads metadata only, and only of ConfigMaps of
+// its contract.AnnotationCAHash. It reads metadata only, and only of ConfigMaps of
 // that name: a tenant's other ConfigMaps, labelled or not, are never read.
 func (r *Rotator) caHashes(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	err := r.eachMeta(ctx, "ConfigMap", func(o *metav1.PartialObjectMetadata) {
-		out[o.Namespace] = o.Annotations[AnnotationCAHash]
+		out[o.Namespace] = o.Annotations[contract.AnnotationCAHash]
 	}, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("metadata.name", CAConfigMap)})
 	return out, err
 }

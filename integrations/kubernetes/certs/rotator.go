@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,18 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// CA ConfigMaps: what rank pods mount (webhook.CAConfigMapName, key ca.crt).
-const (
-	CAConfigMap = "rankgate-ca"
-	// LabelCABundle marks the CA ConfigMaps the controller writes. It is
-	// informational: anyone may set it, so the controller never selects
-	// by it alone (see DistributeCA).
-	LabelCABundle = "rankgate.io/ca-bundle"
-	// AnnotationCAHash is the fingerprint of the CA a CA ConfigMap holds,
-	// so that keeping them needs their metadata only.
-	AnnotationCAHash = "rankgate.io/ca-sha256"
-	labelGate        = gate.KeyGate
-)
+// CAConfigMap names the CA ConfigMaps: what rank pods mount
+// (webhook.CAConfigMapName, key ca.crt).
+const CAConfigMap = "rankgate-ca"
 
 // Rotator keeps the Secret, the files, the webhooks' CA bundle and the
 // CA ConfigMaps of opted-in namespaces.

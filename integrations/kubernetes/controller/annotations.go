@@ -7,44 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
-
-// Keys under rankgate.io/ on jobs and namespaces: a public contract
-// (docs/controller.md).
-const (
-	// KeyGate opts a job in (gate.KeyGate).
-	KeyGate = gate.KeyGate
-	// KeyOnFail overrides the controller's --on-fail for one job.
-	KeyOnFail = "rankgate.io/on-fail"
-	// KeyGangTimeout overrides --gang-timeout for one job ("15m").
-	KeyGangTimeout = gate.KeyGangTimeout
-	// KeyMultiNodeNVLink ("enabled"): the job expects its ranks to reach
-	// each other over NVLink across nodes (an NVL72-class domain), so ranks
-	// in different NVLink domains fail the gang (GANG_NVLINK_DOMAIN_SPLIT)
-	// even when their GPUs report no fabric cluster.
-	KeyMultiNodeNVLink = "rankgate.io/multi-node-nvlink"
-	// KeyPendingGrace overrides --pending-grace for one job ("30s", "0s").
-	KeyPendingGrace = "rankgate.io/pending-grace"
-	// KeyPendingTimeout overrides --pending-timeout for one job ("30m").
-	KeyPendingTimeout = "rankgate.io/pending-timeout"
-
-	// Written by the controller.
-	KeyVerdict   = "rankgate.io/verdict"    // pass | warn | fail
-	KeyReason    = "rankgate.io/reason"     // the failing findings in words
-	KeyRules     = "rankgate.io/rules"      // rule IDs of fail and warn findings, comma-separated
-	KeyDecidedAt = "rankgate.io/decided-at" // RFC 3339
-	KeyDecidedBy = "rankgate.io/decided-by" // the controller replica
-	KeyReport    = "rankgate.io/report"     // the gang report, JSON
-	KeyAction    = "rankgate.io/action"     // suspend | delete | annotate (fail only)
-	// KeyFirstReport is read, no longer written: jobs gated by earlier
-	// releases carry it (the Gang's status.firstReportAt replaces it).
-	KeyFirstReport  = "rankgate.io/first-report-at"
-	KeyAttempt      = "rankgate.io/attempt"          // the gated attempt: 1 when absent, one more at each re-gate
-	KeyPreviousGate = "rankgate.io/previous-verdict" // "<verdict> <decided-at> <rules>" of a re-gated attempt
-	KeyWaitingFor   = "rankgate.io/waiting-for"      // what an unschedulable job waits for: "<RULE>: <message>"
 )
 
 // Fail policies.
@@ -100,15 +66,15 @@ type decision struct {
 // recordedDecision reads the verdict the job carries, if any.
 func recordedDecision(o client.Object) (*decision, bool) {
 	a := o.GetAnnotations()
-	v := verdict.Verdict(a[KeyVerdict])
+	v := verdict.Verdict(a[contract.AnnotationVerdict])
 	if v != verdict.VerdictPass && v != verdict.VerdictWarn && v != verdict.VerdictFail {
 		return nil, false
 	}
-	d := &decision{Action: a[KeyAction], DecidedBy: a[KeyDecidedBy], adopted: true}
-	d.DecidedAt, _ = time.Parse(time.RFC3339Nano, a[KeyDecidedAt])
-	if err := json.Unmarshal([]byte(a[KeyReport]), &d.Report); err != nil || d.Report.Verdict != v {
+	d := &decision{Action: a[contract.AnnotationAction], DecidedBy: a[contract.AnnotationDecidedBy], adopted: true}
+	d.DecidedAt, _ = time.Parse(time.RFC3339Nano, a[contract.AnnotationDecidedAt])
+	if err := json.Unmarshal([]byte(a[contract.AnnotationReport]), &d.Report); err != nil || d.Report.Verdict != v {
 		// Edited by hand or truncated: the verdict and reason still stand.
-		d.Report = verdict.Report{Verdict: v, Subject: a[KeyReason], Findings: []verdict.Finding{}}
+		d.Report = verdict.Report{Verdict: v, Subject: a[contract.AnnotationReason], Findings: []verdict.Finding{}}
 	}
 	return d, true
 }
@@ -130,17 +96,17 @@ func decisionAnnotationsWithin(d *decision, reportMax int) map[string]string {
 		}
 	}
 	m := map[string]string{
-		KeyVerdict:   string(d.Report.Verdict),
-		KeyRules:     strings.Join(rules, ","),
-		KeyDecidedAt: d.DecidedAt.UTC().Format(time.RFC3339Nano),
-		KeyDecidedBy: d.DecidedBy,
-		KeyReport:    compactReport(d.Report, reportMax),
+		contract.AnnotationVerdict:   string(d.Report.Verdict),
+		contract.AnnotationRules:     strings.Join(rules, ","),
+		contract.AnnotationDecidedAt: d.DecidedAt.UTC().Format(time.RFC3339Nano),
+		contract.AnnotationDecidedBy: d.DecidedBy,
+		contract.AnnotationReport:    compactReport(d.Report, reportMax),
 	}
 	if d.Report.Failed() {
-		m[KeyReason] = failReason(d.Report, maxReasonLen)
-		m[KeyAction] = d.Action
+		m[contract.AnnotationReason] = failReason(d.Report, maxReasonLen)
+		m[contract.AnnotationAction] = d.Action
 	} else {
-		m[KeyReason] = summary(d.Report)
+		m[contract.AnnotationReason] = summary(d.Report)
 	}
 	return m
 }
@@ -242,16 +208,16 @@ func decisionAnnotationsFor(d *decision, existing map[string]string) map[string]
 	if others+annotationsSize(ours) <= annotationsLimit-annotationsMargin {
 		return ours
 	}
-	left := annotationsLimit - annotationsMargin - others - (annotationsSize(ours) - len(ours[KeyReport]))
+	left := annotationsLimit - annotationsMargin - others - (annotationsSize(ours) - len(ours[contract.AnnotationReport]))
 	return decisionAnnotationsWithin(d, max(left, 0))
 }
 
 // gateSetting reads the opt-in key from labels, then annotations.
 func gateSetting(o client.Object) string {
-	if v, ok := o.GetLabels()[KeyGate]; ok {
+	if v, ok := o.GetLabels()[contract.KeyGate]; ok {
 		return strings.ToLower(v)
 	}
-	return strings.ToLower(o.GetAnnotations()[KeyGate])
+	return strings.ToLower(o.GetAnnotations()[contract.KeyGate])
 }
 
 func enabled(v string) bool  { return v == "enabled" || v == "true" }
@@ -260,13 +226,13 @@ func disabled(v string) bool { return v == "disabled" || v == "false" }
 // jobTimeout is the job's gang timeout: its annotation (at most
 // gate.MaxJobDuration), else def.
 func jobTimeout(o client.Object, def time.Duration) (time.Duration, error) {
-	s := o.GetAnnotations()[KeyGangTimeout]
+	s := o.GetAnnotations()[contract.AnnotationGangTimeout]
 	if s == "" {
 		return def, nil
 	}
 	d, err := gate.ParseJobDuration(s)
 	if err != nil || d <= 0 {
-		return def, fmt.Errorf("annotation %s=%q is not a positive duration like 15m", KeyGangTimeout, s)
+		return def, fmt.Errorf("annotation %s=%q is not a positive duration like 15m", contract.AnnotationGangTimeout, s)
 	}
 	return d, nil
 }
@@ -274,7 +240,7 @@ func jobTimeout(o client.Object, def time.Duration) (time.Duration, error) {
 // jobAttempt is the job's gated attempt (rankgate.io/attempt; 1 when
 // absent or not a positive number).
 func jobAttempt(o client.Object) int32 {
-	n, err := strconv.ParseInt(o.GetAnnotations()[KeyAttempt], 10, 32)
+	n, err := strconv.ParseInt(o.GetAnnotations()[contract.AnnotationAttempt], 10, 32)
 	if err != nil || n < 1 {
 		return 1
 	}
@@ -283,7 +249,7 @@ func jobAttempt(o client.Object) int32 {
 
 // jobAction is the job's fail policy: its annotation, else def.
 func jobAction(o client.Object, def string) string {
-	if s := strings.ToLower(o.GetAnnotations()[KeyOnFail]); ValidAction(s) {
+	if s := strings.ToLower(o.GetAnnotations()[contract.AnnotationOnFail]); ValidAction(s) {
 		return s
 	}
 	return def

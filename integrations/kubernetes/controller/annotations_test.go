@@ -13,6 +13,7 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -48,16 +49,16 @@ func TestVerdictAnnotationsFitTheLimit(t *testing.T) {
 	require.Greater(t, len(rep.Findings), 5000)
 	d := &decision{Report: rep, DecidedAt: time.Now(), DecidedBy: "rankgate-controller-7d9f-abcde", Action: ActionSuspend}
 	for _, own := range []int{0, 60 << 10, 200 << 10} {
-		existing := map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", own), KeyFirstReport: "2026-11-30T12:00:00Z"}
+		existing := map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", own), contract.AnnotationFirstReport: "2026-11-30T12:00:00Z"}
 		ours := decisionAnnotationsFor(d, existing)
 		for k, v := range ours {
 			existing[k] = v
 		}
 		require.LessOrEqual(t, annotationsSize(existing), annotationsLimit, "job annotations of %d bytes besides ours", own)
-		require.LessOrEqual(t, len(ours[KeyReport]), maxReportLen)
+		require.LessOrEqual(t, len(ours[contract.AnnotationReport]), maxReportLen)
 
 		var got verdict.Report
-		require.NoError(t, json.Unmarshal([]byte(ours[KeyReport]), &got))
+		require.NoError(t, json.Unmarshal([]byte(ours[contract.AnnotationReport]), &got))
 		require.Equal(t, verdict.VerdictFail, got.Verdict)
 		m := regexp.MustCompile(`(\d+) of (\d+) findings left out`).FindStringSubmatch(got.Subject)
 		require.NotNil(t, m, got.Subject)
@@ -72,9 +73,9 @@ func TestVerdictAnnotationsFitTheLimit(t *testing.T) {
 			require.True(t, utf8.ValidString(f.Message))
 		}
 		// Reason and rules name every failing rule.
-		require.Equal(t, strings.Join(ruleSet(rep), ","), ours[KeyRules])
-		require.NotEmpty(t, ours[KeyReason])
-		require.True(t, utf8.ValidString(ours[KeyReason]))
+		require.Equal(t, strings.Join(ruleSet(rep), ","), ours[contract.AnnotationRules])
+		require.NotEmpty(t, ours[contract.AnnotationReason])
+		require.True(t, utf8.ValidString(ours[contract.AnnotationReason]))
 		// The record round-trips through the annotations.
 		back, ok := recordedDecision(annotated(ours))
 		require.True(t, ok)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // The writes that follow a verdict (job patch, Event) are paced: when many
@@ -235,7 +236,7 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		}
 		j := wrap(obj)
 		kueue := kueueManaged(obj)
-		if (j.Suspended() || kueue) && obj.GetAnnotations()[KeyAction] == ActionSuspend {
+		if (j.Suspended() || kueue) && obj.GetAnnotations()[contract.AnnotationAction] == ActionSuspend {
 			return nil // done by an earlier try or leader
 		}
 		orig := obj.DeepCopyObject().(client.Object)
@@ -252,7 +253,7 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[KeyAction] = ActionSuspend
+		ann[contract.AnnotationAction] = ActionSuspend
 		obj.SetAnnotations(ann)
 		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
@@ -313,10 +314,10 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 			obj = cur
 			obj.ManagedFields = nil
 		}
-		if !ownedBy(obj, t) || meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
+		if !ownedBy(obj, t) || meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
 			return
 		}
-		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionApplied, Status: metav1.ConditionTrue,
+		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: contract.ConditionApplied, Status: metav1.ConditionTrue,
 			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
 		// Nobody waits for this write: it waits for the verdict writes
 		// ranks wait for, as the job patch did.

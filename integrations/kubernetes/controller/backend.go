@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
@@ -187,7 +188,7 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launch
 	if in, err := c.optedIn(ctx, obj); err != nil {
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
 	} else if !in {
-		return rankOf{}, gate.Errorf(gate.CodeNotOptedIn, "%s %s/%s is not opted in to the gate: label it (or its namespace) %s=enabled, or remove the rankgate init container", kind, pod.Namespace, name, KeyGate)
+		return rankOf{}, gate.Errorf(gate.CodeNotOptedIn, "%s %s/%s is not opted in to the gate: label it (or its namespace) %s=enabled, or remove the rankgate init container", kind, pod.Namespace, name, contract.KeyGate)
 	}
 	rank, err := kubeflow.RankOf(j, pod)
 	if launcher && errors.Is(err, kubeflow.ErrNoRank) {
@@ -237,7 +238,7 @@ func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error)
 		}
 		return false, fmt.Errorf("reading namespace %s: %w", o.GetNamespace(), err)
 	}
-	return enabled(ns.Labels[KeyGate]), nil
+	return enabled(ns.Labels[contract.KeyGate]), nil
 }
 
 // ensureGang returns the job's gang, creating it (and arming its deadline

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	interntable "github.com/rankgate/rankgate/internal/intern"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
@@ -61,7 +62,7 @@ func cacheOptions(kinds []kubeflow.Kind, trim bool) cache.Options {
 // podsByJob indexes the cached pods by their job-name label: a job's pods
 // are listed from the index, not by scanning every pod of its namespace
 // (20,000 in one namespace took a copy of 20,000 pointers per list).
-const podsByJob = "rankgate.io/job-name"
+const podsByJob = contract.IndexPodsByJob
 
 func indexPodsByJob(ctx context.Context, idx client.FieldIndexer) error {
 	return idx.IndexField(ctx, &corev1.Pod{}, podsByJob, func(o client.Object) []string {
@@ -214,9 +215,9 @@ const (
 	// annoPlacement is the fingerprint of an unbound pod's placement rules
 	// (placementFingerprint): the rules themselves are read when the
 	// watchdog needs them (podfacts.go).
-	annoPlacement = "rankgate.io/cached-placement"
+	annoPlacement = contract.CachedAnnotationPlacement
 	// annoUnreadable is why the pod's effective request cannot be read.
-	annoUnreadable = "rankgate.io/cached-unreadable-request"
+	annoUnreadable = contract.CachedAnnotationUnreadableRequest
 )
 
 // podLabels are the labels a cached pod keeps first (the operators' rank
@@ -291,7 +292,7 @@ func trimPodMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 	if len(m.Labels) > len(out.Labels) {
 		var more []string
 		for k := range m.Labels {
-			if _, kept := out.Labels[k]; !kept && (strings.HasPrefix(k, "training.kubeflow.org/") || strings.HasPrefix(k, "rankgate.io/")) {
+			if _, kept := out.Labels[k]; !kept && (strings.HasPrefix(k, "training.kubeflow.org/") || strings.HasPrefix(k, contract.Prefix)) {
 				more = append(more, k)
 			}
 		}
@@ -487,7 +488,7 @@ func trimNamespace(i any) (any, error) {
 	if !ok {
 		return unwrapTombstone(i, trimNamespace)
 	}
-	out := &corev1.Namespace{ObjectMeta: trimMeta(ns.ObjectMeta, "rankgate.io/")}
+	out := &corev1.Namespace{ObjectMeta: trimMeta(ns.ObjectMeta, contract.Prefix)}
 	out.OwnerReferences = nil
 	return out, nil
 }

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+
 	"context"
 	"fmt"
 	"strings"
@@ -22,7 +24,7 @@ func (c *Controller) caNamespaces(ctx context.Context) (map[string]bool, error) 
 	}
 	out := map[string]bool{}
 	for i := range nss.Items {
-		if ns := &nss.Items[i]; ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[KeyGate])) {
+		if ns := &nss.Items[i]; ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[contract.KeyGate])) {
 			out[ns.Name] = true
 		}
 	}

@@ -266,8 +266,11 @@ type Controller struct {
 	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
 	// draServed: the API server serves DeviceClasses (dra.go).
 	draServed bool
+	// webhookCert serves the webhook port's certificate (registerWebhooks).
+	webhookCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	jobCA       sync.Map // namespace -> *certs.Bundle written there (ensureJobCA)
 
-	unexpected  misfits       // pods reported as not the job's (podfit.go)
+	unexpected  uidSet        // pods reported as not the job's (podfit.go); max maxMisfits
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
 	notRanks    uidSet        // pods read once and found without a job-name label (gatepod.go)
 	batchOwners batchOwners   // the MPIJob (or none) controlling each batch Job read (gatepod.go)
@@ -357,6 +360,7 @@ func New(opts Options) (*Controller, error) {
 		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
 		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
 
+	c.unexpected.max = maxMisfits
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
 		return nil, err
@@ -370,7 +374,9 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	mopts.WebhookServer = ws
+	if ws != nil {
+		mopts.WebhookServer = ws
+	}
 	mgr, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("controller: manager: %w", err)
@@ -419,7 +425,7 @@ func New(opts Options) (*Controller, error) {
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
 	}
-	if err := c.registerWebhooks(ws, mgr.GetClient(), selfUser(cs, c.log)); err != nil {
+	if err := c.registerWebhooks(mgr, ws, selfUser(cs, c.log)); err != nil {
 		return nil, err
 	}
 	if ws != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -122,10 +123,10 @@ func TestDecisionRoundTrip(t *testing.T) {
 	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: verdict.NewReport("", nil)}}})
 	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend, DecidedBy: "replica-a"}
 	ann := decisionAnnotations(d)
-	require.Equal(t, "fail", ann[KeyVerdict])
-	require.Equal(t, "GANG_INCOMPLETE", ann[KeyRules])
-	require.Equal(t, "suspend", ann[KeyAction])
-	require.Contains(t, ann[KeyReason], "missing ranks 1")
+	require.Equal(t, "fail", ann[contract.AnnotationVerdict])
+	require.Equal(t, "GANG_INCOMPLETE", ann[contract.AnnotationRules])
+	require.Equal(t, "suspend", ann[contract.AnnotationAction])
+	require.Contains(t, ann[contract.AnnotationReason], "missing ranks 1")
 
 	j := ptJob(true, 1)
 	j.Annotations = ann
@@ -137,11 +138,11 @@ func TestDecisionRoundTrip(t *testing.T) {
 	require.Equal(t, "replica-a", got.DecidedBy)
 
 	// Edited by hand: verdict and reason survive.
-	j.Annotations[KeyReport] = "{"
+	j.Annotations[contract.AnnotationReport] = "{"
 	got, ok = recordedDecision(j)
 	require.True(t, ok)
 	require.Equal(t, verdict.VerdictFail, got.Report.Verdict)
-	j.Annotations[KeyVerdict] = "maybe"
+	j.Annotations[contract.AnnotationVerdict] = "maybe"
 	_, ok = recordedDecision(j)
 	require.False(t, ok)
 }
@@ -162,17 +163,17 @@ func TestCompactReportBounded(t *testing.T) {
 func TestOptInAndOverrides(t *testing.T) {
 	j := ptJob(true, 1)
 	require.Equal(t, "", gateSetting(j))
-	j.Labels = map[string]string{KeyGate: "Enabled"}
+	j.Labels = map[string]string{contract.KeyGate: "Enabled"}
 	require.True(t, enabled(gateSetting(j)))
 	j.Labels = nil
-	j.Annotations = map[string]string{KeyGate: "disabled", KeyGangTimeout: "90s", KeyOnFail: "delete"}
+	j.Annotations = map[string]string{contract.KeyGate: "disabled", contract.AnnotationGangTimeout: "90s", contract.AnnotationOnFail: "delete"}
 	require.True(t, disabled(gateSetting(j)))
 	d, err := jobTimeout(j, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, d)
 	require.Equal(t, ActionDelete, jobAction(j, ActionSuspend))
-	j.Annotations[KeyGangTimeout] = "soon"
-	j.Annotations[KeyOnFail] = "explode"
+	j.Annotations[contract.AnnotationGangTimeout] = "soon"
+	j.Annotations[contract.AnnotationOnFail] = "explode"
 	d, err = jobTimeout(j, time.Minute)
 	require.Error(t, err)
 	require.Equal(t, time.Minute, d)

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -168,13 +169,13 @@ func (c *Controller) adoptVerdict(g *gang, d *decision) {
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.
 func (c *Controller) emitEvent(obj client.Object, d *decision) {
-	typ, reason := corev1.EventTypeNormal, "GangPassed"
+	typ, reason := corev1.EventTypeNormal, contract.ReasonGangPassed
 	note := summary(d.Report)
 	switch {
 	case d.Report.Failed():
-		typ, reason = corev1.EventTypeWarning, "GangFailed"
+		typ, reason = corev1.EventTypeWarning, contract.ReasonGangFailed
 		if pendingReport(d.Report) {
-			reason = "PendingFailed"
+			reason = contract.ReasonPendingFailed
 		}
 		note = failReason(d.Report, 0)
 		switch {
@@ -190,7 +191,7 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 			note = "job deleted: " + note
 		}
 	case d.Report.Verdict == verdict.VerdictWarn:
-		reason = "GangPassedWithWarnings"
+		reason = contract.ReasonGangPassedWithWarnings
 	}
 	// events.k8s.io notes are limited to 1 kB.
 	note = verdict.Truncate(note, 1000)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
@@ -13,17 +14,17 @@ import (
 // a deadline "now + 2562047h47m" would overflow.
 func TestJobDurationsClamped(t *testing.T) {
 	j := ptJob(true, 1)
-	j.Annotations = map[string]string{KeyGangTimeout: "2562047h47m", KeyPendingGrace: "2562047h47m", KeyPendingTimeout: "1000h"}
+	j.Annotations = map[string]string{contract.AnnotationGangTimeout: "2562047h47m", contract.AnnotationPendingGrace: "2562047h47m", contract.AnnotationPendingTimeout: "1000h"}
 	d, err := jobTimeout(j, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, gate.MaxJobDuration, d)
-	for _, key := range []string{KeyPendingGrace, KeyPendingTimeout} {
+	for _, key := range []string{contract.AnnotationPendingGrace, contract.AnnotationPendingTimeout} {
 		d, err = jobDuration(j, key, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, gate.MaxJobDuration, d, key)
 	}
-	j.Annotations[KeyPendingGrace] = "-5s"
-	d, err = jobDuration(j, KeyPendingGrace, time.Minute)
+	j.Annotations[contract.AnnotationPendingGrace] = "-5s"
+	d, err = jobDuration(j, contract.AnnotationPendingGrace, time.Minute)
 	require.Error(t, err)
 	require.Equal(t, time.Minute, d)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/verdict"
 	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,13 +18,13 @@ import (
 func FuzzRecordedDecision(f *testing.F) {
 	d := &decision{Report: verdict.NewReport("ml/PyTorchJob/j: 2 of 2 ranks reported", nil), DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), DecidedBy: "replica-a"}
 	a := decisionAnnotations(d)
-	f.Add(a[KeyVerdict], a[KeyReport], a[KeyDecidedAt], a[KeyAction], "15m", "suspend")
+	f.Add(a[contract.AnnotationVerdict], a[contract.AnnotationReport], a[contract.AnnotationDecidedAt], a[contract.AnnotationAction], "15m", "suspend")
 	f.Add("fail", `{"verdict":"fail","findings":[{"rule":"GANG_INCOMPLETE","severity":"fail"}]}`, "yesterday", "delete", "-1s", "DELETE")
 	f.Add("warn", `{"verdict":"pass"}`, "", "", "1e400h", "")
 	f.Add("pass", `{`, "2026-11-30T12:00:00Z", "annotate", "0", "annotate")
 	f.Fuzz(func(t *testing.T, wantVerdict, report, decidedAt, action, timeout, onFail string) {
-		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{KeyVerdict: wantVerdict, KeyReport: report,
-			KeyDecidedAt: decidedAt, KeyAction: action, KeyDecidedBy: "x", KeyGangTimeout: timeout, KeyOnFail: onFail}}}
+		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.AnnotationVerdict: wantVerdict, contract.AnnotationReport: report,
+			contract.AnnotationDecidedAt: decidedAt, contract.AnnotationAction: action, contract.AnnotationDecidedBy: "x", contract.AnnotationGangTimeout: timeout, contract.AnnotationOnFail: onFail}}}
 		got, ok := recordedDecision(l)
 		if ok {
 			switch got.Report.Verdict {

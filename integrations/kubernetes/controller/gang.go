@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -67,7 +68,7 @@ func (g *gang) close() {
 
 func newGang(j job, timeout time.Duration) *gang {
 	o := j.Object()
-	multi := enabled(strings.ToLower(o.GetAnnotations()[KeyMultiNodeNVLink]))
+	multi := enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink]))
 	return &gang{
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
 		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
@@ -136,7 +137,7 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 // patch the job can write the annotation, and a time in the past must not
 // fail the gang at once.
 func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
-	s := o.GetAnnotations()[KeyFirstReport]
+	s := o.GetAnnotations()[contract.AnnotationFirstReport]
 	g.mu.Lock()
 	started := !g.firstAt.IsZero()
 	g.mu.Unlock()
@@ -262,7 +263,7 @@ func (c *Controller) refuseClaim(g *gang, r rankOf, h *holder) error {
 		r.rank, g.key, h.pod, h.uid, r.pod.Name, r.pod.UID)
 	if g.firstRefusal(r.pod.UID) {
 		c.log.Info("refused a second pod for a rank another pod holds", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "holder", h.pod, "holderUID", h.uid)
-		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, "RankClaimedTwice", "Gate", "%s", msg)
+		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonRankClaimedTwice, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)
 }

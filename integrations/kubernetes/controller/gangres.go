@@ -20,6 +20,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -53,7 +54,7 @@ func (r *gangRes) set(obj *v1alpha1.Gang) {
 	// Not kept, not sent back: an update without managed fields keeps the
 	// server's, and the API server decodes less.
 	r.obj.ManagedFields = nil
-	if meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionDecided) {
+	if meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionDecided) {
 		r.decided = true
 	}
 	r.mu.Unlock()
@@ -112,9 +113,9 @@ func (c *Controller) dropRes(key string, t *target) {
 
 // newGangObject is the Gang r names, without status.
 func newGangObject(r *gangRes) *v1alpha1.Gang {
-	labels := map[string]string{v1alpha1.LabelJobKind: r.t.kind, v1alpha1.LabelJobUID: string(r.t.uid)}
+	labels := map[string]string{contract.LabelJobKind: r.t.kind, contract.LabelJobUID: string(r.t.uid)}
 	if len(validation.IsValidLabelValue(r.t.name)) == 0 {
-		labels[v1alpha1.LabelJobName] = r.t.name
+		labels[contract.LabelJobName] = r.t.name
 	}
 	key := r.key()
 	g := &v1alpha1.Gang{
@@ -330,14 +331,14 @@ func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation
 			}
 		}
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionDecided, Status: metav1.ConditionTrue,
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: contract.ConditionDecided, Status: metav1.ConditionTrue,
 		Reason: string(st.Phase), Message: "verdict " + st.Verdict + " recorded by " + st.DecidedBy, ObservedGeneration: generation})
 }
 
 // gangDecision reads the verdict recorded in a Gang's status.
 func gangDecision(g *v1alpha1.Gang) (*decision, bool) {
 	st := &g.Status
-	if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDecided) {
+	if !meta.IsStatusConditionTrue(st.Conditions, contract.ConditionDecided) {
 		return nil, false
 	}
 	v := verdict.Verdict(st.Verdict)

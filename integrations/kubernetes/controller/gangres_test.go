@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -28,7 +29,7 @@ func TestGangObjectOwnedByItsJob(t *testing.T) {
 	g := newGangObject(r)
 	require.Equal(t, "pytorchjob-pt-2", g.Name)
 	require.Equal(t, "ml", g.Namespace)
-	require.Equal(t, map[string]string{v1alpha1.LabelJobKind: "PyTorchJob", v1alpha1.LabelJobUID: string(r.t.uid), v1alpha1.LabelJobName: "pt"}, g.Labels)
+	require.Equal(t, map[string]string{contract.LabelJobKind: "PyTorchJob", contract.LabelJobUID: string(r.t.uid), contract.LabelJobName: "pt"}, g.Labels)
 	require.Len(t, g.OwnerReferences, 1)
 	ref := g.OwnerReferences[0]
 	require.Equal(t, metav1.OwnerReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: r.t.uid,
@@ -58,7 +59,7 @@ func TestGangObjectOwnedByItsJob(t *testing.T) {
 
 	// A name too long for a label value is not a label.
 	long := testRes(strings.Repeat("x", 80))
-	require.NotContains(t, newGangObject(long).Labels, v1alpha1.LabelJobName)
+	require.NotContains(t, newGangObject(long).Labels, contract.LabelJobName)
 }
 
 func rankReport(rank int, v verdict.Verdict, devices int) preflight.RankReport {
@@ -156,7 +157,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 	require.True(t, strings.HasPrefix(st.Reason, verdict.RuleGangMIGSpansGPUs+": long"), st.Reason)
 	require.Equal(t, []int32{2, 3, 4, 6, 7}, st.MissingRanks)
 	require.EqualValues(t, 5, st.MissingCount)
-	require.True(t, meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionDecided))
+	require.True(t, meta.IsStatusConditionTrue(st.Conditions, contract.ConditionDecided))
 	require.Equal(t, "replica-a", st.DecidedBy)
 
 	got, ok := gangDecision(&v1alpha1.Gang{Status: st})
@@ -168,7 +169,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 	require.True(t, got.adopted)
 
 	// Not decided: no verdict to adopt, whatever the fields say.
-	meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionDecided)
+	meta.RemoveStatusCondition(&st.Conditions, contract.ConditionDecided)
 	_, ok = gangDecision(&v1alpha1.Gang{Status: st})
 	require.False(t, ok)
 

@@ -2,11 +2,9 @@ package controller
 
 import (
 	corev1 "k8s.io/api/core/v1"
-)
 
-// ReasonGateConnections is the Event reason of a gated job with more rank
-// pods than the gate serves connections at once.
-const ReasonGateConnections = "GateConnectionsTooFew"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+)
 
 // warnGateBound warns, once per gang, when the job has more rank pods than
 // the gate's connection bound: a rank holds a connection while it waits
@@ -21,7 +19,7 @@ func (c *Controller) warnGateBound(j job, ranks int) {
 	key := jobKey(j)
 	c.log.Info("the job has more rank pods than the gate serves connections at once; raise --gate-max-connections",
 		"job", key, "ranks", ranks, "gateMaxConnections", bound)
-	c.rec.Eventf(j.Object(), nil, corev1.EventTypeWarning, ReasonGateConnections, "Gate",
+	c.rec.Eventf(j.Object(), nil, corev1.EventTypeWarning, contract.ReasonGateConnectionsTooFew, "Gate",
 		"%s has %d rank pods, but the gate serves at most %d connections at once and every waiting rank holds one: ranks beyond %d cannot wait for the verdict together and may miss the gang timeout; run the controller with --gate-max-connections=%d or more",
 		key, ranks, bound, bound, ranks)
 }

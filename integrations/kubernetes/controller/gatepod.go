@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 )
@@ -21,10 +22,12 @@ import (
 // later, the cache shows it. Likewise the batch Job that controls a pod
 // with the label (an MPIJob's launcher, or not) is read once.
 
-// uidSet is a set of pod UIDs that forgets everything when full.
+// uidSet is a set of pod UIDs that holds at most max and forgets
+// everything when full (the zero value holds maxNotRanks).
 type uidSet struct {
-	mu sync.Mutex
-	m  map[types.UID]struct{}
+	mu  sync.Mutex
+	m   map[types.UID]struct{}
+	max int
 }
 
 const maxNotRanks = 8192
@@ -36,13 +39,24 @@ func (s *uidSet) has(uid types.UID) bool {
 	return ok
 }
 
-func (s *uidSet) add(uid types.UID) {
+func (s *uidSet) add(uid types.UID) { s.first(uid) }
+
+// first adds uid and says whether it was not there yet.
+func (s *uidSet) first(uid types.UID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m == nil || len(s.m) >= maxNotRanks {
+	if _, ok := s.m[uid]; ok {
+		return false
+	}
+	limit := s.max
+	if limit == 0 {
+		limit = maxNotRanks
+	}
+	if s.m == nil || len(s.m) >= limit {
 		s.m = map[types.UID]struct{}{}
 	}
 	s.m[uid] = struct{}{}
+	return true
 }
 
 // reportingPod reads the pod id speaks for: from the cache, else (not
@@ -102,7 +116,7 @@ func (c *Controller) refuseUnexpected(g *gang, r rankOf) error {
 	msg := fmt.Sprintf("pod %s (uid %s) claims rank %d of %s but is not a pod its operator creates (%v): its report is refused", r.pod.Name, r.pod.UID, r.rank, g.key, why)
 	if c.unexpected.first(r.pod.UID) {
 		c.log.Info("refused the report of a pod that is not one of the job's", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "why", why.Error())
-		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, ReasonUnexpectedPod, "Gate", "%s", msg)
+		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
@@ -317,13 +318,13 @@ func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj clie
 	since, any := unschedulableSince(pods, seen)
 	if !any || j.Suspended() || obj.GetDeletionTimestamp() != nil {
 		c.unwatchPending(key)
-		if _, ok := obj.GetAnnotations()[KeyWaitingFor]; ok {
+		if _, ok := obj.GetAnnotations()[contract.AnnotationWaitingFor]; ok {
 			c.patchWaitingFor(ctx, obj, nil)
 		}
 		return 0, false
 	}
 	w = c.watchedPending(key, obj, k.GVK().Kind)
-	grace, err := jobDuration(obj, KeyPendingGrace, c.opts.PendingGrace)
+	grace, err := jobDuration(obj, contract.AnnotationPendingGrace, c.opts.PendingGrace)
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
@@ -392,7 +393,7 @@ func (c *Controller) waitingCause(w *pendingJob, f verdict.Finding) verdict.Find
 // noteWaiting fails a job waiting past its pending timeout, and otherwise
 // writes what it waits for when that changed.
 func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, key string, w *pendingJob, subject string, cause verdict.Finding, since time.Time) (time.Duration, bool) {
-	timeout, err := jobDuration(obj, KeyPendingTimeout, c.opts.PendingTimeout)
+	timeout, err := jobDuration(obj, contract.AnnotationPendingTimeout, c.opts.PendingTimeout)
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
@@ -403,7 +404,7 @@ func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, 
 	}
 	// Only a change of cause is written (the cache may not show this
 	// replica's last write yet).
-	if v := waitingFor(cause); obj.GetAnnotations()[KeyWaitingFor] != v {
+	if v := waitingFor(cause); obj.GetAnnotations()[contract.AnnotationWaitingFor] != v {
 		c.pw.mu.Lock()
 		fresh := w.written != v
 		w.written = v
@@ -550,7 +551,7 @@ func (c *Controller) patchWaitingFor(ctx context.Context, obj client.Object, cau
 		val = fmt.Sprintf("%q", gangWaiting)
 	}
 	c.noteWaitingFor(obj.GetUID(), gangWaiting) // the Gang's phase and waitingFor
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, KeyWaitingFor, val)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, contract.AnnotationWaitingFor, val)
 	if err := c.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		if !apierrors.IsNotFound(err) {
 			metricAPIErrors.WithLabelValues("waiting-for").Inc()
@@ -559,7 +560,7 @@ func (c *Controller) patchWaitingFor(ctx context.Context, obj client.Object, cau
 		return
 	}
 	if cause != nil {
-		c.rec.Eventf(obj, nil, corev1.EventTypeNormal, "PendingWaiting", "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
+		c.rec.Eventf(obj, nil, corev1.EventTypeNormal, contract.ReasonPendingWaiting, "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
 	}
 }
 

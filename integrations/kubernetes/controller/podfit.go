@@ -3,12 +3,11 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // Anyone who may create pods in a namespace can create one with a job's
@@ -18,10 +17,6 @@ import (
 // The Pending watchdog and the gang's missing ranks ignore a pod whose
 // name and index do not fit (an unschedulable impostor would otherwise
 // fail someone else's job), and the gate refuses its report.
-
-// ReasonUnexpectedPod is the Warning Event on a job about a pod that carries
-// its labels and owner reference but is not a pod its operator creates.
-const ReasonUnexpectedPod = "UnexpectedPod"
 
 // podFits says why p is not the pod j's operator creates for the replica
 // its labels name (nil when it is): its replica index is within the
@@ -38,29 +33,9 @@ func podFits(j job, p *corev1.Pod) error {
 	return j.PodNameFits(p, typ)
 }
 
-// misfits remembers the pods already reported as unexpected (by UID), so
-// that each gets one log line and one Event; it forgets everything when
-// full.
-type misfits struct {
-	mu   sync.Mutex
-	seen map[types.UID]struct{}
-}
-
+// maxMisfits bounds the pods remembered as reported unexpected (by UID),
+// so that each gets one log line and one Event.
 const maxMisfits = 4096
-
-// first says whether uid is reported for the first time.
-func (m *misfits) first(uid types.UID) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.seen[uid]; ok {
-		return false
-	}
-	if m.seen == nil || len(m.seen) >= maxMisfits {
-		m.seen = map[types.UID]struct{}{}
-	}
-	m.seen[uid] = struct{}{}
-	return true
-}
 
 // fittingPods keeps of pods those that fit j (podFits); each other one is
 // logged and noted in a Warning Event on the job, once.
@@ -74,7 +49,7 @@ func (c *Controller) fittingPods(j job, pods []*corev1.Pod) []*corev1.Pod {
 		}
 		if c.unexpected.first(p.UID) {
 			c.log.Info("ignoring a pod that carries the job's labels and owner but is not one of its pods", "job", jobKey(j), "pod", p.Name, "podUID", string(p.UID), "why", err.Error())
-			c.rec.Eventf(j.Object(), p, corev1.EventTypeWarning, ReasonUnexpectedPod, "Gate",
+			c.rec.Eventf(j.Object(), p, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate",
 				"pod %s carries the job's labels and controller owner reference but is not a pod its operator creates (%v): rankgate ignores it", p.Name, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // Progress writes: what an open gang's Gang shows (ranks reported, the
@@ -125,7 +126,7 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			// Only a gang still open here adopts it: this replica's own
 			// verdict (decided while this write waited) is being applied
 			// or applied already, and must not be marked pending again.
-			if g != nil && g.open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, v1alpha1.ConditionApplied) {
+			if g != nil && g.open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
 				c.setPending(r.t, d)
 				go c.adoptVerdict(g, d)
 			}

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubeflow"
-
 	"context"
 	"fmt"
 	"strconv"
@@ -21,6 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // setupReconcilers registers one reconciler per installed job kind. They
@@ -110,6 +111,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
+	c.ensureJobCA(ctx, obj)
 	c.mu.Lock()
 	if uid, ok := c.byName[key]; ok && uid != obj.GetUID() {
 		c.mu.Unlock()
@@ -197,10 +199,10 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 // stale); look at it again.
 func (c *Controller) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
 	a := obj.GetAnnotations()
-	prev := fmt.Sprintf("%s %s %s", a[KeyVerdict], a[KeyDecidedAt], a[KeyRules])
+	prev := fmt.Sprintf("%s %s %s", a[contract.AnnotationVerdict], a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
 	next := strconv.Itoa(int(jobAttempt(obj)) + 1)
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q,%q:%q}}}`,
-		obj.GetResourceVersion(), KeyVerdict, KeyReason, KeyRules, KeyDecidedAt, KeyDecidedBy, KeyReport, KeyAction, KeyFirstReport, KeyPreviousGate, prev, KeyAttempt, next)
+		obj.GetResourceVersion(), contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt, contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport, contract.AnnotationPreviousVerdict, prev, contract.AnnotationAttempt, next)
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
@@ -225,7 +227,7 @@ func controllerOptions() crcontroller.Options {
 // Gang (loaded when this replica took the lead) or, from earlier
 // releases, its rankgate.io/first-report-at says.
 func (c *Controller) firstReported(o client.Object) bool {
-	if _, ok := o.GetAnnotations()[KeyFirstReport]; ok {
+	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
 		return true
 	}
 	r := c.lookupRes(o.GetUID())
@@ -264,7 +266,7 @@ var optInChanged = predicate.Funcs{
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[KeyGate] != e.ObjectNew.GetLabels()[KeyGate]
+		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[contract.KeyGate] != e.ObjectNew.GetLabels()[contract.KeyGate]
 	},
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // A verdict is made durable in two steps:
@@ -93,7 +94,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			continue
 		}
 		if old, ok := gangDecision(cur); ok {
-			if !meta.IsStatusConditionTrue(cur.Status.Conditions, v1alpha1.ConditionApplied) {
+			if !meta.IsStatusConditionTrue(cur.Status.Conditions, contract.ConditionApplied) {
 				c.setPending(r.t, old)
 				return old, false, nil
 			}
@@ -185,7 +186,7 @@ func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types
 	if a := jobAttempt(obj); a > r.t.attempt {
 		return c.resFor(obj, g.kind), nil, nil
 	}
-	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), KeyAttempt, strconv.Itoa(int(r.t.attempt)+1))
+	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
@@ -280,7 +281,7 @@ func (c *Controller) loadGangs(ctx context.Context) ([]foundRecord, error) {
 // loadGang takes in one listed Gang: a verdict to apply (returned), an
 // open gang to remember, or nothing.
 func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*foundRecord, error) {
-	if meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied) {
+	if meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied) {
 		return nil, nil
 	}
 	j := g.Spec.Job

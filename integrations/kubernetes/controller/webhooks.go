@@ -6,22 +6,26 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"strconv"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
-	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 )
 
@@ -56,6 +60,22 @@ type WebhookOptions struct {
 	WebhookConfigName string
 	CertDurations     certs.Durations // default certs.DefaultDurations
 	CertInterval      time.Duration   // default 1m
+
+	// WebhookClientCA, if set, is a PEM file of CAs: the webhook port then
+	// completes a TLS handshake only with a client that presents a
+	// certificate signed by one of them (the API server's, configured
+	// through its admission control configuration). Off by default.
+	WebhookClientCA string
+	// Bounds of the webhook port (zero: review's defaults): connections
+	// open at once, reviews read and decoded at once, the body size, the
+	// time for the handshake and headers, for the body, and between
+	// requests on a kept-alive connection.
+	WebhookMaxConnections int
+	WebhookMaxDecodes     int
+	WebhookMaxBody        int64
+	WebhookHeaderTimeout  time.Duration
+	WebhookBodyTimeout    time.Duration
+	WebhookIdleTimeout    time.Duration
 }
 
 // DefaultWebhookAddr is the command's --webhook-addr.
@@ -118,28 +138,28 @@ func (c *Controller) setupCerts(mgr manager.Manager) error {
 	return mgr.Add(manager.RunnableFunc(r.DistributeCA))
 }
 
-// webhookServer is the manager's webhook server (nil when disabled).
-func (c *Controller) webhookServer() (webhook.Server, error) {
+// webhookServer is the manager's webhook server (nil when disabled): the
+// bounded server of package review. Its certificate is the controller's
+// own (ManageCerts) or CertDir's files, watched (registerWebhooks).
+func (c *Controller) webhookServer() (*review.Server, error) {
 	if c.opts.WebhookAddr == "0" {
 		return nil, nil
 	}
-	host, port, err := net.SplitHostPort(c.opts.WebhookAddr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(c.opts.WebhookAddr); err != nil {
 		return nil, fmt.Errorf("controller: webhook address %q: %w", c.opts.WebhookAddr, err)
 	}
-	p, err := strconv.Atoi(port)
-	if err != nil {
-		return nil, fmt.Errorf("controller: webhook address %q: %w", c.opts.WebhookAddr, err)
+	if c.opts.WebhookClientCA != "" {
+		if _, err := os.Stat(c.opts.WebhookClientCA); err != nil {
+			return nil, fmt.Errorf("controller: --webhook-client-ca: %w", err)
+		}
 	}
-	o := webhook.Options{Host: host, Port: p, CertDir: c.opts.CertDir}
-	if c.opts.ManageCerts {
-		// c.certs is set once the manager exists (setupCerts), before
-		// anything serves.
-		o.TLSOpts = []func(*tls.Config){func(t *tls.Config) {
-			t.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return c.certs.GetCertificate(h) }
-		}}
-	}
-	return webhook.NewServer(o), nil
+	return review.NewServer(review.Options{
+		Addr: c.opts.WebhookAddr, ClientCAFile: c.opts.WebhookClientCA,
+		GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return c.webhookCert(h) },
+		MaxConns:       c.opts.WebhookMaxConnections, MaxDecodes: c.opts.WebhookMaxDecodes, MaxBody: c.opts.WebhookMaxBody,
+		ReadHeaderTimeout: c.opts.WebhookHeaderTimeout, BodyTimeout: c.opts.WebhookBodyTimeout, IdleTimeout: c.opts.WebhookIdleTimeout,
+		Log: c.log.WithName("webhooks"),
+	}), nil
 }
 
 // registerWebhooks adds the mutating handler (rank init containers and
@@ -147,40 +167,81 @@ func (c *Controller) webhookServer() (webhook.Server, error) {
 // placement with the schedule engine over the controller's node cache.
 // self is the controller's own user name: its updates of jobs are never
 // judged by the validating webhook.
-func (c *Controller) registerWebhooks(s webhook.Server, nodes client.Reader, self string) error {
+func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, self string) error {
 	if s == nil {
 		return nil
 	}
 	if c.opts.InitImage == "" {
 		return errors.New("controller: no init-container image for the mutating webhook (--init-image)")
 	}
+	if c.certs != nil {
+		c.webhookCert = c.certs.GetCertificate
+	} else {
+		cw, err := certwatcher.New(filepath.Join(c.opts.CertDir, "tls.crt"), filepath.Join(c.opts.CertDir, "tls.key"))
+		if err != nil {
+			return fmt.Errorf("controller: webhook certificate in %s: %w", c.opts.CertDir, err)
+		}
+		if err := mgr.Add(cw); err != nil {
+			return err
+		}
+		c.webhookCert = cw.GetCertificate
+	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout}
 	if c.certs != nil {
 		mo.EnsureCA = c.certs.EnsureCAConfigMap
+		mo.OptedIn = c.namespaceOptedIn
 	}
 	mo.LauncherGate = &launchergate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, CAConfigMap: mutate.CAConfigMapName}
 	m, err := mutate.NewMutator(mo)
 	if err != nil {
 		return err
 	}
-	s.Register(mutate.Path, &webhook.Admission{Handler: m, RecoverPanic: ptrBool(true)})
+	s.RegisterAdmission(mutate.Path, m)
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(nodes), DeviceClasses: c.deviceClasses, Engine: c.engine}
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.deviceClasses, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
 	}
-	v := validate.NewHandler(vo)
-	s.Register(validate.Path, WebhookHandler(v))
+	s.RegisterAdmission(validate.Path, validate.NewHandler(vo))
 	return nil
 }
 
-func ptrBool(b bool) *bool { return &b }
+// namespaceOptedIn: the namespace, as the controller's cache has it, is
+// labelled rankgate.io/gate=enabled (or true). Jobs opted in by their own
+// label get the CA ConfigMap from the reconciler, once the controller
+// sees them (ensureJobCA).
+func (c *Controller) namespaceOptedIn(ctx context.Context, name string) bool {
+	ns := &corev1.Namespace{}
+	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ns); err != nil {
+		return false
+	}
+	return ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[contract.KeyGate]))
+}
 
-// WebhookHandler wraps an admission.Handler for ExtraWebhooks.
-func WebhookHandler(h admission.Handler) http.Handler {
-	return &webhook.Admission{Handler: h, RecoverPanic: ptrBool(true)}
+// ensureJobCA: a job opted in by its own label, in a namespace that is not,
+// gets the CA ConfigMap its rank pods mount here, from the leader, as soon
+// as the controller's cache has the job (the mutating webhook never takes
+// a namespace from a review; the leader's periodic distribution,
+// caNamespaces, would reach it only at its next pass). Once per namespace
+// and CA.
+func (c *Controller) ensureJobCA(ctx context.Context, o client.Object) {
+	if c.certs == nil || !enabled(gateSetting(o)) {
+		return
+	}
+	b := c.certs.Current()
+	if b == nil {
+		return
+	}
+	if prev, ok := c.jobCA.Load(o.GetNamespace()); ok && prev == b {
+		return
+	}
+	if err := c.certs.EnsureCAConfigMap(ctx, o.GetNamespace()); err != nil {
+		c.log.Info("cannot write the gate's CA ConfigMap for a job opted in by its label; its rank pods wait for it", "namespace", o.GetNamespace(), "error", err.Error())
+		return
+	}
+	c.jobCA.Store(o.GetNamespace(), b)
 }
 
 // Certificates is the controller's own CA (nil unless ManageCerts).

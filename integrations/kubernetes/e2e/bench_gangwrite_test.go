@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // TestBenchGangWriteCost: what one verdict write costs the control plane,
@@ -40,7 +41,7 @@ func TestBenchGangWriteCost(t *testing.T) {
 	for i := range gangs {
 		g := &v1alpha1.Gang{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pytorchjob-job-%04d-0", i), Namespace: ns,
-				Labels: map[string]string{v1alpha1.LabelJobKind: "PyTorchJob", v1alpha1.LabelJobName: fmt.Sprintf("job-%04d", i), v1alpha1.LabelJobUID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i)}},
+				Labels: map[string]string{contract.LabelJobKind: "PyTorchJob", contract.LabelJobName: fmt.Sprintf("job-%04d", i), contract.LabelJobUID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i)}},
 			Spec: v1alpha1.GangSpec{Job: v1alpha1.JobReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: fmt.Sprintf("job-%04d", i), UID: "u"},
 				Attempt: 1, ExpectedRanks: 8, Timeout: &metav1.Duration{Duration: 10 * time.Minute}},
 		}
@@ -121,7 +122,7 @@ func verdictStatus(i int) v1alpha1.GangStatus {
 		st.Ranks = append(st.Ranks, v1alpha1.RankStatus{Rank: int32(r), Pod: fmt.Sprintf("job-%04d-worker-%d", i, r), Node: fmt.Sprintf("node-%d", r),
 			Devices: []string{fmt.Sprintf("GPU-node-%d-0", r)}, Verdict: "pass"})
 	}
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: v1alpha1.ConditionDecided, Status: metav1.ConditionTrue, Reason: "Passed",
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: contract.ConditionDecided, Status: metav1.ConditionTrue, Reason: "Passed",
 		Message: "verdict pass recorded by rankgate-controller-7d9f-abcde", ObservedGeneration: 1})
 	return st
 }

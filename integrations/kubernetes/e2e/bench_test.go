@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/e2e/cpupin"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -242,7 +243,7 @@ func TestBenchGangLatency(t *testing.T) {
 		}
 		n := 0
 		for _, j := range list.Items {
-			if j.Annotations[controller.KeyVerdict] != "" {
+			if j.Annotations[contract.AnnotationVerdict] != "" {
 				n++
 			}
 		}
@@ -624,11 +625,11 @@ func measureController(t *testing.T, trim bool, memLimit, ns string, pending []s
 			if !strings.HasPrefix(j.Name, "wait-") {
 				continue
 			}
-			if w := j.Annotations[controller.KeyWaitingFor]; w != "" {
+			if w := j.Annotations[contract.AnnotationWaitingFor]; w != "" {
 				waiting++
 				sample = w
 			}
-			if j.Annotations[controller.KeyVerdict] == "fail" {
+			if j.Annotations[contract.AnnotationVerdict] == "fail" {
 				failed++
 			}
 		}
@@ -636,11 +637,11 @@ func measureController(t *testing.T, trim bool, memLimit, ns string, pending []s
 	}
 	require.NoError(t, parallel(len(pending), 32, func(j int) error {
 		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: pending[j], Namespace: ns}}
-		patch := []byte(`{"metadata":{"annotations":{"` + controller.KeyWaitingFor + `":null}}}`)
+		patch := []byte(`{"metadata":{"annotations":{"` + contract.AnnotationWaitingFor + `":null}}}`)
 		return k8s.Patch(ctx, job, client.RawPatch(types.MergePatchType, patch))
 	}))
 	if w, _, _ := waitingFor(); w != 0 {
-		t.Fatalf("%d jobs still carry %s", w, controller.KeyWaitingFor)
+		t.Fatalf("%d jobs still carry %s", w, contract.AnnotationWaitingFor)
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")

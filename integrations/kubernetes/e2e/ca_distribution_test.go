@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rgcerts "github.com/rankgate/rankgate/integrations/kubernetes/certs"
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // Tenants may label any ConfigMap rankgate.io/ca-bundle=true. The CA
@@ -31,7 +31,7 @@ func TestE2ECADistributionIgnoresTenantConfigMaps(t *testing.T) {
 	var tenantCMs []*corev1.ConfigMap
 	create := func(ns, name string, data map[string]string) *corev1.ConfigMap {
 		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{rgcerts.LabelCABundle: "true"}}, Data: data}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{contract.LabelCABundle: "true"}}, Data: data}
 		require.NoError(t, k8s.Create(ctx, cm))
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), cm) }) // namespaces outlive tests: free etcd
 		return cm
@@ -52,7 +52,7 @@ func TestE2ECADistributionIgnoresTenantConfigMaps(t *testing.T) {
 	// label and a CA ConfigMap from an earlier CA.
 	jobNS := newNamespace(t, "e2e-ca-job", false)
 	job := pytorchJob(t, jobNS, "gated", false, 1, nil)
-	job.Labels = map[string]string{controller.KeyGate: "enabled"}
+	job.Labels = map[string]string{contract.KeyGate: "enabled"}
 	require.NoError(t, k8s.Update(ctx, job))
 	create(jobNS, rgcerts.CAConfigMap, map[string]string{"ca.crt": "an earlier CA"})
 	versions := map[types.NamespacedName]string{}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -37,7 +38,7 @@ var noWebhooks = []string{"--webhook-addr", "0"}
 // fails it with NODE_CONSTRAINTS after its 1 s grace.
 func hopelessJob(t *testing.T, ns, name string) client.Object {
 	t.Helper()
-	job := pytorchJob(t, ns, name, false, 1, map[string]string{controller.KeyPendingGrace: "1s"})
+	job := pytorchJob(t, ns, name, false, 1, map[string]string{contract.AnnotationPendingGrace: "1s"})
 	p := rankPod(t, job, "worker", 0, "", "nvidia.com/gpu", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"pool": "nowhere"} })
 	markUnschedulable(t, p, "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.")
 	return job
@@ -49,8 +50,8 @@ func requireNodeConstraints(t *testing.T, job client.Object, within time.Duratio
 	t.Helper()
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, within, 100*time.Millisecond, "%s was not suspended: %s", job.GetName(), logs())
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleNodeConstraints)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleNodeConstraints)
 }
 
 // gpuNodeUntainted is a Ready node with 8 GPUs, deleted when the test ends.
@@ -137,7 +138,7 @@ func TestE2EPendingImpostorIgnored(t *testing.T) {
 	g := startGateProcess(t, noWebhooks...)
 
 	// Worker 0 runs; the operator has not created worker 1's pod yet.
-	victim := pytorchJob(t, ns, "victim", false, 2, map[string]string{controller.KeyPendingGrace: "1s"})
+	victim := pytorchJob(t, ns, "victim", false, 2, map[string]string{contract.AnnotationPendingGrace: "1s"})
 	rankPod(t, victim, "worker", 0, "impostor-gpu-0", "")
 	impostor := func(name, index string) *corev1.Pod {
 		p := &corev1.Pod{
@@ -156,14 +157,14 @@ func TestE2EPendingImpostorIgnored(t *testing.T) {
 	beyond := impostor("victim-worker-7", "7")
 
 	require.Eventually(t, func() bool {
-		ev := strings.Join(jobEvents(t, victim)[controller.ReasonUnexpectedPod], "\n")
+		ev := strings.Join(jobEvents(t, victim)[contract.ReasonUnexpectedPod], "\n")
 		return strings.Contains(ev, evil.Name) && strings.Contains(ev, beyond.Name)
 	}, 30*time.Second, 100*time.Millisecond, "no UnexpectedPod Event naming both impostors: %v", jobEvents(t, victim))
 	// Past the grace, more than enough for a judgement (1 s grace, then
 	// the watchdog acts within a second).
 	time.Sleep(5 * time.Second)
 	require.False(t, isSuspended(t, victim), "the victim was suspended: %s", g.stderr.String())
-	require.Empty(t, jobAnnotations(t, victim)[controller.KeyVerdict])
+	require.Empty(t, jobAnnotations(t, victim)[contract.AnnotationVerdict])
 
 	// The impostor reports a failing rank: refused, nothing decided.
 	rep := gate.ReportRequest{APIVersion: gate.APIVersion, Namespace: ns, Pod: evil.Name, Node: "impostor-gpu-0",
@@ -177,7 +178,7 @@ func TestE2EPendingImpostorIgnored(t *testing.T) {
 	require.Contains(t, e.Message, "not a pod its operator creates")
 	time.Sleep(2 * time.Second)
 	require.False(t, isSuspended(t, victim), "the victim was suspended: %s", g.stderr.String())
-	require.Empty(t, jobAnnotations(t, victim)[controller.KeyVerdict])
+	require.Empty(t, jobAnnotations(t, victim)[contract.AnnotationVerdict])
 
 	// A job whose own pod can never be placed is judged as before, from
 	// the pod's placement rules.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -115,7 +116,7 @@ func TestE2EStandbyReadyRollout(t *testing.T) {
 	require.Contains(t, standby.logs.String(), gate.CodeNotLeader, "no rank reached the standby; the test proves nothing")
 	require.EqualValues(t, 1, leader.Decisions())
 	require.EqualValues(t, 0, standby.Decisions())
-	require.Equal(t, leaderID, appliedVerdict(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, leaderID, appliedVerdict(t, job)[contract.AnnotationDecidedBy])
 	require.Equal(t, 200, readyz(standbyHealth))
 }
 
@@ -123,9 +124,9 @@ func TestE2EStandbyReadyRollout(t *testing.T) {
 func forgedVerdict(action string) map[string]string {
 	rep := verdict.NewReport("forged", []verdict.Finding{{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: "forged"}})
 	b, _ := json.Marshal(rep)
-	return map[string]string{controller.KeyVerdict: "fail", controller.KeyRules: verdict.RuleGangMIGSpansGPUs, controller.KeyReason: "forged",
-		controller.KeyDecidedAt: time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), controller.KeyDecidedBy: "replica-forged",
-		controller.KeyReport: string(b), controller.KeyAction: action}
+	return map[string]string{contract.AnnotationVerdict: "fail", contract.AnnotationRules: verdict.RuleGangMIGSpansGPUs, contract.AnnotationReason: "forged",
+		contract.AnnotationDecidedAt: time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano), contract.AnnotationDecidedBy: "replica-forged",
+		contract.AnnotationReport: string(b), contract.AnnotationAction: action}
 }
 
 // jobState reads whether the job exists, is being deleted, is suspended.
@@ -175,8 +176,8 @@ func TestE2EForgedGangIgnored(t *testing.T) {
 		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	a := appliedVerdict(t, job)
-	require.Equal(t, "pass", a[controller.KeyVerdict])
-	require.Equal(t, "replica-"+t.Name(), a[controller.KeyDecidedBy])
+	require.Equal(t, "pass", a[contract.AnnotationVerdict])
+	require.Equal(t, "replica-"+t.Name(), a[contract.AnnotationDecidedBy])
 	require.EqualValues(t, 1, c.Decisions())
 	g := gangOf(t, job)
 	require.NotEqual(t, wrongUID.UID, g.UID, "the Gang of another job was kept")
@@ -188,7 +189,7 @@ func TestE2EForgedGangIgnored(t *testing.T) {
 		require.False(t, suspended, "job %s suspended", j.Name)
 	}
 	for _, j := range []*kubeflowv1.PyTorchJob{unowned, off} {
-		require.Empty(t, jobAnnotations(t, j)[controller.KeyVerdict], j.Name)
+		require.Empty(t, jobAnnotations(t, j)[contract.AnnotationVerdict], j.Name)
 		require.Empty(t, jobEvents(t, j), j.Name)
 	}
 	require.Contains(t, c.logs.String(), "ignoring a Gang its job does not own")
@@ -202,7 +203,7 @@ func TestE2EForgedAnnotationNoDeletion(t *testing.T) {
 	ns := newNamespace(t, "e2e-forged-annotation", true)
 	c := startController(t, controller.Options{GangTimeout: time.Minute, OnFail: controller.ActionDelete})
 	in := pytorchJob(t, ns, "opted-in", false, 1, nil)
-	out := pytorchJob(t, ns, "opted-out", false, 1, map[string]string{controller.KeyGate: "disabled"})
+	out := pytorchJob(t, ns, "opted-out", false, 1, map[string]string{contract.KeyGate: "disabled"})
 	rankPod(t, in, "worker", 0, "node-0", "")
 	for _, j := range []*kubeflowv1.PyTorchJob{in, out} {
 		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": forgedVerdict(controller.ActionDelete)}})
@@ -251,7 +252,7 @@ func TestE2EImpostorPodRefused(t *testing.T) {
 		require.Equal(t, 0, r.wait(t, time.Minute), joinRanks([]*rank{r0, r1, ri}))
 		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
-	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	require.Contains(t, c.logs.String(), evil.Name)
 	require.Eventually(t, func() bool {
 		ev := jobEvents(t, job)["RankClaimedTwice"]
@@ -266,7 +267,7 @@ func TestE2EImpostorPodRefused(t *testing.T) {
 func TestE2EFirstReportInThePast(t *testing.T) {
 	ns := newNamespace(t, "e2e-first-report", true)
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339Nano)
-	job := pytorchJob(t, ns, "slow", false, 2, map[string]string{controller.KeyFirstReport: past})
+	job := pytorchJob(t, ns, "slow", false, 2, map[string]string{contract.AnnotationFirstReport: past})
 	p0 := rankPod(t, job, "worker", 0, "node-0", "")
 	p1 := rankPod(t, job, "worker", 1, "node-1", "")
 	created := time.Now()
@@ -274,7 +275,7 @@ func TestE2EFirstReportInThePast(t *testing.T) {
 	r0 := startRank(t, c.URL, p0, token(t, p0, gate.Audience), fullGPURank...)
 	time.Sleep(5 * time.Second) // well past the resend grace: an hour-old clock would have failed the gang
 	require.True(t, r0.running(), "the gang was decided at once: %s", r0.String())
-	require.Empty(t, jobAnnotations(t, job)[controller.KeyVerdict])
+	require.Empty(t, jobAnnotations(t, job)[contract.AnnotationVerdict])
 
 	r1 := startRank(t, c.URL, p1, token(t, p1, gate.Audience), fullGPURank...)
 	for _, r := range []*rank{r0, r1} {
@@ -282,5 +283,5 @@ func TestE2EFirstReportInThePast(t *testing.T) {
 		require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict)
 	}
 	require.Less(t, time.Since(created), 20*time.Second, "passed only because the test ran past the deadline")
-	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict])
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/verdict"
@@ -55,7 +56,7 @@ func TestE2EPendingDRANotJudged(t *testing.T) {
 	job, _ := pendingJob(t, ns, "dra", nil, "nvidia.com/gpu", 4, onNode(node))
 
 	var wf string
-	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[controller.KeyWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
+	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 	require.True(t, strings.HasPrefix(wf, verdict.RuleDRANotJudged+": "), wf)
 	require.Contains(t, wf, "nvidia.com/gpu from DeviceClass gpu.nvidia.com")
 	// Judged again on node and job changes and every 30 s: still never
@@ -66,8 +67,8 @@ func TestE2EPendingDRANotJudged(t *testing.T) {
 	}
 	require.False(t, isSuspended(t, job), "a DRA job was suspended:\n%s", c.logs.String())
 	a := jobAnnotations(t, job)
-	require.Empty(t, a[controller.KeyVerdict])
-	require.True(t, strings.HasPrefix(a[controller.KeyWaitingFor], verdict.RuleDRANotJudged+": "))
+	require.Empty(t, a[contract.AnnotationVerdict])
+	require.True(t, strings.HasPrefix(a[contract.AnnotationWaitingFor], verdict.RuleDRANotJudged+": "))
 	ev := jobEvents(t, job)
 	require.Empty(t, ev["PendingFailed"], "%v", ev)
 }

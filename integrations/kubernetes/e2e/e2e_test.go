@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -68,9 +69,9 @@ func TestE2EPassFullGPUs(t *testing.T) {
 		require.Contains(t, v.Subject, "4 of 4 ranks")
 	}
 	a := appliedVerdict(t, job)
-	require.Equal(t, "pass", a[controller.KeyVerdict])
-	require.NotEmpty(t, a[controller.KeyDecidedAt])
-	require.Empty(t, a[controller.KeyAction])
+	require.Equal(t, "pass", a[contract.AnnotationVerdict])
+	require.NotEmpty(t, a[contract.AnnotationDecidedAt])
+	require.Empty(t, a[contract.AnnotationAction])
 	require.EqualValues(t, 1, c.Decisions())
 	require.Eventually(t, func() bool { return len(jobEvents(t, job)["GangPassed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 
@@ -100,12 +101,12 @@ func TestE2EMIGSpansGPUs(t *testing.T) {
 	fresh := &mpiv2beta1.MPIJob{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Equal(t, "suspend", a[controller.KeyAction])
-	require.Contains(t, a[controller.KeyRules], "GANG_MIG_SPANS_GPUS")
-	require.Contains(t, a[controller.KeyReason], "physical GPUs")
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, "suspend", a[contract.AnnotationAction])
+	require.Contains(t, a[contract.AnnotationRules], "GANG_MIG_SPANS_GPUS")
+	require.Contains(t, a[contract.AnnotationReason], "physical GPUs")
 	var rep verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &rep))
+	require.NoError(t, json.Unmarshal([]byte(a[contract.AnnotationReport]), &rep))
 	require.Equal(t, verdict.VerdictFail, rep.Verdict)
 	require.Eventually(t, func() bool {
 		ev := jobEvents(t, job)["GangFailed"]
@@ -132,7 +133,7 @@ func TestE2EMPIJobLauncherAsWorker(t *testing.T) {
 		require.Equal(t, verdict.VerdictPass, resp.Verdict, r.String())
 		require.Contains(t, resp.Subject, "3 of 3 ranks")
 	}
-	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	require.EqualValues(t, 1, c.Decisions())
 }
 
@@ -163,8 +164,8 @@ func TestE2EGangDeadline(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, time.Since(start), 2500*time.Millisecond, "decided before the deadline")
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Contains(t, a[controller.KeyReason], p2.Name)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, a[contract.AnnotationReason], p2.Name)
 
 	// A rank requesting a MIG profile no node advertises: fail at once,
 	// long before the deadline.
@@ -221,11 +222,11 @@ func TestE2EControllerRestart(t *testing.T) {
 	}
 	require.EqualValues(t, 1, b.Decisions())
 	ann := appliedVerdict(t, job)
-	require.Equal(t, "pass", ann[controller.KeyVerdict])
+	require.Equal(t, "pass", ann[contract.AnnotationVerdict])
 	require.Equal(t, firstReport, firstReportAt(t, job), "the deadline clock was restarted")
 	g := gangOf(t, job)
 	require.Equal(t, g.Status.FirstReportAt.Add(time.Minute).Unix(), g.Status.Deadline.Unix(), "the deadline clock was restarted")
-	decidedAt := ann[controller.KeyDecidedAt]
+	decidedAt := ann[contract.AnnotationDecidedAt]
 	require.Eventually(t, func() bool { return len(jobEvents(t, job)["GangPassed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 	b.Stop(t)
 
@@ -235,7 +236,7 @@ func TestE2EControllerRestart(t *testing.T) {
 	again := startRank(t, url, pods[1], toks[1], fullGPURank...)
 	require.Equal(t, 0, again.wait(t, 30*time.Second), again.String())
 	require.EqualValues(t, 0, c.Decisions())
-	require.Equal(t, decidedAt, jobAnnotations(t, job)[controller.KeyDecidedAt])
+	require.Equal(t, decidedAt, jobAnnotations(t, job)[contract.AnnotationDecidedAt])
 	time.Sleep(500 * time.Millisecond)
 	require.Len(t, jobEvents(t, job)["GangPassed"], 1)
 }
@@ -265,9 +266,9 @@ func TestE2ERecordedVerdictFinishedByNextLeader(t *testing.T) {
 
 	a := appliedVerdict(t, job)
 	require.Eventually(t, func() bool { return gaugeValue(t, "rankgate_verdicts_unapplied") == 0 }, 5*time.Second, 20*time.Millisecond)
-	require.Equal(t, holder, a[controller.KeyDecidedBy])
-	require.Equal(t, decidedAt, a[controller.KeyDecidedAt])
-	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
+	require.Equal(t, holder, a[contract.AnnotationDecidedBy])
+	require.Equal(t, decidedAt, a[contract.AnnotationDecidedAt])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
 	fresh := &kubeflowv1.PyTorchJob{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")
@@ -298,7 +299,7 @@ func TestE2ERejectsForeignToken(t *testing.T) {
 	require.Contains(t, r.termination(), gate.CodeUnauthenticated)
 
 	// Nothing was recorded for the forged reports.
-	require.Empty(t, jobAnnotations(t, job)[controller.KeyFirstReport])
+	require.Empty(t, jobAnnotations(t, job)[contract.AnnotationFirstReport])
 
 	other := newNamespace(t, "e2e-not-opted-in", false)
 	job2 := pytorchJob(t, other, "t5", false, 1, nil)
@@ -330,7 +331,7 @@ func TestE2EControllerUnreachableAtFirst(t *testing.T) {
 	for _, r := range ranks {
 		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 	}
-	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict])
 }
 
 // twoReplicas starts replica-a, waits until it leads, then replica-b, the
@@ -371,7 +372,7 @@ func TestE2ELeaderElection(t *testing.T) {
 		require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 	}
 	require.EqualValues(t, 1, standby.Decisions())
-	require.Equal(t, "replica-b", appliedVerdict(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, "replica-b", appliedVerdict(t, job)[contract.AnnotationDecidedBy])
 }
 
 // Two replicas behind a Service: kube-proxy spreads connections, not
@@ -398,7 +399,7 @@ func TestE2ETwoReplicasBehindService(t *testing.T) {
 	// not log), so the standby must have answered NotLeader.
 	require.Contains(t, standby.logs.String(), gate.CodeNotLeader, "no rank reached the standby; the test proves nothing")
 	require.EqualValues(t, 1, leader.Decisions())
-	require.Equal(t, "replica-a", appliedVerdict(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, "replica-a", appliedVerdict(t, job)[contract.AnnotationDecidedBy])
 }
 
 // The manifests in configs/deploy and the examples are accepted by a real
@@ -672,8 +673,8 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 		}
 		require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
 	}
-	require.Equal(t, "pass", appliedVerdict(t, pass)[controller.KeyVerdict])
-	require.Equal(t, "fail", appliedVerdict(t, fail)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, pass)[contract.AnnotationVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, fail)[contract.AnnotationVerdict])
 	fresh := &mpiv2beta1.MPIJob{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(fail), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.RunPolicy.Suspend, false), "job not suspended")

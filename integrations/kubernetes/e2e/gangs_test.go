@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -52,7 +53,7 @@ func gangOf(t testing.TB, job client.Object) *v1alpha1.Gang {
 	fresh := job.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(job), fresh))
 	attempt := int32(1)
-	if s := fresh.GetAnnotations()[controller.KeyAttempt]; s != "" {
+	if s := fresh.GetAnnotations()[contract.AnnotationAttempt]; s != "" {
 		var n int
 		_, err := fmt.Sscan(s, &n)
 		require.NoError(t, err)
@@ -105,7 +106,7 @@ func recordGang(t testing.TB, job client.Object, ns string, uid string, owned bo
 	}
 	g.Status = v1alpha1.GangStatus{Phase: phase, Progress: "1/2", Verdict: string(rep.Verdict), Rules: rep.RuleIDs(), Reason: rep.Reason(200),
 		Message: rep.Reason(0), Report: string(rb), Action: action, DecidedAt: &metav1.Time{Time: at}, DecidedBy: by,
-		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionDecided, Status: metav1.ConditionTrue, Reason: string(phase), Message: "recorded",
+		Conditions: []metav1.Condition{{Type: contract.ConditionDecided, Status: metav1.ConditionTrue, Reason: string(phase), Message: "recorded",
 			LastTransitionTime: metav1.Now()}}}
 	require.NoError(t, k8s.Status().Update(context.Background(), g))
 	return g
@@ -227,8 +228,8 @@ func TestE2EGangsTable(t *testing.T) {
 	g = gangOf(t, job)
 	require.Equal(t, "replica-"+t.Name(), g.Status.DecidedBy)
 	require.Len(t, g.Status.Ranks, 8)
-	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionDecided))
-	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied))
+	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionDecided))
+	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied))
 	require.Len(t, g.OwnerReferences, 1)
 	require.Equal(t, job.UID, g.OwnerReferences[0].UID)
 	require.NotContains(t, c.logs.String(), "retrying", "a write failed")
@@ -401,10 +402,10 @@ func TestE2EGangRaceOneVerdictStands(t *testing.T) {
 		}
 		seen[v]++
 		ann := appliedVerdict(t, job)
-		require.Equal(t, string(v), ann[controller.KeyVerdict])
+		require.Equal(t, string(v), ann[contract.AnnotationVerdict])
 		g := gangOf(t, job)
 		require.Equal(t, string(v), g.Status.Verdict)
-		require.Equal(t, ann[controller.KeyDecidedBy], g.Status.DecidedBy)
+		require.Equal(t, ann[contract.AnnotationDecidedBy], g.Status.DecidedBy)
 	}
 	t.Logf("verdicts that stood: %v; decisions: a %d, b %d", seen, a.Decisions(), b.Decisions())
 	require.EqualValues(t, 4, a.Decisions()+b.Decisions(), "a verdict recorded twice, or none")
@@ -442,7 +443,7 @@ func TestE2EGangAttempts(t *testing.T) {
 		rankPod(t, job, "worker", i, fmt.Sprintf("node-%d", i), "")
 	}
 	report(job, bad)
-	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	require.Eventually(t, func() bool { return suspended(t, job) }, 10*time.Second, 50*time.Millisecond)
 	first := gangOf(t, job)
 	require.Equal(t, v1alpha1.PhaseFailed, first.Status.Phase)
@@ -451,16 +452,16 @@ func TestE2EGangAttempts(t *testing.T) {
 	require.NoError(t, k8s.Patch(context.Background(), job.DeepCopy(), client.RawPatch(types.MergePatchType, patch)))
 	require.Eventually(t, func() bool {
 		a := jobAnnotations(t, job)
-		return a[controller.KeyAttempt] == "2" && a[controller.KeyVerdict] == ""
+		return a[contract.AnnotationAttempt] == "2" && a[contract.AnnotationVerdict] == ""
 	}, 20*time.Second, 50*time.Millisecond, "not re-gated: %v", jobAnnotations(t, job))
-	require.Contains(t, jobAnnotations(t, job)[controller.KeyPreviousGate], "fail ")
+	require.Contains(t, jobAnnotations(t, job)[contract.AnnotationPreviousVerdict], "fail ")
 	var resp []*gate.Response
 	require.Eventually(t, func() bool {
 		resp = report(job, good)
 		return resp[1].State == gate.StateDecided
 	}, 20*time.Second, 200*time.Millisecond)
 	require.Equal(t, verdict.VerdictPass, resp[1].Verdict.Verdict)
-	require.Equal(t, "pass", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	second := gangOf(t, job)
 	require.Equal(t, v1alpha1.GangName("PyTorchJob", job.Name, 2), second.Name)
 	require.EqualValues(t, 2, second.Spec.Attempt)
@@ -470,12 +471,12 @@ func TestE2EGangAttempts(t *testing.T) {
 	require.Equal(t, v1alpha1.PhaseFailed, kept.Status.Phase, "attempt 1's Gang changed")
 
 	// on-fail annotate: a person removes the verdict to gate again.
-	ann := pytorchJob(t, ns, "annotated", false, 2, map[string]string{controller.KeyOnFail: controller.ActionAnnotate})
+	ann := pytorchJob(t, ns, "annotated", false, 2, map[string]string{contract.AnnotationOnFail: controller.ActionAnnotate})
 	for i := 0; i < 2; i++ {
 		rankPod(t, ann, "worker", i, fmt.Sprintf("node-%d", i), "")
 	}
 	report(ann, bad)
-	require.Equal(t, "fail", appliedVerdict(t, ann)[controller.KeyVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, ann)[contract.AnnotationVerdict])
 	clear := []byte(`{"metadata":{"annotations":{"rankgate.io/verdict":null}}}`)
 	require.NoError(t, k8s.Patch(context.Background(), ann.DeepCopy(), client.RawPatch(types.MergePatchType, clear)))
 	require.Eventually(t, func() bool {
@@ -483,8 +484,8 @@ func TestE2EGangAttempts(t *testing.T) {
 		return resp[1].State == gate.StateDecided
 	}, 20*time.Second, 200*time.Millisecond)
 	require.Equal(t, verdict.VerdictPass, resp[1].Verdict.Verdict, "the removed verdict was adopted again")
-	require.Equal(t, "pass", appliedVerdict(t, ann)[controller.KeyVerdict])
-	require.Equal(t, "2", jobAnnotations(t, ann)[controller.KeyAttempt])
+	require.Equal(t, "pass", appliedVerdict(t, ann)[contract.AnnotationVerdict])
+	require.Equal(t, "2", jobAnnotations(t, ann)[contract.AnnotationAttempt])
 	require.Equal(t, v1alpha1.PhasePassed, gangOf(t, ann).Status.Phase)
 }
 
@@ -499,14 +500,14 @@ func TestE2EGangAppliedLater(t *testing.T) {
 	p := rankPod(t, job, "worker", 0, "node-0", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)
 	require.Equal(t, 0, r.wait(t, time.Minute), r.String())
-	require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyVerdict] == "pass" },
+	require.Eventually(t, func() bool { return jobAnnotations(t, job)[contract.AnnotationVerdict] == "pass" },
 		10*time.Second, 20*time.Millisecond, "the verdict was not applied to the job")
 	onJob := time.Now()
 	g := gangOf(t, job)
-	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionDecided))
-	require.False(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied), "Applied written before its delay")
+	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionDecided))
+	require.False(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied), "Applied written before its delay")
 	require.Eventually(t, func() bool {
-		return meta.IsStatusConditionTrue(gangOf(t, job).Status.Conditions, v1alpha1.ConditionApplied)
+		return meta.IsStatusConditionTrue(gangOf(t, job).Status.Conditions, contract.ConditionApplied)
 	}, 10*time.Second, 50*time.Millisecond)
 	require.GreaterOrEqual(t, time.Since(onJob), delay/2, "Applied came too soon")
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
@@ -40,14 +41,14 @@ func TestE2EGateConnectionBoundWarned(t *testing.T) {
 	ask(rankPod(t, small, "master", 0, "node-9", ""))
 	var evs []string
 	require.Eventually(t, func() bool {
-		evs = jobEvents(t, big)[controller.ReasonGateConnections]
+		evs = jobEvents(t, big)[contract.ReasonGateConnectionsTooFew]
 		return len(evs) > 0
-	}, 10*time.Second, 100*time.Millisecond, "no %s Event on the job", controller.ReasonGateConnections)
+	}, 10*time.Second, 100*time.Millisecond, "no %s Event on the job", contract.ReasonGateConnectionsTooFew)
 	time.Sleep(time.Second) // a second Event would have arrived
-	evs = jobEvents(t, big)[controller.ReasonGateConnections]
+	evs = jobEvents(t, big)[contract.ReasonGateConnectionsTooFew]
 	require.Len(t, evs, 1)
 	require.Contains(t, evs[0], "6 rank pods")
 	require.Contains(t, evs[0], "--gate-max-connections=6")
-	require.Empty(t, jobEvents(t, small)[controller.ReasonGateConnections])
+	require.Empty(t, jobEvents(t, small)[contract.ReasonGateConnectionsTooFew])
 	require.Equal(t, 1, strings.Count(c.logs.String(), "raise --gate-max-connections"), c.logs.String())
 }

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
@@ -199,7 +200,7 @@ func TestE2EGateTokenReviewsBounded(t *testing.T) {
 func TestE2EGateThousandsOfMissingRanks(t *testing.T) {
 	ns := newNamespace(t, "e2e-gate-missing", true)
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
-	job := pytorchJob(t, ns, "huge", false, 5000, map[string]string{controller.KeyGangTimeout: "3s"})
+	job := pytorchJob(t, ns, "huge", false, 5000, map[string]string{contract.AnnotationGangTimeout: "3s"})
 	p := rankPod(t, job, "worker", 0, "node-1", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)
 	require.Equal(t, verdict.ExitFail, r.wait(t, 60*time.Second), r.String())

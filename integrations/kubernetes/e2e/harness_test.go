@@ -34,7 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate/gatetest"
@@ -72,7 +72,7 @@ func newNamespace(t testing.TB, name string, optIn bool) string {
 	nsUses.mu.Unlock()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if optIn {
-		ns.Labels = map[string]string{controller.KeyGate: "enabled"}
+		ns.Labels = map[string]string{contract.KeyGate: "enabled"}
 	}
 	require.NoError(t, k8s.Create(ctx, ns))
 	require.NoError(t, k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: serviceAccount, Namespace: name}}))
@@ -511,13 +511,13 @@ func appliedVerdict(t testing.TB, o client.Object) map[string]string {
 	var a map[string]string
 	require.Eventually(t, func() bool {
 		a = jobAnnotations(t, o)
-		return a[controller.KeyVerdict] != ""
+		return a[contract.AnnotationVerdict] != ""
 	}, 10*time.Second, 20*time.Millisecond, "the verdict was not applied to the job")
 	fresh := o.DeepCopyObject().(client.Object)
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(o), fresh))
 	require.Eventually(t, func() bool {
 		g := gangOf(t, fresh)
-		return g != nil && meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionApplied)
+		return g != nil && meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied)
 	}, 10*time.Second, 20*time.Millisecond, "the Gang of the job does not say the verdict was applied")
 	return a
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -101,9 +102,9 @@ func TestE2EKueueGangFailDeactivatesWorkload(t *testing.T) {
 		require.Contains(t, r.termination(), "GANG_MIG_SPANS_GPUS", r.String())
 	}
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
-	require.Contains(t, a[controller.KeyRules], "GANG_MIG_SPANS_GPUS")
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	require.Contains(t, a[contract.AnnotationRules], "GANG_MIG_SPANS_GPUS")
 	require.False(t, workloadActive(t, w), "the Kueue Workload was not deactivated")
 	require.False(t, isSuspended(t, job), "rankgate set runPolicy.suspend on a Kueue-managed job")
 	var ev []string
@@ -116,7 +117,7 @@ func TestE2EKueueGangFailDeactivatesWorkload(t *testing.T) {
 	// Not resumed: the job stays as the verdict left it (no re-gate while
 	// the Workload is inactive).
 	time.Sleep(time.Second)
-	require.Equal(t, "fail", jobAnnotations(t, job)[controller.KeyVerdict])
+	require.Equal(t, "fail", jobAnnotations(t, job)[contract.AnnotationVerdict])
 	require.NotContains(t, c.logs.String(), "orbidden", "the controller hit a permission it lacks")
 	t.Logf("event: %s", ev[0])
 }
@@ -137,15 +138,15 @@ func TestE2EKueuePendingDeactivatesWorkload(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return !workloadActive(t, w) }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleShapeMismatch)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
 	require.False(t, isSuspended(t, job), "rankgate set runPolicy.suspend on a Kueue-managed job")
 	ev := jobEvents(t, job)
 	require.Len(t, ev["PendingFailed"], 1, "%v", ev)
 	require.Contains(t, ev["PendingFailed"][0], "Kueue Workload "+w.GetName()+" deactivated")
 	require.Contains(t, ev["PendingFailed"][0], "SHAPE_MISMATCH")
 	time.Sleep(time.Second)
-	require.Equal(t, "fail", jobAnnotations(t, job)[controller.KeyVerdict], "re-gated while the Workload is inactive")
+	require.Equal(t, "fail", jobAnnotations(t, job)[contract.AnnotationVerdict], "re-gated while the Workload is inactive")
 	require.False(t, workloadActive(t, w))
 }
 
@@ -167,7 +168,7 @@ func TestE2EKueueNoWorkloadAnnotatesOnly(t *testing.T) {
 		return len(ev) == 1
 	}, 20*time.Second, 100*time.Millisecond, c.logs.String())
 	require.Contains(t, ev[0], "not admitted by Kueue yet")
-	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	require.False(t, isSuspended(t, job), "rankgate set runPolicy.suspend on a Kueue-managed job")
 }
 
@@ -197,12 +198,12 @@ func TestE2EKueueForgedWorkloadDoesNotShieldTheJob(t *testing.T) {
 	for _, r := range ranks {
 		require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), r.String())
 	}
-	require.Equal(t, "fail", appliedVerdict(t, job)[controller.KeyVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, job)[contract.AnnotationVerdict])
 	require.False(t, workloadActive(t, real), "the Workload Kueue made was not deactivated")
 	require.False(t, workloadActive(t, forged))
 	// The forger turns theirs back on: the job is not taken as resumed.
 	require.NoError(t, k8s.Patch(context.Background(), forged, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"active":true}}`))))
 	time.Sleep(2 * time.Second)
-	require.Equal(t, "fail", jobAnnotations(t, job)[controller.KeyVerdict], "re-gated on a forged Workload")
+	require.Equal(t, "fail", jobAnnotations(t, job)[contract.AnnotationVerdict], "re-gated on a forged Workload")
 	require.False(t, workloadActive(t, real))
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/informers"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -290,7 +291,7 @@ func TestE2EGateEndpointFollowsLeader(t *testing.T) {
 		return job
 	}
 	job := runGang("before")
-	require.Equal(t, "replica-a", appliedVerdict(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, "replica-a", appliedVerdict(t, job)[contract.AnnotationDecidedBy])
 	require.NotContains(t, standby.logs.String(), gate.CodeNotLeader, "a rank reached the standby through the gate Service")
 
 	stopped := time.Now()
@@ -307,7 +308,7 @@ func TestE2EGateEndpointFollowsLeader(t *testing.T) {
 	require.Equal(t, "replica-b", es.Endpoints[0].TargetRef.Name)
 
 	job = runGang("after")
-	require.Equal(t, "replica-b", appliedVerdict(t, job)[controller.KeyDecidedBy])
+	require.Equal(t, "replica-b", appliedVerdict(t, job)[contract.AnnotationDecidedBy])
 }
 
 func keyOf(ns, name string) types.NamespacedName {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -25,7 +26,7 @@ func TestE2EMultiNodeNVLinkExpected(t *testing.T) {
 		want        verdict.Verdict
 		code        int
 	}{
-		{"nvl-expected", map[string]string{controller.KeyMultiNodeNVLink: "enabled"}, verdict.VerdictFail, verdict.ExitFail},
+		{"nvl-expected", map[string]string{contract.AnnotationMultiNodeNVLink: "enabled"}, verdict.VerdictFail, verdict.ExitFail},
 		{"nvl-not-asked", nil, verdict.VerdictPass, verdict.ExitPass},
 	} {
 		job := pytorchJob(t, ns, tc.name, true, 1, tc.annotations)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 )
 
@@ -67,7 +68,7 @@ func TestBenchPendingLatency(t *testing.T) {
 			var d []time.Duration
 			for _, j := range jobs {
 				d = append(d, took[j.Name])
-				require.Contains(t, jobAnnotations(t, j)[controller.KeyRules], "SHAPE_MISMATCH")
+				require.Contains(t, jobAnnotations(t, j)[contract.AnnotationRules], "SHAPE_MISMATCH")
 			}
 			slices.Sort(d)
 			median := (d[(n-1)/2] + d[n/2]) / 2

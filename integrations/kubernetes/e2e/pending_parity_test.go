@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -24,7 +25,7 @@ func TestE2EPendingDiagnoseParity(t *testing.T) {
 	startScheduler(t)
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	kubeconfig := kubeconfigFile(t)
-	grace := map[string]string{controller.KeyPendingGrace: "8s"}
+	grace := map[string]string{contract.AnnotationPendingGrace: "8s"}
 	// The nodes of (g), then of (j); each subtest deletes its own.
 	g := func(t testing.TB) {
 		a100All1g20(t, "parity-a100-1g-a")
@@ -62,8 +63,8 @@ func TestE2EPendingDiagnoseParity(t *testing.T) {
 			require.Eventually(t, func() bool { return isSuspended(t, job) }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 			a := appliedVerdict(t, job)
 			var ctl verdict.Report
-			require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &ctl))
-			require.Equal(t, string(diag.Verdict), a[controller.KeyVerdict])
+			require.NoError(t, json.Unmarshal([]byte(a[contract.AnnotationReport]), &ctl))
+			require.Equal(t, string(diag.Verdict), a[contract.AnnotationVerdict])
 			require.Equal(t, diag.Verdict, ctl.Verdict)
 			require.Contains(t, diag.RuleIDs(), tc.rule)
 			require.Equal(t, diag.RuleIDs(), ctl.RuleIDs())
@@ -73,7 +74,7 @@ func TestE2EPendingDiagnoseParity(t *testing.T) {
 					dRules = append(dRules, f.Rule)
 				}
 			}
-			require.Equal(t, strings.Join(dRules, ","), a[controller.KeyRules])
+			require.Equal(t, strings.Join(dRules, ","), a[contract.AnnotationRules])
 			require.Equal(t, len(diag.Findings), len(ctl.Findings), "diagnose: %v\ncontroller: %v", diag.RuleIDs(), ctl.RuleIDs())
 			for i := range diag.Findings {
 				d, k := diag.Findings[i], ctl.Findings[i]
@@ -82,7 +83,7 @@ func TestE2EPendingDiagnoseParity(t *testing.T) {
 				require.Equal(t, d.Message, k.Message, d.Rule)
 				require.Equal(t, d.Remediation, k.Remediation, d.Rule)
 				if d.Severity == verdict.SeverityFail {
-					require.Contains(t, a[controller.KeyReason], d.Line())
+					require.Contains(t, a[contract.AnnotationReason], d.Line())
 				}
 			}
 			t.Logf("diagnose and controller agree: %s %v", diag.Verdict, diag.RuleIDs())

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
@@ -59,7 +60,7 @@ func passOneRank(t *testing.T, c *ctrl, job client.Object, p *corev1.Pod) {
 	require.Equal(t, 0, r.wait(t, time.Minute), r.String())
 	require.Equal(t, verdict.VerdictPass, decodeVerdict(t, r).Verdict, r.String())
 	a := appliedVerdict(t, job)
-	require.Equal(t, "pass", a[controller.KeyVerdict], a[controller.KeyReason])
+	require.Equal(t, "pass", a[contract.AnnotationVerdict], a[contract.AnnotationReason])
 	require.False(t, isSuspended(t, job))
 	ev := jobEvents(t, job)
 	require.Empty(t, ev["PendingFailed"], "%v", ev)
@@ -88,7 +89,7 @@ func TestE2EPendingNodeGainsShape(t *testing.T) {
 	// Past the grace: still not failed.
 	time.Sleep(time.Until(since.Add(controller.DefaultPendingGrace + 2*time.Second)))
 	require.False(t, isSuspended(t, job), c.logs.String())
-	require.Empty(t, jobAnnotations(t, job)[controller.KeyVerdict])
+	require.Empty(t, jobAnnotations(t, job)[contract.AnnotationVerdict])
 	bound := &corev1.Pod{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(pods[0]), bound))
 	passOneRank(t, c, job, bound)
@@ -111,7 +112,7 @@ func TestE2EPendingMIGReconfigThenRuns(t *testing.T) {
 	job, pods := schedJob(t, ns, "reconf", nil, 0, "nvidia.com/mig-2g.20gb", 1)
 	waitUnschedulable(t, pods[0])
 	var wf string
-	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[controller.KeyWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
+	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	require.True(t, strings.HasPrefix(wf, verdict.RuleMIGReconfigPending+": "), wf)
 	require.Contains(t, wf, node)
 	require.Contains(t, wf, "mig.config.state=pending")
@@ -125,7 +126,7 @@ func TestE2EPendingMIGReconfigThenRuns(t *testing.T) {
 	relabel(t, node, a100Labels("all-2g.20gb", "success", "2g.20gb", 3, "19968", "28"))
 	setAllocatable(t, node, map[string]int64{"nvidia.com/mig-2g.20gb": 24})
 	require.Equal(t, node, boundTo(t, pods[0], 30*time.Second))
-	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[controller.KeyWaitingFor]; return !ok }, 15*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return !ok }, 15*time.Second, 100*time.Millisecond,
 		"rankgate.io/waiting-for left on a placed job")
 	bound := &corev1.Pod{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(pods[0]), bound))

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -125,20 +126,20 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 	require.GreaterOrEqual(t, took, controller.DefaultPendingGrace-time.Second, "failed before the grace")
 	require.Less(t, took, controller.DefaultPendingGrace+5*time.Second, "not within grace + a few seconds")
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Equal(t, controller.ActionSuspend, a[controller.KeyAction])
-	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleShapeMismatch)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
 	// Both shapes (SMs and memory), and the layout that would give 2g.20gb.
 	for _, s := range []string{"nvidia.com/mig-2g.20gb (28 SMs, 19968 MiB", "nvidia.com/mig-1g.20gb (14 SMs, 19968 MiB", "SMs",
 		"RECONFIGURABLE: ", "nvidia.com/mig.config=all-2g.20gb", `{"2g.20gb": 3}`} {
-		require.Contains(t, a[controller.KeyReason], s)
+		require.Contains(t, a[contract.AnnotationReason], s)
 	}
 	require.Empty(t, firstReportAt(t, job), "a rank reported")
 	ev := jobEvents(t, job)
 	require.Len(t, ev["PendingFailed"], 1, "%v", ev)
 	require.Contains(t, ev["PendingFailed"][0], "job suspended: SHAPE_MISMATCH")
 	require.Contains(t, ev["PendingFailed"][0], "Fix:")
-	t.Logf("suspended after %s\nreason: %s\nevent: %s", took.Round(time.Millisecond), a[controller.KeyReason], ev["PendingFailed"][0])
+	t.Logf("suspended after %s\nreason: %s\nevent: %s", took.Round(time.Millisecond), a[contract.AnnotationReason], ev["PendingFailed"][0])
 }
 
 // busyNode is a node of 8 GPUs of res, all held by a bound pod outside
@@ -175,7 +176,7 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
 	job, _ := pendingJob(t, ns, "waits", nil, "nvidia.com/gpu", 4, onNode("pend-busy-1"))
 	var wf string
-	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[controller.KeyWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
+	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	require.True(t, strings.HasPrefix(wf, verdict.RuleWaitCapacity+": "), wf)
 	require.Contains(t, wf, "pend-busy-1 (8/8 nvidia.com/gpu in use)")
 	// Events are written after the annotation, by the recorder's own goroutine.
@@ -201,8 +202,8 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	require.Len(t, ev["PendingWaiting"], 1, "the Event was emitted again: %v", ev)
 	require.Empty(t, ev["PendingFailed"])
 	a := jobAnnotations(t, job)
-	require.Equal(t, wf, a[controller.KeyWaitingFor])
-	require.Empty(t, a[controller.KeyVerdict])
+	require.Equal(t, wf, a[contract.AnnotationWaitingFor])
+	require.Empty(t, a[contract.AnnotationVerdict])
 	_ = rv
 }
 
@@ -214,14 +215,14 @@ func TestE2EPendingTimeout(t *testing.T) {
 	busyNode(t, ns, "pend-busy-2", "nvidia.com/gpu")
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	start := time.Now()
-	job, _ := pendingJob(t, ns, "timeout", map[string]string{controller.KeyPendingGrace: "0s", controller.KeyPendingTimeout: "4s"}, "nvidia.com/gpu", 4, onNode("pend-busy-2"))
+	job, _ := pendingJob(t, ns, "timeout", map[string]string{contract.AnnotationPendingGrace: "0s", contract.AnnotationPendingTimeout: "4s"}, "nvidia.com/gpu", 4, onNode("pend-busy-2"))
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 	require.GreaterOrEqual(t, time.Since(start), 3*time.Second, "failed before the timeout")
 	a := appliedVerdict(t, job)
-	require.Equal(t, verdict.RulePendingTimeout+","+verdict.RuleWaitCapacity, a[controller.KeyRules])
-	require.Contains(t, a[controller.KeyReason], "past its pending timeout of 4s")
-	require.Contains(t, a[controller.KeyReason], "It was waiting: WAIT_CAPACITY")
-	require.Contains(t, a[controller.KeyReason], "pend-busy-2")
+	require.Equal(t, verdict.RulePendingTimeout+","+verdict.RuleWaitCapacity, a[contract.AnnotationRules])
+	require.Contains(t, a[contract.AnnotationReason], "past its pending timeout of 4s")
+	require.Contains(t, a[contract.AnnotationReason], "It was waiting: WAIT_CAPACITY")
+	require.Contains(t, a[contract.AnnotationReason], "pend-busy-2")
 	ev := jobEvents(t, job)
 	require.Len(t, ev["PendingFailed"], 1, "%v", ev)
 	require.Len(t, ev["PendingWaiting"], 1, "%v", ev)
@@ -242,9 +243,9 @@ func TestE2EPendingStrategyMismatch(t *testing.T) {
 	job, _ := pendingJob(t, ns, "strategy", nil, "nvidia.com/mig-1g.10gb", 1)
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	a := appliedVerdict(t, job)
-	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleStrategyMismatch)
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleStrategyMismatch)
 	for _, s := range []string{"mig.strategy=single", "pend-h100-single", "nvidia.com/mig.config=all-1g.10gb", "mig.strategy=mixed"} {
-		require.Contains(t, a[controller.KeyReport], s)
+		require.Contains(t, a[contract.AnnotationReport], s)
 	}
 }
 
@@ -267,9 +268,9 @@ func TestE2EPendingMPIWorkers(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	a := appliedVerdict(t, job)
-	require.Contains(t, strings.Split(a[controller.KeyRules], ","), verdict.RuleShapeMismatch)
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
 	var rep verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &rep))
+	require.NoError(t, json.Unmarshal([]byte(a[contract.AnnotationReport]), &rep))
 	for _, f := range rep.Findings {
 		if f.Severity == verdict.SeverityFail {
 			require.ElementsMatch(t, workers, f.Pods, "not judged on the workers")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -39,7 +40,7 @@ func TestE2EPendingWaitDiagnoseParity(t *testing.T) {
 	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
 	job, _ := pendingJob(t, ns, "waits", nil, "nvidia.com/gpu", 2, onNode(node))
 	var wf string
-	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[controller.KeyWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
+	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 
 	var out, errb bytes.Buffer
 	cmd := exec.Command(binary, "diagnose", "job", ns+"/"+job.Name, "--kind", "PyTorchJob", "--kubeconfig", kubeconfigFile(t), "-o", "json")

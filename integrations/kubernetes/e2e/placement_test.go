@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -71,9 +72,9 @@ func TestE2EPlacementFromTheEngine(t *testing.T) {
 			require.Contains(t, f.Message, s)
 		}
 		a := appliedVerdict(t, job)
-		require.Equal(t, "fail", a[controller.KeyVerdict])
-		require.Equal(t, verdict.RuleGangRankUnplaceable, a[controller.KeyRules])
-		require.Contains(t, a[controller.KeyReason], pod.Name)
+		require.Equal(t, "fail", a[contract.AnnotationVerdict])
+		require.Equal(t, verdict.RuleGangRankUnplaceable, a[contract.AnnotationRules])
+		require.Contains(t, a[contract.AnnotationReason], pod.Name)
 	}
 
 	t.Run("MIG profile no node offers", func(t *testing.T) {
@@ -99,7 +100,7 @@ func TestE2EPlacementFromTheEngine(t *testing.T) {
 		// 8 GPUs fit an empty node of 8: the pod waits for busy GPUs, and
 		// only the gang deadline fails it.
 		start := time.Now()
-		_, r, p1 := openGang(t, c, ns, "busy", map[string]string{controller.KeyGangTimeout: "4s"}, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", withGPUs("nvidia.com/gpu", 8))
+		_, r, p1 := openGang(t, c, ns, "busy", map[string]string{contract.AnnotationGangTimeout: "4s"}, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.", withGPUs("nvidia.com/gpu", 8))
 		require.Equal(t, verdict.ExitFail, r.wait(t, 30*time.Second), r.String())
 		require.GreaterOrEqual(t, time.Since(start), 3500*time.Millisecond, "failed before the deadline: %s", r.String())
 		v := decodeVerdict(t, r)
@@ -135,7 +136,7 @@ func TestE2EOnFailDeleteWithoutPermissionSuspends(t *testing.T) {
 
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, OnFail: controller.ActionDelete, Namespace: controllerNS})
 	byFlag := mpiJob(t, ns, "by-flag", 2)
-	byAnnotation := pytorchJob(t, ns, "by-annotation", false, 2, map[string]string{controller.KeyOnFail: "delete"})
+	byAnnotation := pytorchJob(t, ns, "by-annotation", false, 2, map[string]string{contract.AnnotationOnFail: "delete"})
 	var ranks []*rank
 	for _, job := range []client.Object{byFlag, byAnnotation} {
 		for i, dev := range []string{"0:0", "1:0"} {
@@ -149,9 +150,9 @@ func TestE2EOnFailDeleteWithoutPermissionSuspends(t *testing.T) {
 	}
 	for _, job := range []client.Object{byFlag, byAnnotation, recorded} {
 		a := appliedVerdict(t, job)
-		require.Equal(t, "fail", a[controller.KeyVerdict], job.GetName())
-		require.Eventually(t, func() bool { return jobAnnotations(t, job)[controller.KeyAction] == controller.ActionSuspend }, 10*time.Second, 100*time.Millisecond,
-			"%s: action %q", job.GetName(), jobAnnotations(t, job)[controller.KeyAction])
+		require.Equal(t, "fail", a[contract.AnnotationVerdict], job.GetName())
+		require.Eventually(t, func() bool { return jobAnnotations(t, job)[contract.AnnotationAction] == controller.ActionSuspend }, 10*time.Second, 100*time.Millisecond,
+			"%s: action %q", job.GetName(), jobAnnotations(t, job)[contract.AnnotationAction])
 		require.Eventually(t, func() bool { return suspended(t, job) }, 10*time.Second, 100*time.Millisecond, "%s not suspended", job.GetName())
 		require.Eventually(t, func() bool {
 			ev := jobEvents(t, job)["GangFailed"]

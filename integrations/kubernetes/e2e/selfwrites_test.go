@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
@@ -131,7 +131,7 @@ func TestE2EOwnWritesPassTheShippedChain(t *testing.T) {
 	unschedulable := time.Now()
 	optIn := &corev1.Namespace{}
 	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Name: nsLate}, optIn))
-	optIn.Labels = map[string]string{controller.KeyGate: "enabled"}
+	optIn.Labels = map[string]string{contract.KeyGate: "enabled"}
 	require.NoError(t, k8s.Update(ctx, optIn))
 
 	within := controller.DefaultPendingGrace + 15*time.Second
@@ -145,10 +145,10 @@ func TestE2EOwnWritesPassTheShippedChain(t *testing.T) {
 
 	for _, j := range jobs {
 		a := appliedVerdict(t, j) // the Gang was created and says Applied
-		require.Equal(t, "fail", a[controller.KeyVerdict], j.Name)
-		require.Contains(t, a[controller.KeyRules], verdict.RuleShapeMismatch, j.Name)
+		require.Equal(t, "fail", a[contract.AnnotationVerdict], j.Name)
+		require.Contains(t, a[contract.AnnotationRules], verdict.RuleShapeMismatch, j.Name)
 		g := gangOf(t, j)
-		require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.ConditionDecided), j.Name)
+		require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionDecided), j.Name)
 		require.Eventually(t, func() bool { return len(jobEvents(t, j)["PendingFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond,
 			"no PendingFailed Event on %s", j.Name)
 		require.Equal(t, "team=vision", labelOf(t, retired, "team"))

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -98,18 +98,18 @@ func TestE2ERankStringsReachNoTerminal(t *testing.T) {
 	code, e = postRankReport(t, hc, g.URL, tok1, report(p1.Name, verdict.VerdictWarn, verdict.RuleMIGSpansGPUs, evil))
 	require.Equal(t, http.StatusOK, code, "%+v", e)
 	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[controller.KeyVerdict])
-	require.Contains(t, a[controller.KeyReason], verdict.RuleDeviceNotFound, "the rank's rule")
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, a[contract.AnnotationReason], verdict.RuleDeviceNotFound, "the rank's rule")
 
 	// The job's annotations, and the report they hold once decoded.
 	for k, v := range a {
-		requireNoTerminalControls(t, "annotation "+k, v, k == controller.KeyReason)
+		requireNoTerminalControls(t, "annotation "+k, v, k == contract.AnnotationReason)
 	}
 	var rep verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(a[controller.KeyReport]), &rep))
+	require.NoError(t, json.Unmarshal([]byte(a[contract.AnnotationReport]), &rep))
 	for _, f := range rep.Findings {
 		for _, s := range append([]string{f.Rule, f.Message, f.Remediation}, append(f.Devices, append(f.Nodes, f.Pods...)...)...) {
-			requireNoTerminalControls(t, "annotation "+controller.KeyReport, s, false)
+			requireNoTerminalControls(t, "annotation "+contract.AnnotationReport, s, false)
 		}
 	}
 	// The Gang, whole.

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/verdict"
@@ -124,7 +125,7 @@ func migPyTorchJob(ns, name, res string, count, nproc, workers int) *kubeflowv1.
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): q}},
 	}}}}
 	return &kubeflowv1.PyTorchJob{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{controller.KeyGate: "enabled"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{contract.KeyGate: "enabled"}},
 		Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
 			kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: *tmpl.DeepCopy()},
 			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(workers)), Template: *tmpl.DeepCopy()},

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
@@ -104,7 +105,7 @@ func TestE2EWebhookMPIJob(t *testing.T) {
 
 	t.Run("launcher gate wraps the launcher once", func(t *testing.T) {
 		j := gpuMPIJob(ns, "gated", 2)
-		j.Labels = map[string]string{launchergate.Key: "enabled"}
+		j.Labels = map[string]string{contract.KeyLauncherGate: "enabled"}
 		require.NoError(t, k8s.Create(ctx, j))
 		t.Cleanup(func() { _ = k8s.Delete(ctx, j) })
 		got := &mpiv2beta1.MPIJob{}

@@ -25,6 +25,7 @@ import (
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 
 	rgcerts "github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -199,7 +200,7 @@ func TestE2EWebhookInjectsOnce(t *testing.T) {
 	// Opted in by the job's label in a namespace that is not.
 	plain := newNamespace(t, "e2e-wh-m-plain", false)
 	byLabel := gpuPyTorchJob(plain, "by-label", "nvidia.com/mig-3g.40gb", 1)
-	byLabel.Labels = map[string]string{controller.KeyGate: "enabled"}
+	byLabel.Labels = map[string]string{contract.KeyGate: "enabled"}
 	require.NoError(t, k8s.Create(ctx, byLabel))
 	t.Cleanup(func() { _ = k8s.Delete(ctx, byLabel) })
 	w := byLabel.Spec.PyTorchReplicaSpecs[kubeflowv1.PyTorchJobReplicaTypeWorker].Template.Spec
@@ -208,7 +209,7 @@ func TestE2EWebhookInjectsOnce(t *testing.T) {
 	// Not opted in, or opted out in an opted-in namespace: untouched.
 	notIn := gpuPyTorchJob(plain, "not-in", "nvidia.com/gpu", 1)
 	out := gpuPyTorchJob(ns, "opted-out", "nvidia.com/gpu", 1)
-	out.Labels = map[string]string{controller.KeyGate: "disabled"}
+	out.Labels = map[string]string{contract.KeyGate: "disabled"}
 	for _, o := range []*kubeflowv1.PyTorchJob{notIn, out} {
 		require.NoError(t, k8s.Create(ctx, o))
 		t.Cleanup(func() { _ = k8s.Delete(ctx, o) })
@@ -289,8 +290,8 @@ func TestE2EWebhookGateFlow(t *testing.T) {
 		}
 		require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
 	}
-	require.Equal(t, "pass", appliedVerdict(t, pass)[controller.KeyVerdict])
-	require.Equal(t, "fail", appliedVerdict(t, fail)[controller.KeyVerdict])
+	require.Equal(t, "pass", appliedVerdict(t, pass)[contract.AnnotationVerdict])
+	require.Equal(t, "fail", appliedVerdict(t, fail)[contract.AnnotationVerdict])
 }
 
 // (p) No replica answers (failurePolicy Ignore): an opted-in job is

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -48,7 +49,7 @@ func List(ctx context.Context, dyn dynamic.Interface, namespace string, job Job)
 	if job.Name != "" && len(validation.IsValidLabelValue(job.Name)) == 0 {
 		// The controller labels each Gang with its job's name when the
 		// name fits a label value; longer names are matched below.
-		opts.LabelSelector = v1alpha1.LabelJobName + "=" + job.Name
+		opts.LabelSelector = contract.LabelJobName + "=" + job.Name
 	}
 	var out []v1alpha1.Gang
 	for {

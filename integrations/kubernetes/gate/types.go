@@ -34,18 +34,6 @@ const APIVersion = "gate.rankgate.io/v1"
 // Audience is the token audience the controller accepts by default.
 const Audience = "rankgate"
 
-// The opt-in keys a job (or its namespace) carries, read by the controller,
-// its webhooks and its CA distribution alike.
-const (
-	// KeyGate opts a job in ("enabled"; label or annotation on the job, or
-	// label on its namespace). "disabled" on the job opts it out of a
-	// namespace that is opted in.
-	KeyGate = "rankgate.io/gate"
-	// KeyGangTimeout overrides the controller's --gang-timeout for one job
-	// ("15m").
-	KeyGangTimeout = "rankgate.io/gang-timeout"
-)
-
 // MaxBody bounds an answer body (what a client reads). The server keeps
 // its answers far below it (see Response).
 const MaxBody = 1 << 20

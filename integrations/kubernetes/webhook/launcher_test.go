@@ -1,8 +1,6 @@
 package webhook
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
-
 	"encoding/json"
 	"testing"
 
@@ -29,10 +27,7 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 	m, err := NewMutator(Options{Image: "ghcr.io/rankgate/rankgate:v1.2.3", GateURL: "https://rankgate-gate.rankgate-system.svc:443",
 		LauncherGate: &launchergate.Options{Image: "ghcr.io/rankgate/rankgate:v1.2.3", GateURL: "https://rankgate-gate.rankgate-system.svc:443", CAConfigMap: CAConfigMapName}})
 	require.NoError(t, err)
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
-	changed, err := m.Mutate(obj, mpijob.Kind)
-	require.NoError(t, err)
+	obj, changed := mutate(t, m, mpiKind, []byte(mpiJob))
 	require.True(t, changed)
 
 	l := mpiTemplate(t, obj, "Launcher")
@@ -43,15 +38,13 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 	require.Equal(t, InitName, mpiTemplate(t, obj, "Worker").InitContainers[0].Name)
 
 	before, _ := json.Marshal(obj)
-	changed, err = m.Mutate(obj, mpijob.Kind)
-	require.NoError(t, err)
+	after, changed := mutate(t, m, mpiKind, before)
 	require.False(t, changed, "second pass")
-	after, _ := json.Marshal(obj)
-	require.JSONEq(t, string(before), string(after))
+	require.Equal(t, obj, after)
 
 	require.NoError(t, json.Unmarshal([]byte(mpiJob), &obj))
 	delete(obj["metadata"].(map[string]any), "labels")
-	_, err = m.Mutate(obj, mpijob.Kind)
-	require.NoError(t, err)
+	unlabelled, _ := json.Marshal(obj)
+	obj, _ = mutate(t, m, mpiKind, unlabelled)
 	require.Equal(t, []string{"mpirun"}, mpiTemplate(t, obj, "Launcher").Containers[0].Command, "no launcher gate unless asked")
 }

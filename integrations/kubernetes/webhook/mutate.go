@@ -5,29 +5,32 @@
 // requests as the trainer, the downward-API identity, a projected
 // service-account token for the gate, the gate's address and CA.
 //
-// The handler works on the object's JSON, not on the operators' Go types,
-// so that fields it does not know survive and the patch holds only what it
-// adds. It is idempotent: a template that already has a container named
+// The handler decodes the object once into the operators' Go types and
+// answers with a JSON patch that only adds (and, for the launcher gate,
+// rewrites the launcher's command), so that fields it does not know
+// survive. It is idempotent: a template that already has a container named
 // InitName, or whose init container runs `rankgate init`, is left as it is.
 package webhook
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/topology"
 )
 
@@ -48,9 +51,7 @@ const (
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
-	keyGate        = gate.KeyGate
-	keyGangTimeout = gate.KeyGangTimeout
-	tokenSeconds   = 3600
+	tokenSeconds = 3600
 	// initMargin: the init container's --timeout is the gang timeout plus
 	// this, so that the gate's verdict (or deadline) comes first.
 	initMargin = 5 * time.Minute
@@ -68,9 +69,13 @@ type Options struct {
 	// rankgate.io/gang-timeout annotation overrides it.
 	GangTimeout time.Duration
 	// EnsureCA, if set, is called with the job's namespace before the
-	// answer, so that the CA ConfigMap the pods mount exists there. Its
-	// error is logged by the caller's admission warnings, not refused.
+	// answer of a create that is not a dry run, so that the CA ConfigMap
+	// the pods mount exists there, but only when OptedIn (the
+	// controller's own view of the namespace, never the review's) says
+	// yes; nil OptedIn: never. Its error becomes an admission warning, not
+	// a refusal.
 	EnsureCA func(ctx context.Context, namespace string) error
+	OptedIn  func(ctx context.Context, namespace string) bool
 	// LauncherGate, if set, wraps the launcher of an MPIJob labelled or
 	// annotated rankgate.io/launcher-gate=enabled in `rankgate launch
 	// --gang` (launchergate.Wrap); nil leaves launchers alone.
@@ -106,174 +111,137 @@ func NewMutator(o Options) (*Mutator, error) {
 // before its namespace was opted in, or while no replica answered, keeps
 // its templates: the Pending watchdog still judges it; re-create it to
 // gate its ranks.
+//
+// The object is decoded once, into the typed job, after a check of its
+// size and shape (review.DecodeJob); a job over those bounds is admitted
+// unchanged with a warning, as when no replica answers. The answer is a
+// JSON patch of what the webhook adds, so the fields it does not know
+// survive.
 func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if req.Operation != admissionv1.Create {
 		return admission.Allowed("")
 	}
-	k, ok := kubeflow.ByName(req.Kind.Kind)
-	if !ok || req.Kind.Group != k.GVK().Group {
+	j, err := review.DecodeJob(req.Kind, req.Namespace, req.Object.Raw)
+	if errors.Is(err, review.ErrTooLarge) {
+		return admission.Allowed("").WithWarnings(fmt.Sprintf("rankgate: not gated: %v", err))
+	}
+	if err != nil {
+		return admission.Errored(http.StatusBadRequest, err)
+	}
+	if j == nil {
 		return admission.Allowed("not a " + kubeflow.KindList("or"))
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
-		return admission.Errored(http.StatusBadRequest, err)
-	}
-	changed, err := m.Mutate(obj, k)
+	ops, err := m.Patch(j)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
-	if !changed {
+	if len(ops) == 0 {
 		return admission.Allowed("")
 	}
-	var warnings []string
-	if m.o.EnsureCA != nil {
-		if err := m.o.EnsureCA(ctx, req.Namespace); err != nil {
-			warnings = append(warnings, fmt.Sprintf("rankgate: the gate's CA (ConfigMap %s) is not yet in namespace %s: %v; the rank pods wait for it", CAConfigMapName, req.Namespace, err))
-		}
+	resp := admission.Patched("", ops...)
+	if w := m.ensureCA(ctx, req, j.Namespace()); w != "" {
+		resp.Warnings = append(resp.Warnings, w)
 	}
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return admission.Errored(http.StatusInternalServerError, err)
-	}
-	resp := admission.PatchResponseFromRaw(req.Object.Raw, out)
-	resp.Warnings = warnings
 	return resp
 }
 
-// Mutate adds the init container to every GPU template of a job's JSON
-// object of kind k (replica specs under spec.<k.ReplicaSpecsField()>); it
-// reports whether anything changed. A job opted out (rankgate.io/gate:
-// disabled on the job) is left as it is.
-func (m *Mutator) Mutate(obj map[string]any, k kubeflow.Kind) (bool, error) {
-	field := k.ReplicaSpecsField()
-	meta, _ := obj["metadata"].(map[string]any)
-	if optedOut(meta) {
-		return false, nil
+// ensureCA asks for the CA ConfigMap in ns, only when the controller's
+// own view says ns is opted in (OptedIn): a review names any namespace
+// its sender likes. Not on a dry run (sideEffects: NoneOnDryRun). It
+// returns a warning for the user, or "".
+func (m *Mutator) ensureCA(ctx context.Context, req admission.Request, ns string) string {
+	if m.o.EnsureCA == nil || m.o.OptedIn == nil || (req.DryRun != nil && *req.DryRun) || !m.o.OptedIn(ctx, ns) {
+		return ""
 	}
-	spec, _ := obj["spec"].(map[string]any)
-	specs, _ := spec[field].(map[string]any)
+	if err := m.o.EnsureCA(ctx, ns); err != nil {
+		return fmt.Sprintf("rankgate: the gate's CA (ConfigMap %s) is not yet in namespace %s: %v; the rank pods wait for it", CAConfigMapName, ns, err)
+	}
+	return ""
+}
+
+// Patch is the JSON patch that adds the init container to every GPU
+// template of a job (every replica type, in name order), and with
+// rankgate.io/launcher-gate the launcher gate to the launcher of a kind
+// that has one (an MPIJob's);
+// empty when there is nothing to add. A job opted out (rankgate.io/gate:
+// disabled on the job) gets nothing.
+func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
+	o := j.Object()
+	if optedOut(o.GetLabels(), o.GetAnnotations()) {
+		return nil, nil
+	}
 	timeout := m.o.GangTimeout
-	if ann, ok := meta["annotations"].(map[string]any); ok {
-		if s, ok := ann[keyGangTimeout].(string); ok {
-			if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
-				timeout = d
-			}
+	if s, ok := o.GetAnnotations()[contract.AnnotationGangTimeout]; ok {
+		if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
+			timeout = d
 		}
 	}
-	names := make([]string, 0, len(specs))
-	for k := range specs {
+	k, ok := kubeflow.ByGVK(j.GVK())
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
+	}
+	field, templates := k.ReplicaSpecsField(), j.Templates()
+	names := make([]string, 0, len(templates))
+	for k := range templates {
 		names = append(names, k)
 	}
 	slices.Sort(names)
-	changed := false
+	var ops []jsonpatch.Operation
 	for _, name := range names {
-		rs, _ := specs[name].(map[string]any)
-		tmpl, _ := rs["template"].(map[string]any)
-		ps, _ := tmpl["spec"].(map[string]any)
-		if ps == nil {
+		if name == "" {
+			// Not a replica type any operator runs, and a key that JSON
+			// patch implementations address differently: left alone.
 			continue
 		}
-		c, err := m.mutatePodSpec(ps, timeout)
+		base := "/spec/" + field + "/" + pointerKey(name) + "/template/spec"
+		add, err := m.podSpecOps(base, &templates[name].Spec, timeout)
 		if err != nil {
-			return false, fmt.Errorf("spec.%s.%s.template: %w", field, name, err)
+			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, name, err)
 		}
-		changed = changed || c
+		ops = append(ops, add...)
 	}
-	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(stringMap(meta["labels"]), stringMap(meta["annotations"])) {
-		rs, _ := specs[l].(map[string]any)
-		c, err := m.gateLauncher(k, rs)
+	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
+		t := templates[l]
+		if t == nil {
+			return nil, fmt.Errorf("spec.%s.%s.template: the %s has no %s template to gate", field, l, k.GVK().Kind, l)
+		}
+		add, err := m.launcherOps("/spec/"+field+"/"+pointerKey(l)+"/template/spec", t)
 		if err != nil {
-			return false, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
+			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
 		}
-		changed = changed || c
+		ops = append(ops, add...)
 	}
-	return changed, nil
+	return ops, nil
 }
 
-// gateLauncher wraps the launcher's template (replica spec rs of a job of
-// kind k: an MPIJob's Launcher) in the launcher gate, once.
-func (m *Mutator) gateLauncher(k kubeflow.Kind, rs map[string]any) (bool, error) {
-	tmpl, _ := rs["template"].(map[string]any)
-	if tmpl == nil {
-		return false, fmt.Errorf("the %s has no %s template to gate", k.GVK().Kind, k.Launcher())
-	}
-	var t corev1.PodTemplateSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(tmpl, &t); err != nil {
-		return false, err
-	}
-	out, changed, err := launchergate.Wrap(&t, *m.o.LauncherGate)
-	if err != nil || !changed {
-		return false, err
-	}
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(out)
-	if err != nil {
-		return false, err
-	}
-	rs["template"] = u
-	return true, nil
-}
-
-func stringMap(v any) map[string]string {
-	m, _ := v.(map[string]any)
-	out := make(map[string]string, len(m))
-	for k, x := range m {
-		if s, ok := x.(string); ok {
-			out[k] = s
-		}
-	}
-	return out
-}
-
-func optedOut(meta map[string]any) bool {
-	for _, k := range []string{"labels", "annotations"} {
-		if m, ok := meta[k].(map[string]any); ok {
-			if v, ok := m[keyGate].(string); ok {
-				v = strings.ToLower(v)
-				return v == "disabled" || v == "false"
-			}
+func optedOut(labels, annotations map[string]string) bool {
+	for _, m := range []map[string]string{labels, annotations} {
+		if v, ok := m[contract.KeyGate]; ok {
+			v = strings.ToLower(v)
+			return v == "disabled" || v == "false"
 		}
 	}
 	return false
 }
 
-// mutatePodSpec adds the init container, its volumes, to one template.
-func (m *Mutator) mutatePodSpec(ps map[string]any, timeout time.Duration) (bool, error) {
-	var pod corev1.PodSpec
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(ps, &pod); err != nil {
-		return false, err
-	}
+// podSpecOps: the init container first (the gate decides before any other
+// init container runs) and its volumes, for one template at base.
+func (m *Mutator) podSpecOps(base string, pod *corev1.PodSpec, timeout time.Duration) ([]jsonpatch.Operation, error) {
 	if hasRankgateInit(pod.InitContainers) {
-		return false, nil
+		return nil, nil
 	}
 	gpus := gpuLimits(pod.Containers)
 	if len(gpus.Limits) == 0 {
-		return false, nil
+		return nil, nil
 	}
 	for _, v := range pod.Volumes {
 		if v.Name == TokenVolume || v.Name == CAVolume {
-			return false, fmt.Errorf("a volume is already named %s", v.Name)
+			return nil, fmt.Errorf("a volume is already named %s", v.Name)
 		}
 	}
-	init, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr(m.initContainer(gpus, timeout)))
-	if err != nil {
-		return false, err
-	}
-	inits, _ := ps["initContainers"].([]any)
-	// First: the gate decides before any other init container runs.
-	ps["initContainers"] = append([]any{init}, inits...)
-	vols, _ := ps["volumes"].([]any)
-	for _, v := range m.volumes() {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(ptr(v))
-		if err != nil {
-			return false, err
-		}
-		vols = append(vols, u)
-	}
-	ps["volumes"] = vols
-	return true, nil
+	ops := prependOps(base+"/initContainers", len(pod.InitContainers), m.initContainer(gpus, timeout))
+	return append(ops, appendOps(base+"/volumes", len(pod.Volumes), m.volumes()...)...), nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // hasRankgateInit: an init container named InitName, or one that runs
 // `rankgate init` (a hand-written one under another name).

@@ -1,19 +1,20 @@
 package webhook
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
-
 	"context"
 	"encoding/json"
 	"strings"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 )
 
 const job = `{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob","metadata":{"name":"j","namespace":"ml","annotations":{"rankgate.io/gang-timeout":"15m"},"x-unknown":1},
@@ -26,6 +27,34 @@ func newMutator(t *testing.T) *Mutator {
 	m, err := NewMutator(Options{Image: "ghcr.io/rankgate/rankgate:v1.2.3", GateURL: "https://rankgate-gate.rankgate-system.svc:443"})
 	require.NoError(t, err)
 	return m
+}
+
+var (
+	pytorchKind = metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"}
+	mpiKind     = metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v2beta1", Kind: "MPIJob"}
+)
+
+// mutate decodes raw as kind, applies the mutator's patch to raw itself
+// (as the API server does) and returns the result and whether the patch
+// had anything in it.
+func mutate(t *testing.T, m *Mutator, kind metav1.GroupVersionKind, raw []byte) (map[string]any, bool) {
+	t.Helper()
+	j, err := review.DecodeJob(kind, "ml", raw)
+	require.NoError(t, err)
+	ops, err := m.Patch(j)
+	require.NoError(t, err)
+	out := raw
+	if len(ops) > 0 {
+		pj, err := json.Marshal(ops)
+		require.NoError(t, err)
+		p, err := jsonpatch.DecodePatch(pj)
+		require.NoError(t, err)
+		out, err = p.Apply(raw)
+		require.NoError(t, err, "the patch applies to the object it was built from")
+	}
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(out, &obj))
+	return obj, len(ops) > 0
 }
 
 func podSpec(t *testing.T, obj map[string]any, rt string) corev1.PodSpec {
@@ -44,10 +73,7 @@ func templateSpec(t *testing.T, obj map[string]any, field, rt string) corev1.Pod
 
 func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	m := newMutator(t)
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal([]byte(job), &obj))
-	changed, err := m.Mutate(obj, pytorchjob.Kind)
-	require.NoError(t, err)
+	obj, changed := mutate(t, m, pytorchKind, []byte(job))
 	require.True(t, changed)
 
 	master := podSpec(t, obj, "Master")
@@ -79,27 +105,20 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	require.EqualValues(t, 1, obj["metadata"].(map[string]any)["x-unknown"], "unknown fields survive")
 
 	before, _ := json.Marshal(obj)
-	changed, err = m.Mutate(obj, pytorchjob.Kind)
-	require.NoError(t, err)
+	after, changed := mutate(t, m, pytorchKind, before)
 	require.False(t, changed, "second pass")
-	after, _ := json.Marshal(obj)
-	require.JSONEq(t, string(before), string(after))
+	require.Equal(t, obj, after)
 }
 
 func TestMutateLeavesHandWrittenInitAndOptedOut(t *testing.T) {
 	m := newMutator(t)
 	hand := strings.Replace(job, `[{"name":"setup","image":"s"}]`, `[{"name":"gate","image":"s","command":["/usr/local/bin/rankgate-node"],"args":["init","--gate-url=https://x"]}]`, 1)
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal([]byte(hand), &obj))
-	_, err := m.Mutate(obj, pytorchjob.Kind)
-	require.NoError(t, err)
+	obj, _ := mutate(t, m, pytorchKind, []byte(hand))
 	require.Len(t, podSpec(t, obj, "Worker").InitContainers, 1, "a hand-written rankgate init is left as it is")
 	require.Len(t, podSpec(t, obj, "Master").InitContainers, 1)
 
 	out := strings.Replace(job, `"annotations":{`, `"labels":{"rankgate.io/gate":"disabled"},"annotations":{`, 1)
-	require.NoError(t, json.Unmarshal([]byte(out), &obj))
-	changed, err := m.Mutate(obj, pytorchjob.Kind)
-	require.NoError(t, err)
+	_, changed := mutate(t, m, pytorchKind, []byte(out))
 	require.False(t, changed)
 }
 
@@ -107,6 +126,7 @@ func TestHandlePatchesOnlyWhatItAdds(t *testing.T) {
 	m := newMutator(t)
 	var ensured []string
 	m.o.EnsureCA = func(_ context.Context, ns string) error { ensured = append(ensured, ns); return nil }
+	m.o.OptedIn = func(_ context.Context, ns string) bool { return ns == "ml" }
 	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
 		Operation: admissionv1.Create, Namespace: "ml",
 		Kind:   metav1.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"},
@@ -119,6 +139,19 @@ func TestHandlePatchesOnlyWhatItAdds(t *testing.T) {
 			strings.Contains(p.Path, "/initContainers/") || strings.Contains(p.Path, "/volumes/"), p.Path)
 	}
 	require.Equal(t, []string{"ml"}, ensured)
+
+	// The CA ConfigMap is made only where the controller's own view says
+	// the namespace is opted in, and never on a dry run: a review names
+	// any namespace its sender likes.
+	ensured = nil
+	sys := req
+	sys.Namespace = "kube-system"
+	sys.Object.Raw = []byte(strings.Replace(job, `"namespace":"ml"`, `"namespace":"kube-system","labels":{"rankgate.io/gate":"enabled"}`, 1))
+	require.NotEmpty(t, m.Handle(context.Background(), sys).Patches, "mutated all the same")
+	dry := req
+	dry.DryRun = ptr(true)
+	require.NotEmpty(t, m.Handle(context.Background(), dry).Patches)
+	require.Empty(t, ensured, "no ConfigMap for kube-system (not opted in) nor on a dry run")
 
 	req.Kind.Kind = "Deployment"
 	resp = m.Handle(context.Background(), req)
@@ -146,4 +179,34 @@ func TestHandleMutatesCreatesOnly(t *testing.T) {
 	require.True(t, upd.Allowed)
 	require.Empty(t, upd.Patches, "an update is never mutated")
 	require.Nil(t, upd.PatchType)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The patch only adds: fields the typed objects do not know, anywhere in
+// the job, survive; empty, null and absent lists are all handled; replica
+// type names are escaped in the patch's paths.
+func TestPatchKeepsUnknownFields(t *testing.T) {
+	m := newMutator(t)
+	raw := `{"apiVersion":"kubeflow.org/v1","kind":"PyTorchJob","metadata":{"name":"j","x-meta":{"a":[1,2]}},"x-top":true,
+"spec":{"x-spec":"s","pytorchReplicaSpecs":{
+ "Master":{"x-rs":1,"template":{"x-tmpl":1,"spec":{"x-pod":{"k":"v"},"initContainers":null,"volumes":[],"containers":[{"name":"t","image":"t","x-c":[null],"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}},
+ "Odd/~Type":{"template":{"spec":{"initContainers":[{"name":"a","image":"a","x-ic":1}],"containers":[{"name":"t","image":"t","resources":{"limits":{"nvidia.com/gpu":"2"}}}]}}}}}}`
+	obj, changed := mutate(t, m, pytorchKind, []byte(raw))
+	require.True(t, changed)
+	var want map[string]any
+	require.NoError(t, json.Unmarshal([]byte(raw), &want))
+	// Take out what the webhook added; what is left is the original.
+	specs := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)
+	master := specs["Master"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	require.Len(t, master["initContainers"], 1)
+	require.Len(t, master["volumes"], 2)
+	master["initContainers"], master["volumes"] = nil, []any{}
+	odd := specs["Odd/~Type"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	ics := odd["initContainers"].([]any)
+	require.Equal(t, InitName, ics[0].(map[string]any)["name"])
+	require.Len(t, odd["volumes"], 2)
+	odd["initContainers"] = ics[1:]
+	delete(odd, "volumes")
+	require.Equal(t, want, obj)
 }

@@ -1,9 +1,6 @@
 package webhook
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
-
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +14,7 @@ import (
 // pods of a PyTorchJob whose rankgate.io/gang-timeout is gangTimeout.
 func initTimeoutArg(t *testing.T, m *Mutator, gangTimeout string) string {
 	t.Helper()
-	var obj map[string]any
-	require.NoError(t, json.Unmarshal([]byte(strings.Replace(job, `"rankgate.io/gang-timeout":"15m"`, `"rankgate.io/gang-timeout":"`+gangTimeout+`"`, 1)), &obj))
-	_, err := m.Mutate(obj, pytorchjob.Kind)
-	require.NoError(t, err)
+	obj, _ := mutate(t, m, pytorchKind, []byte(strings.Replace(job, `"rankgate.io/gang-timeout":"15m"`, `"rankgate.io/gang-timeout":"`+gangTimeout+`"`, 1)))
 	for _, a := range podSpec(t, obj, "Master").InitContainers[0].Args {
 		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
 			return v

@@ -182,15 +182,6 @@ type GangStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// The condition types of a Gang.
-const (
-	// ConditionDecided is True once the verdict is recorded in the status.
-	ConditionDecided = "Decided"
-	// ConditionApplied is True once the job carries the verdict (its
-	// annotations, and the fail action).
-	ConditionApplied = "Applied"
-)
-
 // RankStatus is one rank's report.
 type RankStatus struct {
 	// +kubebuilder:validation:Minimum=0

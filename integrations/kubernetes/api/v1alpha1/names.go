@@ -7,13 +7,6 @@ import (
 	"strings"
 )
 
-// Labels every Gang carries, so that a job's Gangs can be listed.
-const (
-	LabelJobName = "rankgate.io/job-name" // when the name fits a label value
-	LabelJobKind = "rankgate.io/job-kind"
-	LabelJobUID  = "rankgate.io/job-uid"
-)
-
 // maxNameLength is the longest object name the API server accepts.
 const maxNameLength = 253
 

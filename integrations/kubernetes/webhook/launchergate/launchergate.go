@@ -19,11 +19,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
-
-// Key is the label or annotation that asks for the launcher gate.
-const Key = "rankgate.io/launcher-gate"
 
 // Names of what Wrap adds.
 const (
@@ -83,10 +81,10 @@ func (o *Options) defaults() error {
 // Enabled reports whether a job's labels or annotations ask for the
 // launcher gate (the label wins).
 func Enabled(labels, annotations map[string]string) bool {
-	if v, ok := labels[Key]; ok {
+	if v, ok := labels[contract.KeyLauncherGate]; ok {
 		return v == "enabled"
 	}
-	return annotations[Key] == "enabled"
+	return annotations[contract.KeyLauncherGate] == "enabled"
 }
 
 // Wrapped reports whether t already carries the launcher gate.
@@ -119,7 +117,7 @@ func Wrap(t *corev1.PodTemplateSpec, o Options) (out *corev1.PodTemplateSpec, ch
 	spec := &out.Spec
 	c := &spec.Containers[0]
 	if len(c.Command) == 0 {
-		return nil, false, fmt.Errorf("launcher container %q has no command: set command (mpirun ...) so that %s can wrap it; the image's entrypoint is not visible to the webhook", c.Name, Key)
+		return nil, false, fmt.Errorf("launcher container %q has no command: set command (mpirun ...) so that %s can wrap it; the image's entrypoint is not visible to the webhook", c.Name, contract.KeyLauncherGate)
 	}
 	for _, v := range []string{BinVolume, TokenVolume, CAVolume} {
 		if slices.ContainsFunc(spec.Volumes, func(x corev1.Volume) bool { return x.Name == v }) {

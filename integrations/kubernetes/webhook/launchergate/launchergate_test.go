@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 )
 
@@ -116,8 +117,8 @@ func TestWrapRefuses(t *testing.T) {
 }
 
 func TestEnabled(t *testing.T) {
-	require.True(t, launchergate.Enabled(map[string]string{launchergate.Key: "enabled"}, nil))
-	require.True(t, launchergate.Enabled(nil, map[string]string{launchergate.Key: "enabled"}))
-	require.False(t, launchergate.Enabled(map[string]string{launchergate.Key: "disabled"}, map[string]string{launchergate.Key: "enabled"}))
+	require.True(t, launchergate.Enabled(map[string]string{contract.KeyLauncherGate: "enabled"}, nil))
+	require.True(t, launchergate.Enabled(nil, map[string]string{contract.KeyLauncherGate: "enabled"}))
+	require.False(t, launchergate.Enabled(map[string]string{contract.KeyLauncherGate: "disabled"}, map[string]string{contract.KeyLauncherGate: "enabled"}))
 	require.False(t, launchergate.Enabled(nil, nil))
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -81,16 +82,13 @@ func (v judgedView) equal(o judgedView) bool {
 func optedOut(j kubeflow.Job) bool {
 	o := j.Object()
 	for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-		if v, ok := m[keyGate]; ok {
+		if v, ok := m[contract.KeyGate]; ok {
 			v = strings.ToLower(strings.TrimSpace(v))
 			return v == "disabled" || v == "false"
 		}
 	}
 	return false
 }
-
-// keyGate is the opt-in label and annotation (rankgate.io/gate).
-const keyGate = "rankgate.io/gate"
 
 // handleUpdate judges an UPDATE as a change (see above).
 func (h *handler) handleUpdate(ctx context.Context, req admission.Request, j kubeflow.Job) admission.Response {

@@ -21,6 +21,7 @@ package validate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -29,12 +30,11 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/json"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -171,6 +171,11 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	j, err := decodeObject(req, req.Object.Raw)
+	if errors.Is(err, review.ErrTooLarge) {
+		// Not judged, and not refused: an update over the bounds may be
+		// the one that stops the job.
+		return admission.Allowed("").WithWarnings(fmt.Sprintf("rankgate: not checked: %v", err))
+	}
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -185,26 +190,10 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 }
 
 // decodeObject reads raw (the request's object or old object) as the
-// request's kind; nil for kinds the webhook does not judge.
+// request's kind, once and within the shared bounds (review.DecodeJob);
+// nil for kinds the webhook does not judge.
 func decodeObject(req admission.Request, raw []byte) (kubeflow.Job, error) {
-	gvk := req.Kind
-	k, ok := kubeflow.ByGVK(schema.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind})
-	if !ok {
-		return nil, nil
-	}
-	obj := k.New()
-	if err := json.Unmarshal(raw, obj); err != nil {
-		return nil, fmt.Errorf("decoding %s %s/%s: %w", gvk.Kind, req.Namespace, req.Name, err)
-	}
-	j, err := k.Wrap(obj)
-	if err != nil {
-		return nil, err
-	}
-	// generateName: the name is not known yet.
-	if j.Namespace() == "" {
-		j.Object().SetNamespace(req.Namespace)
-	}
-	return j, nil
+	return review.DecodeJob(req.Kind, req.Namespace, raw)
 }
 
 // respond turns findings into the answer: denied when a finding's check
