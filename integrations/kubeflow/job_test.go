@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 )
 
@@ -377,18 +378,31 @@ func TestRank(t *testing.T) {
 	require.ErrorIs(t, err, kubeflow.ErrNoRank)
 	require.EqualError(t, err, "MPIJob hpc/allreduce: the Launcher is not a rank: without spec.runLauncherAsWorker it only runs mpirun and holds no GPUs (mpi-operator blanks NVIDIA_VISIBLE_DEVICES on it), so it should not get the rankgate init container")
 
-	_, err = kubeflow.Rank(otherJob{}, "worker", 0)
-	require.ErrorIs(t, err, kubeflow.ErrUnsupported)
-	_, err = kubeflow.RankOf(otherJob{}, ptPod("worker", "0"))
-	require.ErrorIs(t, err, kubeflow.ErrUnsupported)
+	// A kind the package does not list ranks its pods by its own slots.
+	r, err = kubeflow.Rank(otherJob{}, "worker", 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, r)
+	r, err = kubeflow.RankOf(otherJob{}, ptPod("chief", "0"))
+	require.NoError(t, err)
+	require.Equal(t, 0, r)
+	_, err = kubeflow.RankOf(otherJob{}, ptPod("ps", "0"))
+	require.EqualError(t, err, `pod ns/p of TFJob ns/tf: label training.kubeflow.org/replica-type="ps", but the spec has no PS replicas`)
 }
 
-// otherJob is a Job implementation the package does not know.
+// otherJob is a Job of a kind the package does not list: one Chief and
+// two Workers, numbered from 0.
 type otherJob struct{ kubeflow.Job }
 
-func (otherJob) Kind() string      { return "TFJob" }
-func (otherJob) Namespace() string { return "ns" }
-func (otherJob) Name() string      { return "tf" }
+func (otherJob) Kind() string           { return "TFJob" }
+func (otherJob) Namespace() string      { return "ns" }
+func (otherJob) Name() string           { return "tf" }
+func (otherJob) ReplicaTypes() []string { return []string{"Chief", "PS", "Worker"} }
+func (otherJob) RankSlots() ([]jobkind.RankSlot, error) {
+	return []jobkind.RankSlot{{Type: "Chief", Count: 1}, {Type: "Worker", Count: 2, Base: 1}}, nil
+}
+func (otherJob) ReplicaTypeLabel(l map[string]string) (string, string, error) {
+	return l[kubeflow.LabelReplicaType], kubeflow.LabelReplicaType, nil
+}
 
 // operatorPods are the pods the operator creates for a job, labelled as it
 // labels them (see RankOf for where in its sources), and whether each runs

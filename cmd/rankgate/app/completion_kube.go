@@ -35,7 +35,7 @@ func buildFlagValues() map[string][]string {
 		"on-fail":         {controller.ActionSuspend, controller.ActionDelete, controller.ActionAnnotate},
 		"mig-reconfigure": {controller.MIGReconfigureOff, controller.MIGReconfigureOnDemand},
 		"admission-check": checks,
-		"kind":            {kubeflow.PyTorchJobGVK.Kind, kubeflow.MPIJobGVK.Kind},
+		"kind":            kubeflow.KindNames(),
 	}
 }
 
@@ -76,11 +76,11 @@ func completeNamespaces(cmd *cobra.Command, _ []string, toComplete string) ([]co
 }
 
 // completeJobArgs completes a job argument (status, diagnose job): the
-// PyTorchJobs and MPIJobs of the namespace, as NAME, as KIND/NAME after
+// jobs of every supported kind in the namespace, as NAME, as KIND/NAME after
 // "pytorchjob/", or as the NAME of KIND NAME. Any error offers nothing.
 func completeJobArgs(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	const none = cobra.ShellCompDirectiveNoFileComp
-	kinds := []string{kubeflow.PyTorchJobGVK.Kind, kubeflow.MPIJobGVK.Kind}
+	kinds := kubeflow.KindNames()
 	prefix := ""
 	switch len(args) {
 	case 0:
@@ -128,11 +128,11 @@ func listJobs(cmd *cobra.Command, kinds []string) []kindName {
 	defer cancel()
 	var out []kindName
 	for _, kind := range kinds {
-		gvr := kubeflow.PyTorchJobGVR
-		if kind == kubeflow.MPIJobGVK.Kind {
-			gvr = kubeflow.MPIJobGVR
+		k, ok := kubeflow.ByName(kind)
+		if !ok {
+			continue
 		}
-		list, err := l.Dynamic.Resource(gvr).Namespace(ns).List(ctx, metav1.ListOptions{Limit: completionListLimit})
+		list, err := l.Dynamic.Resource(k.GVR()).Namespace(ns).List(ctx, metav1.ListOptions{Limit: completionListLimit})
 		if err != nil {
 			continue // that kind's CRD may not be installed
 		}

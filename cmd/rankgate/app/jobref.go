@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -19,23 +18,18 @@ import (
 type jobRef struct {
 	// Namespace is the one given as NAMESPACE/NAME; "" when none was.
 	Namespace string
-	// Kind is PyTorchJob, MPIJob, or "" for either.
+	// Kind is a supported kind's name (PyTorchJob), or "" for any.
 	Kind string
 	Name string
 }
 
 // jobRefForms is what the usage errors and the help texts list.
-const jobRefForms = "NAME, KIND/NAME, KIND NAME or NAMESPACE/NAME (KIND: pytorchjob or mpijob, also as pytorchjobs.kubeflow.org)"
+var jobRefForms = "NAME, KIND/NAME, KIND NAME or NAMESPACE/NAME (KIND: " + kindWords + ", also as " +
+	kubeflow.All()[0].GVR().GroupResource().String() + ")"
 
-// jobKinds are the job kinds rankgate gates, with the names kubectl
-// accepts for them.
-var jobKinds = []struct {
-	gvk      schema.GroupVersionKind
-	resource string // plural
-}{
-	{kubeflow.PyTorchJobGVK, kubeflow.PyTorchJobGVR.Resource},
-	{kubeflow.MPIJobGVK, kubeflow.MPIJobGVR.Resource},
-}
+// kindWords names the job kinds rankgate gates as a kubectl user types
+// them: "pytorchjob or mpijob".
+var kindWords = strings.ToLower(kubeflow.KindList("or"))
 
 // String is the KIND/NAME form (lower-case kind), or NAME without a kind.
 func (r jobRef) String() string {
@@ -79,7 +73,7 @@ func parseJobRef(args []string) (jobRef, error) {
 			return jobRef{}, err
 		}
 		if !isKind {
-			return jobRef{}, usagef("%q %q: the first of two arguments is the kind, pytorchjob or mpijob: want %s", args[0], args[1], jobRefForms)
+			return jobRef{}, usagef("%q %q: the first of two arguments is the kind, %s: want %s", args[0], args[1], kindWords, jobRefForms)
 		}
 		r.Kind, r.Name = kind, args[1]
 	default:
@@ -98,17 +92,18 @@ func parseJobRef(args []string) (jobRef, error) {
 // is not one (tfjobs.kubeflow.org) is an error: it can be no namespace.
 func parseJobKind(s string) (kind string, ok bool, err error) {
 	word, qual, dotted := strings.Cut(strings.ToLower(s), ".")
-	for _, k := range jobKinds {
-		if word != strings.ToLower(k.gvk.Kind) && word != k.resource {
+	for _, k := range kubeflow.All() {
+		gvk, resource := k.GVK(), k.GVR().Resource
+		if word != strings.ToLower(gvk.Kind) && word != resource {
 			continue
 		}
-		if !dotted || qual == k.gvk.Group || qual == k.gvk.Version+"."+k.gvk.Group {
-			return k.gvk.Kind, true, nil
+		if !dotted || qual == gvk.Group || qual == gvk.Version+"."+gvk.Group {
+			return gvk.Kind, true, nil
 		}
-		return "", false, usagef("%q: %s is served as %s.%s.%s", s, k.gvk.Kind, k.resource, k.gvk.Version, k.gvk.Group)
+		return "", false, usagef("%q: %s is served as %s.%s.%s", s, gvk.Kind, resource, gvk.Version, gvk.Group)
 	}
 	if dotted {
-		return "", false, usagef("%q: not a job kind rankgate gates: want pytorchjob or mpijob", s)
+		return "", false, usagef("%q: not a job kind rankgate gates: want %s", s, kindWords)
 	}
 	return "", false, nil
 }
@@ -153,7 +148,7 @@ func jobKind(r jobRef, flagKind string) (string, error) {
 		return "", err
 	}
 	if !ok {
-		return "", usagef("kind %q: want PyTorchJob or MPIJob", flagKind)
+		return "", usagef("kind %q: want %s", flagKind, kubeflow.KindList("or"))
 	}
 	if r.Kind != "" && r.Kind != kind {
 		return "", usagef("the job is a %s, --kind says %s: give one", r.Kind, kind)

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -74,9 +72,9 @@ func replicaLabelsOf(p *corev1.Pod) replicaLabels {
 	return replicaLabels{replicaType: p.Labels[kubeflow.LabelReplicaType], jobRole: p.Labels[kubeflow.LabelJobRole]}
 }
 
-// replicaTyper maps replica labels to a job's replica types through
-// kubeflow.ReplicaTypeOfLabels, with a memo (a job's pods carry few
-// distinct label pairs).
+// replicaTyper maps replica labels to the replica types of a job's kind,
+// read the way that kind's operator labels its pods, with a memo (a job's
+// pods carry few distinct label pairs).
 type replicaTyper struct {
 	j    kubeflow.Job
 	memo map[replicaLabels]string
@@ -86,15 +84,32 @@ func newReplicaTyper(j kubeflow.Job) *replicaTyper {
 	return &replicaTyper{j: j, memo: map[replicaLabels]string{}}
 }
 
-// typeOf returns the replica type as the job spells it, or "" if the
-// labels name none of the job's replica types.
+// newKindTyper is a replicaTyper for a kind, on an empty job of it.
+func newKindTyper(k kubeflow.Kind) *replicaTyper {
+	j, err := k.Wrap(k.New())
+	if err != nil {
+		panic(fmt.Sprintf("cluster: %v", err)) // a kind that cannot wrap its own New
+	}
+	return newReplicaTyper(j)
+}
+
+// typeOf returns the replica type as the kind spells it (one of every
+// type the kind knows, whether or not the job's spec has it), or "" if
+// the labels name none.
 func (t *replicaTyper) typeOf(l replicaLabels) string {
 	if v, ok := t.memo[l]; ok {
 		return v
 	}
-	v := kubeflow.ReplicaTypeOfLabels(t.j, map[string]string{kubeflow.LabelReplicaType: l.replicaType, kubeflow.LabelJobRole: l.jobRole})
-	t.memo[l] = v
-	return v
+	v, _, _ := t.j.ReplicaTypeLabel(map[string]string{kubeflow.LabelReplicaType: l.replicaType, kubeflow.LabelJobRole: l.jobRole})
+	name := ""
+	for _, rt := range t.j.ReplicaTypes() {
+		if v != "" && strings.EqualFold(rt, v) {
+			name = rt
+			break
+		}
+	}
+	t.memo[l] = name
+	return name
 }
 
 func (k jobReplica) of(j kubeflow.Job) bool {
@@ -432,30 +447,21 @@ func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workl
 	return w, judge
 }
 
-// stubJobs has a job of each supported kind with all its replica types:
-// kubeflow.ReplicaTypeOf on them names the replica type of a pod whose
-// job is not in the input, reading the labels that kind's operator sets.
-var stubJobs = func() map[string]kubeflow.Job {
-	mj, _ := kubeflow.FromObject(&mpiv2.MPIJob{Spec: mpiv2.MPIJobSpec{MPIReplicaSpecs: map[mpiv2.MPIReplicaType]*mpiv2.ReplicaSpec{
-		mpiv2.MPIReplicaTypeLauncher: {}, mpiv2.MPIReplicaTypeWorker: {},
-	}}})
-	pj, _ := kubeflow.FromObject(&kftraining.PyTorchJob{Spec: kftraining.PyTorchJobSpec{PyTorchReplicaSpecs: map[kftraining.ReplicaType]*kftraining.ReplicaSpec{
-		kftraining.PyTorchJobReplicaTypeMaster: {}, kftraining.PyTorchJobReplicaTypeWorker: {},
-	}}})
-	return map[string]kubeflow.Job{mj.Kind(): mj, pj.Kind(): pj}
-}()
-
 // setNamer names the pod set of a pod of a job that is not in the
-// input, by kubeflow.ReplicaTypeOf on stub jobs of the job's kind, or of
-// both kinds if it is unknown (MPIJob first: the training-operator sets
-// job-role only as "master", which names no MPIJob replica type).
+// input, by the replica types of the job's kind, or of every kind if it
+// is unknown (the first whose labels name one of its types: the
+// operators' labels do not overlap).
 type setNamer []*replicaTyper
 
 func newSetNamer(kind string) setNamer {
-	if j, ok := stubJobs[kind]; ok {
-		return setNamer{newReplicaTyper(j)}
+	if k, ok := kubeflow.ByName(kind); ok {
+		return setNamer{newKindTyper(k)}
 	}
-	return setNamer{newReplicaTyper(stubJobs[kubeflow.MPIJobGVK.Kind]), newReplicaTyper(stubJobs[kubeflow.PyTorchJobGVK.Kind])}
+	var n setNamer
+	for _, k := range kubeflow.All() {
+		n = append(n, newKindTyper(k))
+	}
+	return n
 }
 
 func (n setNamer) name(l replicaLabels) string {

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -148,33 +148,26 @@ func (l *Live) loadDeviceClasses(ctx context.Context, b *Builder) error {
 	return nil
 }
 
-// Job gets a PyTorchJob or MPIJob. kind is "PyTorchJob", "MPIJob" (any
-// case) or "" to try both; a name that both kinds use is an error asking
-// for the kind.
+// Job gets a job of a supported kind. kind names one kind as kubectl
+// takes it ("PyTorchJob", "mpijobs", any case) or is "" to try every
+// kind; a name that two kinds use is an error asking for the kind.
 func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.Job, error) {
-	type cand struct {
-		gvr  schema.GroupVersionResource
-		kind string
-	}
-	var cands []cand
-	switch strings.ToLower(kind) {
-	case "pytorchjob", "pytorchjobs":
-		cands = []cand{{kubeflow.PyTorchJobGVR, "PyTorchJob"}}
-	case "mpijob", "mpijobs":
-		cands = []cand{{kubeflow.MPIJobGVR, "MPIJob"}}
-	case "":
-		cands = []cand{{kubeflow.PyTorchJobGVR, "PyTorchJob"}, {kubeflow.MPIJobGVR, "MPIJob"}}
-	default:
-		return nil, &ArgError{Msg: fmt.Sprintf("kind %q: want PyTorchJob or MPIJob", kind)}
+	cands := kubeflow.All()
+	if kind != "" {
+		k, ok := kubeflow.ByResource(kind)
+		if !ok || strings.Contains(kind, ".") {
+			return nil, &ArgError{Msg: fmt.Sprintf("kind %q: want %s", kind, kubeflow.KindList("or"))}
+		}
+		cands = []kubeflow.Kind{k}
 	}
 	var found []kubeflow.Job
 	for _, c := range cands {
-		u, err := l.Dynamic.Resource(c.gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+		u, err := l.Dynamic.Resource(c.GVR()).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return nil, apiErrorf("get %s %s/%s: %w", c.kind, namespace, name, err)
+			return nil, apiErrorf("get %s %s/%s: %w", c.GVK().Kind, namespace, name, err)
 		}
 		j, err := kubeflow.FromUnstructured(u)
 		if err != nil {
@@ -184,15 +177,23 @@ func (l *Live) Job(ctx context.Context, namespace, name, kind string) (kubeflow.
 	}
 	switch len(found) {
 	case 0:
-		what := "PyTorchJob or MPIJob"
+		what := kubeflow.KindList("or")
 		if len(cands) == 1 {
-			what = cands[0].kind
+			what = cands[0].GVK().Kind
 		}
 		return nil, &NotFoundError{What: fmt.Sprintf("%s %s/%s (or its CRD is not installed)", what, namespace, name)}
 	case 1:
 		return found[0], nil
 	}
-	return nil, &ArgError{Msg: fmt.Sprintf("both a PyTorchJob and an MPIJob are named %s/%s: say which with --kind", namespace, name)}
+	kinds := make([]string, len(found))
+	for i, j := range found {
+		kinds[i] = article(j.Kind()) + " " + j.Kind()
+	}
+	both := "both "
+	if len(kinds) > 2 {
+		both = ""
+	}
+	return nil, &ArgError{Msg: fmt.Sprintf("%s%s are named %s/%s: say which with --kind", both, strings.Join(kinds, " and "), namespace, name)}
 }
 
 // Pod gets one pod.
@@ -222,4 +223,21 @@ func (l *Live) JobOfPod(ctx context.Context, p *corev1.Pod) (kubeflow.Job, bool,
 		return nil, false, err
 	}
 	return j, true, nil
+}
+
+// article is "a" or "an" before a kind's name as it is read aloud: an
+// acronym by its first letter's name (an MPIJob), a word by its first
+// letter (a PyTorchJob).
+func article(kind string) string {
+	if kind == "" {
+		return "a"
+	}
+	vowels := "AEIOU"
+	if len(kind) > 1 && unicode.IsUpper(rune(kind[1])) {
+		vowels = "AEFHILMNORSX" // letters whose names start with a vowel sound
+	}
+	if strings.ContainsRune(vowels, unicode.ToUpper(rune(kind[0]))) {
+		return "an"
+	}
+	return "a"
 }

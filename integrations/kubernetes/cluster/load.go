@@ -10,10 +10,9 @@ import (
 	"io"
 	"strings"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -223,8 +222,13 @@ func loadLabels(b *Builder, file string, labels map[string]string, stats *LoadSt
 
 func listKind(apiVersion, kind string) bool {
 	switch apiVersion + " " + kind {
-	case "v1 List", "v1 NodeList", "v1 PodList", "kubeflow.org/v1 PyTorchJobList", "kubeflow.org/v2beta1 MPIJobList":
+	case "v1 List", "v1 NodeList", "v1 PodList":
 		return true
+	}
+	if strings.HasSuffix(kind, "List") {
+		if _, ok := jobKind(apiVersion, strings.TrimSuffix(kind, "List")); ok {
+			return true
+		}
 	}
 	return kind == "DeviceClassList" && deviceClassVersion(apiVersion)
 }
@@ -255,18 +259,13 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 			return err
 		}
 		return b.AddPod(&p)
-	case "kubeflow.org/v1 PyTorchJob":
-		var j kftraining.PyTorchJob
-		if err := json.Unmarshal(raw, &j); err != nil {
+	}
+	if k, ok := jobKind(tm.APIVersion, tm.Kind); ok {
+		j := k.New()
+		if err := json.Unmarshal(raw, j); err != nil {
 			return err
 		}
-		return addJob(b, &j)
-	case "kubeflow.org/v2beta1 MPIJob":
-		var j mpiv2.MPIJob
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return err
-		}
-		return addJob(b, &j)
+		return addJob(b, j)
 	}
 	if tm.Kind == "DeviceClass" && deviceClassVersion(tm.APIVersion) {
 		var dc resourcev1.DeviceClass
@@ -277,6 +276,15 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 	}
 	stats.skip(tm.APIVersion, tm.Kind)
 	return nil
+}
+
+// jobKind finds the supported job kind of an apiVersion and kind.
+func jobKind(apiVersion, kind string) (kubeflow.Kind, bool) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return nil, false
+	}
+	return kubeflow.ByGVK(gv.WithKind(kind))
 }
 
 func addJob(b *Builder, obj kubeflow.Object) error {

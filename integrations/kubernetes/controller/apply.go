@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+
 	"context"
 	"fmt"
 	"strings"
@@ -107,7 +109,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 // after the delete, so a leader that dies in between leaves it to the
 // next one).
 func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
-	k, _ := kindByName(t.kind)
+	k, _ := kubeflow.ByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
@@ -149,7 +151,7 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 // applyOnce is one try of apply. done with a nil object: nothing to write
 // (job gone, replaced, or already carrying a verdict). ev is the decision
 // the Event tells (d, with how a Kueue-managed job was stopped).
-func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
+func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
 	obj := k.New()
 	var err error
 	if fresh {
@@ -204,7 +206,7 @@ func (c *Controller) applyOnce(ctx context.Context, k jobKind, key types.Namespa
 // deleteRefused asks the API server, with a dry run, whether the
 // controller may delete job; it returns why not when the answer is
 // Forbidden, "" otherwise (other errors leave it to the real delete).
-func (c *Controller) deleteRefused(ctx context.Context, k jobKind, job client.Object) string {
+func (c *Controller) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.Object) string {
 	err := c.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
 	if apierrors.IsForbidden(err) {
 		return c.refusedText(k, job.GetNamespace())
@@ -212,15 +214,15 @@ func (c *Controller) deleteRefused(ctx context.Context, k jobKind, job client.Ob
 	return ""
 }
 
-func (c *Controller) refusedText(k jobKind, ns string) string {
-	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK.Kind), ns)
+func (c *Controller) refusedText(k kubeflow.Kind, ns string) string {
+	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK().Kind), ns)
 }
 
 // suspendInstead suspends a job whose delete verdict the API server
 // refused, and sets its action annotation to suspend. The in-memory
 // decision keeps delete (ranks were answered with it); the job, its
 // annotations and the Event say what happened.
-func (c *Controller) suspendInstead(ctx context.Context, k jobKind, key types.NamespacedName, t target, d *decision, why string) error {
+func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, why string) error {
 	s := *d
 	s.Action, s.deleteRefused = ActionSuspend, why
 	for attempt := 0; attempt < 10; attempt++ {

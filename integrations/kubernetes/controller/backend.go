@@ -170,7 +170,7 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launch
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a PyTorchJob or MPIJob", pod.Namespace, pod.Name)
 	}
 	kind, name, uid := ref.kind, ref.name, string(ref.uid)
-	k, _ := kindByName(kind)
+	k, _ := kubeflow.ByName(kind)
 	if !c.watches(k) {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s is not installed or not watched by this controller", kind)
 	}
@@ -213,9 +213,9 @@ func (c *Controller) getFresh(ctx context.Context, key types.NamespacedName, obj
 	return c.api.Get(ctx, key, obj)
 }
 
-func (c *Controller) watches(k jobKind) bool {
+func (c *Controller) watches(k kubeflow.Kind) bool {
 	for _, w := range c.kinds {
-		if w.GVK == k.GVK {
+		if w.GVK() == k.GVK() {
 			return true
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	interntable "github.com/rankgate/rankgate/internal/intern"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 )
@@ -34,7 +35,7 @@ import (
 
 // cacheOptions returns the trimmed cache configuration for the kinds in use.
 // Without trim only the pod label selector applies.
-func cacheOptions(kinds []jobKind, trim bool) cache.Options {
+func cacheOptions(kinds []kubeflow.Kind, trim bool) cache.Options {
 	hasJob, _ := labels.NewRequirement(LabelJobName, selection.Exists, nil)
 	if !trim {
 		return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*hasJob)}}}
@@ -428,7 +429,7 @@ func internList(rl corev1.ResourceList) corev1.ResourceList {
 // requests shares equal pod-level requests between cached pods (the
 // replicas of a job, the pods of a DaemonSet ask the same). Entries are
 // weak: a request no cached pod holds any more is collected.
-var requests sharedTable[corev1.ResourceRequirements]
+var requests interntable.Table[corev1.ResourceRequirements]
 
 func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
 	names := make([]string, 0, len(req))
@@ -445,7 +446,7 @@ func internRequest(req schedule.Resources) *corev1.ResourceRequirements {
 		key.WriteString(strconv.FormatInt(req[n], 10))
 		key.WriteByte(';')
 	}
-	return requests.shareFunc(key.String(), func() *corev1.ResourceRequirements {
+	return requests.ShareFunc(key.String(), func() *corev1.ResourceRequirements {
 		rl := make(corev1.ResourceList, len(names))
 		for _, n := range names {
 			if n == string(corev1.ResourceCPU) {

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
+
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -54,7 +56,7 @@ func TestStripSharesReplicaSpecs(t *testing.T) {
 	}
 	a, b, c := mk(7), mk(7), mk(3)
 	for _, j := range []*kubeflowv1.PyTorchJob{a, b, c} {
-		stripPyTorchJob(j)
+		pytorchjob.Kind.Strip(j)
 	}
 	m, w := kubeflowv1.PyTorchJobReplicaTypeMaster, kubeflowv1.PyTorchJobReplicaTypeWorker
 	require.Same(t, a.Spec.PyTorchReplicaSpecs[m], b.Spec.PyTorchReplicaSpecs[m])

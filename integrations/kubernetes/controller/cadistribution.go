@@ -32,7 +32,7 @@ func (c *Controller) caNamespaces(ctx context.Context) (map[string]bool, error) 
 		list := k.NewList()
 		// Read only: the cached objects themselves, not copies.
 		if err := c.client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", k.GVK.Kind, err)
+			return nil, fmt.Errorf("listing %s: %w", k.GVK().Kind, err)
 		}
 		if err := meta.EachListItem(list, func(o runtime.Object) error {
 			if j, ok := o.(client.Object); ok && enabled(gateSetting(j)) {

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -257,7 +258,7 @@ type Controller struct {
 	gangAPI client.Client
 	rec     events.EventRecorder
 	gate    *gateserver.Server
-	kinds   []jobKind
+	kinds   []kubeflow.Kind
 	engine  *schedule.Engine // judges whether a missing rank can ever be placed
 	pw      pendingWatches   // jobs with unschedulable pods (pending.go)
 	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
@@ -299,7 +300,7 @@ type Controller struct {
 }
 
 // managerOptions are the controller-runtime manager's options for opts.
-func managerOptions(opts Options, kinds []jobKind) manager.Options {
+func managerOptions(opts Options, kinds []kubeflow.Kind) manager.Options {
 	mopts := manager.Options{
 		Scheme:                        opts.Scheme,
 		Logger:                        opts.Log,
@@ -535,7 +536,7 @@ func (c *Controller) leadContext() context.Context {
 }
 
 // installedKinds keeps the job kinds whose CRDs the API server serves.
-func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) ([]jobKind, error) {
+func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) ([]kubeflow.Kind, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -544,24 +545,38 @@ func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	var out []jobKind
-	for _, k := range jobKinds {
-		if _, err := mapper.RESTMapping(k.GVK.GroupKind(), k.GVK.Version); err != nil {
+	var out []kubeflow.Kind
+	for _, k := range kubeflow.All() {
+		if _, err := mapper.RESTMapping(k.GVK().GroupKind(), k.GVK().Version); err != nil {
 			if meta.IsNoMatchError(err) {
-				log.Info("job kind not served by the API server; not watched", "kind", k.GVK.String())
+				log.Info("job kind not served by the API server; not watched", "kind", k.GVK().String())
 				continue
 			}
-			return nil, fmt.Errorf("controller: discovering %s: %w", k.GVK, err)
+			return nil, fmt.Errorf("controller: discovering %s: %w", k.GVK(), err)
 		}
-		if !scheme.Recognizes(k.GVK) {
-			return nil, fmt.Errorf("controller: scheme lacks %s", k.GVK)
+		if !scheme.Recognizes(k.GVK()) {
+			return nil, fmt.Errorf("controller: scheme lacks %s", k.GVK())
 		}
 		out = append(out, k)
 	}
 	if len(out) == 0 {
-		return nil, errors.New("controller: neither PyTorchJob (kubeflow.org/v1) nor MPIJob (kubeflow.org/v2beta1) is installed; install the Kubeflow training operator or MPI operator first")
+		return nil, fmt.Errorf("controller: %s is installed; install the Kubeflow training operator or MPI operator first", noKindInstalled())
 	}
 	return out, nil
+}
+
+// noKindInstalled names every supported kind with its API version, for
+// the error when none is served: "neither PyTorchJob (kubeflow.org/v1)
+// nor MPIJob (kubeflow.org/v2beta1)".
+func noKindInstalled() string {
+	var names []string
+	for _, k := range kubeflow.All() {
+		names = append(names, fmt.Sprintf("%s (%s)", k.GVK().Kind, k.GVK().GroupVersion()))
+	}
+	if len(names) == 2 {
+		return "neither " + names[0] + " nor " + names[1]
+	}
+	return "none of " + strings.Join(names, ", ")
 }
 
 // Scheme has the built-in kinds, PyTorchJob, MPIJob and Gang.

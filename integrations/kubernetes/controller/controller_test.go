@@ -59,7 +59,7 @@ func TestRanksOfCachedJobs(t *testing.T) {
 		{"MPIJob launcher as worker", mpJob(2, true), 3, map[string]int{"job-role=launcher/0": 0, "job-role=worker/1": 1, "job-role=worker/2": 2, "job-role=worker/0": -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			k, ok := kindByName(kindOf(tc.job))
+			k, ok := kubeflow.ByName(kindOf(tc.job))
 			require.True(t, ok)
 			k.Strip(tc.job)
 			j := wrap(tc.job)
@@ -84,9 +84,9 @@ func TestRanksOfCachedJobs(t *testing.T) {
 func kindOf(o client.Object) string {
 	switch o.(type) {
 	case *kubeflowv1.PyTorchJob:
-		return pytorchGVK.Kind
+		return kubeflow.PyTorchJobGVK.Kind
 	case *mpiv2beta1.MPIJob:
-		return mpiGVK.Kind
+		return kubeflow.MPIJobGVK.Kind
 	}
 	return ""
 }

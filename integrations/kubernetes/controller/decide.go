@@ -201,7 +201,7 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 // deleteJob deletes the job a delete verdict names, only the one with the
 // verdict's UID. A job already gone (or replaced) is done.
 func (c *Controller) deleteJob(ctx context.Context, t target) error {
-	k, _ := kindByName(t.kind)
+	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
 	obj.SetNamespace(t.ns)
 	obj.SetName(t.name)
@@ -218,7 +218,7 @@ func ptrUID(u types.UID) *types.UID { return &u }
 // missingRanks describes the pods of the ranks that have not reported. With
 // onlyUnplaceable it returns only ranks whose pods can never be placed.
 func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank {
-	k, _ := kindByName(g.kind)
+	k, _ := kubeflow.ByName(g.kind)
 	obj := k.New()
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
 		return nil

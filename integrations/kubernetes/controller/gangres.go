@@ -83,10 +83,10 @@ func (c *Controller) resFor(o client.Object, kind string) *gangRes {
 		return r
 	}
 	timeout, _ := jobTimeout(o, c.opts.GangTimeout)
-	k, _ := kindByName(kind)
+	k, _ := kubeflow.ByName(kind)
 	r := &gangRes{
 		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
-		apiVersion: k.GVK.GroupVersion().String(), expected: int32(kubeflow.RankPods(wrap(o))), timeout: timeout,
+		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(wrap(o))), timeout: timeout,
 	}
 	c.res[o.GetUID()] = r
 	return r

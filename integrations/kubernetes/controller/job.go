@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,52 +27,14 @@ const (
 // adapter (ranks, replica counts, suspend switch).
 type job = kubeflow.Job
 
-// jobKind describes one supported kind.
-type jobKind struct {
-	GVK     schema.GroupVersionKind
-	New     func() client.Object
-	NewList func() client.ObjectList
-	// Strip removes what the controller never reads (pod templates) before
-	// the object enters the informer cache; the specs left are shared.
-	Strip func(client.Object)
-}
-
-var (
-	pytorchGVK = kubeflow.PyTorchJobGVK
-	mpiGVK     = kubeflow.MPIJobGVK
-)
-
-// wrap adapts a typed job; New only makes kinds FromObject knows.
+// wrap adapts a typed job; the objects the controller reads are made by
+// the kinds of the registry, so only a programming error fails.
 func wrap(o client.Object) job {
 	j, err := kubeflow.FromObject(o)
 	if err != nil {
-		panic(fmt.Sprintf("controller: %v", err)) // a programming error: jobKinds and kubeflow disagree
+		panic(fmt.Sprintf("controller: %v", err))
 	}
 	return j
-}
-
-var jobKinds = []jobKind{
-	{
-		GVK:     pytorchGVK,
-		New:     func() client.Object { return &kubeflowv1.PyTorchJob{} },
-		NewList: func() client.ObjectList { return &kubeflowv1.PyTorchJobList{} },
-		Strip:   func(o client.Object) { stripPyTorchJob(o.(*kubeflowv1.PyTorchJob)) },
-	},
-	{
-		GVK:     mpiGVK,
-		New:     func() client.Object { return &mpiv2beta1.MPIJob{} },
-		NewList: func() client.ObjectList { return &mpiv2beta1.MPIJobList{} },
-		Strip:   func(o client.Object) { stripMPIJob(o.(*mpiv2beta1.MPIJob)) },
-	},
-}
-
-func kindByName(kind string) (jobKind, bool) {
-	for _, k := range jobKinds {
-		if k.GVK.Kind == kind {
-			return k, true
-		}
-	}
-	return jobKind{}, false
 }
 
 // jobRef names the Kubeflow job a pod belongs to.
@@ -96,10 +56,10 @@ func kubeflowController(refs []metav1.OwnerReference) (jobRef, bool) {
 			continue
 		}
 		gv, err := schema.ParseGroupVersion(ref.APIVersion)
-		if err != nil || gv.Group != kubeflowv1.GroupVersion.Group {
+		if err != nil {
 			continue
 		}
-		if _, known := kindByName(ref.Kind); known {
+		if k, known := kubeflow.ByName(ref.Kind); known && k.GVK().Group == gv.Group {
 			return jobRef{kind: ref.Kind, name: ref.Name, uid: ref.UID}, true
 		}
 	}
@@ -135,7 +95,7 @@ func (c *Controller) jobOf(ctx context.Context, pod *corev1.Pod) (jobRef, bool, 
 		return jobRef{}, false, nil
 	}
 	r, ok := kubeflowController(bj.OwnerReferences)
-	if !ok || r.kind != mpiGVK.Kind {
+	if k, known := kubeflow.ByName(r.kind); !ok || !known || !k.OwnsThroughBatchJob() {
 		c.batchOwners.put(ref.UID, jobRef{}, false)
 		return jobRef{}, false, nil
 	}

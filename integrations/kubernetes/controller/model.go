@@ -236,7 +236,7 @@ func (c *Controller) podsChanged(ns, job string) {
 	c.pw.mu.Lock()
 	defer c.pw.mu.Unlock()
 	for _, k := range c.kinds {
-		if p := c.pw.jobs[ns+"/"+k.GVK.Kind+"/"+job]; p != nil {
+		if p := c.pw.jobs[ns+"/"+k.GVK().Kind+"/"+job]; p != nil {
 			p.judged = nil
 		}
 	}

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+
 	"context"
 	"fmt"
 	"slices"
@@ -298,8 +300,8 @@ func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.
 // watchPending is the watchdog's step for one gated job without a
 // verdict (from reconcile). It returns when to look again (0: on events
 // only) and whether the job was failed.
-func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Object) (time.Duration, bool) {
-	key := obj.GetNamespace() + "/" + k.GVK.Kind + "/" + obj.GetName()
+func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj client.Object) (time.Duration, bool) {
+	key := obj.GetNamespace() + "/" + k.GVK().Kind + "/" + obj.GetName()
 	j := wrap(obj)
 	pods, err := c.jobPods(ctx, obj)
 	if err != nil {
@@ -321,7 +323,7 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 		}
 		return 0, false
 	}
-	w = c.watchedPending(key, obj, k.GVK.Kind)
+	w = c.watchedPending(key, obj, k.GVK().Kind)
 	grace, err := jobDuration(obj, contract.AnnotationPendingGrace, c.opts.PendingGrace)
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
@@ -339,7 +341,7 @@ func (c *Controller) watchPending(ctx context.Context, k jobKind, obj client.Obj
 // grace: a hopeless job fails; a waiting one is told what it waits for,
 // and fails at its pending timeout. It returns when to look again, and
 // whether the job was failed.
-func (c *Controller) judgePending(ctx context.Context, k jobKind, obj client.Object, key string, w *pendingJob, pods []*corev1.Pod, since time.Time) (time.Duration, bool) {
+func (c *Controller) judgePending(ctx context.Context, k kubeflow.Kind, obj client.Object, key string, w *pendingJob, pods []*corev1.Pod, since time.Time) (time.Duration, bool) {
 	j := wrap(obj)
 	// The whole job, with its pod templates (the cache strips them).
 	full := k.New()

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+
 	"context"
 	"fmt"
 	"testing"
@@ -37,7 +39,7 @@ func rankJob(t *testing.T, pods ...*corev1.Pod) (job, []*corev1.Pod) {
 	t.Helper()
 	pj := ptJob(false, int32(len(pods)))
 	pj.Name, pj.UID = "j", "job-uid"
-	k, _ := kindByName(pytorchGVK.Kind)
+	k, _ := kubeflow.ByName(kubeflow.PyTorchJobGVK.Kind)
 	k.Strip(pj)
 	for i, p := range pods {
 		p.Namespace = "ml"

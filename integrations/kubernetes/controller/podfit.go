@@ -3,12 +3,8 @@ package controller
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -24,11 +20,8 @@ import (
 
 // podFits says why p is not the pod j's operator creates for the replica
 // its labels name (nil when it is): its replica index is within the
-// spec's, and its name is the operator's name for that replica's pod:
-// <job>-<type>-<index> (training-operator; mpi-operator's workers, whose
-// index labels start at 1 with runLauncherAsWorker while their names
-// start at 0), or <job>-launcher-<suffix> for the pod of the MPIJob
-// launcher's batch Job <job>-launcher.
+// spec's, and its name is the operator's name for that replica's pod
+// (the job's kind says which: jobkind.Job.PodNameFits).
 func podFits(j job, p *corev1.Pod) error {
 	typ := kubeflow.ReplicaTypeOf(j, p)
 	if typ == "" {
@@ -37,26 +30,7 @@ func podFits(j job, p *corev1.Pod) error {
 	if _, err := kubeflow.RankOf(j, p); err != nil && !errors.Is(err, kubeflow.ErrNoRank) {
 		return err
 	}
-	lower := strings.ToLower(typ)
-	if mj, ok := j.Object().(*mpiv2beta1.MPIJob); ok && typ == string(mpiv2beta1.MPIReplicaTypeLauncher) {
-		prefix := mj.Name + "-launcher"
-		ref := metav1.GetControllerOf(p)
-		if !strings.HasPrefix(p.Name, prefix+"-") || ref == nil || ref.Kind != "Job" || ref.Name != prefix {
-			return fmt.Errorf("mpi-operator's launcher pod is named %s-<suffix> and controlled by the Job %s", prefix, prefix)
-		}
-		return nil
-	}
-	idx, err := strconv.Atoi(p.Labels[LabelReplicaIndex])
-	if err != nil {
-		return fmt.Errorf("label %s=%q is not a replica index", LabelReplicaIndex, p.Labels[LabelReplicaIndex])
-	}
-	if mj, ok := j.Object().(*mpiv2beta1.MPIJob); ok && mj.Spec.RunLauncherAsWorker != nil && *mj.Spec.RunLauncherAsWorker {
-		idx-- // mpi-operator labels Worker i with index i+1 when the launcher is rank 0
-	}
-	if want := fmt.Sprintf("%s-%s-%d", j.Name(), lower, idx); p.Name != want {
-		return fmt.Errorf("the operator names the pod of %s %s %s, not %s", typ, p.Labels[LabelReplicaIndex], want, p.Name)
-	}
-	return nil
+	return j.PodNameFits(p, typ)
 }
 
 // maxMisfits bounds the pods remembered as reported unexpected (by UID),

@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-
 	"context"
 	"fmt"
 	"strconv"
@@ -21,6 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // setupReconcilers registers one reconciler per installed job kind. They
@@ -57,14 +58,14 @@ func (c *Controller) setupReconcilers() error {
 			},
 		}
 		err := builder.ControllerManagedBy(c.mgr).
-			Named(k.GVK.Kind).
+			Named(k.GVK().Kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
 			// A node change re-judges the jobs with unschedulable pods
 			// that it can fail (model.go).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				c.refreshNode(ctx, o.GetName())
-				return c.affectedPending(k.GVK.Kind)
+				return c.affectedPending(k.GVK().Kind)
 			}), builder.WithPredicates(nodeChanged)).
 			// A namespace opted in (or out) later: its jobs are looked at
 			// (the Pending watchdog judges jobs that predate the opt-in).
@@ -74,7 +75,7 @@ func (c *Controller) setupReconcilers() error {
 			WithOptions(controllerOptions()).
 			Complete(r)
 		if err != nil {
-			return fmt.Errorf("controller: %s reconciler: %w", k.GVK.Kind, err)
+			return fmt.Errorf("controller: %s reconciler: %w", k.GVK().Kind, err)
 		}
 	}
 	// The pod, node and namespace informers start with the manager, not on
@@ -90,8 +91,8 @@ func (c *Controller) setupReconcilers() error {
 	return c.startDeviceClasses(context.Background())
 }
 
-func (c *Controller) reconcile(ctx context.Context, k jobKind, req reconcile.Request) (reconcile.Result, error) {
-	key := req.Namespace + "/" + k.GVK.Kind + "/" + req.Name
+func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
+	key := req.Namespace + "/" + k.GVK().Kind + "/" + req.Name
 	obj := k.New()
 	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -241,7 +242,7 @@ func (c *Controller) firstReported(o client.Object) bool {
 // exists (0/N while no rank reported), and a decided gang whose verdict a
 // person removed from the job is forgotten (the next verdict write starts
 // a new attempt).
-func (c *Controller) noteUndecided(key string, k jobKind, obj client.Object) {
+func (c *Controller) noteUndecided(key string, k kubeflow.Kind, obj client.Object) {
 	c.mu.Lock()
 	g := c.gangs[obj.GetUID()]
 	c.mu.Unlock()
@@ -254,7 +255,7 @@ func (c *Controller) noteUndecided(key string, k jobKind, obj client.Object) {
 			c.dropRes(key, nil)
 		}
 	}
-	if r := c.resFor(obj, k.GVK.Kind); r.current() == nil {
+	if r := c.resFor(obj, k.GVK().Kind); r.current() == nil {
 		c.touchProgress(obj.GetUID(), true)
 	}
 }
@@ -270,10 +271,10 @@ var optInChanged = predicate.Funcs{
 }
 
 // jobsIn lists the cached jobs of kind k in namespace ns as requests.
-func (c *Controller) jobsIn(ctx context.Context, k jobKind, ns string) []reconcile.Request {
-	o, err := c.mgr.GetScheme().New(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
+func (c *Controller) jobsIn(ctx context.Context, k kubeflow.Kind, ns string) []reconcile.Request {
+	o, err := c.mgr.GetScheme().New(k.GVK().GroupVersion().WithKind(k.GVK().Kind + "List"))
 	if err != nil {
-		c.log.Error(err, "no list type", "kind", k.GVK.Kind)
+		c.log.Error(err, "no list type", "kind", k.GVK().Kind)
 		return nil
 	}
 	list, ok := o.(client.ObjectList)
@@ -281,7 +282,7 @@ func (c *Controller) jobsIn(ctx context.Context, k jobKind, ns string) []reconci
 		return nil
 	}
 	if err := c.client.List(ctx, list, client.InNamespace(ns)); err != nil {
-		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", k.GVK.Kind)
+		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", k.GVK().Kind)
 		return nil
 	}
 	var out []reconcile.Request

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+
 	"context"
 	"fmt"
 	"strconv"
@@ -62,7 +64,7 @@ func (g *gang) target() target {
 // replaced gets its verdict answered, not recorded (nil error, wrote
 // false, and rec.unrecorded set).
 func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *decision, wrote bool, err error) {
-	k, _ := kindByName(g.kind)
+	k, _ := kubeflow.ByName(g.kind)
 	key := types.NamespacedName{Namespace: g.ns, Name: g.name}
 	obj := k.New()
 	err = c.getFresh(ctx, key, obj, string(g.uid))
@@ -128,7 +130,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 // chooseAction sets a fail verdict's action from the job's policy, as the
 // API server will allow it: without delete permission the job is suspended
 // instead (never left running).
-func (c *Controller) chooseAction(ctx context.Context, g *gang, k jobKind, obj client.Object, d *decision) {
+func (c *Controller) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision) {
 	if !d.Report.Failed() {
 		return
 	}
@@ -169,7 +171,7 @@ func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
 // current attempt's verdict was removed from the job, and returns its Gang
 // resource. onJob is the verdict the job carries after all (read from the
 // API server), if it does.
-func (c *Controller) nextAttempt(ctx context.Context, k jobKind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
+func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
 	obj := k.New()
 	if err := c.api.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
@@ -284,7 +286,7 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*foundReco
 	}
 	j := g.Spec.Job
 	t := target{kind: j.Kind, ns: g.Namespace, name: j.Name, uid: j.UID, attempt: g.Spec.Attempt}
-	k, known := kindByName(t.kind)
+	k, known := kubeflow.ByName(t.kind)
 	if !known || !c.watches(k) || !ownedBy(g, t) {
 		c.log.Info("ignoring a Gang its job does not own", "gang", g.Namespace+"/"+g.Name, "job", t.key(), "uid", t.uid)
 		return nil, nil
@@ -321,7 +323,7 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*foundReco
 // recordStale says why a recorded verdict's job must not be acted on (""
 // when it exists with the UID, is opted in and at the attempt of t).
 func (c *Controller) recordStale(ctx context.Context, t target) (string, error) {
-	k, _ := kindByName(t.kind)
+	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
 	err := c.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
 	switch {

@@ -21,8 +21,6 @@ import (
 	"strings"
 	"time"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -131,7 +129,7 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Errored(http.StatusBadRequest, err)
 	}
 	if j == nil {
-		return admission.Allowed("not a PyTorchJob or MPIJob")
+		return admission.Allowed("not a " + kubeflow.KindList("or"))
 	}
 	ops, err := m.Patch(j)
 	if err != nil {
@@ -163,7 +161,8 @@ func (m *Mutator) ensureCA(ctx context.Context, req admission.Request, ns string
 
 // Patch is the JSON patch that adds the init container to every GPU
 // template of a job (every replica type, in name order), and with
-// rankgate.io/launcher-gate the launcher gate to an MPIJob's launcher;
+// rankgate.io/launcher-gate the launcher gate to the launcher of a kind
+// that has one (an MPIJob's);
 // empty when there is nothing to add. A job opted out (rankgate.io/gate:
 // disabled on the job) gets nothing.
 func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
@@ -177,7 +176,11 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 			timeout = d
 		}
 	}
-	field, templates := replicaTemplates(o)
+	k, ok := kubeflow.ByGVK(j.GVK())
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
+	}
+	field, templates := k.ReplicaSpecsField(), j.Templates()
 	names := make([]string, 0, len(templates))
 	for k := range templates {
 		names = append(names, k)
@@ -197,41 +200,18 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		}
 		ops = append(ops, add...)
 	}
-	if mj, ok := o.(*mpiv2.MPIJob); ok && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
-		rs := mj.Spec.MPIReplicaSpecs[mpiv2.MPIReplicaTypeLauncher]
-		if rs == nil {
-			return nil, fmt.Errorf("spec.%s.Launcher.template: the MPIJob has no Launcher template to gate", field)
+	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
+		t := templates[l]
+		if t == nil {
+			return nil, fmt.Errorf("spec.%s.%s.template: the %s has no %s template to gate", field, l, k.GVK().Kind, l)
 		}
-		add, err := m.launcherOps("/spec/"+field+"/Launcher/template/spec", &rs.Template)
+		add, err := m.launcherOps("/spec/"+field+"/"+pointerKey(l)+"/template/spec", t)
 		if err != nil {
-			return nil, fmt.Errorf("spec.%s.Launcher.template: %w", field, err)
+			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
 		}
 		ops = append(ops, add...)
 	}
 	return ops, nil
-}
-
-// replicaTemplates: the JSON field of a job's replica specs and each
-// replica type's template.
-func replicaTemplates(o kubeflow.Object) (string, map[string]*corev1.PodTemplateSpec) {
-	out := map[string]*corev1.PodTemplateSpec{}
-	switch o := o.(type) {
-	case *kftraining.PyTorchJob:
-		for t, rs := range o.Spec.PyTorchReplicaSpecs {
-			if rs != nil {
-				out[string(t)] = &rs.Template
-			}
-		}
-		return "pytorchReplicaSpecs", out
-	case *mpiv2.MPIJob:
-		for t, rs := range o.Spec.MPIReplicaSpecs {
-			if rs != nil {
-				out[string(t)] = &rs.Template
-			}
-		}
-		return "mpiReplicaSpecs", out
-	}
-	return "", out
 }
 
 func optedOut(labels, annotations map[string]string) bool {

@@ -30,9 +30,10 @@ func FakeClients(t testing.TB, objs ...runtime.Object) (*fake.Clientset, *dynami
 		}
 		core = append(core, o)
 	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
-		kubeflow.PyTorchJobGVR: "PyTorchJobList",
-		kubeflow.MPIJobGVR:     "MPIJobList",
-	}, jobs...)
+	listKinds := map[schema.GroupVersionResource]string{}
+	for _, k := range kubeflow.All() {
+		listKinds[k.GVR()] = k.GVK().Kind + "List"
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, jobs...)
 	return fake.NewSimpleClientset(core...), dyn
 }

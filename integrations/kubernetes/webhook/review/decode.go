@@ -15,9 +15,8 @@ import (
 	"errors"
 	"fmt"
 
-	mpiv2 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -51,22 +50,18 @@ var ErrTooLarge = errors.New("over the admission webhook's bounds")
 // that is not a supported job. namespace fills an object that names none
 // (the review's namespace: the API server's, a generateName create).
 func DecodeJob(gvk metav1.GroupVersionKind, namespace string, raw []byte) (kubeflow.Job, error) {
-	var obj kubeflow.Object
-	switch {
-	case gvk.Group == kubeflow.PyTorchJobGVK.Group && gvk.Version == kubeflow.PyTorchJobGVK.Version && gvk.Kind == kubeflow.PyTorchJobGVK.Kind:
-		obj = &kftraining.PyTorchJob{}
-	case gvk.Group == kubeflow.MPIJobGVK.Group && gvk.Version == kubeflow.MPIJobGVK.Version && gvk.Kind == kubeflow.MPIJobGVK.Kind:
-		obj = &mpiv2.MPIJob{}
-	default:
+	k, ok := kubeflow.ByGVK(schema.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind})
+	if !ok {
 		return nil, nil
 	}
+	obj := k.New()
 	if err := CheckShape(raw); err != nil {
 		return nil, fmt.Errorf("%s in namespace %s: %w", gvk.Kind, namespace, err)
 	}
 	if err := json.Unmarshal(raw, obj); err != nil {
 		return nil, fmt.Errorf("decoding %s in namespace %s: %w", gvk.Kind, namespace, err)
 	}
-	j, err := kubeflow.FromObject(obj)
+	j, err := k.Wrap(obj)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -279,8 +278,8 @@ func mixedMIGFull(j kubeflow.Job) []verdict.Finding {
 // would start more local processes than the container has GPUs.
 func nprocExceeds(j kubeflow.Job) []verdict.Finding {
 	var specNproc string
-	if pj, ok := j.Object().(*kftraining.PyTorchJob); ok && pj.Spec.NprocPerNode != nil {
-		specNproc = *pj.Spec.NprocPerNode
+	if n := j.NprocPerNode(); n != nil {
+		specNproc = *n
 	}
 	rule, _ := verdict.Lookup(verdict.RuleNprocExceedsDevices)
 	var out []verdict.Finding

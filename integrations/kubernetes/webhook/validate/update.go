@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	kftraining "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -37,7 +36,8 @@ import (
 
 // judgedView is what the checks read from a job: its replica types, their
 // counts and pod specs (requests and limits, containers' command lines and
-// environment, scheduling constraints), and the PyTorchJob's nprocPerNode.
+// environment, scheduling constraints), and the per-pod process count the spec sets (a PyTorchJob's
+// nprocPerNode).
 // Labels, annotations, the run policy and the status are not in it.
 type judgedView struct {
 	replicas []replicaView
@@ -61,9 +61,7 @@ func viewOf(j kubeflow.Job) judgedView {
 		v.replicas = append(v.replicas, r)
 	}
 	slices.SortFunc(v.replicas, func(a, b replicaView) int { return strings.Compare(a.typ, b.typ) })
-	if pj, ok := j.Object().(*kftraining.PyTorchJob); ok {
-		v.nproc = pj.Spec.NprocPerNode
-	}
+	v.nproc = j.NprocPerNode()
 	return v
 }
 

@@ -1,0 +1,66 @@
+package jobkind
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Replicas is a replica count with the operator's default def for nil.
+func Replicas(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// RankCount checks a replica count that ranks are numbered by.
+func RankCount(path string, n int32) (int, error) {
+	if n < 0 || n > MaxReplicas {
+		return 0, fmt.Errorf("%s.replicas is %d: want 0..%d", path, n, MaxReplicas)
+	}
+	return int(n), nil
+}
+
+// CheckTemplate checks one replica spec's count and template.
+func CheckTemplate(path string, count *int32, t *corev1.PodTemplateSpec) error {
+	if count != nil && (*count < 0 || *count > MaxReplicas) {
+		return fmt.Errorf("%s.replicas is %d: want 0..%d", path, *count, MaxReplicas)
+	}
+	if len(t.Spec.Containers) == 0 {
+		return fmt.Errorf("%s.template.spec.containers is empty", path)
+	}
+	return nil
+}
+
+// OwnsPod: p is in job's namespace and controlled by the kubeflow.org job
+// of that kind and name (and UID when both are known), or, with no such
+// owner reference, labelled with the job's name.
+func OwnsPod(job metav1.Object, kind string, p *corev1.Pod) bool {
+	if p.Namespace != job.GetNamespace() {
+		return false
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == kind && ref.Name == job.GetName() &&
+		strings.HasPrefix(ref.APIVersion, "kubeflow.org/") {
+		return job.GetUID() == "" || ref.UID == "" || ref.UID == job.GetUID()
+	}
+	return p.Labels[LabelJobName] == job.GetName()
+}
+
+// IndexedPodNameFits checks the name the operators give a replica's pod:
+// <job>-<type in lower case>-<index>, where index is the pod's
+// replica-index label less offset.
+func IndexedPodNameFits(jobName string, p *corev1.Pod, typ string, offset int) error {
+	v := p.Labels[LabelReplicaIdx]
+	idx, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("label %s=%q is not a replica index", LabelReplicaIdx, v)
+	}
+	if want := fmt.Sprintf("%s-%s-%d", jobName, strings.ToLower(typ), idx-offset); p.Name != want {
+		return fmt.Errorf("the operator names the pod of %s %s %s, not %s", typ, v, want, p.Name)
+	}
+	return nil
+}
