@@ -113,7 +113,15 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	}
 	hash := caHash(b.CAPEM())
 	var errs []error
+	start := time.Now()
 	for _, ns := range toWrite(want, kept, hash) {
+		if _, stale := kept[ns]; stale && time.Since(start) > r.Interval {
+			// A pass of stale copies (after a CA change, one per opted-in
+			// namespace) ends after Interval: the next one lists again,
+			// so that a namespace opted in meanwhile, which has no copy
+			// at all, does not wait behind the rest.
+			break
+		}
 		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
 		}
