@@ -113,14 +113,14 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	}
 	hash := caHash(b.CAPEM())
 	var errs []error
-	start := time.Now()
-	for _, ns := range toWrite(want, kept, hash) {
-		if _, stale := kept[ns]; stale && time.Since(start) > r.Interval {
+	checked := time.Now()
+	for _, ns := range toWrite(want, kept, hash, r.Namespace) {
+		if time.Since(checked) > recheckEvery {
 			// A pass of stale copies (after a CA change, one per opted-in
-			// namespace) ends after Interval: the next one lists again,
-			// so that a namespace opted in meanwhile, which has no copy
-			// at all, does not wait behind the rest.
-			break
+			// namespace) takes a while: a namespace opted in meanwhile,
+			// which has no copy at all, is not left waiting behind it.
+			checked = time.Now()
+			errs = append(errs, r.writeNew(ctx, want)...)
 		}
 		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
@@ -129,24 +129,50 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// recheckEvery: how often a long pass looks for namespaces opted in since
+// it started.
+const recheckEvery = time.Second
+
+// writeNew writes the CA ConfigMap of every namespace opted in now that
+// want does not hold yet, and adds them to want.
+func (r *Rotator) writeNew(ctx context.Context, want map[string]bool) []error {
+	now, err := r.optedIn(ctx)
+	if err != nil {
+		return []error{fmt.Errorf("listing opted-in namespaces: %w", err)}
+	}
+	var errs []error
+	for ns := range now {
+		if want[ns] {
+			continue
+		}
+		want[ns] = true
+		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
+		}
+	}
+	return errs
+}
+
 // toWrite lists the namespaces of want whose CA ConfigMap is not the
 // current one (kept: the fingerprint each holds): first those that have
-// none (their rank pods cannot start without it), then the stale ones
-// (during a rotation a stale bundle still holds the CA that signs), each
-// group in name order.
-func toWrite(want map[string]bool, kept map[string]string, hash string) []string {
-	var missing, stale []string
+// none (their rank pods cannot start without it) and first (the
+// controller's own namespace), then the stale ones (during a rotation a
+// stale bundle still holds the CA that signs), each group in name order.
+func toWrite(want map[string]bool, kept map[string]string, hash, first string) []string {
+	var urgent, stale []string
 	for ns := range want {
-		switch h, ok := kept[ns]; {
-		case !ok:
-			missing = append(missing, ns)
-		case h != hash:
+		h, ok := kept[ns]
+		switch {
+		case ok && h == hash:
+		case !ok || ns == first:
+			urgent = append(urgent, ns)
+		default:
 			stale = append(stale, ns)
 		}
 	}
-	slices.Sort(missing)
+	slices.Sort(urgent)
 	slices.Sort(stale)
-	return append(missing, stale...)
+	return append(urgent, stale...)
 }
 
 // optedIn is OptedIn, else the namespaces labelled rankgate.io/gate=enabled

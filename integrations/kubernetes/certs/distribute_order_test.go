@@ -12,6 +12,6 @@ import (
 func TestToWriteMissingFirst(t *testing.T) {
 	want := map[string]bool{"a": true, "b": true, "c": true, "d": true, "new": true, "own": true}
 	kept := map[string]string{"a": "old", "b": "cur", "c": "old", "d": "", "own": "old", "gone": "old"}
-	require.Equal(t, []string{"new", "a", "c", "d", "own"}, toWrite(want, kept, "cur"))
-	require.Empty(t, toWrite(map[string]bool{"b": true}, kept, "cur"))
+	require.Equal(t, []string{"new", "own", "a", "c", "d"}, toWrite(want, kept, "cur", "own"))
+	require.Empty(t, toWrite(map[string]bool{"b": true}, kept, "cur", "own"))
 }
