@@ -39,6 +39,8 @@ type controllerOptions struct {
 	Kubeconfig      string
 	TrimCaches      bool
 	AdmissionChecks []string
+	// pendingGrace is --pending-grace (Options.PendingGrace points to it).
+	pendingGrace time.Duration
 }
 
 func (a *App) newControllerCommand() *cobra.Command {
@@ -68,7 +70,7 @@ that still reaches the other gets NotLeader and retries.`,
 	f.StringVar(&o.CertDir, "cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
 	f.DurationVar(&o.GangTimeout, "gang-timeout", controller.DefaultGangTimeout, "fail a gang when ranks are still missing this long after its first report (per job: annotation rankgate.io/gang-timeout)")
 	f.StringVar(&o.OnFail, "on-fail", controller.DefaultOnFail, "what to do to a job whose gang fails: suspend, delete or annotate (per job: annotation rankgate.io/on-fail)")
-	f.DurationVar(&o.PendingGrace, "pending-grace", controller.DefaultPendingGrace, "judge a gated job whose pod the scheduler marked unschedulable this long with the schedule engine of diagnose; fail it when hopeless (per job: annotation rankgate.io/pending-grace; 0: at once)")
+	f.DurationVar(&o.pendingGrace, "pending-grace", controller.DefaultPendingGrace, "judge a gated job whose pod the scheduler marked unschedulable this long with the schedule engine of diagnose; fail it when hopeless (per job: annotation rankgate.io/pending-grace; 0: at once)")
 	f.DurationVar(&o.PendingTimeout, "pending-timeout", 0, "fail a job still waiting for capacity or a MIG change this long after its pod became unschedulable, with PENDING_TIMEOUT (per job: annotation rankgate.io/pending-timeout; 0: never)")
 	f.StringVar(&o.MIGReconfigure, "mig-reconfigure", controller.MIGReconfigureOff, "off, or on-demand when the cluster changes MIG layouts by itself: then a job whose shape a layout change would create (RECONFIGURABLE) waits instead of failing")
 	f.StringVar(&o.Audience, "audience", gate.Audience, "audience the ranks' service-account tokens must carry")
@@ -138,9 +140,8 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 		}
 	}
 	opts := o.Options
-	if opts.PendingGrace == 0 {
-		opts.PendingGrace = -1 // Options: negative is "at once", zero the default
-	}
+	grace := max(o.pendingGrace, 0) // 0, or less: at once
+	opts.PendingGrace = &grace
 	if m := opts.MIGReconfigure; m != controller.MIGReconfigureOff && m != controller.MIGReconfigureOnDemand {
 		return verdict.Exitf(verdict.ExitUsage, "--mig-reconfigure %q: want off or on-demand", m)
 	}

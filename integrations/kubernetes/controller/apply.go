@@ -76,14 +76,14 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		<-slots
 		if err == nil {
 			c.clearPending(t.uid)
-			if c.opts.AppliedDelay <= 0 {
+			if *c.opts.AppliedDelay == 0 {
 				c.markApplied(ctx, t, d)
 				return
 			}
 			// Later, off the moment many gangs complete together: until
 			// then the Gang reads Decided, and a new leader's sweep finds
 			// the job carrying the verdict (nothing to do) and marks it.
-			time.AfterFunc(c.opts.AppliedDelay, func() {
+			time.AfterFunc(*c.opts.AppliedDelay, func() {
 				if ctx.Err() == nil {
 					c.markApplied(ctx, t, d)
 				}

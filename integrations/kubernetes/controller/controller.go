@@ -86,10 +86,10 @@ type Options struct {
 	// gang of more rank pods cannot all wait at once (see gatebound.go).
 	GateMaxConnections int
 	// AppliedDelay: how long after a verdict is on its job the Gang's
-	// Applied condition is written (default DefaultAppliedDelay; negative:
-	// at once). Nobody waits for it; written later, it stays out of the
-	// burst of verdict writes when many gangs complete together.
-	AppliedDelay time.Duration
+	// Applied condition is written (nil: DefaultAppliedDelay; 0: at once).
+	// Nobody waits for it; written later, it stays out of the burst of
+	// verdict writes when many gangs complete together.
+	AppliedDelay *time.Duration
 	// GangTimeout: how long after the first report of a gang the missing
 	// ranks fail it (default 10m; per job: annotation rankgate.io/gang-timeout).
 	GangTimeout time.Duration
@@ -101,9 +101,10 @@ type Options struct {
 	OnFail string
 
 	// PendingGrace: how long a gated job's pod may stay unschedulable
-	// before the job is judged by the schedule engine (default 10s;
-	// negative: at once; per job: annotation rankgate.io/pending-grace).
-	PendingGrace time.Duration
+	// before the job is judged by the schedule engine (nil:
+	// DefaultPendingGrace; 0: at once; per job: annotation
+	// rankgate.io/pending-grace).
+	PendingGrace *time.Duration
 	// PendingTimeout fails a job still waiting this long with
 	// PENDING_TIMEOUT (default 0: never; per job rankgate.io/pending-timeout).
 	PendingTimeout time.Duration
@@ -195,11 +196,8 @@ func (o *Options) defaults() error {
 	if o.GateMaxConnections <= 0 {
 		o.GateMaxConnections = DefaultGateMaxConnections
 	}
-	switch {
-	case o.AppliedDelay == 0:
-		o.AppliedDelay = DefaultAppliedDelay
-	case o.AppliedDelay < 0:
-		o.AppliedDelay = 0
+	if err := durationDefault(&o.AppliedDelay, DefaultAppliedDelay, "AppliedDelay"); err != nil {
+		return err
 	}
 	if o.GangTimeout <= 0 {
 		o.GangTimeout = DefaultGangTimeout

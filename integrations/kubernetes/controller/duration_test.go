@@ -28,3 +28,18 @@ func TestJobDurationsClamped(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, time.Minute, d)
 }
+
+// Optional durations: nil takes the default, a set zero stays zero (at
+// once), a negative one is refused.
+func TestDurationDefault(t *testing.T) {
+	var d *time.Duration
+	require.NoError(t, durationDefault(&d, 5*time.Second, "X"))
+	require.Equal(t, 5*time.Second, *d)
+	zero := time.Duration(0)
+	d = &zero
+	require.NoError(t, durationDefault(&d, 5*time.Second, "X"))
+	require.Zero(t, *d)
+	neg := -time.Second
+	d = &neg
+	require.ErrorContains(t, durationDefault(&d, 5*time.Second, "X"), "X -1s is negative")
+}

@@ -136,11 +136,8 @@ func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) 
 }
 
 func (o *Options) pendingDefaults() error {
-	switch {
-	case o.PendingGrace == 0:
-		o.PendingGrace = DefaultPendingGrace
-	case o.PendingGrace < 0:
-		o.PendingGrace = 0
+	if err := durationDefault(&o.PendingGrace, DefaultPendingGrace, "PendingGrace"); err != nil {
+		return err
 	}
 	if o.PendingTimeout < 0 {
 		o.PendingTimeout = 0
@@ -324,7 +321,7 @@ func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj clie
 		return 0, false
 	}
 	w = c.watchedPending(key, obj, k.GVK().Kind)
-	grace, err := jobDuration(obj, contract.AnnotationPendingGrace, c.opts.PendingGrace)
+	grace, err := jobDuration(obj, contract.AnnotationPendingGrace, *c.opts.PendingGrace)
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
@@ -573,4 +570,17 @@ func pendingReport(r verdict.Report) bool {
 		}
 	}
 	return false
+}
+
+// durationDefault sets an optional duration that is not set to def; a
+// negative one is an error of the caller.
+func durationDefault(d **time.Duration, def time.Duration, name string) error {
+	if *d == nil {
+		*d = &def
+		return nil
+	}
+	if **d < 0 {
+		return fmt.Errorf("controller: %s %s is negative", name, **d)
+	}
+	return nil
 }

@@ -147,7 +147,7 @@ func TestBenchGangLatency(t *testing.T) {
 	// towards the API server (--kube-api-qps; burst twice that).
 	qps := envInt("RANKGATE_BENCH_KUBE_QPS", controller.DefaultQPS)
 	reqBefore, metricsBefore := apiRequests(t), apiServerMetrics(t)
-	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, GateMaxConnections: conns, AppliedDelay: controller.DefaultAppliedDelay,
+	c := startController(t, controller.Options{GangTimeout: 10 * time.Minute, GateMaxConnections: conns, AppliedDelay: ptr.To(controller.DefaultAppliedDelay),
 		QPS: float32(qps), Burst: max(controller.DefaultBurst, 2*qps)})
 	require.Eventually(t, c.IsLeader, 30*time.Second, 20*time.Millisecond)
 	time.Sleep(time.Second) // caches synced, reconcilers started

@@ -11,6 +11,7 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -52,7 +53,7 @@ func TestE2EPendingDRANotJudged(t *testing.T) {
 	draObjects(t, clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), clustertest.GPUSlice(node,
 		clustertest.DRAGPU{UUID: "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80},
 		clustertest.DRAGPU{UUID: "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80}))
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job, _ := pendingJob(t, ns, "dra", nil, "nvidia.com/gpu", 4, onNode(node))
 
 	var wf string

@@ -495,7 +495,7 @@ func TestE2EGangAttempts(t *testing.T) {
 func TestE2EGangAppliedLater(t *testing.T) {
 	ns := newNamespace(t, "e2e-gang-applied-later", true)
 	const delay = 1500 * time.Millisecond
-	c := startController(t, controller.Options{GangTimeout: time.Minute, AppliedDelay: delay})
+	c := startController(t, controller.Options{GangTimeout: time.Minute, AppliedDelay: ptr.To(delay)})
 	job := pytorchJob(t, ns, "train", false, 1, nil)
 	p := rankPod(t, job, "worker", 0, "node-0", "")
 	r := startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...)

@@ -310,8 +310,8 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 	if o.Namespace == "" {
 		o.Namespace = controllerNamespace
 	}
-	if o.AppliedDelay == 0 {
-		o.AppliedDelay = -1 // tests read the Applied condition right after the job's verdict
+	if o.AppliedDelay == nil {
+		o.AppliedDelay = ptr.To(time.Duration(0)) // tests read the Applied condition right after the job's verdict
 	}
 	ensureNamespace(t, o.Namespace)
 	logs := &logBuffer{}

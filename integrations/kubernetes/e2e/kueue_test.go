@@ -129,7 +129,7 @@ func TestE2EKueuePendingDeactivatesWorkload(t *testing.T) {
 	ns := newNamespace(t, "e2e-kueue-pending", true)
 	startScheduler(t)
 	a100All1g20(t, "kueue-a100-1g-a")
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: 2 * time.Second})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(2 * time.Second)})
 	job, pods := schedJob(t, ns, "shape", nil, 1, "nvidia.com/mig-2g.20gb", 1)
 	queueLabel(t, job)
 	w := kueueWorkload(t, job)
@@ -156,7 +156,7 @@ func TestE2EKueueNoWorkloadAnnotatesOnly(t *testing.T) {
 	ns := newNamespace(t, "e2e-kueue-nowl", true)
 	startScheduler(t)
 	a100All1g20(t, "kueue-a100-1g-b")
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: time.Second})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Second)})
 	job, pods := schedJob(t, ns, "unadmitted", nil, 1, "nvidia.com/mig-2g.20gb", 1)
 	queueLabel(t, job)
 	for _, p := range pods {

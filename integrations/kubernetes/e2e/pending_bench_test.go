@@ -10,6 +10,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -43,7 +44,7 @@ func TestBenchPendingLatency(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t, "bench-pending-"+tc.name, true)
-			c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: tc.grace})
+			c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(tc.grace)})
 			created := map[string]time.Time{}
 			var jobs []*kubeflowv1.PyTorchJob
 			for i := range n {

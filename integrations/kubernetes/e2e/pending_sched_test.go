@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -108,7 +109,7 @@ func TestE2EPendingMIGReconfigThenRuns(t *testing.T) {
 	mid := a100Labels("all-2g.20gb", "pending", "1g.20gb", 4, "19968", "14")
 	mid["nvidia.com/gpu.deploy.device-plugin"] = "paused-for-mig-change"
 	realNode(t, node, map[string]int64{"nvidia.com/mig-1g.20gb": 0}, mid)
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job, pods := schedJob(t, ns, "reconf", nil, 0, "nvidia.com/mig-2g.20gb", 1)
 	waitUnschedulable(t, pods[0])
 	var wf string

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -173,7 +174,7 @@ func TestE2EPendingWaitCapacityNotRewritten(t *testing.T) {
 	ns := newNamespace(t, "e2e-pending-wait", true)
 	startScheduler(t)
 	busyNode(t, ns, "pend-busy-1", "nvidia.com/gpu")
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job, _ := pendingJob(t, ns, "waits", nil, "nvidia.com/gpu", 4, onNode("pend-busy-1"))
 	var wf string
 	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 15*time.Second, 100*time.Millisecond, c.logs.String())
@@ -239,7 +240,7 @@ func TestE2EPendingStrategyMismatch(t *testing.T) {
 		"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "single",
 		"nvidia.com/mig.config": "all-disabled", "nvidia.com/mig.config.state": "success",
 	})
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job, _ := pendingJob(t, ns, "strategy", nil, "nvidia.com/mig-1g.10gb", 1)
 	require.Eventually(t, func() bool { return isSuspended(t, job) }, 15*time.Second, 100*time.Millisecond, c.logs.String())
 	a := appliedVerdict(t, job)
@@ -257,7 +258,7 @@ func TestE2EPendingMPIWorkers(t *testing.T) {
 	a100All1g20(t, "pend-a100-1g-c")
 	gpuNode(t, "pend-launcher", "nvidia.com/gpu", 8)
 	realNode(t, "pend-launcher", map[string]int64{"nvidia.com/gpu": 8}, nil)
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job := mpiJob(t, ns, "mpi", 2)
 	launcherPod(t, job, "pend-launcher")
 	var workers []string

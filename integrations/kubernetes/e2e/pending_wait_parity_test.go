@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
@@ -37,7 +38,7 @@ func TestE2EPendingWaitDiagnoseParity(t *testing.T) {
 	other := pytorchJob(t, ns, "running", true, 1, nil)
 	rankPod(t, other, "worker", 0, node, "nvidia.com/gpu", func(p *corev1.Pod) { withGPUsOn(p, "nvidia.com/gpu", 2) })
 
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: -1})
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
 	job, _ := pendingJob(t, ns, "waits", nil, "nvidia.com/gpu", 2, onNode(node))
 	var wf string
 	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
