@@ -1,3 +1,5 @@
+//go:build linux && !rankgate_node
+
 package app
 
 import (
