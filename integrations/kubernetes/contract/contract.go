@@ -9,6 +9,8 @@
 // line can all read the one declaration. rankgate sets no finalizers.
 package contract
 
+import "strings"
+
 // Prefix starts every rankgate label and annotation key. The controller
 // writes only annotations under it on jobs, and its validating webhook
 // lets such writes through.
@@ -172,3 +174,19 @@ const (
 	// operator's job-name label.
 	IndexPodsByJob = "rankgate.io/job-name"
 )
+
+// GateSetting is a job's own KeyGate setting, label first, then
+// annotation, trimmed and in lower case ("" when neither is set).
+func GateSetting(labels, annotations map[string]string) string {
+	for _, m := range []map[string]string{labels, annotations} {
+		if v, ok := m[KeyGate]; ok {
+			return strings.ToLower(strings.TrimSpace(v))
+		}
+	}
+	return ""
+}
+
+// GateEnabled and GateDisabled read a KeyGate value (GateSetting's, or a
+// namespace label's in lower case).
+func GateEnabled(v string) bool  { return v == "enabled" || v == "true" }
+func GateDisabled(v string) bool { return v == "disabled" || v == "false" }

@@ -212,16 +212,12 @@ func decisionAnnotationsFor(d *decision, existing map[string]string) map[string]
 	return decisionAnnotationsWithin(d, max(left, 0))
 }
 
-// gateSetting reads the opt-in key from labels, then annotations.
+// gateSetting is the job's own opt-in setting (contract.GateSetting).
 func gateSetting(o client.Object) string {
-	if v, ok := o.GetLabels()[contract.KeyGate]; ok {
-		return strings.ToLower(v)
-	}
-	return strings.ToLower(o.GetAnnotations()[contract.KeyGate])
+	return contract.GateSetting(o.GetLabels(), o.GetAnnotations())
 }
 
-func enabled(v string) bool  { return v == "enabled" || v == "true" }
-func disabled(v string) bool { return v == "disabled" || v == "false" }
+func enabled(v string) bool { return contract.GateEnabled(v) }
 
 // jobTimeout is the job's gang timeout: its annotation (at most
 // gate.MaxJobDuration), else def.

@@ -228,7 +228,7 @@ func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error)
 	if enabled(s) {
 		return true, nil
 	}
-	if disabled(s) {
+	if contract.GateDisabled(s) {
 		return false, nil
 	}
 	ns := &corev1.Namespace{}

@@ -167,7 +167,7 @@ func TestOptInAndOverrides(t *testing.T) {
 	require.True(t, enabled(gateSetting(j)))
 	j.Labels = nil
 	j.Annotations = map[string]string{contract.KeyGate: "disabled", contract.AnnotationGangTimeout: "90s", contract.AnnotationOnFail: "delete"}
-	require.True(t, disabled(gateSetting(j)))
+	require.True(t, contract.GateDisabled(gateSetting(j)))
 	d, err := jobTimeout(j, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, d)

@@ -272,15 +272,7 @@ var optInChanged = predicate.Funcs{
 
 // jobsIn lists the cached jobs of kind k in namespace ns as requests.
 func (c *Controller) jobsIn(ctx context.Context, k kubeflow.Kind, ns string) []reconcile.Request {
-	o, err := c.mgr.GetScheme().New(k.GVK().GroupVersion().WithKind(k.GVK().Kind + "List"))
-	if err != nil {
-		c.log.Error(err, "no list type", "kind", k.GVK().Kind)
-		return nil
-	}
-	list, ok := o.(client.ObjectList)
-	if !ok {
-		return nil
-	}
+	list := k.NewList()
 	if err := c.client.List(ctx, list, client.InNamespace(ns)); err != nil {
 		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", k.GVK().Kind)
 		return nil

@@ -215,13 +215,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 }
 
 func optedOut(labels, annotations map[string]string) bool {
-	for _, m := range []map[string]string{labels, annotations} {
-		if v, ok := m[contract.KeyGate]; ok {
-			v = strings.ToLower(v)
-			return v == "disabled" || v == "false"
-		}
-	}
-	return false
+	return contract.GateDisabled(contract.GateSetting(labels, annotations))
 }
 
 // podSpecOps: the init container first (the gate decides before any other

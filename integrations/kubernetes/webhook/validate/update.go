@@ -81,13 +81,7 @@ func (v judgedView) equal(o judgedView) bool {
 // optedOut: the job's own rankgate.io/gate setting turns the gate off.
 func optedOut(j kubeflow.Job) bool {
 	o := j.Object()
-	for _, m := range []map[string]string{o.GetLabels(), o.GetAnnotations()} {
-		if v, ok := m[contract.KeyGate]; ok {
-			v = strings.ToLower(strings.TrimSpace(v))
-			return v == "disabled" || v == "false"
-		}
-	}
-	return false
+	return contract.GateDisabled(contract.GateSetting(o.GetLabels(), o.GetAnnotations()))
 }
 
 // handleUpdate judges an UPDATE as a change (see above).
