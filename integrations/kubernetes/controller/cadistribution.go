@@ -1,11 +1,8 @@
 package controller
 
 import (
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-
 	"context"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,7 +21,7 @@ func (c *Controller) caNamespaces(ctx context.Context) (map[string]bool, error) 
 	}
 	out := map[string]bool{}
 	for i := range nss.Items {
-		if ns := &nss.Items[i]; ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[contract.KeyGate])) {
+		if ns := &nss.Items[i]; nsOptedIn(ns) {
 			out[ns.Name] = true
 		}
 	}

@@ -217,6 +217,12 @@ func (c *Controller) namespaceOptedIn(ctx context.Context, name string) bool {
 	if err := c.client.Get(ctx, types.NamespacedName{Name: name}, ns); err != nil {
 		return false
 	}
+	return nsOptedIn(ns)
+}
+
+// nsOptedIn: ns is labelled rankgate.io/gate=enabled (or true) and not
+// being deleted.
+func nsOptedIn(ns *corev1.Namespace) bool {
 	return ns.DeletionTimestamp.IsZero() && enabled(strings.ToLower(ns.Labels[contract.KeyGate]))
 }
 
