@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/internal/gosource"
 )
 
 // ruleShaped is what a rule ID or NVML class literal looks like.
@@ -28,43 +29,24 @@ func TestRuleIDsDeclaredOnlyHere(t *testing.T) {
 		classes[c.class] = true
 	}
 	var problems []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "bin", "testdata", "verdict", "tools", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
+	_, err := gosource.EachFile("..", []string{"verdict", "tools"}, nil, func(fset *token.FileSet, f *ast.File, _ string) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch n := n.(type) {
 			case *ast.ValueSpec:
 				for _, v := range n.Values {
-					if s, ok := stringLit(v); ok && (Registered(s) || classes[s]) {
+					if s, ok := gosource.StringLit(v); ok && (Registered(s) || classes[s]) {
 						problems = append(problems, fset.Position(v.Pos()).String()+": declares "+s+" (use verdict's constant)")
 					}
 				}
 			case *ast.KeyValueExpr:
 				if k, ok := n.Key.(*ast.Ident); ok && k.Name == "Rule" {
-					if s, ok := stringLit(n.Value); ok && ruleShaped.MatchString(s) {
+					if s, ok := gosource.StringLit(n.Value); ok && ruleShaped.MatchString(s) {
 						problems = append(problems, fset.Position(n.Value.Pos()).String()+": Rule: "+strconv.Quote(s)+" (use verdict's constant)")
 					}
 				}
 			}
 			return true
 		})
-		return nil
 	})
 	require.NoError(t, err)
 	require.Empty(t, problems, "rule IDs must be declared once, in package verdict")
@@ -87,7 +69,7 @@ func TestEveryRuleConstantIsRegistered(t *testing.T) {
 				if !strings.HasPrefix(name.Name, "Rule") {
 					continue
 				}
-				v, ok := stringLit(vs.Values[i])
+				v, ok := gosource.StringLit(vs.Values[i])
 				require.True(t, ok, name.Name)
 				require.True(t, Registered(v), "%s = %q is not registered", name.Name, v)
 				n++
@@ -110,13 +92,4 @@ func TestRulesReferenceDocumentsEveryRule(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "rules missing from docs/rules.md (a table row starting | `RULE_ID`)")
-}
-
-func stringLit(e ast.Expr) (string, bool) {
-	bl, ok := e.(*ast.BasicLit)
-	if !ok || bl.Kind != token.STRING {
-		return "", false
-	}
-	s, err := strconv.Unquote(bl.Value)
-	return s, err == nil
 }

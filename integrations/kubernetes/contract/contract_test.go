@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/internal/gosource"
 )
 
 // moduleRoot is the repository root, seen from this package's directory.
@@ -38,46 +40,15 @@ func TestKeysDeclaredOnlyHere(t *testing.T) {
 	self, err := filepath.Abs(".")
 	require.NoError(t, err)
 	var problems []string
-	files := 0
-	fset := token.NewFileSet()
-	err = filepath.WalkDir(moduleRoot, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			abs, err := filepath.Abs(path)
-			if err != nil {
-				return err
-			}
-			switch {
-			case abs == self:
-				return filepath.SkipDir
-			case d.Name() == ".git", d.Name() == "bin", d.Name() == "testdata", d.Name() == "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		files++
-		f, err := parser.ParseFile(fset, path, nil, 0)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(moduleRoot, path)
-		if err != nil {
-			return err
-		}
+	files, err := gosource.EachFile(moduleRoot, nil, []string{self}, func(fset *token.FileSet, f *ast.File, rel string) {
 		ast.Inspect(f, func(n ast.Node) bool {
-			s, ok := stringLit(n)
-			if !ok || !strings.HasPrefix(s, Prefix) || fileFormatVersion.MatchString(s) || notObjectKeys[filepath.ToSlash(rel)] == s {
+			s, ok := gosource.StringLit(n)
+			if !ok || !strings.HasPrefix(s, Prefix) || fileFormatVersion.MatchString(s) || notObjectKeys[rel] == s {
 				return true
 			}
 			problems = append(problems, fset.Position(n.Pos()).String()+": "+strconv.Quote(s)+" (declare it in package contract)")
 			return true
 		})
-		return nil
 	})
 	require.NoError(t, err)
 	require.Greater(t, files, 100, "the walk must reach the project's Go files")
@@ -174,20 +145,11 @@ func declared(t *testing.T) map[string]string {
 		for _, s := range g.Specs {
 			vs := s.(*ast.ValueSpec)
 			for i, name := range vs.Names {
-				v, ok := stringLit(vs.Values[i])
+				v, ok := gosource.StringLit(vs.Values[i])
 				require.True(t, ok, "%s is not a string literal", name.Name)
 				out[name.Name] = v
 			}
 		}
 	}
 	return out
-}
-
-func stringLit(n ast.Node) (string, bool) {
-	bl, ok := n.(*ast.BasicLit)
-	if !ok || bl.Kind != token.STRING {
-		return "", false
-	}
-	s, err := strconv.Unquote(bl.Value)
-	return s, err == nil
 }
