@@ -116,6 +116,10 @@ const (
 	// ConfigMap holds, written and read by the controller so that keeping
 	// them up to date needs their metadata only.
 	AnnotationCAHash = "rankgate.io/ca-sha256"
+	// AnnotationCAPublished, on the controller's certificate Secret, is
+	// the fingerprint of the CA bundle every CA ConfigMap was confirmed
+	// to hold; the next CA signs only once it names the bundle holding it.
+	AnnotationCAPublished = "rankgate.io/ca-published-sha256"
 )
 
 // LabelMetricsScraper ("true"), on a namespace, lets its pods reach the
