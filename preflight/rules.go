@@ -85,7 +85,7 @@ func RankRules(in RankInput) verdict.Report {
 	for _, r := range refs {
 		add(verdict.Finding{
 			Rule: verdict.RuleDeviceNotFound, Severity: verdict.SeverityFail, Devices: []string{r},
-			Message: fmt.Sprintf("device %s (from %s) is not on this node: %v", r, in.Allocation.From, missing[r]),
+			Message: fmt.Sprintf("device %s (from %s) is not on this node%s", r, in.Allocation.From, notFoundDetail(r, missing[r])),
 			Remediation: "check that the device plugin and NVML agree (a MIG layout changed after the pod was admitted?); " +
 				"list the node's devices with `rankgate inspect` or `nvidia-smi -L`",
 		})
@@ -491,4 +491,18 @@ func pathRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 		})
 	}
 	return f
+}
+
+// notFoundDetail is what a lookup error adds to "device REF is not on this
+// node": nothing when it only restates that, else its own words.
+func notFoundDetail(ref string, err error) string {
+	if err == nil {
+		return ""
+	}
+	d := strings.TrimPrefix(err.Error(), topology.ErrDeviceNotFound.Error())
+	d = strings.TrimSpace(strings.TrimPrefix(d, ":"))
+	if d == "" || d == ref {
+		return ""
+	}
+	return " (" + d + ")"
 }

@@ -92,8 +92,8 @@ not found.`,
     mpirun -np 8 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS python train.py
 
   # MPIJob launcher of a gated job: mpirun starts only after the gang passes
-  rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:8443 \
-    --ca-file /var/run/rankgate/ca/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
+  rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:443 \
+    --ca-file /var/run/rankgate/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
     mpirun -np 8 python train.py
 
   # the launch's outcome for a script, apart from CMD's output

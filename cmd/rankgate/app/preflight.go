@@ -175,9 +175,15 @@ func (a *App) discoveryFailed(ctx context.Context, err error, format, termLog st
 	if !errors.As(err, &de) {
 		return err
 	}
+	fix := de.Remediation
+	if de.Class == verdict.ClassLibraryNotFound {
+		// No driver library at all: often a laptop or CI runner, not a
+		// broken GPU node.
+		fix += " Not on a GPU node? Judge a node from its outputs instead: --inventory FILE (nvidia-smi -q, -L or its table, or a rankgate inspect snapshot), or --sample NAME (" + strings.Join(configs.SampleNames(), ", ") + ")."
+	}
 	r := verdict.NewReport("NVML discovery", []verdict.Finding{{
 		Rule: de.Rule(), Severity: verdict.SeverityFail,
-		Message: de.Error(), Remediation: de.Remediation,
+		Message: de.Detail(), Remediation: fix,
 	}})
 	_ = a.printReport(r, format)
 	a.writeTerminationLog(termLog, r.Reason(verdict.TerminationMax))
