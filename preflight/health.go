@@ -56,8 +56,7 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 			also = " (the same reset applies the pending MIG mode, MIG_MODE_PENDING)"
 		}
 		if h.Lost {
-			add(verdict.RuleGPULost, verdict.SeverityFail,
-				fmt.Sprintf("GPU %d has fallen off the bus: NVML answers GPU_IS_LOST; no CUDA work can run on it", g.Index),
+			add(verdict.RuleGPULost, verdict.SeverityFail, lostMessage(g),
 				fmt.Sprintf("cordon and drain the node, look for Xid 79 in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; replace it if it happens again", g.Index, g.Index))
 		}
 		if h.ResetRequired != nil && *h.ResetRequired {
@@ -111,6 +110,18 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 		}
 	}
 	return f
+}
+
+// lostMessage says which GPU is lost and how the source said so.
+func lostMessage(g *topology.GPU) string {
+	who := fmt.Sprintf("GPU %d", g.Index)
+	if g.PCIBusID != "" {
+		who += fmt.Sprintf(" (bus %s)", g.PCIBusID)
+	}
+	if r := g.Health.LostReason; r != "" {
+		return fmt.Sprintf("%s is lost: the driver cannot open it (%s); it has most likely fallen off the bus, and no CUDA work can run on it", who, r)
+	}
+	return who + " has fallen off the bus: NVML answers GPU_IS_LOST; no CUDA work can run on it"
 }
 
 // resetReasons lists what a reset of g clears, for GPU_RESET_REQUIRED.

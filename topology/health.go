@@ -23,6 +23,10 @@ type Health struct {
 	// Lost: the GPU has fallen off the bus (NVML GPU_IS_LOST on a health
 	// query).
 	Lost bool `json:"lost,omitempty"`
+	// LostReason is what the source said when it could not reach the GPU
+	// (nvidia-smi's "Unable to determine the device handle ..." line);
+	// empty for NVML's GPU_IS_LOST.
+	LostReason string `json:"lostReason,omitempty"`
 	// Throttle lists the clock-slowdown reasons active at the check among
 	// those the rank rules judge (Throttle* constants).
 	Throttle []string `json:"throttle,omitempty"`

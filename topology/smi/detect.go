@@ -22,6 +22,10 @@ const (
 	KindMIGLGIP    Kind = "mig-lgip"    // nvidia-smi mig -lgip (and -lgipp placements)
 	KindMIGLCI     Kind = "mig-lci"     // nvidia-smi mig -lci
 	KindTable      Kind = "table"       // plain nvidia-smi
+	// KindDeviceHandle is nvidia-smi's "Unable to determine the device
+	// handle for GPU<bus>: <reason>" lines (handle.go), alone or inside
+	// any other output.
+	KindDeviceHandle Kind = "device-handle"
 )
 
 // expected is the list of outputs Import reads, for error messages.
@@ -45,6 +49,9 @@ func Detect(data []byte) (Kind, error) {
 		}
 		return k, nil
 	}
+	if len(doc.handles) > 0 {
+		return KindDeviceHandle, nil
+	}
 	return "", &topology.InputError{Msg: "no nvidia-smi output found; " + expected}
 }
 
@@ -55,6 +62,9 @@ type doc struct {
 	lines    []string // without line ends
 	offsets  []int    // byte offset of each line in text
 	sections []section
+	// handles are the GPUs nvidia-smi could not open (handle.go); their
+	// lines are blanked in lines.
+	handles []handleFact
 }
 
 // section is the output of one command: the lines after a prompt line up to
@@ -89,6 +99,7 @@ func splitDoc(text string) *doc {
 		d.offsets = append(d.offsets, off)
 		off = next
 	}
+	d.takeHandleLines()
 	cur := section{d: d}
 	for i, l := range d.lines {
 		cmd, ok := promptCommand(l)

@@ -19,6 +19,7 @@ type report struct {
 	infoLine int // line of the driver and CUDA versions
 	gpus     []*gpuFact
 	links    []linkFact
+	handles  []handleFact
 }
 
 func (r *report) weakIndex() bool {

@@ -57,6 +57,7 @@ func Import(inputs []Input, cat *topology.Catalog) (*topology.Inventory, error) 
 			return nil, err
 		}
 	}
+	b.finishHandles()
 	inv, err := b.finish()
 	if err != nil {
 		return nil, err
@@ -90,6 +91,9 @@ func readInput(in Input) ([]*report, error) {
 			}
 			return nil, err
 		}
+	}
+	if len(d.handles) > 0 {
+		reps = append(reps, &report{file: in.Name, kind: KindDeviceHandle, handles: d.handles})
 	}
 	if len(reps) == 0 {
 		return nil, &topology.InputError{File: in.Name, Msg: "no nvidia-smi output found; " + expected}

@@ -61,6 +61,7 @@ type builder struct {
 	gpus     []*gpuState
 	links    map[[2]int]*linkState
 	linkList [][2]int
+	handles  []fileHandle
 }
 
 type gpuState struct {
@@ -112,6 +113,7 @@ func (b *builder) add(r *report) error {
 			return err
 		}
 	}
+	b.addHandles(r.file, r.handles)
 	return nil
 }
 

@@ -1,0 +1,76 @@
+package smi
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/topology"
+)
+
+// Real outputs of issue 25 (sources in testdata/README.md): lost GPUs,
+// nvlink -s, ERR! cells, elisions and cut tables.
+
+// TestLostGPUAlone: an output that is only nvidia-smi's device-handle
+// failure is a lost GPU, with its bus ID, whatever the domain's width.
+func TestLostGPUAlone(t *testing.T) {
+	for _, tc := range []struct{ file, bus string }{
+		{"handle_gpu-is-lost_owod81.txt", "00000000:02:00.0"},
+		{"handle_unknown-error_syno22.txt", "00000000:07:00.0"},
+		{"handle_unknown-error_3-digit-domain_dcgm604.txt", "00000000:BA:80.0"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			in := load(t, "testdata", tc.file)
+			k, err := Detect(in.Data)
+			require.NoError(t, err)
+			require.Equal(t, KindDeviceHandle, k)
+			inv := importOK(t, in)
+			require.Len(t, inv.GPUs, 1)
+			g := gpu(t, inv, 0)
+			require.Equal(t, tc.bus, g.PCIBusID)
+			require.NotNil(t, g.Health)
+			require.True(t, g.Health.Lost)
+			require.Contains(t, g.Health.LostReason, "Unable to determine the device handle")
+		})
+	}
+}
+
+// TestLostGPUAmongOthers: the failure line above a table that lists the
+// other GPUs; the lost GPU takes its place in bus order.
+func TestLostGPUAmongOthers(t *testing.T) {
+	inv := importOK(t, load(t, "testdata", "table_2xrtx-a4000_gpu0-lost_variant-of-nvct189.txt"))
+	require.Len(t, inv.GPUs, 2)
+	lost := gpu(t, inv, 0)
+	require.Equal(t, "00000000:65:00.0", lost.PCIBusID)
+	require.True(t, lost.Health.Lost)
+	ok := gpu(t, inv, 1)
+	require.Equal(t, "NVIDIA RTX A4000", ok.Name)
+	require.Nil(t, ok.Health)
+
+	// Among -L lines, with the index nvidia-smi gives, and matched by bus
+	// ID to the GPU another output names.
+	list := "GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-7fdaf0a5-1111-2222-3333-444444444444)\n" +
+		"GPU 1: Unable to determine the device handle for gpu 0000:CB:00.0: Unknown Error\n" +
+		"GPU 2: NVIDIA A100-SXM4-80GB (UUID: GPU-7fdaf0a5-1111-2222-3333-555555555555)\n"
+	inv = importOK(t, Input{Name: "l.txt", Data: []byte(list)})
+	require.Len(t, inv.GPUs, 3)
+	require.True(t, gpu(t, inv, 1).Health.Lost)
+	require.Equal(t, "00000000:CB:00.0", gpu(t, inv, 1).PCIBusID)
+
+	// The lost GPU named by another output (its bus ID in topo or -q)
+	// is that GPU, not a new one.
+	q := "==============NVSMI LOG==============\n\nDriver Version : 535.104.12\n\nAttached GPUs : 1\nGPU 00000000:07:00.0\n    Product Name : Tesla P4\n"
+	inv = importOK(t, Input{Name: "q.txt", Data: []byte(q)}, load(t, "testdata", "handle_unknown-error_syno22.txt"))
+	require.Len(t, inv.GPUs, 1)
+	require.Equal(t, "Tesla P4", gpu(t, inv, 0).Name)
+	require.True(t, gpu(t, inv, 0).Health.Lost)
+
+	// "GPU requires reset" is a reset, not a lost GPU; other reasons say
+	// nothing about the GPU and stay errors.
+	inv = importOK(t, Input{Name: "r.txt", Data: []byte("Unable to determine the device handle for GPU 0000:3B:00.0: GPU requires reset\n")})
+	require.False(t, gpu(t, inv, 0).Health.Lost)
+	require.True(t, *gpu(t, inv, 0).Health.ResetRequired)
+	_, err := Import([]Input{{Name: "p.txt", Data: []byte("Unable to determine the device handle for GPU 0000:3B:00.0: Insufficient Permissions\n")}}, nil)
+	var ie *topology.InputError
+	require.ErrorAs(t, err, &ie)
+}
