@@ -140,7 +140,9 @@ func RankRules(in RankInput) verdict.Report {
 		if g.MIGCurrent != topology.ModeEnabled {
 			continue
 		}
-		if len(g.MIGDevices) == 0 {
+		if len(g.MIGDevices) == 0 && g.MIGDevicesUnknown {
+			add(migUnknownFinding(d))
+		} else if len(g.MIGDevices) == 0 {
 			add(verdict.Finding{
 				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
 				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
@@ -176,6 +178,7 @@ func RankRules(in RankInput) verdict.Report {
 	}
 	f = append(f, linkRules(in, fulls)...)
 	f = append(f, healthRules(distinctGPUPtrs(devs))...)
+	f = append(f, gapRules(inv)...)
 	r := verdict.NewReport("", f)
 	r.Mode = string(in.Mode)
 	r.Devices = summaries(devs)
@@ -312,6 +315,15 @@ func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 	if in.Mode != ModeNode {
 		f = append(f, pathRules(in, fulls)...)
 	}
+	return append(f, nvlinkDown(in, fulls)...)
+}
+
+// nvlinkDown: NVLINK_DOWN on the rank's full GPUs. Some links up and some
+// down is a broken link. A GPU whose links are all inactive has no NVLink
+// fabric here (a pass-through VM, a PCIe card), unless another GPU of the
+// same model on the node has links up: then it is cut off from its peers.
+func nvlinkDown(in RankInput, fulls []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
 	for _, g := range distinctGPUPtrs(fulls) {
 		var up, down []string
 		for _, l := range g.NVLinks {
@@ -321,23 +333,47 @@ func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 				down = append(down, fmt.Sprint(l.Link))
 			}
 		}
-		// A GPU whose links are all inactive has no NVLink fabric here (a
-		// pass-through VM, a PCIe card): nothing is down. Some up and some
-		// down is a broken link.
-		if len(down) == 0 || len(up) == 0 {
+		if len(down) == 0 {
 			continue
 		}
+		msg := fmt.Sprintf("GPU %d: NVLink(s) %s down while %s are up; collectives over this GPU run on fewer links or fall back to PCIe", g.Index, strings.Join(down, ","), strings.Join(up, ","))
+		if len(up) == 0 {
+			peer := peerWithLinks(in.Inventory, g)
+			if peer == nil {
+				continue
+			}
+			msg = fmt.Sprintf("GPU %d: all its NVLinks (%s) are down while GPU %d of the same model has NVLinks up; traffic to this GPU falls back to PCIe or fails", g.Index, strings.Join(down, ","), peer.Index)
+		}
+		// One GPU alone uses no NVLink; a node judged whole (node mode)
+		// serves multi-GPU jobs.
 		s := verdict.SeverityWarn
-		if len(fulls) > 1 {
+		if len(fulls) > 1 || in.Mode == ModeNode {
 			s = verdict.SeverityFail
 		}
 		f = append(f, verdict.Finding{
 			Rule: verdict.RuleNVLinkDown, Severity: s, Devices: []string{gpuName(g)},
-			Message:     fmt.Sprintf("GPU %d: NVLink(s) %s down while %s are up; collectives over this GPU run on fewer links or fall back to PCIe", g.Index, strings.Join(down, ","), strings.Join(up, ",")),
+			Message:     msg,
 			Remediation: "drain the node and have the GPU/NVSwitch checked (nvidia-smi nvlink -s, dmesg for Xid 74/NVLink errors); a reset may bring the link back",
 		})
 	}
 	return f
+}
+
+// peerWithLinks finds another GPU of g's model on the node with an NVLink
+// up.
+func peerWithLinks(inv *topology.Inventory, g *topology.GPU) *topology.GPU {
+	for i := range inv.GPUs {
+		p := &inv.GPUs[i]
+		if p.Index == g.Index || p.Name != g.Name {
+			continue
+		}
+		for _, l := range p.NVLinks {
+			if l.Active {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 func ids(ds []topology.Device) []string {

@@ -57,6 +57,7 @@ const (
 	RuleP2PUnknown            = "P2P_UNKNOWN"
 	RuleLinkPathsMixed        = "LINK_PATHS_MIXED"
 	RuleRankEnvironment       = "RANK_ENVIRONMENT_FAILED"
+	RuleInputIncomplete       = "INPUT_INCOMPLETE"
 
 	// Node health rank rules (preflight/health.go).
 	RuleGPURemapPending        = "GPU_REMAP_PENDING"
@@ -102,6 +103,7 @@ const (
 	RulePendingTimeout = "PENDING_TIMEOUT"
 
 	// launch.
+	RuleRendezvousFailed    = "RENDEZVOUS_FAILED"
 	RuleNCCLInitTimeout     = "NCCL_INIT_TIMEOUT"
 	RuleNCCLFatal           = "NCCL_FATAL"
 	RuleTransportFallback   = "TRANSPORT_FALLBACK"
@@ -172,6 +174,7 @@ var rules = []Rule{
 	{ID: RuleNVLinkFabricFailed, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU's NVLink fabric registration completed with a failure status", Remediation: "read the fabric manager's log (`journalctl -u nvidia-fabricmanager`, or the IMEX service's), fix what it names, restart it and reset the GPUs"},
 	{ID: RulePersistenceOff, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU has persistence mode off: the driver tears the GPU down when its last client exits and every CUDA init pays to bring it up again", Remediation: "run nvidia-persistenced on the node (the GPU Operator's driver does), or `nvidia-smi -pm 1`"},
 	{ID: RuleClocksThrottled, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU's clocks are held down by a hardware slowdown, thermal slowdown or the power brake at check time", Remediation: "check the node's cooling and power (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`); a GPU that stays throttled paces the whole job"},
+	{ID: RuleInputIncomplete, Severity: SeverityWarn, Faces: rank, Summary: "the pasted outputs are elided (\"...\", \"[...]\") or cut: what they leave out (GPUs, links, a cut table's MIG devices) is not judged", Remediation: "paste the whole output of each command, or run preflight on the node"},
 	{ID: RuleRankEnvironment, Severity: SeverityFail, Faces: []Face{FacePreflight, FaceGang}, Summary: "a rank's rankgate init could not check its devices at all (NVML or driver failure)", Remediation: "read that rank's init container log and termination message; fix the node's driver or runtime"},
 
 	{ID: RuleGangIncomplete, Severity: SeverityFail, Faces: gang, Summary: "fewer ranks reported than the job spec asks for by the gang deadline; lists the missing ranks", Remediation: "find why the missing ranks' pods did not start (rankgate diagnose job), or raise the gang deadline"},
@@ -202,6 +205,7 @@ var rules = []Rule{
 	{ID: RuleDRANotJudged, Severity: SeverityWarn, Faces: place, Summary: "the job's devices come through DRA (resource claims, or an extended resource a DeviceClass maps): placement is not judged from node allocatable, so the job is never refused, failed or called hopeless on those grounds", Remediation: "read the pods' scheduling events and their ResourceClaims' status (kubectl describe resourceclaim) for why they wait"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
+	{ID: RuleRendezvousFailed, Severity: SeverityFail, Faces: launchF, Summary: "torch's rendezvous failed before NCCL init: the TCPStore client could not reach MASTER_ADDR:MASTER_PORT (timed out, connection refused, DistNetworkError); names the address", Remediation: "check that the rank-0 pod runs and listens on MASTER_PORT, that MASTER_ADDR resolves to it (the job's headless Service), and that no NetworkPolicy blocks the port"},
 	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks", Exit: ExitTimeout},
 	{ID: RuleNCCLFatal, Severity: SeverityFail, Faces: launchF, Summary: "a fatal NCCL or CUDA line before CMD was ready", Remediation: "the line names the cause; fix the devices or environment it names"},
 	{ID: RuleTransportFallback, Severity: SeverityWarn, Varies: true, Faces: launchF, Summary: "NCCL connected ranks over a slower path than expected (fail with --strict-transport)", Remediation: "check P2P/NVLink between the ranks' devices, or place them on one node"},

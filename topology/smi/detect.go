@@ -26,11 +26,13 @@ const (
 	// handle for GPU<bus>: <reason>" lines (handle.go), alone or inside
 	// any other output.
 	KindDeviceHandle Kind = "device-handle"
+	// KindNVLinkStatus is nvidia-smi nvlink -s / --status.
+	KindNVLinkStatus Kind = "nvlink-status"
 )
 
 // expected is the list of outputs Import reads, for error messages.
 const expected = "expected the output of one of: nvidia-smi, nvidia-smi -L, nvidia-smi -q, " +
-	"nvidia-smi -q -x, nvidia-smi topo -m, nvidia-smi topo -p2p r|w|rw|n|a, " +
+	"nvidia-smi -q -x, nvidia-smi topo -m, nvidia-smi topo -p2p r|w|rw|n|a, nvidia-smi nvlink -s, " +
 	"nvidia-smi mig -lgi, nvidia-smi mig -lgip, nvidia-smi mig -lci"
 
 // Detect tells which nvidia-smi output data is, by its content. A leading
@@ -141,8 +143,8 @@ func (s section) splitOutputs() []section {
 		case curKind == "":
 			curKind = k
 			continue
-		case k == KindList && curKind == KindList:
-			continue // the next GPU of the same -L
+		case k == KindList && curKind == KindList, k == KindNVLinkStatus && curKind == KindNVLinkStatus:
+			continue // the next GPU of the same -L or nvlink -s
 		case k == kindLGIPP && (curKind == KindMIGLGIP || curKind == kindLGIPP):
 			continue // -lgipp lines after -lgip, or the next one
 		}
@@ -189,6 +191,8 @@ func headerKind(lines []string, i, end int) (Kind, bool) {
 		return KindQueryXML, true
 	case strings.Contains(t, "NVSMI LOG"):
 		return KindQuery, true
+	case isListLine(t) && nvlinkStatusAt(lines, i, end):
+		return KindNVLinkStatus, true
 	case isListLine(t):
 		return KindList, true
 	case isPlacementLine(t):
@@ -221,7 +225,7 @@ func headerKind(lines []string, i, end int) (Kind, bool) {
 func headerStart(lines []string, i, min int, k Kind) int {
 	t := func(j int) string { return strings.TrimSpace(lines[j]) }
 	switch k {
-	case KindQueryXML, KindQuery, KindList, KindTopoMatrix, kindLGIPP:
+	case KindQueryXML, KindQuery, KindList, KindNVLinkStatus, KindTopoMatrix, kindLGIPP:
 		return i
 	}
 	if i-1 >= min && strings.HasPrefix(t(i-1), "+") {
@@ -390,7 +394,7 @@ func (s section) detect() (Kind, error) {
 	body := s.body()
 	firstText := -1
 	for i, l := range body {
-		if !isBlank(l) {
+		if !isBlank(l) && !isElision(l) {
 			firstText = i
 			break
 		}
@@ -410,6 +414,9 @@ func (s section) detect() (Kind, error) {
 		return "", s.errAt(at, msg)
 	}
 	if isListLine(head) {
+		if nvlinkStatusAt(s.d.lines, at, s.end) {
+			return KindNVLinkStatus, nil
+		}
 		return KindList, nil
 	}
 	if fs := strings.Fields(head); len(fs) > 0 && fs[0] == "GPU0" {

@@ -80,6 +80,9 @@ func parseIndex(s string, max int) (int, error) {
 // masked GPUs do not look like one.
 func parseUUID(u, prefix string) (string, error) {
 	u = strings.TrimSpace(u)
+	if u == "" || strings.Trim(u, ".…*") == "" || strings.HasPrefix(u, "<") && strings.HasSuffix(u, ">") {
+		return "", nil // "(UUID: ...)", "(UUID: <redacted>)"
+	}
 	if len(u) < len(prefix) || !strings.EqualFold(u[:len(prefix)], prefix) {
 		return "", fmt.Errorf("UUID %q does not start with %s", clip(u), prefix)
 	}

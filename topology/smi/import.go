@@ -63,6 +63,7 @@ func Import(inputs []Input, cat *topology.Catalog) (*topology.Inventory, error) 
 		return nil, err
 	}
 	inv.Source = "nvidia-smi:" + strings.Join(names, ",")
+	inv.Gaps = b.gaps
 	inv.Normalize()
 	if err := inv.Validate(); err != nil {
 		return nil, &topology.InputError{File: strings.Join(names, ", "), Msg: "the outputs do not describe one consistent node", Err: err}
@@ -121,6 +122,8 @@ func parseSection(k Kind, s section, r *report, name string) error {
 		return parseLCI(s, r)
 	case KindTable:
 		return parseTable(s, r)
+	case KindNVLinkStatus:
+		return parseNVLinkStatus(s, r)
 	}
 	return s.errAt(s.first, "unknown output kind "+string(k))
 }

@@ -74,3 +74,43 @@ func TestLostGPUAmongOthers(t *testing.T) {
 	var ie *topology.InputError
 	require.ErrorAs(t, err, &ie)
 }
+
+// TestNVLinkStatus: nvlink -s is read per GPU (UUID, name, each link up
+// or down), alone, elided, and pasted after another output of the node.
+func TestNVLinkStatus(t *testing.T) {
+	in := load(t, "testdata", "nvlink-s_v100-sxm2_links-3-5-inactive_azhpc73.txt")
+	k, err := Detect(in.Data)
+	require.NoError(t, err)
+	require.Equal(t, KindNVLinkStatus, k)
+	inv := importOK(t, in)
+	g := gpu(t, inv, 3)
+	require.Equal(t, "Tesla V100-SXM2-32GB", g.Name)
+	require.Empty(t, g.UUID, "a masked UUID is unknown")
+	require.Equal(t, []topology.NVLink{{Link: 0, Active: true}, {Link: 1, Active: true}, {Link: 2, Active: true},
+		{Link: 3}, {Link: 4, Active: true}, {Link: 5}}, g.NVLinks)
+	require.Len(t, inv.Gaps, 1, "the elision above GPU 3")
+	require.Contains(t, inv.Gaps[0], `"...."`)
+
+	inv = importOK(t, load(t, "testdata", "nvlink-s_gb200_all-up_k8stestinfra371.txt"))
+	require.Len(t, inv.GPUs, 2)
+	require.Len(t, gpu(t, inv, 0).NVLinks, 18)
+	require.Len(t, gpu(t, inv, 1).NVLinks, 2)
+	for _, l := range gpu(t, inv, 0).NVLinks {
+		require.True(t, l.Active)
+	}
+	require.Len(t, inv.Gaps, 1)
+
+	// After -L, without a prompt line between them; tabs before "Link".
+	both := "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-444444444444)\n" +
+		"GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-555555555555)\n" +
+		"GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-444444444444)\n\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n" +
+		"GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-555555555555)\n\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n"
+	inv = importOK(t, Input{Name: "node.txt", Data: []byte(both)})
+	require.Len(t, inv.GPUs, 2)
+	require.Equal(t, []topology.NVLink{{Link: 0, Active: true}, {Link: 1}}, gpu(t, inv, 0).NVLinks)
+	require.Empty(t, inv.Gaps)
+
+	_, err = Import([]Input{{Name: "bad.txt", Data: []byte("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-444444444444)\n\t Link 0: fast\n")}}, nil)
+	var ie *topology.InputError
+	require.ErrorAs(t, err, &ie)
+}
