@@ -14,7 +14,7 @@ import (
 var HealthRules = []string{
 	verdict.RuleGPULost, verdict.RuleGPUResetRequired, verdict.RuleGPURemapFailed, verdict.RuleGPURemapPending,
 	verdict.RuleGPUECCUncorrected, verdict.RuleGPURetiredPagesPending, verdict.RuleNVLinkFabricNotReady,
-	verdict.RuleNVLinkFabricFailed, verdict.RulePersistenceOff, verdict.RuleClocksThrottled,
+	verdict.RuleNVLinkFabricFailed, verdict.RulePersistenceOff, verdict.RuleClocksThrottled, verdict.RuleGPUReadError,
 }
 
 // IsHealthRule reports whether id is one of HealthRules.
@@ -59,8 +59,15 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 			add(verdict.RuleGPULost, verdict.SeverityFail, lostMessage(g),
 				fmt.Sprintf("cordon and drain the node, look for Xid 79 in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; replace it if it happens again", g.Index, g.Index))
 		}
+		if len(h.ErrFields) > 0 {
+			sev, msg, fix := readErrorFinding(g)
+			add(verdict.RuleGPUReadError, sev, msg, fix)
+		}
 		if h.ResetRequired != nil && *h.ResetRequired {
 			msg := fmt.Sprintf("GPU %d reports that it must be reset before use", g.Index)
+			if h.RecoveryAction != "" {
+				msg += fmt.Sprintf(" (GPU Recovery Action: %s)", h.RecoveryAction)
+			}
 			if len(reasons) > 0 {
 				msg += "; the reset also clears: " + strings.Join(reasons, ", ")
 			}
@@ -110,6 +117,33 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 		}
 	}
 	return f
+}
+
+// sensorFields are the values whose ERR! alone is a sensor that could not
+// be read, often transient; anything else the driver fails to read (memory,
+// ECC, MIG mode, persistence) means the GPU itself does not answer.
+var sensorFields = map[string]bool{"fan": true, "temperature": true, "power": true, "performance state": true, "utilization": true}
+
+// readErrorFinding: GPU_READ_ERROR, a warning for one or two sensors, a
+// failure for more or for the GPU's own state.
+func readErrorFinding(g *topology.GPU) (verdict.Severity, string, string) {
+	fields := g.Health.ErrFields
+	sev := verdict.SeverityWarn
+	for _, f := range fields {
+		if !sensorFields[f] {
+			sev = verdict.SeverityFail
+		}
+	}
+	if len(fields) > 2 {
+		sev = verdict.SeverityFail
+	}
+	msg := fmt.Sprintf("GPU %d: nvidia-smi printed ERR! for its %s: the driver failed to read them from the GPU", g.Index, strings.Join(fields, ", "))
+	fix := fmt.Sprintf("check `nvidia-smi -q -i %d` (GPU Recovery Action) and `dmesg` for Xid errors; a single sensor error can be transient, recheck before acting", g.Index)
+	if sev == verdict.SeverityFail {
+		msg += "; the GPU is not answering the driver and jobs on it fail or hang"
+		fix = fmt.Sprintf("cordon and drain the node, look for Xid errors in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; follow the GPU Recovery Action of `nvidia-smi -q -i %d` when it names one", g.Index, g.Index, g.Index)
+	}
+	return sev, msg, fix
 }
 
 // lostMessage says which GPU is lost and how the source said so.

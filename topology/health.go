@@ -27,6 +27,14 @@ type Health struct {
 	// (nvidia-smi's "Unable to determine the device handle ..." line);
 	// empty for NVML's GPU_IS_LOST.
 	LostReason string `json:"lostReason,omitempty"`
+	// RecoveryAction is the driver's recommended recovery action when it
+	// is not None ("Reset", "Reboot", "Drain P2P", ...: -q's GPU Recovery
+	// Action); ResetRequired is set with it.
+	RecoveryAction string `json:"recoveryAction,omitempty"`
+	// ErrFields names the values nvidia-smi could not read and printed as
+	// ERR! (fan, temperature, power, memory, ...): the driver failed to
+	// query the GPU for them.
+	ErrFields []string `json:"errFields,omitempty"`
 	// Throttle lists the clock-slowdown reasons active at the check among
 	// those the rank rules judge (Throttle* constants).
 	Throttle []string `json:"throttle,omitempty"`

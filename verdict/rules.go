@@ -66,6 +66,7 @@ const (
 	RuleGPURetiredPagesPending = "GPU_RETIRED_PAGES_PENDING"
 	RuleGPUResetRequired       = "GPU_RESET_REQUIRED"
 	RuleGPULost                = "GPU_LOST"
+	RuleGPUReadError           = "GPU_READ_ERROR"
 	RuleNVLinkFabricNotReady   = "NVLINK_FABRIC_NOT_READY"
 	RuleNVLinkFabricFailed     = "NVLINK_FABRIC_FAILED"
 	RulePersistenceOff         = "PERSISTENCE_OFF"
@@ -170,6 +171,7 @@ var rules = []Rule{
 	{ID: RuleGPURetiredPagesPending, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has memory pages waiting to be retired at its next reset", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
 	{ID: RuleGPUResetRequired, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU reports that it must be reset before use", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
 	{ID: RuleGPULost, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has fallen off the bus (NVML GPU_IS_LOST)", Remediation: "cordon and drain the node, look for Xid 79 in `dmesg`, reset the GPU or reboot; replace it if it happens again"},
+	{ID: RuleGPUReadError, Severity: SeverityFail, Varies: true, Faces: rank, Summary: "nvidia-smi printed ERR! for some of an allocated GPU's values: the driver failed to read them (warn for one or two sensor readings such as fan, temperature or power; fail for memory, ECC, MIG mode or whole rows)", Remediation: "check `nvidia-smi -q -i <index>` (GPU Recovery Action) and Xid errors in `dmesg`; reset the GPU (`nvidia-smi -r -i <index>`) or drain and reboot the node when more than a sensor fails"},
 	{ID: RuleNVLinkFabricNotReady, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has not finished registering with the NVLink fabric (state not started or in progress): CUDA fails with error 802 or NCCL hangs in init", Remediation: "start nvidia-fabricmanager (NVSwitch systems) or the IMEX service (multi-node NVLink) and wait until `nvidia-smi -q` shows Fabric State Completed, Status Success"},
 	{ID: RuleNVLinkFabricFailed, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU's NVLink fabric registration completed with a failure status", Remediation: "read the fabric manager's log (`journalctl -u nvidia-fabricmanager`, or the IMEX service's), fix what it names, restart it and reset the GPUs"},
 	{ID: RulePersistenceOff, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU has persistence mode off: the driver tears the GPU down when its last client exits and every CUDA init pays to bring it up again", Remediation: "run nvidia-persistenced on the node (the GPU Operator's driver does), or `nvidia-smi -pm 1`"},

@@ -438,7 +438,8 @@ func (s section) detect() (Kind, error) {
 			return KindMIGLGIP, nil
 		case strings.HasPrefix(t, "|") && strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version"),
 			strings.HasPrefix(t, "|") && strings.Contains(t, "MIG devices:"),
-			strings.HasPrefix(t, "|") && strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name"):
+			strings.HasPrefix(t, "|") && strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name"),
+			strings.HasPrefix(t, "|") && looksGPURow(cells(t)): // a table pasted without its header
 			return KindTable, nil
 		}
 	}

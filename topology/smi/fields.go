@@ -117,7 +117,7 @@ func notAvailable(v string) bool {
 	switch strings.ToLower(t) {
 	case "", "n/a", "na", "not supported", "not available", "insufficient permissions",
 		"unknown error", "unknown", "gpu requires reset", "gpu is lost", "no permission",
-		"requested functionality has been deprecated":
+		"requested functionality has been deprecated", "err!":
 		return true
 	}
 	return false

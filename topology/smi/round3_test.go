@@ -1,6 +1,7 @@
 package smi
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -113,4 +114,76 @@ func TestNVLinkStatus(t *testing.T) {
 	_, err = Import([]Input{{Name: "bad.txt", Data: []byte("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-444444444444)\n\t Link 0: fast\n")}}, nil)
 	var ie *topology.InputError
 	require.ErrorAs(t, err, &ie)
+}
+
+// TestTableERR: ERR! cells are read as unknown values and recorded, named
+// by their column, as a health fact of that GPU; a table pasted without
+// its header (elided) is read under the usual one, and the elision is a
+// gap.
+func TestTableERR(t *testing.T) {
+	inv := importOK(t, load(t, "testdata", "table_v100-pcie_power-ERR_azhpc77.txt"))
+	g := gpu(t, inv, 1)
+	require.Equal(t, "00008ED0:00:00.0", g.PCIBusID)
+	require.Equal(t, uint64(16160), g.MemoryMiB)
+	require.Equal(t, []string{"power"}, g.Health.ErrFields)
+
+	inv = importOK(t, load(t, "testdata", "table_rtx4000-ada_fan-ERR_elided_exporter393.txt"))
+	require.Len(t, inv.GPUs, 2)
+	require.Nil(t, gpu(t, inv, 13).Health)
+	require.Equal(t, []string{"fan"}, gpu(t, inv, 14).Health.ErrFields)
+	require.Len(t, inv.Gaps, 1)
+	require.Contains(t, inv.Gaps[0], `"[...]"`)
+
+	inv = importOK(t, load(t, "testdata", "table_2xrtx-a4000_gpu1-ERR-rows_variant-of-nvct189.txt"))
+	require.Nil(t, gpu(t, inv, 0).Health)
+	g = gpu(t, inv, 1)
+	require.Equal(t, "NVIDIA RTX A4000", g.Name)
+	require.Zero(t, g.MemoryMiB)
+	require.Equal(t, []string{"persistence mode", "volatile uncorrectable ECC", "fan", "temperature", "performance state", "power", "memory usage", "utilization", "MIG mode"}, g.Health.ErrFields)
+
+	// An elision between GPU blocks: reading resumes at the next GPU row.
+	base, err := readFileString("testdata/table_2xrtx-a4000_gpu1-ERR-rows_variant-of-nvct189.txt")
+	require.NoError(t, err)
+	cut := strings.Replace(base, "| 41%   30C    P8    11W / 140W |     93MiB / 16376MiB |      0%      Default |\n", "...\n", 1)
+	inv = importOK(t, Input{Name: "cut.txt", Data: []byte(cut)})
+	require.Len(t, inv.GPUs, 2)
+	require.Len(t, inv.Gaps, 1)
+}
+
+// TestRecoveryAction: -q's GPU Recovery Action other than None is a reset
+// the GPU needs.
+func TestRecoveryAction(t *testing.T) {
+	q, err := readFileString("testdata/q_8xh100-sxm_mig-disabled_590.48.01.txt")
+	require.NoError(t, err)
+	inv := importOK(t, Input{Name: "q.txt", Data: []byte(q)})
+	require.Nil(t, gpu(t, inv, 0).Health.ResetRequired, "None is no action")
+	q = strings.Replace(q, "GPU Recovery Action                                : None", "GPU Recovery Action                                : Reset", 1)
+	inv = importOK(t, Input{Name: "q.txt", Data: []byte(q)})
+	require.True(t, *gpu(t, inv, 0).Health.ResetRequired)
+	require.Equal(t, "Reset", gpu(t, inv, 0).Health.RecoveryAction)
+}
+
+// TestTableCutBeforeMIGDevices: a table whose last line is a GPU row says
+// nothing about MIG devices: they are unknown, and the cut is a gap.
+func TestTableCutBeforeMIGDevices(t *testing.T) {
+	inv := importOK(t, load(t, "testdata", "table_h100_mig-on_cut-before-mig-devices_variant-of-03.txt"))
+	g := gpu(t, inv, 0)
+	require.Equal(t, topology.ModeEnabled, g.MIGCurrent)
+	require.Empty(t, g.MIGDevices)
+	require.True(t, g.MIGDevicesUnknown)
+	require.Len(t, inv.Gaps, 1)
+	require.Contains(t, inv.Gaps[0], "cut")
+
+	// With its closing border the table is whole: no MIG devices box is
+	// "no instances", as before; -L naming the devices fills them in.
+	whole, err := readFileString("testdata/table_h100_mig-on_cut-before-mig-devices_variant-of-03.txt")
+	require.NoError(t, err)
+	whole += "+-----------------------------------------+------------------------+----------------------+\n"
+	inv = importOK(t, Input{Name: "whole.txt", Data: []byte(whole)})
+	require.False(t, gpu(t, inv, 0).MIGDevicesUnknown)
+	require.Empty(t, inv.Gaps)
+	inv = importOK(t, load(t, "testdata", "table_h100_mig-on_cut-before-mig-devices_variant-of-03.txt"),
+		load(t, sharedDir, "01_smi-L_h100-80gb-hbm3_mig-mixed_590.48.01.txt"))
+	require.False(t, gpu(t, inv, 0).MIGDevicesUnknown)
+	require.Len(t, gpu(t, inv, 0).MIGDevices, 4)
 }

@@ -64,6 +64,14 @@ type tableParser struct {
 	row           int
 	cur           *gpuFact
 	byIndex       map[int]*gpuFact
+	// resync: after an elision inside the GPU blocks, rows up to the next
+	// GPU row are skipped (tablefaults.go).
+	resync bool
+	// lastRule: the last line read was a border; sawMIG: a MIG devices box
+	// was seen. Both tell a cut table (truncated).
+	lastRule, sawMIG bool
+	// endState is the state after the last line that was not blank.
+	endState tableState
 }
 
 func parseTable(s section, r *report) error {
@@ -72,8 +80,12 @@ func parseTable(s section, r *report) error {
 		if err := p.line(s.first+k, l); err != nil {
 			return err
 		}
+		if !isBlank(l) {
+			p.endState = p.state
+		}
 	}
-	if len(r.gpus) == 0 && r.driver == "" {
+	p.truncated()
+	if len(r.gpus) == 0 && r.driver == "" && len(r.gaps) == 0 {
 		return s.errAt(s.first, "the nvidia-smi table lists no GPU")
 	}
 	return nil
@@ -109,6 +121,15 @@ func (p *tableParser) line(i int, l string) error {
 		p.state = tNone
 		return nil
 	}
+	if isElision(t) {
+		p.elision(i, t)
+		return nil
+	}
+	if v, ok := recoveryAction(t); ok && p.cur != nil {
+		p.cur.setRecovery(v)
+		return nil
+	}
+	p.lastRule = isRule(t)
 	if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
 		if msg, ok := smiFailure(t); ok {
 			return s.errAt(i, msg)
@@ -124,7 +145,7 @@ func (p *tableParser) line(i int, l string) error {
 	case strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version:"):
 		return tableVersions(s, i, t, p.r)
 	case strings.Contains(t, "MIG devices:"):
-		p.state = tMIGHeader
+		p.state, p.sawMIG = tMIGHeader, true
 		return nil
 	case strings.Contains(t, "Processes:"):
 		p.state = tProcesses
@@ -132,6 +153,8 @@ func (p *tableParser) line(i int, l string) error {
 	case p.state == tNone && strings.Contains(t, "Bus-Id"):
 		p.state, p.hdr = tGPUHeader, [][]string{c}
 		return nil
+	case p.state == tNone && p.hdr == nil && looksGPURow(c):
+		p.useDefaultHeader() // the header was elided
 	}
 	switch p.state {
 	case tGPUHeader:
@@ -169,6 +192,12 @@ func (p *tableParser) gpuRow(i int, t string, c []string) error {
 		p.row = 0
 		return nil
 	}
+	if p.resync {
+		if p.row != 0 || !looksGPURow(c) {
+			return nil
+		}
+		p.resync = false
+	}
 	if p.row >= len(p.hdr) {
 		return s.errAt(i, "a GPU block has more rows than the column header")
 	}
@@ -186,6 +215,7 @@ func (p *tableParser) gpuRow(i int, t string, c []string) error {
 	if p.cur == nil {
 		return s.errAt(i, "GPU row before any GPU")
 	}
+	p.errCells(c)
 	if p.row == p.mem.row && p.mem.col < len(c) {
 		v, err := tableMemTotal(c[p.mem.col])
 		if err != nil {
@@ -261,7 +291,7 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 	case "On", "Off":
 		g.persistence = parseOnOff(last)
 		name = f[1 : len(f)-1]
-	case "WDDM", "TCC", "N/A", "[N/A]":
+	case "WDDM", "TCC", "N/A", "[N/A]", "ERR!":
 		name = f[1 : len(f)-1]
 	}
 	g.name = strings.Join(name, " ")
