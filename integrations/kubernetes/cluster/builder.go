@@ -30,6 +30,9 @@ type Builder struct {
 	jobs     []kubeflow.Job
 	// classes: the extended resources DeviceClasses map (dra.go).
 	classes DeviceClasses
+	// boundDRA: bound pods with resource claims that are not running yet
+	// (dra.go).
+	boundDRA []BoundDRAPod
 }
 
 type podRecord struct {
@@ -171,6 +174,9 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		}
 		if job != "" {
 			b.boundJob[jobReplica{p.Namespace, jobKind, job, replicaLabelsOf(p)}]++
+		}
+		if len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodRunning {
+			b.addBoundDRA(p)
 		}
 		return nil
 	}
