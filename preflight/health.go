@@ -64,14 +64,7 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 			add(verdict.RuleGPUReadError, sev, msg, fix)
 		}
 		if h.ResetRequired != nil && *h.ResetRequired {
-			msg := fmt.Sprintf("GPU %d reports that it must be reset before use", g.Index)
-			if h.RecoveryAction != "" {
-				msg += fmt.Sprintf(" (GPU Recovery Action: %s)", h.RecoveryAction)
-			}
-			if len(reasons) > 0 {
-				msg += "; the reset also clears: " + strings.Join(reasons, ", ")
-			}
-			add(verdict.RuleGPUResetRequired, verdict.SeverityFail, msg, resetFix(g)+also)
+			add(verdict.RuleGPUResetRequired, verdict.SeverityFail, resetRequiredMessage(g, reasons), resetFix(g)+also)
 		}
 		if h.RemapFailure != nil && *h.RemapFailure {
 			add(verdict.RuleGPURemapFailed, verdict.SeverityFail,
@@ -144,6 +137,19 @@ func readErrorFinding(g *topology.GPU) (verdict.Severity, string, string) {
 		fix = fmt.Sprintf("cordon and drain the node, look for Xid errors in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; follow the GPU Recovery Action of `nvidia-smi -q -i %d` when it names one", g.Index, g.Index, g.Index)
 	}
 	return sev, msg, fix
+}
+
+// resetRequiredMessage says that g must be reset, the action the driver
+// recommends, and what else the reset clears.
+func resetRequiredMessage(g *topology.GPU, reasons []string) string {
+	msg := fmt.Sprintf("GPU %d reports that it must be reset before use", g.Index)
+	if a := g.Health.RecoveryAction; a != "" {
+		msg += fmt.Sprintf(" (GPU Recovery Action: %s)", a)
+	}
+	if len(reasons) > 0 {
+		msg += "; the reset also clears: " + strings.Join(reasons, ", ")
+	}
+	return msg
 }
 
 // lostMessage says which GPU is lost and how the source said so.

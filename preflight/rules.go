@@ -135,27 +135,7 @@ func RankRules(in RankInput) verdict.Report {
 			Remediation: "give each rank (pod) exactly one MIG device, or start one process per MIG device with its own CUDA_VISIBLE_DEVICES=<MIG UUID>",
 		})
 	}
-	for _, d := range fulls {
-		g := d.GPU
-		if g.MIGCurrent != topology.ModeEnabled {
-			continue
-		}
-		if len(g.MIGDevices) == 0 && g.MIGDevicesUnknown {
-			add(migUnknownFinding(d))
-		} else if len(g.MIGDevices) == 0 {
-			add(verdict.Finding{
-				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
-				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
-				Remediation: "create the MIG layout (set the node label nvidia.com/mig.config for mig-manager) or disable MIG mode on this GPU",
-			})
-		} else {
-			add(verdict.Finding{
-				Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
-				Message:     fmt.Sprintf("%s is in MIG mode with %d instance(s), but the rank was given the whole GPU: CUDA cannot run on a MIG parent", d.Name(), len(g.MIGDevices)),
-				Remediation: "request one of its MIG devices (nvidia.com/mig-<profile>) instead of the whole GPU",
-			})
-		}
-	}
+	f = append(f, migParentRules(fulls)...)
 	f = append(f, profileRules(in, devs)...)
 	for _, g := range distinctGPUPtrs(devs) {
 		if g.MIGCurrent != topology.ModeUnknown && g.MIGPending != topology.ModeUnknown && g.MIGCurrent != g.MIGPending {
@@ -183,6 +163,34 @@ func RankRules(in RankInput) verdict.Report {
 	r.Mode = string(in.Mode)
 	r.Devices = summaries(devs)
 	return r
+}
+
+// migParentRules: whole GPUs in MIG mode given to the rank:
+// MIG_NO_INSTANCES without instances, MIG_PARENT_ALLOCATED with them, and
+// INPUT_INCOMPLETE where a cut paste leaves the instances unknown.
+func migParentRules(fulls []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
+	for _, d := range fulls {
+		g := d.GPU
+		switch {
+		case g.MIGCurrent != topology.ModeEnabled:
+		case len(g.MIGDevices) == 0 && g.MIGDevicesUnknown:
+			f = append(f, migUnknownFinding(d))
+		case len(g.MIGDevices) == 0:
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
+				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
+				Remediation: "create the MIG layout (set the node label nvidia.com/mig.config for mig-manager) or disable MIG mode on this GPU",
+			})
+		default:
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
+				Message:     fmt.Sprintf("%s is in MIG mode with %d instance(s), but the rank was given the whole GPU: CUDA cannot run on a MIG parent", d.Name(), len(g.MIGDevices)),
+				Remediation: "request one of its MIG devices (nvidia.com/mig-<profile>) instead of the whole GPU",
+			})
+		}
+	}
+	return f
 }
 
 // profileRules: PROFILE_MISMATCH against the expectation, PROFILE_HETEROGENEOUS

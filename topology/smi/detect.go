@@ -414,10 +414,7 @@ func (s section) detect() (Kind, error) {
 		return "", s.errAt(at, msg)
 	}
 	if isListLine(head) {
-		if nvlinkStatusAt(s.d.lines, at, s.end) {
-			return KindNVLinkStatus, nil
-		}
-		return KindList, nil
+		return s.listKind(at), nil
 	}
 	if fs := strings.Fields(head); len(fs) > 0 && fs[0] == "GPU0" {
 		return s.detectTopo(firstText)
@@ -436,14 +433,33 @@ func (s section) detect() (Kind, error) {
 			return "", s.errAt(s.first+i, "nvidia-smi mig -lcip (compute instance profiles) is not read; "+expected)
 		case isPlacementLine(t):
 			return KindMIGLGIP, nil
-		case strings.HasPrefix(t, "|") && strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version"),
-			strings.HasPrefix(t, "|") && strings.Contains(t, "MIG devices:"),
-			strings.HasPrefix(t, "|") && strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name"),
-			strings.HasPrefix(t, "|") && looksGPURow(cells(t)): // a table pasted without its header
+		case isTableLine(t):
 			return KindTable, nil
 		}
 	}
 	return "", s.errAt(at, fmt.Sprintf("%q is not the start of an nvidia-smi output; %s", clip(head), expected))
+}
+
+// listKind tells -L from nvlink -s, whose GPU lines are the same: in
+// nvlink -s link lines follow them.
+func (s section) listKind(at int) Kind {
+	if nvlinkStatusAt(s.d.lines, at, s.end) {
+		return KindNVLinkStatus
+	}
+	return KindList
+}
+
+// isTableLine recognises a line near the top of a plain table: the
+// version row, the MIG devices title, the column header, or a GPU row of
+// a table pasted without its header.
+func isTableLine(t string) bool {
+	if !strings.HasPrefix(t, "|") {
+		return false
+	}
+	return strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version") ||
+		strings.Contains(t, "MIG devices:") ||
+		strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name") ||
+		looksGPURow(cells(t))
 }
 
 // smiFailure recognises nvidia-smi's own error messages, pasted instead of

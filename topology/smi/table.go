@@ -121,23 +121,8 @@ func (p *tableParser) line(i int, l string) error {
 		p.state = tNone
 		return nil
 	}
-	if isElision(t) {
-		p.elision(i, t)
-		return nil
-	}
-	if v, ok := recoveryAction(t); ok && p.cur != nil {
-		p.cur.setRecovery(v)
-		return nil
-	}
-	p.lastRule = isRule(t)
-	if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
-		if msg, ok := smiFailure(t); ok {
-			return s.errAt(i, msg)
-		}
-		if !p.seenBox {
-			return nil // the timestamp line above the boxes
-		}
-		return s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
+	if done, err := p.outsideBoxes(i, t); done {
+		return err
 	}
 	p.seenBox = true
 	c := cells(t)
@@ -182,6 +167,31 @@ func (p *tableParser) line(i int, l string) error {
 		return tableMIG(s, i, c, p.gpuFor)
 	}
 	return nil
+}
+
+// outsideBoxes handles the lines that are not rows of the boxes: an
+// elision, a recovery action, the timestamp above the table, nvidia-smi's
+// own error messages. done is false for a box line, which line reads.
+func (p *tableParser) outsideBoxes(i int, t string) (done bool, err error) {
+	if isElision(t) {
+		p.elision(i, t)
+		return true, nil
+	}
+	if v, ok := recoveryAction(t); ok && p.cur != nil {
+		p.cur.setRecovery(v)
+		return true, nil
+	}
+	p.lastRule = isRule(t)
+	if strings.HasPrefix(t, "|") || strings.HasPrefix(t, "+") {
+		return false, nil
+	}
+	if msg, ok := smiFailure(t); ok {
+		return true, p.s.errAt(i, msg)
+	}
+	if !p.seenBox {
+		return true, nil // the timestamp line above the boxes
+	}
+	return true, p.s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
 }
 
 // gpuRow reads a row of a GPU block: the first names the GPU, the others
