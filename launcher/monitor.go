@@ -234,9 +234,13 @@ func (m *monitor) rendezvousFatal(b []byte) {
 	if a := rendezvousAddress(b); a != "" {
 		msg += " (MASTER_ADDR:MASTER_PORT " + a + ")"
 	}
+	fix := fixRendezvous
+	if bytes.Contains(b, []byte("server socket")) {
+		fix = fixRendezvousListen
+	}
 	m.events <- event{kind: evFatal, finding: verdict.Finding{
 		Rule: verdict.RuleRendezvousFailed, Severity: verdict.SeverityFail,
-		Message: msg + ": " + clip(b, ringLineMax), Remediation: fixRendezvous,
+		Message: msg + ": " + clip(b, ringLineMax), Remediation: fix,
 	}}
 }
 

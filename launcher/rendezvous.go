@@ -13,6 +13,8 @@ const (
 	fixRendezvous = "the rank could not reach torch's rendezvous store: check that the rank-0 pod (the master replica) is Running and listens on MASTER_PORT, " +
 		"that MASTER_ADDR resolves to it from this pod (the job's headless Service; `getent hosts $MASTER_ADDR`), " +
 		"and that no NetworkPolicy, security group or host firewall blocks the port"
+	fixRendezvousListen = "rank 0 could not open torch's rendezvous store on MASTER_PORT: another process holds the port (an earlier run, another job on a hostNetwork pod) " +
+		"or the port is privileged; pick a free MASTER_PORT above 1024 for the job"
 	fixShm = "the pod's /dev/shm is too small for NCCL's shared-memory segments (containers get 64 MiB by default): mount a memory-backed emptyDir at /dev/shm " +
 		"(volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 8Gi}}], volumeMounts: [{name: dshm, mountPath: /dev/shm}]) or run with --ipc=host / --shm-size; " +
 		"NCCL_SHM_DISABLE=1 avoids it at the cost of a slower path"
@@ -72,8 +74,8 @@ func rendezvousAddress(line []byte) string {
 			continue
 		}
 		a := strings.TrimRight(f[0], ".,;)")
-		if strings.HasPrefix(a, "[") {
-			a = strings.Replace(strings.TrimPrefix(a, "["), "]", "", 1)
+		if j := strings.IndexByte(a, ']'); strings.HasPrefix(a, "[") && j > 0 && !strings.Contains(a[1:j], ":") {
+			a = a[1:j] + a[j+1:] // "[master-0]:29500"; "[::]:29500" keeps its brackets
 		}
 		if strings.Contains(a, ":") {
 			return a

@@ -56,5 +56,11 @@ func TestRendezvousRetriesAreNotFatal(t *testing.T) {
 		evs := drainEvents(m)
 		require.Equal(t, fatal, len(evs) == 1 && evs[0].kind == evFatal, line)
 	}
+	require.Equal(t, "[::]:98", rendezvousAddress([]byte("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:98 (errno: 13 - Permission denied).")))
+	m := newMonitor(nil, 1, TransportUnknown, false, false)
+	feed(m, []byte("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. The server socket has failed to bind to [::]:98 (errno: 13 - Permission denied). The server socket has failed to bind to 0.0.0.0:98 (errno: 13 - Permission denied).\n"), 4096)
+	evs := drainEvents(m)
+	require.Len(t, evs, 1)
+	require.Contains(t, evs[0].finding.Remediation, "free MASTER_PORT", "Time-LLM#158: the server side cannot listen")
 	require.Equal(t, "master-0:29500", rendezvousAddress([]byte("[E socket.cpp:957] [c10d] The client socket has failed to connect to [master-0]:29500 (errno: 111 - Connection refused).")))
 }

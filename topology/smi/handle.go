@@ -85,6 +85,9 @@ func parseHandleLine(t string) (handleFact, bool) {
 // takeHandleLines finds the device-handle failure lines of a document,
 // records them and blanks them, so that the parsers of the outputs around
 // them read the other GPUs' rows as usual.
+//
+// With a lost GPU, "No devices were found" that may follow says that no
+// other GPU could be listed: it is blanked too.
 func (d *doc) takeHandleLines() {
 	for i, l := range d.lines {
 		if !strings.Contains(l, "device handle for") {
@@ -93,6 +96,14 @@ func (d *doc) takeHandleLines() {
 		if f, ok := parseHandleLine(l); ok {
 			f.line = lineNo(i)
 			d.handles = append(d.handles, f)
+			d.lines[i] = ""
+		}
+	}
+	if len(d.handles) == 0 {
+		return
+	}
+	for i, l := range d.lines {
+		if strings.TrimSpace(l) == "No devices were found" {
 			d.lines[i] = ""
 		}
 	}

@@ -20,10 +20,17 @@ import (
 // left out. An elision line ("...", "....", "[...]") that people put in
 // place of GPUs or links they cut is skipped and recorded as a gap.
 
-// isNVLinkLine reports whether t is a link line of nvlink -s.
+// isNVLinkLine reports whether t is a link line of nvlink -s, or the
+// line newer drivers print instead of the links of a GPU without active
+// NVLinks ("NVML: Unable to retrieve NVLink information as all links are
+// inActive").
 func isNVLinkLine(t string) bool {
 	_, _, ok := splitNVLinkLine(t)
-	return ok
+	return ok || noNVLinkLine(t)
+}
+
+func noNVLinkLine(t string) bool {
+	return strings.Contains(t, "Unable to retrieve NVLink information")
 }
 
 // splitNVLinkLine splits "Link 3: 25.781 GB/s" into the link number and
@@ -78,6 +85,8 @@ func parseNVLinkStatus(s section, r *report) error {
 		t := strings.TrimSpace(l)
 		switch {
 		case isBlank(l):
+		case noNVLinkLine(t):
+			// A GPU without active links: no link to judge.
 		case isElision(t):
 			r.gaps = append(r.gaps, fmt.Sprintf("%s:%d: an elision (%q) in the `nvidia-smi nvlink -s` output: the GPUs and links it stands for are not judged", r.file, lineNo(i), clip(t)))
 		case isListLine(t):

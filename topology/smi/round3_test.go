@@ -66,6 +66,10 @@ func TestLostGPUAmongOthers(t *testing.T) {
 	require.Equal(t, "Tesla P4", gpu(t, inv, 0).Name)
 	require.True(t, gpu(t, inv, 0).Health.Lost)
 
+	// The only GPU lost: nvidia-smi adds that it found none.
+	inv = importOK(t, Input{Name: "n.txt", Data: []byte("Unable to determine the device handle for GPU0000:8A:00.0: Unknown Error\nNo devices were found\n")})
+	require.True(t, gpu(t, inv, 0).Health.Lost)
+
 	// "GPU requires reset" is a reset, not a lost GPU; other reasons say
 	// nothing about the GPU and stay errors.
 	inv = importOK(t, Input{Name: "r.txt", Data: []byte("Unable to determine the device handle for GPU 0000:3B:00.0: GPU requires reset\n")})
@@ -110,6 +114,12 @@ func TestNVLinkStatus(t *testing.T) {
 	require.Len(t, inv.GPUs, 2)
 	require.Equal(t, []topology.NVLink{{Link: 0, Active: true}, {Link: 1}}, gpu(t, inv, 0).NVLinks)
 	require.Empty(t, inv.Gaps)
+
+	// A GPU without NVLink: newer drivers print one line instead of its
+	// links.
+	pcie := "GPU 0: NVIDIA A10 (UUID: GPU-5b1e2c3d-1111-2222-3333-666666666666)\n\t NVML: Unable to retrieve NVLink information as all links are inActive\n"
+	inv = importOK(t, Input{Name: "pcie.txt", Data: []byte(pcie)})
+	require.Empty(t, gpu(t, inv, 0).NVLinks)
 
 	_, err = Import([]Input{{Name: "bad.txt", Data: []byte("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-5b1e2c3d-1111-2222-3333-444444444444)\n\t Link 0: fast\n")}}, nil)
 	var ie *topology.InputError
