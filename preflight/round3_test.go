@@ -1,11 +1,14 @@
 package preflight
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/topology/smi"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -76,4 +79,21 @@ func TestCutTableIsNotNoInstances(t *testing.T) {
 	require.Equal(t, []string{"INPUT_INCOMPLETE/warn", "INPUT_INCOMPLETE/warn"}, rules(r))
 	require.Contains(t, r.Findings[0].Message, "truncated")
 	require.Contains(t, r.Findings[0].Message, "unknown")
+}
+
+// TestRecoveryActionIsResetRequired: -q's GPU Recovery Action other than
+// None is GPU_RESET_REQUIRED naming the action.
+func TestRecoveryActionIsResetRequired(t *testing.T) {
+	data, err := os.ReadFile("../topology/smi/testdata/q_8xh100-sxm_mig-disabled_590.48.01.txt")
+	require.NoError(t, err)
+	q := strings.Replace(string(data), "GPU Recovery Action                                : None", "GPU Recovery Action                                : Reset", 1)
+	inv, err := smi.Import([]smi.Input{{Name: "q.txt", Data: []byte(q)}}, nil)
+	require.NoError(t, err)
+	r := RankRules(RankInput{Inventory: inv, Allocation: topology.Allocation{From: "--devices", Refs: []string{"0"}}})
+	require.Contains(t, rules(r), "GPU_RESET_REQUIRED/fail")
+	for _, f := range r.Findings {
+		if f.Rule == "GPU_RESET_REQUIRED" {
+			require.Contains(t, f.Message, "GPU Recovery Action: Reset")
+		}
+	}
 }

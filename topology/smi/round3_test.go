@@ -171,6 +171,12 @@ func TestRecoveryAction(t *testing.T) {
 	inv = importOK(t, Input{Name: "q.txt", Data: []byte(q)})
 	require.True(t, *gpu(t, inv, 0).Health.ResetRequired)
 	require.Equal(t, "Reset", gpu(t, inv, 0).Health.RecoveryAction)
+
+	x, err := readFileString(sharedDir + "/32_smi-q-x_a100-sxm4-40gb_mig-2x3g.20gb_510.47.03_netdata.xml")
+	require.NoError(t, err)
+	x = strings.Replace(x, "<product_name>", "<gpu_recovery_action>Drain and Reset</gpu_recovery_action>\n\t\t<product_name>", 1)
+	inv = importOK(t, Input{Name: "qx.xml", Data: []byte(x)})
+	require.Equal(t, "Drain and Reset", gpu(t, inv, 0).Health.RecoveryAction)
 }
 
 // TestTableCutBeforeMIGDevices: a table whose last line is a GPU row says
