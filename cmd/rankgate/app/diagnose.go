@@ -178,7 +178,11 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 		return writeReports(a.Streams.Out, reports, format)
 	}
 	if len(ws) == 0 {
-		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		dra := ""
+		if n := b.RunningDRAPods(); n > 0 {
+			dra = fmt.Sprintf("; %d pod(s) with DRA resource claims are bound and running: their devices came through DRA claims", n)
+		}
+		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)%s", stats.Objects, c.NodeCount(), dra)
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))

@@ -3,7 +3,9 @@
 package app
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -19,4 +21,13 @@ func TestDiagnoseBoundDRAPod(t *testing.T) {
 	require.NotContains(t, errOut, "nothing to diagnose")
 	require.Contains(t, out, verdict.RuleDRANotJudged)
 	require.Contains(t, out, "DRA resource claims (gpu0, gpu1)")
+
+	// Running: nothing waits, and the pod is not called no GPU pod.
+	data, err := os.ReadFile(filepath.Join("testdata", "inputs", "pod_dra-gpu-test7_bound-pending_variant.yaml"))
+	require.NoError(t, err)
+	running := filepath.Join(t.TempDir(), "running.yaml")
+	require.NoError(t, os.WriteFile(running, []byte(strings.Replace(string(data), "phase: Pending", "phase: Running", 1)), 0o600))
+	code, _, errOut = run(t, nil, "diagnose", "--offline", "-f", running)
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "1 pod(s) with DRA resource claims are bound and running")
 }

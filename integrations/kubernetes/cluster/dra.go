@@ -110,12 +110,19 @@ type BoundDRAPod struct {
 }
 
 func (b *Builder) addBoundDRA(p *corev1.Pod) {
+	if p.Status.Phase == corev1.PodRunning {
+		b.runningDRA++
+		return
+	}
 	b.boundDRA = append(b.boundDRA, BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNames(&p.Spec)})
 }
 
 // BoundDRAPods lists the bound pods with resource claims that do not run
 // yet, in the order they were added.
 func (b *Builder) BoundDRAPods() []BoundDRAPod { return b.boundDRA }
+
+// RunningDRAPods counts the bound pods with resource claims that run.
+func (b *Builder) RunningDRAPods() int { return b.runningDRA }
 
 // BoundDRAMessage says what diagnose knows of a bound pod whose devices
 // come through DRA claims.
