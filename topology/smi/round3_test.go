@@ -203,3 +203,19 @@ func TestTableCutBeforeMIGDevices(t *testing.T) {
 	require.False(t, gpu(t, inv, 0).MIGDevicesUnknown)
 	require.Len(t, gpu(t, inv, 0).MIGDevices, 4)
 }
+
+// TestNVLinkStatusWithOtherOutputs: nvlink -s pasted back to back with the
+// node's table, with and without a prompt line, is its own output.
+func TestNVLinkStatusWithOtherOutputs(t *testing.T) {
+	table, err := readFileString(sharedDir + "/03_smi-table_h100-80gb-hbm3_mig-mixed_590.48.01.txt")
+	require.NoError(t, err)
+	nv := "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)\n\t Link 0: 26.562 GB/s\n\t Link 1: <inactive>\n"
+	for _, sep := range []string{"", "\n", "$ nvidia-smi nvlink --status\n"} {
+		inv := importOK(t, Input{Name: "node.txt", Data: []byte(table + sep + nv)})
+		g := gpu(t, inv, 0)
+		require.Len(t, g.MIGDevices, 4, "%q", sep)
+		require.Equal(t, []topology.NVLink{{Link: 0, Active: true}, {Link: 1}}, g.NVLinks, "%q", sep)
+	}
+	inv := importOK(t, Input{Name: "nv.txt", Data: []byte(nv)}, Input{Name: "t.txt", Data: []byte(table)})
+	require.Len(t, gpu(t, inv, 0).NVLinks, 2)
+}
