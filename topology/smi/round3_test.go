@@ -151,6 +151,14 @@ func TestTableERR(t *testing.T) {
 	require.Zero(t, g.MemoryMiB)
 	require.Equal(t, []string{"persistence mode", "volatile uncorrectable ECC", "fan", "temperature", "performance state", "power", "memory usage", "utilization", "MIG mode"}, g.Health.ErrFields)
 
+	// The name itself unreadable: unknown, not a name that conflicts with
+	// another output's.
+	noName := strings.Replace(errRowsTable(t), "|   1  NVIDIA RTX A4000    ERR! |", "|   1  ERR!                ERR! |", 1)
+	list := "GPU 1: NVIDIA RTX A4000 (UUID: GPU-3e34e62f-d88e-f448-415e-be2cbf2c6178)\n"
+	inv = importOK(t, Input{Name: "noname.txt", Data: []byte(noName)}, Input{Name: "l.txt", Data: []byte(list)})
+	require.Equal(t, "NVIDIA RTX A4000", gpu(t, inv, 1).Name)
+	require.Contains(t, gpu(t, inv, 1).Health.ErrFields, "name")
+
 	// An elision between GPU blocks: reading resumes at the next GPU row.
 	base, err := readFileString("testdata/table_2xrtx-a4000_gpu1-ERR-rows_variant-of-nvct189.txt")
 	require.NoError(t, err)
@@ -158,6 +166,13 @@ func TestTableERR(t *testing.T) {
 	inv = importOK(t, Input{Name: "cut.txt", Data: []byte(cut)})
 	require.Len(t, inv.GPUs, 2)
 	require.Len(t, inv.Gaps, 1)
+}
+
+func errRowsTable(t *testing.T) string {
+	t.Helper()
+	s, err := readFileString("testdata/table_2xrtx-a4000_gpu1-ERR-rows_variant-of-nvct189.txt")
+	require.NoError(t, err)
+	return s
 }
 
 // TestRecoveryAction: -q's GPU Recovery Action other than None is a reset

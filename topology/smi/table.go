@@ -305,6 +305,9 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 		name = f[1 : len(f)-1]
 	}
 	g.name = strings.Join(name, " ")
+	if notAvailable(g.name) {
+		g.name = "" // "ERR!" where the driver could not read the name
+	}
 	if bus.row == 0 && bus.col >= 0 && bus.col < len(c) {
 		if bf := strings.Fields(c[bus.col]); len(bf) > 0 && !notAvailable(bf[0]) {
 			if g.busID, err = normBusID(bf[0]); err != nil {
