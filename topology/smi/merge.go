@@ -258,6 +258,13 @@ func (b *builder) finish() (*topology.Inventory, error) {
 		if err := b.buildMIG(gs); err != nil {
 			return nil, err
 		}
+		if gs.g.SMs == 0 && b.cat != nil {
+			// An output without the SM count (-L, the table): the embedded
+			// catalog's, when the name names one model.
+			if m := modelFor(b.cat, gs.g.Name, gs.g.MemoryMiB); m != nil {
+				gs.g.SMs = m.SMs
+			}
+		}
 		if gs.g.MIGCurrent == topology.ModeUnknown && (len(gs.devs) > 0 || gs.migOn) {
 			// MIG devices, and the mig subcommands' outputs, exist only in
 			// MIG mode.
