@@ -1,0 +1,255 @@
+package ncclenv
+
+import (
+	"fmt"
+
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// Variables the MIG rules read.
+const (
+	envMultiRank = "NCCL_MULTI_RANK_GPU_ENABLE"
+	envNVLS      = "NCCL_NVLS_ENABLE"
+	envMNNVL     = "NCCL_MNNVL_ENABLE"
+	envSHM       = "NCCL_SHM_DISABLE"
+	envP2P       = "NCCL_P2P_DISABLE"
+)
+
+func migRanks(in Input) []Rank {
+	var out []Rank
+	for _, r := range in.Ranks {
+		if r.mig() {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// migShared groups the ranks whose MIG devices share a physical GPU, for
+// the GPUs that hold more than one MIG device of the job (each MIG device
+// is one NCCL rank: CUDA shows a process one MIG device). Templates have
+// no devices: their MIG ranks are taken as one group when they are
+// several, the only MIG placement rankgate's gang verdict passes.
+func migShared(in Input) (groups [][]Rank, guessed bool) {
+	if in.Scope == ScopeTemplate {
+		rs := migRanks(in)
+		n := 0
+		for _, r := range rs {
+			n += r.count() * max(r.GPUs, 1)
+		}
+		if n >= 2 {
+			return [][]Rank{rs}, true
+		}
+		return nil, false
+	}
+	byGPU := map[string][]Rank{}
+	devices := map[string]int{}
+	for _, r := range in.Ranks {
+		if !r.DevicesKnown {
+			continue
+		}
+		for _, d := range r.Devices {
+			if !d.MIG || d.GPUUUID == "" {
+				continue
+			}
+			k := r.Node + "/" + d.GPUUUID
+			devices[k]++
+			if rs := byGPU[k]; len(rs) == 0 || rs[len(rs)-1].Rank != r.Rank || r.Rank < 0 {
+				byGPU[k] = append(rs, r)
+			}
+		}
+	}
+	for _, k := range sortedKeys(byGPU) {
+		if devices[k] >= 2 {
+			groups = append(groups, byGPU[k])
+		}
+	}
+	return groups, false
+}
+
+func ruleMIGVersion(in Input) []verdict.Finding {
+	var old, unknown []Rank
+	var what string
+	for _, r := range migRanks(in) {
+		v := versionOf(r)
+		switch {
+		case v.known && v.beforeMIG:
+			old = append(old, r)
+			if what == "" {
+				what = v.what
+			}
+		case !v.known:
+			unknown = append(unknown, r)
+		}
+	}
+	var out []verdict.Finding
+	if len(old) > 0 {
+		out = append(out, finding(verdict.RuleNCCLMIGVersion, verdict.SeverityFail, old,
+			fmt.Sprintf("%s run on MIG instances with %s; NCCL supports MIG from %s on, older versions fail or hang in init", joinLabels(old), what, MIGMinVersion),
+			"use an image with NCCL "+MIGMinVersion.String()+" or later (NGC releases after 26.06, or the nvidia-nccl wheel), or request full GPUs"))
+	}
+	if len(unknown) > 0 {
+		out = append(out, finding(verdict.RuleNCCLMIGVersion, verdict.SeverityWarn, unknown,
+			fmt.Sprintf("%s run on MIG instances and their NCCL version cannot be told (no NCCL_VERSION, image %q has no release tag rankgate knows); NCCL supports MIG from %s on", joinLabels(unknown), unknown[0].Image, MIGMinVersion),
+			versionHowTo))
+	}
+	return out
+}
+
+func ruleMultiRankGPU(in Input) []verdict.Finding {
+	groups, guessed := migShared(in)
+	var out []verdict.Finding
+	for _, g := range groups {
+		var off []Rank
+		for _, r := range g {
+			if _, _, known := r.Env.Int(envMultiRank); known && !r.Env.IsOne(envMultiRank) {
+				off = append(off, r)
+			}
+		}
+		if len(off) == 0 {
+			continue
+		}
+		sev := verdict.SeverityFail
+		where := "share one physical GPU"
+		if guessed {
+			sev = verdict.SeverityWarn
+			where = "ask for MIG instances; the only placement rankgate passes puts them on one physical GPU"
+		}
+		out = append(out, finding(verdict.RuleNCCLMultiRankGPU, sev, off,
+			fmt.Sprintf("%s %s with %s %s: NCCL stops init with \"Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this.\"",
+				joinLabels(g), where, envMultiRank, reads(off[0].Env, envMultiRank)),
+			"set NCCL_MULTI_RANK_GPU_ENABLE=1 in every rank's container (NCCL 2.31+)"))
+	}
+	return out
+}
+
+func ruleNVLSOnMIG(in Input) []verdict.Finding {
+	rs := withSetting(migRanks(in), envNVLS)
+	if len(rs) == 0 {
+		return nil
+	}
+	return []verdict.Finding{finding(verdict.RuleNCCLNVLSOnMIG, verdict.SeverityFail, rs,
+		fmt.Sprintf("%s run on MIG instances with %s=1: MIG has no NVLink SHARP, and NCCL aborts init (\"NCCL_NVLS_ENABLE has been set to \\\"1\\\" and communicator has multiple ranks using the same NVML device\")", joinLabels(rs), envNVLS),
+		"remove NCCL_NVLS_ENABLE from MIG jobs (its default lets NCCL decide) or set it to 0")}
+}
+
+func ruleNVLSNoNVSwitch(in Input) []verdict.Finding {
+	var rs []Rank
+	for _, r := range withSetting(in.Ranks, envNVLS) {
+		if r.mig() || !r.DevicesKnown {
+			continue
+		}
+		for _, d := range r.Devices {
+			if d.NVSwitch != nil && !*d.NVSwitch {
+				rs = append(rs, r)
+				break
+			}
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return []verdict.Finding{finding(verdict.RuleNCCLNVLSNoNVSwitch, verdict.SeverityWarn, rs,
+		fmt.Sprintf("%s force %s=1 on GPUs with no NVSwitch fabric: NVLS needs NVSwitch (HGX/DGX H100 and later), NCCL cannot use it here", joinLabels(rs), envNVLS),
+		"remove NCCL_NVLS_ENABLE; NCCL turns NVLS on by itself where the fabric supports it")}
+}
+
+func ruleMNNVLNoDomain(in Input) []verdict.Finding {
+	rs := withSetting(in.Ranks, envMNNVL)
+	if len(rs) == 0 {
+		return nil
+	}
+	if mig := migRanks(Input{Scope: in.Scope, Ranks: rs}); len(mig) > 0 {
+		return []verdict.Finding{finding(verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail, mig,
+			fmt.Sprintf("%s force %s=1 on MIG instances: MIG has no NVLink, so no multi-node NVLink either", joinLabels(mig), envMNNVL),
+			"remove NCCL_MNNVL_ENABLE from MIG jobs")}
+	}
+	if in.Scope == ScopeTemplate {
+		return nil
+	}
+	domains := map[string][]Rank{}
+	for _, r := range in.Ranks {
+		if !r.DevicesKnown {
+			return nil // a rank not judged yet: its domain is unknown
+		}
+		for _, d := range r.Devices {
+			k := "no NVLink domain"
+			if d.FabricCluster != "" {
+				k = "cluster " + d.FabricCluster
+				if d.FabricClique != nil {
+					k += fmt.Sprintf(" clique %d", *d.FabricClique)
+				}
+			}
+			if g := domains[k]; len(g) == 0 || g[len(g)-1].Rank != r.Rank {
+				domains[k] = append(g, r)
+			}
+		}
+	}
+	_, none := domains["no NVLink domain"]
+	if len(domains) <= 1 && !none {
+		return nil
+	}
+	msg := fmt.Sprintf("%s force %s=1 but the ranks share no multi-node NVLink domain:", joinLabels(rs), envMNNVL)
+	for _, k := range sortedKeys(domains) {
+		msg += fmt.Sprintf(" %s: %s;", k, joinLabels(domains[k]))
+	}
+	return []verdict.Finding{finding(verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail, rs, msg[:len(msg)-1],
+		"remove NCCL_MNNVL_ENABLE (NCCL detects MNNVL by itself), or place every rank in one NVLink domain (the nodes' clique label)")}
+}
+
+func ruleSHMDisabledMIG(in Input) []verdict.Finding {
+	groups, _ := migShared(in)
+	var out []verdict.Finding
+	for _, g := range groups {
+		rs := withSetting(g, envSHM)
+		if len(rs) == 0 {
+			continue
+		}
+		out = append(out, finding(verdict.RuleNCCLSHMDisabledMIG, verdict.SeverityWarn, rs,
+			fmt.Sprintf("%s set %s=1 while their MIG instances share one GPU: MIG has no P2P, shared memory is the only fast path between them, and NCCL falls back to the network (sockets or the NIC through the switch)", joinLabels(rs), envSHM),
+			"remove NCCL_SHM_DISABLE from MIG jobs"))
+	}
+	return out
+}
+
+func ruleP2PDisabledNVLink(in Input) []verdict.Finding {
+	var rs []Rank
+	for _, r := range withSetting(in.Ranks, envP2P) {
+		if nvlinked(r, in) {
+			rs = append(rs, r)
+		}
+	}
+	if len(rs) == 0 {
+		return nil
+	}
+	return []verdict.Finding{finding(verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn, rs,
+		fmt.Sprintf("%s set %s=1 on GPUs joined by NVLink: NCCL stops using NVLink between them and copies through host shared memory, many times slower", joinLabels(rs), envP2P),
+		"remove NCCL_P2P_DISABLE (if it was set to work around a hang, check `nvidia-smi topo -p2p rw` and the NVLink state instead)")}
+}
+
+// nvlinked: the rank's full GPUs reach another GPU of the job over NVLink
+// (a known NVLink peer, or a GPU of the same node in one NVLink domain).
+func nvlinked(r Rank, in Input) bool {
+	if !r.DevicesKnown {
+		return false
+	}
+	for _, d := range r.Devices {
+		if d.MIG {
+			continue
+		}
+		if d.NVLinkPeers {
+			return true
+		}
+		if d.FabricCluster == "" {
+			continue
+		}
+		for _, o := range in.Ranks {
+			for _, od := range o.Devices {
+				if od.ID != d.ID && !od.MIG && o.Node == r.Node && od.FabricCluster == d.FabricCluster {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
