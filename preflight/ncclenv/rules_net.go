@@ -140,7 +140,7 @@ func ruleSettingsDiffer(in Input) []verdict.Finding {
 				unresolved = true
 				break
 			}
-			vals[v] = true
+			vals[canon(v)] = true
 		}
 		if !unresolved && len(vals) > 1 {
 			differ = append(differ, k)
@@ -213,4 +213,16 @@ func listOrNone(l []string) string {
 		return "none"
 	}
 	return strings.Join(l, ", ")
+}
+
+// canon is a value as NCCL compares it: numbers by the integer NCCL reads
+// ("0x1" and "1" agree), other values as written, blanks trimmed.
+func canon(v string) string {
+	v = strings.TrimSpace(v)
+	if v != "" && (v[0] == '-' || v[0] == '+' || (v[0] >= '0' && v[0] <= '9')) {
+		if n, ok := strtoll(v); ok {
+			return fmt.Sprint(n)
+		}
+	}
+	return v
 }
