@@ -121,7 +121,7 @@ const (
 	RuleNCCLMNNVLNoDomain       = "NCCL_MNNVL_NO_DOMAIN"
 	RuleNCCLSHMDisabledMIG      = "NCCL_SHM_DISABLED_MIG"
 	RuleNCCLP2PDisabledNVLink   = "NCCL_P2P_DISABLED_NVLINK"
-	RuleNCCLIgnoreNetMismatch   = "NCCL_IGNORE_NET_MISMATCH"
+	RuleNCCLIgnoreNetMismatch   = "NCCL_NET_MISMATCH_IGNORED"
 	RuleNCCLSettingsDiffer      = "NCCL_SETTINGS_DIFFER"
 	RuleNCCLSocketIfnameMissing = "NCCL_SOCKET_IFNAME_MISSING"
 	RuleNCCLIBHCAMissing        = "NCCL_IB_HCA_MISSING"

@@ -101,7 +101,7 @@ func ruleIgnoreNetMismatch(in Input) []verdict.Finding {
 			msg += fmt.Sprintf(" %s: %s;", joinLabels(sets[k]), k)
 		}
 		return []verdict.Finding{finding(verdict.RuleNCCLIgnoreNetMismatch, verdict.SeverityFail, rs,
-			msg + " NCCL builds channels on NICs the peer does not have and hangs without an error (NVIDIA/nccl#2428)",
+			msg+" NCCL builds channels on NICs the peer does not have and hangs without an error (NVIDIA/nccl#2428)",
 			"remove NCCL_IGNORE_NET_MISMATCH and give every rank the same NICs (NCCL_IB_HCA naming NICs every node has, the same RDMA resources in every replica)")}
 	}
 	if judged >= 2 && judged == len(in.Ranks) {

@@ -29,7 +29,7 @@ func template(name string, replicas, gpus int, migReq bool, image string, e *Env
 	return Rank{Rank: -1, Name: "template " + name, Replicas: replicas, GPUs: gpus, MIGRequested: migReq, Image: image, Env: e}
 }
 
-func gang(rs ...Rank) Input     { return Input{Scope: ScopeGang, Ranks: rs} }
+func gang(rs ...Rank) Input      { return Input{Scope: ScopeGang, Ranks: rs} }
 func templates(rs ...Rank) Input { return Input{Scope: ScopeTemplate, Ranks: rs} }
 
 type want struct {
