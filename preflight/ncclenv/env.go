@@ -28,6 +28,10 @@ type Env struct {
 	// read here (valueFrom, an envFrom ConfigMap, a $(VAR) reference): they
 	// are judged neither set nor unset.
 	Unresolved map[string]bool
+	// Partial says that variables not named here may still be set (a
+	// container's envFrom): a variable absent from Vars is then unknown,
+	// not unset.
+	Partial bool
 }
 
 // NewEnv builds an Env from known values.
@@ -81,6 +85,9 @@ func (e *Env) value(name string) (v string, set, known bool) {
 		return "", true, false
 	}
 	v, ok := e.Vars[name]
+	if !ok && e.Partial {
+		return "", false, false
+	}
 	return v, ok && v != "", true
 }
 

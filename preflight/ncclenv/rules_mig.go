@@ -25,22 +25,22 @@ func migRanks(in Input) []Rank {
 	return out
 }
 
-// migShared groups the ranks whose MIG devices share a physical GPU, for
-// the GPUs that hold more than one MIG device of the job (each MIG device
-// is one NCCL rank: CUDA shows a process one MIG device). Templates have
-// no devices: their MIG ranks are taken as one group when they are
-// several, the only MIG placement rankgate's gang verdict passes.
+// migShared groups the ranks whose MIG devices share a physical GPU
+// within one host as NCCL sees it, for the GPUs that hold more than one
+// MIG device of the job there (each MIG device is one NCCL rank: CUDA
+// shows a process one MIG device). NCCL tells hosts apart by hostname, so
+// a pod is a host: ranks in different pods on one GPU never meet NCCL's
+// same-GPU check (they talk over the network, MIG_MULTI_POD). Templates
+// have no devices: a container asking for several MIG instances is taken
+// as one group, the only placement rankgate passes (MIG_SPANS_GPUS).
 func migShared(in Input) (groups [][]Rank, guessed bool) {
 	if in.Scope == ScopeTemplate {
-		rs := migRanks(in)
-		n := 0
-		for _, r := range rs {
-			n += r.count() * max(r.GPUs, 1)
+		for _, r := range migRanks(in) {
+			if r.GPUs >= 2 {
+				groups = append(groups, []Rank{r})
+			}
 		}
-		if n >= 2 {
-			return [][]Rank{rs}, true
-		}
-		return nil, false
+		return groups, true
 	}
 	byGPU := map[string][]Rank{}
 	devices := map[string]int{}
@@ -48,11 +48,15 @@ func migShared(in Input) (groups [][]Rank, guessed bool) {
 		if !r.DevicesKnown {
 			continue
 		}
+		host := r.Pod
+		if host == "" {
+			host = r.Node
+		}
 		for _, d := range r.Devices {
 			if !d.MIG || d.GPUUUID == "" {
 				continue
 			}
-			k := r.Node + "/" + d.GPUUUID
+			k := host + "/" + d.GPUUUID
 			devices[k]++
 			if rs := byGPU[k]; len(rs) == 0 || rs[len(rs)-1].Rank != r.Rank || r.Rank < 0 {
 				byGPU[k] = append(rs, r)
@@ -110,10 +114,10 @@ func ruleMultiRankGPU(in Input) []verdict.Finding {
 			continue
 		}
 		sev := verdict.SeverityFail
-		where := "share one physical GPU"
+		where := "run several ranks on MIG instances of one physical GPU in one pod"
 		if guessed {
 			sev = verdict.SeverityWarn
-			where = "ask for MIG instances; the only placement rankgate passes puts them on one physical GPU"
+			where = "asks for several MIG instances in one pod; the only placement rankgate passes puts them on one physical GPU"
 		}
 		out = append(out, finding(verdict.RuleNCCLMultiRankGPU, sev, off,
 			fmt.Sprintf("%s %s with %s %s: NCCL stops init with \"Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this.\"",

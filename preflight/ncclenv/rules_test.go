@@ -71,12 +71,23 @@ func TestRules(t *testing.T) {
 			rank(0, "n1", multi, mig("MIG-a", "GPU-1")), rank(1, "n1", env("NCCL_MULTI_RANK_GPU_ENABLE", "0x1"), mig("MIG-b", "GPU-1"))), nil},
 		{"MIG ranks on two GPUs are not this rule's", gang(
 			rank(0, "n1", env(), mig("MIG-a", "GPU-1")), rank(1, "n1", env(), mig("MIG-b", "GPU-2"))), nil},
-		{"template with several MIG ranks warns", templates(template("Worker", 4, 1, true, "x", env("NCCL_VERSION", "2.31.2"))),
+		{"template with several MIG instances in a pod warns", templates(template("Worker", 1, 4, true, "x", env("NCCL_VERSION", "2.31.2"))),
 			[]want{{verdict.RuleNCCLMultiRankGPU, verdict.SeverityWarn}}},
+		{"template with one MIG instance per pod passes", templates(template("Worker", 4, 1, true, "x", env("NCCL_VERSION", "2.31.2"))), nil},
+		{"one pod with two MIG instances of one GPU fails", gang(
+			inPod(rank(0, "n1", env(), mig("MIG-a", "GPU-1"), mig("MIG-b", "GPU-1")), "w-0")),
+			[]want{{verdict.RuleNCCLMultiRankGPU, verdict.SeverityFail}}},
+		{"pods on one GPU are different hosts to NCCL", gang(
+			inPod(rank(0, "n1", env(), mig("MIG-a", "GPU-1")), "w-0"), inPod(rank(1, "n1", env(), mig("MIG-b", "GPU-1")), "w-1")), nil},
 		{"valueFrom is not judged", func() Input {
 			e := env("NCCL_VERSION", "2.31.2")
 			e.SetUnresolved("NCCL_MULTI_RANK_GPU_ENABLE")
-			return templates(template("Worker", 4, 1, true, "x", e))
+			return templates(template("Worker", 1, 4, true, "x", e))
+		}(), nil},
+		{"envFrom may set it: not judged", func() Input {
+			e := env("NCCL_VERSION", "2.31.2")
+			e.Partial = true
+			return templates(template("Worker", 1, 4, true, "x", e))
 		}(), nil},
 
 		// NCCL_NVLS_ON_MIG
@@ -186,6 +197,11 @@ func TestRules(t *testing.T) {
 			require.Equal(t, tc.want, g, "%+v", got)
 		})
 	}
+}
+
+func inPod(r Rank, pod string) Rank {
+	r.Pod = pod
+	return r
 }
 
 func withNet(r Rank, hcas ...string) Rank {
