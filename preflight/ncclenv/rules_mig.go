@@ -82,7 +82,9 @@ func ruleMIGVersion(in Input) []verdict.Finding {
 			if what == "" {
 				what = v.what
 			}
-		case !v.known:
+		case !v.known && in.Scope != ScopeGang:
+			// The gang verdict decides on what is known; admission,
+			// diagnose and launch have said how to tell the version.
 			unknown = append(unknown, r)
 		}
 	}

@@ -48,7 +48,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	ctx := c.leadContext()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink}
+	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink, NCCL: g.nccl}
 	switch why {
 	case trigComplete:
 		in.Expected = expected
