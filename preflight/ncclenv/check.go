@@ -33,6 +33,18 @@ var rules = []func(Input) []verdict.Finding{
 	ruleVisibleDevices,
 }
 
+// Merge adds findings to a report, keeping its subject, mode and devices,
+// with the verdict and order verdict.NewReport gives.
+func Merge(r verdict.Report, fs []verdict.Finding) verdict.Report {
+	if len(fs) == 0 {
+		return r
+	}
+	all := append(append([]verdict.Finding(nil), r.Findings...), fs...)
+	out := verdict.NewReport(r.Subject, all)
+	out.Mode, out.Devices = r.Mode, r.Devices
+	return out
+}
+
 // finding builds a finding about rs.
 func finding(rule string, sev verdict.Severity, rs []Rank, msg, fix string) verdict.Finding {
 	f := verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Ranks: rankList(rs)}

@@ -96,7 +96,7 @@ func ruleMIGVersion(in Input) []verdict.Finding {
 	}
 	if len(unknown) > 0 {
 		out = append(out, finding(verdict.RuleNCCLMIGVersion, verdict.SeverityWarn, unknown,
-			fmt.Sprintf("%s run on MIG instances and their NCCL version cannot be told (no NCCL_VERSION, image %q has no release tag rankgate knows); NCCL supports MIG from %s on", joinLabels(unknown), unknown[0].Image, MIGMinVersion),
+			fmt.Sprintf("%s run on MIG instances and their NCCL version cannot be told (%s); NCCL supports MIG from %s on", joinLabels(unknown), whyUnknown(unknown[0]), MIGMinVersion),
 			versionHowTo))
 	}
 	return out
@@ -258,4 +258,11 @@ func nvlinked(r Rank, in Input) bool {
 		}
 	}
 	return false
+}
+
+func whyUnknown(r Rank) string {
+	if r.Image == "" {
+		return "no NCCL_VERSION in the environment"
+	}
+	return fmt.Sprintf("no NCCL_VERSION, and image %q has no release tag rankgate knows", r.Image)
 }

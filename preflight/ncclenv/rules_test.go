@@ -253,3 +253,28 @@ func TestNGCRelease(t *testing.T) {
 		require.Equal(t, [2]int{tc.yy, tc.mm}, [2]int{yy, mm}, tc.image)
 	}
 }
+
+func TestMergeKeepsTheReport(t *testing.T) {
+	r := verdict.NewReport("job", []verdict.Finding{{Rule: verdict.RuleSchedulable, Severity: verdict.SeverityInfo}})
+	r.Mode = "rank"
+	m := Merge(r, []verdict.Finding{{Rule: verdict.RuleNCCLNVLSOnMIG, Severity: verdict.SeverityFail}})
+	require.Equal(t, verdict.VerdictFail, m.Verdict)
+	require.Equal(t, "rank", m.Mode)
+	require.Equal(t, []string{verdict.RuleNCCLNVLSOnMIG, verdict.RuleSchedulable}, m.RuleIDs())
+	require.Len(t, r.Findings, 1, "the original is not changed")
+}
+
+func TestLocalVisibleDevices(t *testing.T) {
+	local := func(e *Env) Input {
+		return Input{Scope: ScopeLocal, Ranks: []Rank{{Rank: 0, Env: e, DevicesKnown: true, Devices: []Device{full("GPU-4"), full("GPU-5")}}}}
+	}
+	// On a host without a container runtime's remapping CUDA sees every
+	// GPU: CUDA_VISIBLE_DEVICES=4,5 is the allocation itself.
+	require.Empty(t, Check(local(env("CUDA_VISIBLE_DEVICES", "4,5"))))
+	// In a container given two GPUs, CUDA numbers them 0 and 1.
+	fs := Check(local(env("NVIDIA_VISIBLE_DEVICES", "GPU-4,GPU-5", "CUDA_VISIBLE_DEVICES", "4,5")))
+	require.Len(t, fs, 1)
+	require.Equal(t, verdict.RuleVisibleDevicesMismatch, fs[0].Rule)
+	require.Equal(t, verdict.SeverityFail, fs[0].Severity)
+	require.Empty(t, Check(local(env("NVIDIA_VISIBLE_DEVICES", "GPU-4,GPU-5", "CUDA_VISIBLE_DEVICES", "1,0"))))
+}

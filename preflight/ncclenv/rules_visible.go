@@ -40,6 +40,9 @@ func cudaVisible(scope Scope, r Rank) (verdict.Finding, bool) {
 	if !set || !known {
 		return verdict.Finding{}, false
 	}
+	if scope == ScopeLocal && !containerRenumbers(r.Env) {
+		return verdict.Finding{}, false // CUDA sees every GPU of the host: the indices are the host's
+	}
 	entries := splitList(s)
 	n, ids, devicesKnown := r.GPUs, map[string]bool{}, scope != ScopeTemplate && r.DevicesKnown
 	if devicesKnown {
@@ -104,6 +107,17 @@ func nvidiaVisible(r Rank) (verdict.Finding, bool) {
 	return finding(verdict.RuleVisibleDevicesMismatch, verdict.SeverityWarn, []Rank{r},
 		fmt.Sprintf("%s sets %s=%s by hand: the device plugin sets it to the devices it allocates, so the value is replaced or, where it wins, names devices other pods hold", r.label(), envNVIDIAVisible, s),
 		visibleFix), true
+}
+
+// containerRenumbers: NVIDIA_VISIBLE_DEVICES names the container's devices,
+// so CUDA inside numbers them from 0.
+func containerRenumbers(e *Env) bool {
+	v, set, known := e.String(envNVIDIAVisible)
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "all", "void", "none":
+		return false
+	}
+	return set && known
 }
 
 func splitList(s string) []string {

@@ -111,4 +111,4 @@ func ngcRelease(image string) (yy, mm int, ok bool) {
 }
 
 // versionHowTo tells how to find a container's NCCL version.
-const versionHowTo = "run the image with NCCL_DEBUG=VERSION (NCCL prints \"NCCL version 2.x.y\"), or `python -c 'import torch; print(torch.cuda.nccl.version())'` in it; set NCCL_VERSION in the pod template to let rankgate judge it"
+const versionHowTo = "run the image with NCCL_DEBUG=VERSION (NCCL prints \"NCCL version 2.x.y\"), or `python -c 'import torch; print(torch.cuda.nccl.version())'` in it; set NCCL_VERSION to it in the pod template (NCCL ignores the variable; NGC images set it) to let rankgate judge it"

@@ -18,6 +18,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -186,7 +187,7 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 		r := withSuspended(res.Report, w)
 		if j := jobOf(b.Jobs(), w); j != nil {
 			// The job's NCCL settings against what its templates ask for.
-			r = ncclsettings.Merge(r, ncclsettings.Judge(j))
+			r = ncclenv.Merge(r, ncclsettings.Judge(j))
 		}
 		reports = append(reports, r)
 		code = max(code, res.ExitCode(), r.ExitCode())
@@ -309,7 +310,7 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 	res := e.Diagnose(c, w)
 	r := withSuspended(res.Report, w)
 	if j != nil {
-		r = ncclsettings.Merge(r, ncclsettings.Judge(j))
+		r = ncclenv.Merge(r, ncclsettings.Judge(j))
 	}
 	if err := a.printReport(r, o.Output); err != nil {
 		return err

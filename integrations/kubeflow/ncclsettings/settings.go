@@ -125,15 +125,3 @@ func containerEnv(c *corev1.Container) *ncclenv.Env {
 func Judge(j kubeflow.Job) []verdict.Finding {
 	return ncclenv.Check(ncclenv.Input{Scope: ncclenv.ScopeTemplate, Ranks: Templates(j)})
 }
-
-// Merge adds findings to a report, keeping its subject, mode and devices,
-// with the verdict and order NewReport gives.
-func Merge(r verdict.Report, fs []verdict.Finding) verdict.Report {
-	if len(fs) == 0 {
-		return r
-	}
-	all := append(append([]verdict.Finding(nil), r.Findings...), fs...)
-	out := verdict.NewReport(r.Subject, all)
-	out.Mode, out.Devices = r.Mode, r.Devices
-	return out
-}

@@ -74,13 +74,3 @@ func TestEnvFromMakesOtherNamesUnknown(t *testing.T) {
 	require.Len(t, fs, 1)
 	require.Equal(t, verdict.RuleNCCLMultiRankGPU, fs[0].Rule)
 }
-
-func TestMergeKeepsTheReport(t *testing.T) {
-	r := verdict.NewReport("job", []verdict.Finding{{Rule: verdict.RuleSchedulable, Severity: verdict.SeverityInfo}})
-	r.Mode = "rank"
-	m := Merge(r, []verdict.Finding{{Rule: verdict.RuleNCCLNVLSOnMIG, Severity: verdict.SeverityFail}})
-	require.Equal(t, verdict.VerdictFail, m.Verdict)
-	require.Equal(t, "rank", m.Mode)
-	require.Equal(t, []string{verdict.RuleNCCLNVLSOnMIG, verdict.RuleSchedulable}, m.RuleIDs())
-	require.Len(t, r.Findings, 1, "the original is not changed")
-}
