@@ -48,7 +48,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	ctx := c.leadContext()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink, NCCL: g.nccl}
+	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink}
 	switch why {
 	case trigComplete:
 		in.Expected = expected
@@ -66,6 +66,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	if pre != nil {
 		report = *pre
 	} else {
+		in.NCCL = c.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
 		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
 	}

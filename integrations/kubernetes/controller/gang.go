@@ -14,11 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
-	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
-	"github.com/rankgate/rankgate/preflight/ncclenv"
 )
 
 // gang is one job's ranks as the leader sees them, until its verdict.
@@ -54,9 +52,6 @@ type gang struct {
 	refused map[types.UID]bool
 	// multiNodeNVLink: the job says it expects multi-node NVLink.
 	multiNodeNVLink bool
-	// nccl: the NCCL settings each rank runs with, from the job's
-	// templates (preflight.GangInput.NCCL).
-	nccl map[int]ncclenv.Rank
 }
 
 // close takes the gang out of the open-gang and waiting-rank gauges, once.
@@ -78,7 +73,7 @@ func newGang(j job, timeout time.Duration) *gang {
 		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
 		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
 		reports: map[int]heldReport{}, check: preflight.NewGangCheck(multi),
-		podUIDs: map[int]string{}, done: make(chan struct{}), nccl: ncclsettings.ByRank(j),
+		podUIDs: map[int]string{}, done: make(chan struct{}),
 	}
 }
 
