@@ -32,7 +32,7 @@ func TestParseEnvFileRejects(t *testing.T) {
 // FuzzParseEnvFile: any input parses or is refused with an error; what
 // parses judges without panicking, and names only valid variables.
 func FuzzParseEnvFile(f *testing.F) {
-	for _, s := range []string{"NCCL_P2P_DISABLE=1\n", "export A='b'\n#c\n", "X\n", "A=\"\n", "NCCL_SOCKET_IFNAME=^=lo,\n", "\xff=1"} {
+	for _, s := range []string{"NCCL_P2P_DISABLE=1\n", "export A='b'\n#c\n", "X\n", "A=\"\n", "NCCL_SOCKET_IFNAME=^=lo,\n", "\xff=1", "IMAGE=nvcr.io/nvidia/pytorch:24.05-py3\n"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -48,6 +48,7 @@ func FuzzParseEnvFile(f *testing.F) {
 		}
 		r := Rank{Rank: 0, Env: e, Devices: []Device{mig("MIG-a", "GPU-1"), mig("MIG-b", "GPU-1")}, DevicesKnown: true, Net: &Net{Interfaces: []string{"eth0"}, HCAsKnown: true}}
 		Check(Input{Scope: ScopeLocal, Ranks: []Rank{r}})
-		Check(Input{Scope: ScopeTemplate, Ranks: []Rank{{Rank: -1, Env: e, GPUs: 2, MIGRequested: true, Replicas: 2}, {Rank: -1, Env: NewEnv(nil), GPUs: 1}}})
+		image := e.Vars["IMAGE"] // image references from outside input too
+		Check(Input{Scope: ScopeTemplate, Ranks: []Rank{{Rank: -1, Env: e, Image: image, GPUs: 2, MIGRequested: true, Replicas: 2}, {Rank: -1, Env: NewEnv(nil), GPUs: 1}}})
 	})
 }

@@ -108,13 +108,6 @@ func (r Rank) mig() bool {
 	return r.MIGRequested
 }
 
-func (r Rank) count() int {
-	if r.Replicas > 0 {
-		return r.Replicas
-	}
-	return 1
-}
-
 // rankList lists the rank numbers of rs (templates have none).
 func rankList(rs []Rank) []int {
 	var out []int
