@@ -70,12 +70,20 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // Checks are the rule IDs of the checks, in the order they are reported.
-var Checks = []string{
+var Checks = append([]string{
 	verdict.RuleShapeMismatch,
 	verdict.RuleStrategyMismatch,
 	verdict.RuleMIGMultiplePerProcess,
 	verdict.RuleGangMIGMixedWithFull,
 	verdict.RuleNprocExceedsDevices,
+}, NCCLChecks...)
+
+// NCCLChecks are the checks that judge NCCL settings, those of the NCCL
+// settings rules (preflight/ncclenv) a template alone can show. A job's
+// settings may be right for an image or a cluster the webhook cannot see
+// (an NCCL it cannot tell, nodes it does not read), so they warn unless an
+// operator sets them to deny.
+var NCCLChecks = []string{
 	verdict.RuleNCCLMIGVersion,
 	verdict.RuleNCCLMultiRankGPU,
 	verdict.RuleNCCLNVLSOnMIG,
@@ -85,12 +93,6 @@ var Checks = []string{
 	verdict.RuleNCCLSettingsDiffer,
 	verdict.RuleVisibleDevicesMismatch,
 }
-
-// NCCLChecks are the checks of Checks that judge NCCL settings: a job's
-// settings may be right for an image or a cluster the webhook cannot see
-// (an NCCL it cannot tell, nodes it does not read), so they warn unless an
-// operator sets them to deny.
-var NCCLChecks = Checks[len(Checks)-8:]
 
 // DefaultPolicies: the shapes that can never be placed (no node offers
 // them, no valid layout could give them, or only under the other MIG
