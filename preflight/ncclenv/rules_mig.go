@@ -91,12 +91,12 @@ func ruleMIGVersion(in Input) []verdict.Finding {
 	var out []verdict.Finding
 	if len(old) > 0 {
 		out = append(out, finding(verdict.RuleNCCLMIGVersion, verdict.SeverityFail, old,
-			fmt.Sprintf("%s run on MIG instances with %s; NCCL supports MIG from %s on, older versions fail or hang in init", joinLabels(old), what, MIGMinVersion),
+			fmt.Sprintf("%s: MIG instances with %s; NCCL supports MIG from %s on, older versions fail or hang in init", joinLabels(old), what, MIGMinVersion),
 			"use an image with NCCL "+MIGMinVersion.String()+" or later (NGC releases after 26.06, or the nvidia-nccl wheel), or request full GPUs"))
 	}
 	if len(unknown) > 0 {
 		out = append(out, finding(verdict.RuleNCCLMIGVersion, verdict.SeverityWarn, unknown,
-			fmt.Sprintf("%s run on MIG instances and their NCCL version cannot be told (%s); NCCL supports MIG from %s on", joinLabels(unknown), whyUnknown(unknown[0]), MIGMinVersion),
+			fmt.Sprintf("%s: MIG instances with an NCCL whose version cannot be told (%s); NCCL supports MIG from %s on", joinLabels(unknown), whyUnknown(unknown[0]), MIGMinVersion),
 			versionHowTo))
 	}
 	return out
@@ -116,13 +116,13 @@ func ruleMultiRankGPU(in Input) []verdict.Finding {
 			continue
 		}
 		sev := verdict.SeverityFail
-		where := "run several ranks on MIG instances of one physical GPU in one pod"
+		where := "several ranks on MIG instances of one physical GPU in one pod"
 		if guessed {
 			sev = verdict.SeverityWarn
-			where = "asks for several MIG instances in one pod; the only placement rankgate passes puts them on one physical GPU"
+			where = "several MIG instances in one pod (the only placement rankgate passes puts them on one physical GPU)"
 		}
 		out = append(out, finding(verdict.RuleNCCLMultiRankGPU, sev, off,
-			fmt.Sprintf("%s %s with %s %s: NCCL stops init with \"Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this.\"",
+			fmt.Sprintf("%s: %s, and %s is %s: NCCL stops init with \"Multiple Ranks are using the same GPU/Partition. Set NCCL_MULTI_RANK_GPU_ENABLE=1 to enable this.\"",
 				joinLabels(g), where, envMultiRank, reads(off[0].Env, envMultiRank)),
 			"set NCCL_MULTI_RANK_GPU_ENABLE=1 in every rank's container (NCCL 2.31+)"))
 	}
@@ -135,7 +135,7 @@ func ruleNVLSOnMIG(in Input) []verdict.Finding {
 		return nil
 	}
 	return []verdict.Finding{finding(verdict.RuleNCCLNVLSOnMIG, verdict.SeverityFail, rs,
-		fmt.Sprintf("%s run on MIG instances with %s=1: MIG has no NVLink SHARP, and NCCL aborts init (\"NCCL_NVLS_ENABLE has been set to \\\"1\\\" and communicator has multiple ranks using the same NVML device\")", joinLabels(rs), envNVLS),
+		fmt.Sprintf("%s: MIG instances with %s=1: MIG has no NVLink SHARP, and NCCL aborts init (\"NCCL_NVLS_ENABLE has been set to \\\"1\\\" and communicator has multiple ranks using the same NVML device\")", joinLabels(rs), envNVLS),
 		"remove NCCL_NVLS_ENABLE from MIG jobs (its default lets NCCL decide) or set it to 0")}
 }
 
@@ -156,7 +156,7 @@ func ruleNVLSNoNVSwitch(in Input) []verdict.Finding {
 		return nil
 	}
 	return []verdict.Finding{finding(verdict.RuleNCCLNVLSNoNVSwitch, verdict.SeverityWarn, rs,
-		fmt.Sprintf("%s force %s=1 on GPUs with no NVSwitch fabric: NVLS needs NVSwitch (HGX/DGX H100 and later), NCCL cannot use it here", joinLabels(rs), envNVLS),
+		fmt.Sprintf("%s: %s=1 on GPUs with no NVSwitch fabric: NVLS needs NVSwitch (HGX/DGX H100 and later), NCCL cannot use it here", joinLabels(rs), envNVLS),
 		"remove NCCL_NVLS_ENABLE; NCCL turns NVLS on by itself where the fabric supports it")}
 }
 
@@ -167,7 +167,7 @@ func ruleMNNVLNoDomain(in Input) []verdict.Finding {
 	}
 	if mig := migRanks(Input{Scope: in.Scope, Ranks: rs}); len(mig) > 0 {
 		return []verdict.Finding{finding(verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail, mig,
-			fmt.Sprintf("%s force %s=1 on MIG instances: MIG has no NVLink, so no multi-node NVLink either", joinLabels(mig), envMNNVL),
+			fmt.Sprintf("%s: %s=1 on MIG instances: MIG has no NVLink, so no multi-node NVLink either", joinLabels(mig), envMNNVL),
 			"remove NCCL_MNNVL_ENABLE from MIG jobs")}
 	}
 	if in.Scope == ScopeTemplate {
@@ -195,7 +195,7 @@ func ruleMNNVLNoDomain(in Input) []verdict.Finding {
 	if len(domains) <= 1 && !none {
 		return nil
 	}
-	msg := fmt.Sprintf("%s force %s=1 but the ranks share no multi-node NVLink domain:", joinLabels(rs), envMNNVL)
+	msg := fmt.Sprintf("%s: %s=1 but the ranks share no multi-node NVLink domain:", joinLabels(rs), envMNNVL)
 	for _, k := range sortedKeys(domains) {
 		msg += fmt.Sprintf(" %s: %s;", k, joinLabels(domains[k]))
 	}
@@ -212,7 +212,7 @@ func ruleSHMDisabledMIG(in Input) []verdict.Finding {
 			continue
 		}
 		out = append(out, finding(verdict.RuleNCCLSHMDisabledMIG, verdict.SeverityWarn, rs,
-			fmt.Sprintf("%s set %s=1 while their MIG instances share one GPU: MIG has no P2P, shared memory is the only fast path between them, and NCCL falls back to the network (sockets or the NIC through the switch)", joinLabels(rs), envSHM),
+			fmt.Sprintf("%s: %s=1 while their MIG instances share one GPU: MIG has no P2P, shared memory is the only fast path between them, and NCCL falls back to the network (sockets or the NIC through the switch)", joinLabels(rs), envSHM),
 			"remove NCCL_SHM_DISABLE from MIG jobs"))
 	}
 	return out
@@ -229,7 +229,7 @@ func ruleP2PDisabledNVLink(in Input) []verdict.Finding {
 		return nil
 	}
 	return []verdict.Finding{finding(verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn, rs,
-		fmt.Sprintf("%s set %s=1 on GPUs joined by NVLink: NCCL stops using NVLink between them and copies through host shared memory, many times slower", joinLabels(rs), envP2P),
+		fmt.Sprintf("%s: %s=1 on GPUs joined by NVLink: NCCL stops using NVLink between them and copies through host shared memory, many times slower", joinLabels(rs), envP2P),
 		"remove NCCL_P2P_DISABLE (if it was set to work around a hang, check `nvidia-smi topo -p2p rw` and the NVLink state instead)")}
 }
 

@@ -96,7 +96,7 @@ func ruleIgnoreNetMismatch(in Input) []verdict.Finding {
 		sets[k] = append(sets[k], r)
 	}
 	if len(sets) > 1 {
-		msg := fmt.Sprintf("%s set %s=1 and the ranks' NIC sets differ:", joinLabels(rs), envIgnoreNetMismatch)
+		msg := fmt.Sprintf("%s: %s=1 and the ranks' NIC sets differ:", joinLabels(rs), envIgnoreNetMismatch)
 		for _, k := range sortedKeys(sets) {
 			msg += fmt.Sprintf(" %s: %s;", joinLabels(sets[k]), k)
 		}
@@ -108,7 +108,7 @@ func ruleIgnoreNetMismatch(in Input) []verdict.Finding {
 		return nil // every rank's NICs known and alike
 	}
 	return []verdict.Finding{finding(verdict.RuleNCCLIgnoreNetMismatch, verdict.SeverityWarn, rs,
-		fmt.Sprintf("%s set %s=1: where ranks' NIC sets differ NCCL then hangs without an error instead of refusing to start (NVIDIA/nccl#2428); the ranks' NICs are not known here, so it cannot be ruled out", joinLabels(rs), envIgnoreNetMismatch),
+		fmt.Sprintf("%s: %s=1: where ranks' NIC sets differ NCCL then hangs without an error instead of refusing to start (NVIDIA/nccl#2428); the ranks' NICs are not known here, so it cannot be ruled out", joinLabels(rs), envIgnoreNetMismatch),
 		"remove NCCL_IGNORE_NET_MISMATCH unless every node of the job has the same NICs")}
 }
 
