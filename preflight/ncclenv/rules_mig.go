@@ -219,23 +219,37 @@ func ruleSHMDisabledMIG(in Input) []verdict.Finding {
 }
 
 func ruleP2PDisabledNVLink(in Input) []verdict.Finding {
-	var rs []Rank
-	for _, r := range withSetting(in.Ranks, envP2P) {
-		if nvlinked(r, in) {
-			rs = append(rs, r)
-		}
-	}
+	rs := withSetting(in.Ranks, envP2P)
 	if len(rs) == 0 {
 		return nil
 	}
-	return []verdict.Finding{finding(verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn, rs,
-		fmt.Sprintf("%s: %s=1 on GPUs joined by NVLink: NCCL stops using NVLink between them and copies through host shared memory, many times slower", joinLabels(rs), envP2P),
+	// Full GPUs per node and NVLink domain: two of them share NVLink.
+	domain := map[string]int{}
+	for _, r := range in.Ranks {
+		for _, d := range r.Devices {
+			if !d.MIG && d.FabricCluster != "" {
+				domain[r.Node+"/"+d.FabricCluster]++
+			}
+		}
+	}
+	var linked []Rank
+	for _, r := range rs {
+		if nvlinked(r, domain) {
+			linked = append(linked, r)
+		}
+	}
+	if len(linked) == 0 {
+		return nil
+	}
+	return []verdict.Finding{finding(verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn, linked,
+		fmt.Sprintf("%s: %s=1 on GPUs joined by NVLink: NCCL stops using NVLink between them and copies through host shared memory, many times slower", joinLabels(linked), envP2P),
 		"remove NCCL_P2P_DISABLE (if it was set to work around a hang, check `nvidia-smi topo -p2p rw` and the NVLink state instead)")}
 }
 
 // nvlinked: the rank's full GPUs reach another GPU of the job over NVLink
-// (a known NVLink peer, or a GPU of the same node in one NVLink domain).
-func nvlinked(r Rank, in Input) bool {
+// (a known NVLink peer, or another GPU of the same node in its NVLink
+// domain).
+func nvlinked(r Rank, domain map[string]int) bool {
 	if !r.DevicesKnown {
 		return false
 	}
@@ -243,18 +257,8 @@ func nvlinked(r Rank, in Input) bool {
 		if d.MIG {
 			continue
 		}
-		if d.NVLinkPeers {
+		if d.NVLinkPeers || (d.FabricCluster != "" && domain[r.Node+"/"+d.FabricCluster] >= 2) {
 			return true
-		}
-		if d.FabricCluster == "" {
-			continue
-		}
-		for _, o := range in.Ranks {
-			for _, od := range o.Devices {
-				if od.ID != d.ID && !od.MIG && o.Node == r.Node && od.FabricCluster == d.FabricCluster {
-					return true
-				}
-			}
 		}
 	}
 	return false
