@@ -223,12 +223,13 @@ func ruleP2PDisabledNVLink(in Input) []verdict.Finding {
 	if len(rs) == 0 {
 		return nil
 	}
-	// Full GPUs per node and NVLink domain: two of them share NVLink.
+	// Full GPUs per multi-node NVLink domain (cluster and clique): two of
+	// them reach each other over NVLink, on one node or across nodes.
 	domain := map[string]int{}
 	for _, r := range in.Ranks {
 		for _, d := range r.Devices {
 			if !d.MIG && d.FabricCluster != "" {
-				domain[r.Node+"/"+d.FabricCluster]++
+				domain[domainKey(d)]++
 			}
 		}
 	}
@@ -246,9 +247,15 @@ func ruleP2PDisabledNVLink(in Input) []verdict.Finding {
 		"remove NCCL_P2P_DISABLE (if it was set to work around a hang, check `nvidia-smi topo -p2p rw` and the NVLink state instead)")}
 }
 
+func domainKey(d Device) string {
+	if d.FabricClique == nil {
+		return d.FabricCluster
+	}
+	return fmt.Sprintf("%s/%d", d.FabricCluster, *d.FabricClique)
+}
+
 // nvlinked: the rank's full GPUs reach another GPU of the job over NVLink
-// (a known NVLink peer, or another GPU of the same node in its NVLink
-// domain).
+// (a known NVLink peer, or another GPU in its multi-node NVLink domain).
 func nvlinked(r Rank, domain map[string]int) bool {
 	if !r.DevicesKnown {
 		return false
@@ -257,7 +264,7 @@ func nvlinked(r Rank, domain map[string]int) bool {
 		if d.MIG {
 			continue
 		}
-		if d.NVLinkPeers || (d.FabricCluster != "" && domain[r.Node+"/"+d.FabricCluster] >= 2) {
+		if d.NVLinkPeers || (d.FabricCluster != "" && domain[domainKey(d)] >= 2) {
 			return true
 		}
 	}

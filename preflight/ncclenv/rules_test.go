@@ -132,13 +132,13 @@ func TestRules(t *testing.T) {
 		{"P2P off on NVLinked GPUs warns", gang(
 			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-1", NVLinkPeers: true}, Device{ID: "GPU-2", NVLinkPeers: true})),
 			[]want{{verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn}}},
-		{"P2P off on two GPUs of one node in one NVLink domain warns", gang(
-			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-1", FabricCluster: "c"}),
-			rank(1, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-2", FabricCluster: "c"})),
+		{"P2P off across nodes of one multi-node NVLink domain warns", gang(
+			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-1", FabricCluster: "c", FabricClique: &clique}),
+			rank(1, "n2", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-2", FabricCluster: "c", FabricClique: &clique})),
 			[]want{{verdict.RuleNCCLP2PDisabledNVLink, verdict.SeverityWarn}}},
-		{"P2P off across nodes of one NVLink domain is not this rule's", gang(
-			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-1", FabricCluster: "c"}),
-			rank(1, "n2", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-2", FabricCluster: "c"})), nil},
+		{"P2P off across cliques is not this rule's", gang(
+			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-1", FabricCluster: "c", FabricClique: &clique}),
+			rank(1, "n2", env("NCCL_P2P_DISABLE", "1"), Device{ID: "GPU-2", FabricCluster: "c", FabricClique: &other})), nil},
 		{"P2P off on PCIe GPUs passes", gang(
 			rank(0, "n1", env("NCCL_P2P_DISABLE", "1"), full("GPU-1"), full("GPU-2"))), nil},
 
