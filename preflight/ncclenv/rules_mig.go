@@ -199,7 +199,8 @@ func ruleMNNVLNoDomain(in Input) []verdict.Finding {
 	for _, k := range sortedKeys(domains) {
 		msg += fmt.Sprintf(" %s: %s;", k, joinLabels(domains[k]))
 	}
-	return []verdict.Finding{finding(verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail, rs, msg[:len(msg)-1],
+	msg = msg[:len(msg)-1] + `; NCCL forced to MNNVL without it stops init ("MNNVL is not supported on this system")`
+	return []verdict.Finding{finding(verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail, rs, msg,
 		"remove NCCL_MNNVL_ENABLE (NCCL detects MNNVL by itself), or place every rank in one NVLink domain (the nodes' clique label)")}
 }
 
