@@ -113,6 +113,22 @@ const (
 	RuleHostfileSlots       = "HOSTFILE_SLOTS"
 	RuleHostfileInvalid     = "HOSTFILE_INVALID"
 	RuleNCCLDebugHidden     = "NCCL_DEBUG_HIDDEN"
+
+	// NCCL settings against the allocation (preflight/ncclenv): the
+	// webhook and diagnose on pod templates, the controller on the gang,
+	// launch and preflight --env-file on one rank.
+	RuleNCCLMIGVersion          = "NCCL_MIG_VERSION"
+	RuleNCCLMultiRankGPU        = "NCCL_MULTI_RANK_GPU_DISABLED"
+	RuleNCCLNVLSOnMIG           = "NCCL_NVLS_ON_MIG"
+	RuleNCCLNVLSNoNVSwitch      = "NCCL_NVLS_NO_NVSWITCH"
+	RuleNCCLMNNVLNoDomain       = "NCCL_MNNVL_NO_DOMAIN"
+	RuleNCCLSHMDisabledMIG      = "NCCL_SHM_DISABLED_MIG"
+	RuleNCCLP2PDisabledNVLink   = "NCCL_P2P_DISABLED_NVLINK"
+	RuleNCCLIgnoreNetMismatch   = "NCCL_NET_MISMATCH_IGNORED"
+	RuleNCCLSettingsDiffer      = "NCCL_SETTINGS_DIFFER"
+	RuleNCCLSocketIfnameMissing = "NCCL_SOCKET_IFNAME_MISSING"
+	RuleNCCLIBHCAMissing        = "NCCL_IB_HCA_MISSING"
+	RuleVisibleDevicesMismatch  = "VISIBLE_DEVICES_MISMATCH"
 )
 
 // NVML discovery classes. A discovery failure's rule ID is NVMLRule(class).
@@ -141,6 +157,7 @@ func NVMLRule(class string) string { return "NVML_" + class }
 
 var (
 	rank      = []Face{FacePreflight}
+	settings  = []Face{FacePreflight, FaceGang, FaceLaunch, FaceDiagnose}
 	gang      = []Face{FaceGang}
 	place     = []Face{FaceDiagnose}
 	launchF   = []Face{FaceLaunch}
@@ -215,6 +232,18 @@ var rules = []Rule{
 	{ID: RuleNprocExceedsDevices, Severity: SeverityFail, Faces: launchF, Summary: "torchrun would start more local processes than the rank has devices", Remediation: "set --nproc-per-node to the rank's devices (one process per MIG device)"},
 	{ID: RuleHostfileInvalid, Severity: SeverityFail, Faces: launchF, Summary: "the MPI hostfile cannot be read or parsed (exit 2)", Remediation: "fix the named line of the hostfile", Exit: ExitUsage},
 	{ID: RuleHostfileSlots, Severity: SeverityFail, Faces: launchF, Summary: "the hostfile's slots do not cover mpirun -np", Remediation: "raise the slots or lower -np"},
+	{ID: RuleNCCLMIGVersion, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "ranks on MIG instances run an NCCL older than 2.31, the first with MIG support (warn when the version cannot be told)", Remediation: "use an image with NCCL 2.31 or later, or full GPUs"},
+	{ID: RuleNCCLMultiRankGPU, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "several ranks on MIG instances of one physical GPU without NCCL_MULTI_RANK_GPU_ENABLE=1: NCCL refuses them (warn on templates, where the placement is not known yet)", Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 in every rank's container"},
+	{ID: RuleNCCLNVLSOnMIG, Severity: SeverityFail, Faces: settings, Summary: "NCCL_NVLS_ENABLE=1 on MIG ranks: NCCL aborts init (MIG has no NVLink SHARP)", Remediation: "remove NCCL_NVLS_ENABLE (or set it to 0) for MIG jobs"},
+	{ID: RuleNCCLNVLSNoNVSwitch, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_NVLS_ENABLE=1 on GPUs with no NVSwitch fabric: NVLS cannot run there", Remediation: "remove NCCL_NVLS_ENABLE; NCCL enables NVLS by itself where an NVSwitch fabric is present"},
+	{ID: RuleNCCLMNNVLNoDomain, Severity: SeverityFail, Faces: settings, Summary: "NCCL_MNNVL_ENABLE=1 where the ranks share no multi-node NVLink domain (or run on MIG)", Remediation: "remove NCCL_MNNVL_ENABLE (NCCL detects MNNVL by itself), or place every rank in one NVLink domain"},
+	{ID: RuleNCCLSHMDisabledMIG, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_SHM_DISABLE=1 with several MIG ranks on one GPU: shared memory is their only fast path, NCCL falls back to the network", Remediation: "remove NCCL_SHM_DISABLE"},
+	{ID: RuleNCCLP2PDisabledNVLink, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_P2P_DISABLE=1 on GPUs joined by NVLink: NCCL falls back to shared memory through the host", Remediation: "remove NCCL_P2P_DISABLE"},
+	{ID: RuleNCCLIgnoreNetMismatch, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "NCCL_IGNORE_NET_MISMATCH=1 with ranks whose NIC sets differ: NCCL hangs without an error (warn on templates and where NICs are not reported)", Remediation: "remove NCCL_IGNORE_NET_MISMATCH and give every rank the same NICs (NCCL_IB_HCA, the device plugin's RDMA resources)"},
+	{ID: RuleNCCLSettingsDiffer, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_*, FI_* or UCX_* settings differ between ranks of one job", Remediation: "give every replica type the same NCCL, libfabric and UCX settings"},
+	{ID: RuleNCCLSocketIfnameMissing, Severity: SeverityFail, Faces: settings, Summary: "NCCL_SOCKET_IFNAME matches no interface of the rank's node: NCCL's bootstrap finds no socket interface", Remediation: "name an interface the node has (`ip -br link` on it), a prefix such as eth, or unset NCCL_SOCKET_IFNAME"},
+	{ID: RuleNCCLIBHCAMissing, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_IB_HCA matches no RDMA device of the rank's node: NCCL finds no IB device and falls back to TCP sockets", Remediation: "name HCAs the node has (`ls /sys/class/infiniband` on it), or unset NCCL_IB_HCA"},
+	{ID: RuleVisibleDevicesMismatch, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES set by hand does not match the devices the rank is given", Remediation: "remove the hand-set variable: the device plugin sets the allocation, and launchers set CUDA_VISIBLE_DEVICES per local rank"},
 	{ID: RuleHostUnreachable, Severity: SeverityFail, Faces: launchF, Summary: "a hostfile host did not resolve or accept TCP on --ssh-port within --hosts-timeout (exit 4)", Remediation: "check that the worker pods run and their headless Service resolves", Exit: ExitTimeout},
 }
 

@@ -15,9 +15,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -194,14 +196,30 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	code := verdict.ExitPass
 	for _, w := range ws {
 		res := e.Diagnose(c, w)
-		reports = append(reports, withSuspended(res.Report, w))
-		code = max(code, res.ExitCode())
+		r := withSuspended(res.Report, w)
+		if j := jobOf(b.Jobs(), w); j != nil {
+			// The job's NCCL settings against what its templates ask for.
+			r = ncclenv.Merge(r, ncclsettings.Judge(j))
+		}
+		reports = append(reports, r)
+		code = max(code, res.ExitCode(), r.ExitCode())
 	}
 	if err := writeReports(a.Streams.Out, reports, format); err != nil {
 		return err
 	}
 	if code != verdict.ExitPass {
 		return verdict.Silent(code)
+	}
+	return nil
+}
+
+// jobOf is the job a workload was built from; nil for a workload of bare
+// pods.
+func jobOf(jobs []kubeflow.Job, w schedule.Workload) kubeflow.Job {
+	for _, j := range jobs {
+		if j.Kind() == w.Kind && j.Namespace() == w.Namespace && j.Name() == w.Name {
+			return j
+		}
 	}
 	return nil
 }
@@ -324,10 +342,14 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 		}
 	}
 	res := e.Diagnose(c, w)
-	if err := a.printReport(withSuspended(res.Report, w), o.Output); err != nil {
+	r := withSuspended(res.Report, w)
+	if j != nil {
+		r = ncclenv.Merge(r, ncclsettings.Judge(j))
+	}
+	if err := a.printReport(r, o.Output); err != nil {
 		return err
 	}
-	if code := res.ExitCode(); code != verdict.ExitPass {
+	if code := max(res.ExitCode(), r.ExitCode()); code != verdict.ExitPass {
 		return verdict.Silent(code)
 	}
 	return nil
