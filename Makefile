@@ -30,7 +30,7 @@ CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
-.PHONY: generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
+.PHONY: release cross generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -81,6 +81,13 @@ manifests: $(KUSTOMIZE) ## dist/rankgate.yaml: the install (configs/deploy) rend
 	$(KUSTOMIZE) build dist/.build/deploy > dist/rankgate.yaml
 	rm -rf dist/.build
 	@echo "wrote dist/rankgate.yaml (image ghcr.io/rankgate/rankgate:$(RELEASE_VERSION))"
+
+release: $(KUSTOMIZE) ## dist/ for VERSION=vX.Y.Z: CLI (linux amd64/arm64, darwin arm64), node build (linux amd64/arm64), install manifest, chart package, SHA256SUMS (hack/release.sh)
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "VERSION=$(VERSION): want make release VERSION=vX.Y.Z"; exit 2;; esac
+	bash hack/release.sh $(VERSION)
+
+cross: ## compile every release target (cgo cross gcc for the other Linux arch), keep nothing
+	bash hack/release.sh --cross
 
 generate: $(CONTROLLER_GEN) ## the Gang API's deepcopy code and CRD (configs/deploy/crds) from integrations/kubernetes/api
 	$(CONTROLLER_GEN) object paths=$(API_DIR)
