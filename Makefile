@@ -27,6 +27,8 @@ KUSTOMIZE_VERSION := v5.8.0
 KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
@@ -76,7 +78,7 @@ $(KUSTOMIZE):
 manifests: $(KUSTOMIZE) ## dist/rankgate.yaml: the install (configs/deploy) rendered, image pinned to RELEASE_VERSION
 	@case "$(RELEASE_VERSION)" in ""|latest) echo "RELEASE_VERSION must name a release, not '$(RELEASE_VERSION)'"; exit 2;; esac
 	@mkdir -p dist
-	rm -rf dist/.build && mkdir -p dist/.build && cp -r configs/deploy configs/overlays dist/.build/
+	rm -rf dist/.build && mkdir -p dist/.build && cp -r configs/deploy configs/components configs/overlays dist/.build/
 	cd dist/.build/deploy && $(abspath $(KUSTOMIZE)) edit set image ghcr.io/rankgate/rankgate=ghcr.io/rankgate/rankgate:$(RELEASE_VERSION)
 	$(KUSTOMIZE) build dist/.build/deploy > dist/rankgate.yaml
 	rm -rf dist/.build
@@ -97,6 +99,11 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)/.controller-gen
 	GOBIN=$(abspath $(TOOLS_DIR)/.controller-gen) GOFLAGS= $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(TOOLS_DIR)/.controller-gen/controller-gen $@
+
+$(HELM):
+	@mkdir -p $(TOOLS_DIR)/.helm
+	GOBIN=$(abspath $(TOOLS_DIR)/.helm) GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/.helm/helm $@
 
 $(GOCYCLO):
 	@mkdir -p $(TOOLS_DIR)/.gocyclo

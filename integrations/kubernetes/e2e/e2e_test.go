@@ -412,7 +412,7 @@ func TestE2EDeployManifests(t *testing.T) {
 	applyKustomization(t, root)
 	newNamespace(t, "ml", false)
 	checked := 0
-	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "flowschema.yaml", "networkpolicy.yaml", "../overlays/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-label.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "flowschema.yaml", "networkpolicy.yaml", "../components/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-label.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
 		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
