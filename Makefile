@@ -29,6 +29,10 @@ CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
 HELM_VERSION := v3.22.0
 HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+CHART := charts/rankgate
+# helm template's Kubernetes version: the chart needs 1.30 or later, and a
+# helm built from its module assumes 1.20.
+CHART_KUBE_VERSION := 1.30.0
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
@@ -46,8 +50,8 @@ build-node: ## bin/rankgate-node: the node faces only (preflight, inspect, demo,
 demo: ## the embedded-sample preflight the README starts with
 	$(GO) run ./cmd/rankgate demo
 
-test: lint test-binaries $(KUSTOMIZE) ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
-	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -timeout 40m ./...
+test: lint test-binaries $(KUSTOMIZE) $(HELM) ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_HELM=$(abspath $(HELM)) $(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags rankgate_node ./cmd/...
 
 test-unit: ## tests that need no API server binaries
@@ -56,13 +60,18 @@ test-unit: ## tests that need no API server binaries
 # The release manifest's image tag: the version, never latest.
 RELEASE_VERSION ?= $(VERSION)
 
-lint: $(STATICCHECK) $(GOCYCLO) verify-generated ## gofmt, go vet, staticcheck, the limits (files <= 600 lines, functions <= cyclomatic 25), generated code current; lists every offender
+lint: $(STATICCHECK) $(GOCYCLO) $(HELM) verify-generated ## gofmt, go vet, staticcheck, the limits (files <= 600 lines, functions <= cyclomatic 25), generated code current, helm lint and template of charts/rankgate; lists every offender
 	@status=0; \
 	out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; status=1; fi; \
 	echo "go vet"; $(GO) vet ./... || status=1; \
 	echo "staticcheck $(STATICCHECK_VERSION)"; $(STATICCHECK) ./... || status=1; \
 	echo "limits (gocyclo $(GOCYCLO_VERSION))"; hack/check-limits.sh $(GOCYCLO) || status=1; \
+	echo "helm lint, helm template ($(HELM_VERSION))"; $(HELM) lint --strict --kube-version $(CHART_KUBE_VERSION) $(CHART) || status=1; \
+	for v in "" "--set certificates.mode=cert-manager,onFail=delete,operatorPods.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true" \
+	  "--set webhooks.enabled=false,networkPolicy.enabled=false,namespace.create=true"; do \
+	  $(HELM) template rankgate $(CHART) --kube-version $(CHART_KUBE_VERSION) --namespace rankgate-system $$v >/dev/null || status=1; \
+	done; \
 	exit $$status
 
 $(STATICCHECK):
@@ -123,8 +132,8 @@ fuzz: ## run every fuzzer for FUZZTIME each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-e2e: test-binaries $(KUSTOMIZE) ## end-to-end gang scenarios on a real API server
-	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
+e2e: test-binaries $(KUSTOMIZE) $(HELM) ## end-to-end gang scenarios on a real API server
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_HELM=$(abspath $(HELM)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
 
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .

@@ -58,12 +58,10 @@ func kustomizeBuild(t *testing.T, dir string) []*unstructured.Unstructured {
 }
 
 // controllerIdentityIn asserts that every place of a built install that
-// names the controller's service account names ns/rankgate-controller,
-// and that no object names the shipped namespace any more (unless ns is
-// that namespace).
-func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns string) {
+// names the controller's service account names ns/sa, and that no object
+// names the shipped namespace any more (unless ns is that namespace).
+func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns, sa string) {
 	t.Helper()
-	const sa = "rankgate-controller"
 	require.NotNil(t, find(objs, "ServiceAccount", sa))
 	require.Equal(t, ns, find(objs, "ServiceAccount", sa).GetNamespace())
 	nsObj := find(objs, "Namespace", ns)
@@ -99,7 +97,8 @@ func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns st
 		}
 	}
 
-	// Every binding to the controller's roles names its account.
+	// Every binding to the controller's roles names its account (the
+	// metrics reader's binds the scraper).
 	bound := 0
 	for _, u := range objs {
 		if u.GetKind() != "RoleBinding" && u.GetKind() != "ClusterRoleBinding" {
@@ -108,15 +107,14 @@ func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns st
 		if u.GetKind() == "RoleBinding" {
 			require.Equal(t, ns, u.GetNamespace(), "RoleBinding %s", u.GetName())
 		}
-		subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
-		for _, s := range subjects {
-			m := s.(map[string]any)
-			if m["kind"] == "ServiceAccount" && strings.HasPrefix(m["name"].(string), "rankgate") {
-				require.Equal(t, ns, m["namespace"], "%s %s", u.GetKind(), u.GetName())
-				require.Equal(t, sa, m["name"], "%s %s", u.GetKind(), u.GetName())
-				bound++
-			}
+		if role, _, _ := unstructured.NestedString(u.Object, "roleRef", "name"); role == "rankgate-metrics-reader" {
+			continue
 		}
+		subjects, _, _ := unstructured.NestedSlice(u.Object, "subjects")
+		require.Len(t, subjects, 1, "%s %s", u.GetKind(), u.GetName())
+		m := subjects[0].(map[string]any)
+		require.Equal(t, map[string]any{"kind": "ServiceAccount", "namespace": ns, "name": sa}, m, "%s %s", u.GetKind(), u.GetName())
+		bound++
 	}
 	require.GreaterOrEqual(t, bound, 4, "bindings of the controller's account")
 	dep := find(objs, "Deployment", "rankgate-controller")
@@ -180,9 +178,9 @@ func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns st
 // the webhooks' Service, the certificate's DNS names and the scrape all
 // name it, with every component.
 func TestKustomizeInstallInAnotherNamespace(t *testing.T) {
-	controllerIdentityIn(t, buildInstall(t, "", components), "rankgate-system")
-	controllerIdentityIn(t, buildInstall(t, "ml-platform", components), "ml-platform")
-	controllerIdentityIn(t, buildInstall(t, "ml-platform", nil), "ml-platform")
+	controllerIdentityIn(t, buildInstall(t, "", components), "rankgate-system", "rankgate-controller")
+	controllerIdentityIn(t, buildInstall(t, "ml-platform", components), "ml-platform", "rankgate-controller")
+	controllerIdentityIn(t, buildInstall(t, "ml-platform", nil), "ml-platform", "rankgate-controller")
 }
 
 // Every combination of the components builds on configs/deploy with the
