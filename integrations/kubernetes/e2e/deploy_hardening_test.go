@@ -67,10 +67,17 @@ func asServiceAccount(ns, name string) *rest.Config {
 // controller's change to a probe job's pod template is refused by it.
 func waitJobWritePolicy(t *testing.T) {
 	t.Helper()
+	waitJobWritePolicyAs(t, controllerNS, controllerSA)
+}
+
+// waitJobWritePolicyAs: waitJobWritePolicy for a controller installed as
+// service account sa in namespace ns.
+func waitJobWritePolicyAs(t *testing.T, ns, sa string) {
+	t.Helper()
 	ctx := context.Background()
-	ctl, err := client.New(asServiceAccount(controllerNS, controllerSA), client.Options{Scheme: controller.Scheme()})
+	ctl, err := client.New(asServiceAccount(ns, sa), client.Options{Scheme: controller.Scheme()})
 	require.NoError(t, err)
-	probe := pytorchJob(t, controllerNS, fmt.Sprintf("policy-probe-%d", time.Now().UnixNano()), false, 1, nil)
+	probe := pytorchJob(t, ns, fmt.Sprintf("policy-probe-%d", time.Now().UnixNano()), false, 1, nil)
 	i := 0
 	require.Eventually(t, func() bool {
 		i++
