@@ -22,6 +22,12 @@ var components = []string{"cert-manager", "on-fail-delete", "operator-pods", "se
 // ("" keeps the shipped one), and builds it with the pinned kustomize.
 func buildInstall(t *testing.T, ns string, comps []string) []*unstructured.Unstructured {
 	t.Helper()
+	return buildInstallOf(t, "deploy", ns, comps)
+}
+
+// buildInstallOf: buildInstall over the install in directory deploy.
+func buildInstallOf(t *testing.T, deploy, ns string, comps []string) []*unstructured.Unstructured {
+	t.Helper()
 	dir := t.TempDir()
 	rel := func(p string) string {
 		abs, err := filepath.Abs(p)
@@ -35,7 +41,7 @@ func buildInstall(t *testing.T, ns string, comps []string) []*unstructured.Unstr
 	if ns != "" {
 		fmt.Fprintf(&b, "namespace: %s\n", ns)
 	}
-	fmt.Fprintf(&b, "resources:\n  - %s\n", rel("deploy"))
+	fmt.Fprintf(&b, "resources:\n  - %s\n", rel(deploy))
 	if len(comps) > 0 {
 		b.WriteString("components:\n")
 		for _, c := range comps {
@@ -181,6 +187,19 @@ func TestKustomizeInstallInAnotherNamespace(t *testing.T) {
 	controllerIdentityIn(t, buildInstall(t, "", components), "rankgate-system", "rankgate-controller")
 	controllerIdentityIn(t, buildInstall(t, "ml-platform", components), "ml-platform", "rankgate-controller")
 	controllerIdentityIn(t, buildInstall(t, "ml-platform", nil), "ml-platform", "rankgate-controller")
+
+	// A copy of configs/deploy whose ServiceAccount is renamed in rbac.yaml,
+	// with every component, in another namespace.
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("deploy")))
+	rbac, err := os.ReadFile(filepath.Join(dir, "rbac.yaml"))
+	require.NoError(t, err)
+	sa := "kind: ServiceAccount\nmetadata:\n  name: rankgate-controller\n"
+	require.Contains(t, string(rbac), sa)
+	renamed := strings.Replace(string(rbac), sa, "kind: ServiceAccount\nmetadata:\n  name: gatekeeper\n", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "rbac.yaml"), []byte(renamed), 0o600))
+	controllerIdentityIn(t, kustomizeBuild(t, dir), "rankgate-system", "gatekeeper")
+	controllerIdentityIn(t, buildInstallOf(t, dir, "ml-platform", components), "ml-platform", "gatekeeper")
 }
 
 // Every combination of the components builds on configs/deploy with the
