@@ -185,7 +185,8 @@ func TestHelmChartValues(t *testing.T) {
 		require.NotContains(t, strings.Join(portNames(r), ","), "webhook", "the webhook port stays open without webhooks")
 	}
 
-	for _, bad := range []string{"onFail=explode", "certificates.mode=vault", "webhooks.jobKinds={tfjobs}"} {
+	// values.schema.json refuses unknown values and misspelt keys.
+	for _, bad := range []string{"onFail=explode", "certificates.mode=vault", "webhooks.jobKinds={tfjobs}", "replica=3", "logLevel=verbose"} {
 		out, err := exec.Command(helmBin(t), "template", "rankgate", filepath.Join("..", "charts", "rankgate"), "--kube-version", chartKubeVersion, "--set", bad).CombinedOutput()
 		require.Error(t, err, bad)
 		require.Contains(t, string(out), strings.SplitN(strings.SplitN(bad, "=", 2)[0], ".", 2)[0], "%s: %s", bad, out)

@@ -34,17 +34,3 @@ app.kubernetes.io/part-of: rankgate
 {{- end -}}
 {{- join "," $out -}}
 {{- end -}}
-
-{{- define "rankgate.validate" -}}
-{{- if not (has .Values.onFail (list "suspend" "delete" "annotate")) -}}
-{{- fail (printf "onFail %q: want suspend, delete or annotate" .Values.onFail) -}}
-{{- end -}}
-{{- if not (has .Values.certificates.mode (list "self" "cert-manager")) -}}
-{{- fail (printf "certificates.mode %q: want self or cert-manager" .Values.certificates.mode) -}}
-{{- end -}}
-{{- range .Values.webhooks.jobKinds -}}
-{{- if not (has . (list "pytorchjobs" "mpijobs")) -}}
-{{- fail (printf "webhooks.jobKinds: %q is not pytorchjobs or mpijobs" .) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
