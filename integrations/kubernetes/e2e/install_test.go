@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -88,12 +89,30 @@ func TestE2EHelmChartRunsAGang(t *testing.T) {
 
 // The chart's render, CRDs included, is accepted by a real API server:
 // the default values created for real, the optional parts (cert-manager,
-// on-fail delete, operator pods) in a dry run.
+// on-fail delete, operator pods) in a dry run. Every flag its Deployment
+// passes is one rankgate controller has.
 func TestE2EHelmChartInstall(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
 	applyManifest(t, filepath.Join(root, "configs", "deploy", "namespace.yaml"))
-	applyBuilt(t, "chart", helmRender(t, controllerNS, "--include-crds"), true)
-	applyBuilt(t, "chart with options", helmRender(t, controllerNS, "--set", "certificates.mode=cert-manager",
-		"--set", "onFail=delete", "--set", "operatorPods.enabled=true", "--set", "webhooks.jobKinds={mpijobs}"), false)
+	objs := helmRender(t, controllerNS, "--include-crds")
+	applyBuilt(t, "chart", objs, true)
+	withOptions := helmRender(t, controllerNS, "--set", "certificates.mode=cert-manager", "--set", "onFail=delete",
+		"--set", "operatorPods.enabled=true", "--set", "webhooks.jobKinds={mpijobs}", "--set", "pendingGrace=2m")
+	applyBuilt(t, "chart with options", withOptions, false)
+
+	help, err := exec.Command(binary, "controller", "--help").CombinedOutput()
+	require.NoError(t, err, "%s", help)
+	for _, install := range [][]*unstructured.Unstructured{objs, withOptions} {
+		for _, u := range ofKinds(install, []string{"Deployment"}) {
+			cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+			require.Equal(t, "controller", args[0])
+			for _, a := range args[1:] {
+				flag, _, _ := strings.Cut(a, "=")
+				require.Regexp(t, `^--[a-z-]+$`, flag)
+				require.Contains(t, string(help), "  "+flag+" ", "rankgate controller has no flag %s", flag)
+			}
+		}
+	}
 }
