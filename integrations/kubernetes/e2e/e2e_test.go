@@ -481,9 +481,10 @@ func kustomizeBin(t *testing.T, root string) string {
 
 // applyBuilt has the API server accept every object of a built install
 // (what names it): created and deleted again when create, else in a dry
-// run. The image is pinned to a release; the Namespace enforces the
-// restricted Pod Security Standard and is kept; the CRD is the one the API
-// server was started with, accepted as an update.
+// run. The image is pinned to a release and the controller's flags exist;
+// the Namespace enforces the restricted Pod Security Standard and is kept;
+// the CRD is the one the API server was started with, accepted as an
+// update.
 func applyBuilt(t *testing.T, what string, objs []*unstructured.Unstructured, create bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -495,6 +496,7 @@ func applyBuilt(t *testing.T, what string, objs []*unstructured.Unstructured, cr
 			img, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
 			image := img[0].(map[string]any)["image"].(string)
 			require.Regexp(t, `^ghcr\.io/rankgate/rankgate:v[0-9]`, image, "%s: image not pinned to a release", what)
+			controllerFlagsKnown(t, what, u)
 		case "CustomResourceDefinition":
 			cur := &unstructured.Unstructured{}
 			cur.SetGroupVersionKind(u.GroupVersionKind())

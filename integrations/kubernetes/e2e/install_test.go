@@ -89,8 +89,8 @@ func TestE2EHelmChartRunsAGang(t *testing.T) {
 
 // The chart's render, CRDs included, is accepted by a real API server:
 // the default values created for real, the optional parts (cert-manager,
-// on-fail delete, operator pods) in a dry run. Every flag its Deployment
-// passes is one rankgate controller has.
+// on-fail delete, operator pods) in a dry run; every flag its Deployment
+// passes is one rankgate controller has (applyBuilt).
 func TestE2EHelmChartInstall(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
@@ -100,19 +100,21 @@ func TestE2EHelmChartInstall(t *testing.T) {
 	withOptions := helmRender(t, controllerNS, "--set", "certificates.mode=cert-manager", "--set", "onFail=delete",
 		"--set", "operatorPods.enabled=true", "--set", "webhooks.jobKinds={mpijobs}", "--set", "pendingGrace=2m")
 	applyBuilt(t, "chart with options", withOptions, false)
+}
 
+// controllerFlagsKnown: every flag the Deployment passes to the
+// controller container is one rankgate controller (the binary under test)
+// has; what names the install.
+func controllerFlagsKnown(t *testing.T, what string, dep *unstructured.Unstructured) {
+	t.Helper()
 	help, err := exec.Command(binary, "controller", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", help)
-	for _, install := range [][]*unstructured.Unstructured{objs, withOptions} {
-		for _, u := range ofKinds(install, []string{"Deployment"}) {
-			cs, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-			args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
-			require.Equal(t, "controller", args[0])
-			for _, a := range args[1:] {
-				flag, _, _ := strings.Cut(a, "=")
-				require.Regexp(t, `^--[a-z-]+$`, flag)
-				require.Contains(t, string(help), "  "+flag+" ", "rankgate controller has no flag %s", flag)
-			}
-		}
+	cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+	require.Equal(t, "controller", args[0], what)
+	for _, a := range args[1:] {
+		flag, _, _ := strings.Cut(a, "=")
+		require.Regexp(t, `^--[a-z-]+$`, flag, what)
+		require.Contains(t, string(help), "  "+flag+" ", "%s: rankgate controller has no flag %s", what, flag)
 	}
 }
