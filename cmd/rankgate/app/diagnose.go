@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
@@ -169,8 +170,19 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	if err != nil {
 		return verdict.Exitf(verdict.ExitUsage, "%v", err)
 	}
+	if len(ws) == 0 && len(b.BoundDRAPods()) > 0 {
+		reports := make([]verdict.Report, 0, len(b.BoundDRAPods()))
+		for _, p := range b.BoundDRAPods() {
+			reports = append(reports, boundDRAReport(p))
+		}
+		return writeReports(a.Streams.Out, reports, format)
+	}
 	if len(ws) == 0 {
-		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		dra := ""
+		if n := b.RunningDRAPods(); n > 0 {
+			dra = fmt.Sprintf("; %d pod(s) with DRA resource claims are bound and running: their devices came through DRA claims", n)
+		}
+		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)%s", stats.Objects, c.NodeCount(), dra)
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
@@ -237,6 +249,9 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 	if err != nil {
 		return err
 	}
+	if p.Spec.NodeName != "" && len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodRunning {
+		return a.printReport(boundDRAReport(cluster.BoundDRAPod{Namespace: ns, Name: name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNamesOf(p)}), o.Output)
+	}
 	if p.Spec.NodeName != "" {
 		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
 			Rule: verdict.RuleSchedulable, Severity: verdict.SeverityInfo,
@@ -257,6 +272,25 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 }
 
 type podRef struct{ ns, name string }
+
+// boundDRAReport: a bound pod whose devices come through DRA claims is a
+// device pod that DRA_NOT_JUDGED stands down on, not "no GPU pod".
+func boundDRAReport(p cluster.BoundDRAPod) verdict.Report {
+	return verdict.NewReport("Pod "+p.Namespace+"/"+p.Name, []verdict.Finding{{
+		Rule: verdict.RuleDRANotJudged, Severity: verdict.SeverityWarn,
+		Message:     cluster.BoundDRAMessage(p),
+		Remediation: "read the pod's events (kubectl describe pod: the kubelet's messages about preparing resources) and its ResourceClaims' status (kubectl describe resourceclaim), and the DRA driver's kubelet plugin log on the node",
+		Nodes:       []string{p.Node}, Pods: []string{p.Namespace + "/" + p.Name},
+	}})
+}
+
+func claimNamesOf(p *corev1.Pod) []string {
+	out := make([]string, 0, len(p.Spec.ResourceClaims))
+	for _, c := range p.Spec.ResourceClaims {
+		out = append(out, c.Name)
+	}
+	return out
+}
 
 func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
 	e, err := a.diagnoseEngine(ctx, o)

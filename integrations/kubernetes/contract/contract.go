@@ -60,6 +60,11 @@ const (
 // diagnose` and a restarted controller read them. Values a person writes
 // here are never read as instructions.
 const (
+	// AnnotationBypass, on a rank pod, set by an operator to a reason, lets
+	// its init container stop waiting for the gate (break-glass while the
+	// controller is down); the injected init container reads it from a
+	// downward API volume.
+	AnnotationBypass = "rankgate.io/bypass"
 	// AnnotationVerdict is "pass", "warn" or "fail".
 	AnnotationVerdict = "rankgate.io/verdict"
 	// AnnotationReason is the failing findings in words, with their rule

@@ -178,7 +178,7 @@ func TestE2EWebhookInjectsOnce(t *testing.T) {
 		require.Equal(t, initImage, ic.Image)
 		require.Equal(t, "4", ic.Resources.Limits.Name("nvidia.com/gpu", "").String(), "the trainer's GPUs")
 		require.Contains(t, ic.Args, "--termination-log=/dev/termination-log")
-		require.Len(t, ps.Volumes, 2)
+		require.Len(t, ps.Volumes, 3)
 	}
 	// The CA the pods mount is in the namespace.
 	cm := &corev1.ConfigMap{}

@@ -43,14 +43,18 @@ const Path = "/mutate-kubeflow-jobs"
 // Names the webhook gives what it adds to a pod template; a template that
 // already has InitName is left as it is.
 const (
-	InitName        = "rankgate-init"
-	TokenVolume     = "rankgate-token"
-	CAVolume        = "rankgate-ca"
-	TokenMountPath  = "/var/run/secrets/rankgate"
-	CAMountPath     = "/var/run/rankgate"
-	CAConfigMapName = "rankgate-ca" // key CAKey: the gate's CA bundle, kept by the controller
-	CAKey           = "ca.crt"
-	TerminationLog  = "/dev/termination-log"
+	InitName    = "rankgate-init"
+	TokenVolume = "rankgate-token"
+	CAVolume    = "rankgate-ca"
+	// PodInfoVolume is the pod's own annotations (downward API), where the
+	// init container sees an operator's contract.AnnotationBypass.
+	PodInfoVolume    = "rankgate-podinfo"
+	PodInfoMountPath = "/etc/rankgate/podinfo"
+	TokenMountPath   = "/var/run/secrets/rankgate"
+	CAMountPath      = "/var/run/rankgate"
+	CAConfigMapName  = "rankgate-ca" // key CAKey: the gate's CA bundle, kept by the controller
+	CAKey            = "ca.crt"
+	TerminationLog   = "/dev/termination-log"
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
@@ -274,7 +278,7 @@ func (m *Mutator) podSpecOps(base string, pod *corev1.PodSpec, timeout time.Dura
 		return nil, nil
 	}
 	for _, v := range pod.Volumes {
-		if v.Name == TokenVolume || v.Name == CAVolume {
+		if v.Name == TokenVolume || v.Name == CAVolume || v.Name == PodInfoVolume {
 			return nil, fmt.Errorf("a volume is already named %s", v.Name)
 		}
 	}
@@ -368,6 +372,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 		"--ca-file=" + CAMountPath + "/" + CAKey,
 		"--token-file=" + TokenMountPath + "/token",
 		"--termination-log=" + TerminationLog,
+		"--bypass-file=" + PodInfoMountPath + "/annotations",
 	}
 	if p := expectProfile(gpus); p != "" {
 		args = append(args, "--expect-profile="+p)
@@ -405,6 +410,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: TokenVolume, MountPath: TokenMountPath, ReadOnly: true},
 			{Name: CAVolume, MountPath: CAMountPath, ReadOnly: true},
+			{Name: PodInfoVolume, MountPath: PodInfoMountPath, ReadOnly: true},
 		},
 	}
 }
@@ -419,6 +425,9 @@ func (m *Mutator) volumes() []corev1.Volume {
 		{Name: CAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: CAConfigMapName},
 			Items:                []corev1.KeyToPath{{Key: CAKey, Path: CAKey}},
+		}}},
+		{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}},
 		}}},
 	}
 }

@@ -86,7 +86,7 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	require.Equal(t, "ghcr.io/rankgate/rankgate:v1.2.3", ic.Image)
 	require.Equal(t, []string{NodeBinary}, ic.Command)
 	require.Equal(t, []string{"init", "--gate-url=https://rankgate-gate.rankgate-system.svc:443", "--ca-file=/var/run/rankgate/ca.crt",
-		"--token-file=/var/run/secrets/rankgate/token", "--termination-log=/dev/termination-log", "--timeout=20m0s"}, ic.Args)
+		"--token-file=/var/run/secrets/rankgate/token", "--termination-log=/dev/termination-log", "--bypass-file=/etc/rankgate/podinfo/annotations", "--timeout=20m0s"}, ic.Args)
 	require.Equal(t, "8", ic.Resources.Limits.Name("nvidia.com/gpu", "").String())
 	cpu := ic.Resources.Limits[corev1.ResourceCPU]
 	require.Equal(t, "100m", cpu.String(), "of the trainer's, only the GPU resources are copied; cpu is the init container's own")
@@ -95,7 +95,7 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 		env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
 	}
 	require.Equal(t, []string{"POD_NAME=metadata.name", "POD_NAMESPACE=metadata.namespace", "NODE_NAME=spec.nodeName"}, env)
-	require.Len(t, master.Volumes, 2)
+	require.Len(t, master.Volumes, 3)
 	require.Equal(t, "rankgate", master.Volumes[0].Projected.Sources[0].ServiceAccountToken.Audience)
 	require.Equal(t, CAConfigMapName, master.Volumes[1].ConfigMap.Name)
 
@@ -202,12 +202,12 @@ func TestPatchKeepsUnknownFields(t *testing.T) {
 	specs := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)
 	master := specs["Master"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	require.Len(t, master["initContainers"], 1)
-	require.Len(t, master["volumes"], 2)
+	require.Len(t, master["volumes"], 3)
 	master["initContainers"], master["volumes"] = nil, []any{}
 	odd := specs["Odd/~Type"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	ics := odd["initContainers"].([]any)
 	require.Equal(t, InitName, ics[0].(map[string]any)["name"])
-	require.Len(t, odd["volumes"], 2)
+	require.Len(t, odd["volumes"], 3)
 	odd["initContainers"] = ics[1:]
 	delete(odd, "volumes")
 	require.Equal(t, want, obj)
