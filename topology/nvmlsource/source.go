@@ -1,99 +1,16 @@
-// Package nvmlsource discovers a node's GPU inventory live through NVML
-// (go-nvml's nvml.Interface), so tests inject go-nvml's mock servers (see the
-// nvmltest sub-package) and production uses the driver's libnvidia-ml.so.1.
-//
-// Every NVML call runs under its own deadline (WithCallTimeout). NVML calls
-// can block forever on a wedged GPU, and a blocked cgo call cannot be
-// interrupted, so the calls run on a goroutine of their own and Inventory
-// waits for them with a timer and the context. When a call passes its
-// deadline, Inventory returns at once a *topology.DiscoveryError of class
-// CALL_HUNG (rule NVML_CALL_HUNG, Hung true) that names the call and the
-// device; discovery stops at that call. The goroutine stuck in the driver is
-// abandoned: it leaks until the call returns, if ever, and then only shuts
-// NVML down and exits. The process can still exit (returning from main or
-// os.Exit does not wait for goroutines).
-//
-// NVML return codes become *topology.DiscoveryError values with a class per
-// failure kind (see Classes), a message and a remediation a person can act
-// on. ERROR_NOT_SUPPORTED is an answer, never a failure: the field stays
-// unknown, or the capability is reported absent.
+//go:build linux && cgo
+
 package nvmlsource
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/rankgate/rankgate/topology"
 )
-
-// Default deadlines.
-const (
-	DefaultCallTimeout = 5 * time.Second
-	// DefaultInitTimeout is longer than a call: without persistence mode,
-	// nvmlInit brings up every GPU, about 1-3 s each.
-	DefaultInitTimeout = 60 * time.Second
-)
-
-// Logger is the little logging this package does: why a field stayed
-// unknown, what was skipped. The binary adapts its real logger to it.
-type Logger interface {
-	Debugf(format string, args ...any)
-}
-
-type nopLogger struct{}
-
-func (nopLogger) Debugf(string, ...any) {}
-
-type options struct {
-	callTimeout time.Duration
-	initTimeout time.Duration
-	log         Logger
-	calls       *atomic.Int64
-}
-
-// Option configures a Source.
-type Option func(*options)
-
-// WithCallTimeout sets the deadline of each NVML call (default 5 s). A
-// context deadline that comes sooner wins.
-func WithCallTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.callTimeout = d
-		}
-	}
-}
-
-// WithInitTimeout sets the deadline of nvmlInit (default 60 s, see
-// DefaultInitTimeout). A context deadline that comes sooner wins.
-func WithInitTimeout(d time.Duration) Option {
-	return func(o *options) {
-		if d > 0 {
-			o.initTimeout = d
-		}
-	}
-}
-
-// WithLogger sets the debug logger; the default discards.
-func WithLogger(l Logger) Option {
-	return func(o *options) {
-		if l != nil {
-			o.log = l
-		}
-	}
-}
-
-// WithCallCounter adds the number of NVML calls each discovery makes
-// (Init and Shutdown included) to c. Benchmarks and tests use it to check
-// that discovery stays linear in GPUs, MIG devices and GPU pairs.
-func WithCallCounter(c *atomic.Int64) Option {
-	return func(o *options) { o.calls = c }
-}
 
 // Source discovers the inventory through NVML. It is safe for concurrent
 // use; each Inventory call initializes and shuts down NVML around its work.

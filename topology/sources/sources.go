@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/nvmlsource"
@@ -37,8 +35,8 @@ type Options struct {
 	// duration); nil discards them.
 	Log nvmlsource.Logger
 	// NVML replaces the driver's library (tests: nvmltest); nil loads
-	// libnvidia-ml.
-	NVML nvml.Interface
+	// libnvidia-ml. (An nvml.Interface in Linux builds with cgo.)
+	NVML Library
 }
 
 // New returns the source o asks for. Its errors are usage errors (exit
@@ -74,10 +72,7 @@ func New(o Options) (topology.Source, error) {
 	if o.Log != nil {
 		opts = append(opts, nvmlsource.WithLogger(o.Log))
 	}
-	if o.NVML != nil {
-		return nodeSource{nvmlsource.New(o.NVML, opts...)}, nil
-	}
-	return nodeSource{nvmlsource.NewDefault(opts...)}, nil
+	return nodeSource{nvmlSource(o.NVML, opts)}, nil
 }
 
 // nodeSource is NVML on this node, named after the node (NVML does not

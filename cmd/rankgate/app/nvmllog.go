@@ -3,13 +3,14 @@ package app
 import (
 	"fmt"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"go.uber.org/zap"
+
+	"github.com/rankgate/rankgate/topology/sources"
 )
 
 // nvmlLibrary replaces libnvidia-ml in tests (go-nvml's mock servers);
 // nil in the binary.
-var nvmlLibrary nvml.Interface
+var nvmlLibrary sources.Library
 
 // nvmlLogger hands NVML discovery's debug lines to the command's logger
 // (nvmlsource.Logger).
