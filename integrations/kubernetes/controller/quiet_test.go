@@ -10,7 +10,7 @@ import (
 )
 
 func TestQuietGateIdleDoesNotWait(t *testing.T) {
-	q := newQuietGate(time.Hour)
+	q := newQuietGate(time.Hour, nil)
 	start := time.Now()
 	q.wait(context.Background(), time.Hour)
 	require.Less(t, time.Since(start), time.Second)
@@ -21,7 +21,7 @@ func TestQuietGateIdleDoesNotWait(t *testing.T) {
 // the quiet time; a write started within that time extends it.
 func TestQuietGateWaitsForTheGapAfterWrites(t *testing.T) {
 	const quiet = 100 * time.Millisecond
-	q := newQuietGate(quiet)
+	q := newQuietGate(quiet, nil)
 	waiter := func() <-chan time.Time {
 		woke := make(chan time.Time, 1)
 		go func() {
@@ -69,7 +69,7 @@ func TestQuietGateWaitsForTheGapAfterWrites(t *testing.T) {
 // Under a stream of writes with no gap, a waiter goes after its longest
 // wait; a canceled context ends the wait at once.
 func TestQuietGateWaitIsBounded(t *testing.T) {
-	q := newQuietGate(time.Hour)
+	q := newQuietGate(time.Hour, nil)
 	q.begin()
 	q.end()
 	start := time.Now()
@@ -88,7 +88,7 @@ func TestQuietGateWaitIsBounded(t *testing.T) {
 
 // Many waiters share one channel and all wake when the gate turns quiet.
 func TestQuietGateWakesEveryWaiter(t *testing.T) {
-	q := newQuietGate(30 * time.Millisecond)
+	q := newQuietGate(30*time.Millisecond, nil)
 	q.begin()
 	var wg sync.WaitGroup
 	for i := 0; i < 1000; i++ {
@@ -112,7 +112,7 @@ func TestQuietGateWakesEveryWaiter(t *testing.T) {
 
 // Concurrent writers: the gate is quiet only after the last one ends.
 func TestQuietGateConcurrentWriters(t *testing.T) {
-	q := newQuietGate(time.Millisecond)
+	q := newQuietGate(time.Millisecond, nil)
 	var wg sync.WaitGroup
 	for i := 0; i < 50; i++ {
 		wg.Add(1)
