@@ -83,7 +83,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 			// Later, off the moment many gangs complete together: until
 			// then the Gang reads Decided, and a new leader's sweep finds
 			// the job carrying the verdict (nothing to do) and marks it.
-			c.clock().AfterFunc(*c.opts.AppliedDelay, func() {
+			c.afterFunc(*c.opts.AppliedDelay, func() {
 				if ctx.Err() == nil {
 					c.markApplied(ctx, t, d)
 				}

@@ -291,7 +291,7 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	g.timer = c.clock().AfterFunc(c.until(deadline), func() { c.decide(g, trigDeadline, nil) })
+	g.timer = c.afterFunc(c.until(deadline), func() { c.decide(g, trigDeadline, nil) })
 }
 
 // forget drops a gang (job deleted, opted out, or re-gated).

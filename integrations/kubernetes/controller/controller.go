@@ -350,6 +350,16 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 	return cw.GetCertificate, nil
 }
 
+// newController is a replica's in-memory state for opts (defaulted),
+// without its clients: New adds them, unit tests add fakes.
+func newController(opts Options) *Controller {
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
+		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet, opts.Clock), applyPace: rate.NewLimiter(applyRate, applyBurst),
+		progress: newProgressQueue(opts.Clock), progressPace: rate.NewLimiter(progressRate, progressBurst)}
+	c.unexpected.max = maxMisfits
+	return c
+}
+
 // New builds the manager, the caches, the reconcilers and the gate.
 func New(opts Options) (*Controller, error) {
 	if err := opts.defaults(); err != nil {
@@ -358,11 +368,7 @@ func New(opts Options) (*Controller, error) {
 	registerMetrics()
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet, opts.Clock), applyPace: rate.NewLimiter(applyRate, applyBurst),
-		progress: newProgressQueue(opts.Clock), progressPace: rate.NewLimiter(progressRate, progressBurst)}
-
-	c.unexpected.max = maxMisfits
+	c := newController(opts)
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
 		return nil, err

@@ -95,7 +95,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		g.deciding = false
 		g.mu.Unlock()
 		if ctx.Err() == nil {
-			c.clock().AfterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
+			c.afterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
 		}
 		return
 	}
@@ -108,7 +108,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	close(g.done) // every waiting rank is answered now
 	g.mu.Unlock()
 	g.close()
-	c.clock().AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
 
 	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
 	switch {
@@ -162,7 +162,7 @@ func (c *Controller) adoptVerdict(g *gang, d *decision) {
 	close(g.done)
 	g.mu.Unlock()
 	g.close()
-	c.clock().AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
 	c.log.Info("verdict recorded by another replica; adopted", "job", g.key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	c.applyUntilDone(c.leadContext(), g.target(), d)
 }

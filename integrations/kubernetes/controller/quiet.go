@@ -62,7 +62,7 @@ func (q *quietGate) settleLocked() {
 		return
 	}
 	if q.timer == nil {
-		q.timer = q.clk.AfterFunc(left, q.settle)
+		q.timer = q.clk.AfterFunc(left, func() { go q.settle() }) // its own goroutine, as time.AfterFunc (a fake clock runs it inline)
 	} else {
 		q.timer.Reset(left)
 	}
