@@ -2,16 +2,21 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"os"
+	"runtime/pprof"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -41,9 +46,11 @@ var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 // leader is one replica leading on a fake clock and a fake API server.
 type leader struct {
 	*Controller
-	clk *armingClock
-	rec *events.FakeRecorder
-	cl  client.Client // the API server, without any interceptor
+	clk    *armingClock
+	rec    *events.FakeRecorder
+	cl     client.Client // the API server, without any interceptor
+	ctx    context.Context
+	cancel context.CancelFunc // ends its lead
 }
 
 // podIndexer registers the controller's pod index (indexPodsByJob) on a
@@ -97,15 +104,13 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.leader.Store(true)
 	c.synced.Store(true)
 	c.recovered.Store(true)
-	return &leader{Controller: c, clk: clk, rec: rec, cl: cl}
+	return &leader{Controller: c, clk: clk, rec: rec, cl: cl, ctx: ctx, cancel: cancel}
 }
 
-// stop ends l's lead (its lead context).
+// stop ends l's lead.
 func (l *leader) stop() {
 	l.leader.Store(false)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	l.leadCtx.Store(&ctx)
+	l.cancel()
 }
 
 // gangJob is an opted-in PyTorchJob "j" in namespace ml with n workers,
@@ -323,4 +328,279 @@ func TestVerdictAppliedThenMarkedAfterTheDelay(t *testing.T) {
 	require.False(t, pending, "the verdict is no longer pending once on its job")
 }
 
-func testLog(t *testing.T) logr.Logger { return testr.NewWithOptions(t, testr.Options{Verbosity: 1}) }
+// testLog logs to t while the test runs, and drops what the controller's
+// goroutines still log after it ended.
+func testLog(t *testing.T) logr.Logger {
+	var mu sync.Mutex
+	done := false
+	t.Cleanup(func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+	})
+	return funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			t.Log(prefix, args)
+		}
+	}, funcr.Options{Verbosity: 1})
+}
+
+// statusWrites counts the Gang status writes through a client.
+type statusWrites struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (w *statusWrites) funcs() *interceptor.Funcs {
+	return &interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
+		if _, ok := o.(*v1alpha1.Gang); ok && sub == "status" {
+			w.mu.Lock()
+			w.n++
+			w.mu.Unlock()
+		}
+		return c.SubResource(sub).Update(ctx, o, opts...)
+	}}
+}
+
+func (w *statusWrites) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// openGang starts l's progress writers and has the reconciler note the
+// opted-in job pj without a verdict: its Gang is created at once, 0/N.
+func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
+	t.Helper()
+	l.runProgress(l.ctx)
+	k, _ := kubeflow.ByName("PyTorchJob")
+	l.noteUndecided("ml/PyTorchJob/j", k, pj)
+	// Written, and known as written (a report before then would write it again).
+	require.Eventually(t, func() bool { r := l.lookupRes(pj.UID); return r != nil && r.current() != nil }, eventually, tick)
+	require.Equal(t, int32(0), l.gangObj(t).Status.ReportedRanks)
+}
+
+// Reports do not write the Gang each: the ranks reported within
+// progressEvery of the first are written together, once, progressEvery
+// after it, with the first report's time (a later leader's deadline).
+func TestProgressWrittenOncePerInterval(t *testing.T) {
+	pj, pods := gangJob(t, 3)
+	var w statusWrites
+	l := newLeader(t, newFakeAPI(t, objects(pj, pods)...), Options{}, w.funcs())
+	l.openGang(t, pj)
+	before := w.count()
+
+	l.report(t, pods, 0, verdict.VerdictPass)
+	l.report(t, pods, 1, verdict.VerdictPass)
+	l.armed(t, progressEvery)
+	require.Never(t, func() bool { return l.gangObj(t).Status.ReportedRanks > 0 }, 100*time.Millisecond, tick, "written before progressEvery")
+	l.clk.Step(progressEvery)
+	require.Eventually(t, func() bool { return l.gangObj(t).Status.ReportedRanks == 2 }, eventually, tick)
+	st := l.gangObj(t).Status
+	require.Equal(t, "2/3", st.Progress)
+	require.Equal(t, v1alpha1.PhaseWaitingForRanks, st.Phase)
+	require.NotNil(t, st.FirstReportAt)
+	require.True(t, st.FirstReportAt.Time.Equal(t0), "first report at %s", st.FirstReportAt)
+	require.Never(t, func() bool { return w.count() > before+1 }, 100*time.Millisecond, tick)
+	require.Equal(t, before+1, w.count(), "one write for both reports")
+}
+
+// A gang decided within progressEvery of its reports costs no progress
+// write: its verdict write carries the ranks.
+func TestProgressLeftToTheVerdictWrite(t *testing.T) {
+	pj, pods := gangJob(t, 2)
+	var w statusWrites
+	l := newLeader(t, newFakeAPI(t, objects(pj, pods)...), Options{}, w.funcs())
+	l.openGang(t, pj)
+	before := w.count()
+
+	l.report(t, pods, 0, verdict.VerdictPass)
+	l.report(t, pods, 1, verdict.VerdictPass)
+	require.Eventually(t, func() bool { return l.answer(t, pods, 0).State == gate.StateDecided }, eventually, tick)
+	require.Equal(t, before+1, w.count(), "the verdict write")
+	l.clk.Step(progressEvery)
+	require.Never(t, func() bool { return w.count() > before+1 }, 200*time.Millisecond, tick, "a progress write after the verdict")
+	require.Equal(t, int32(2), l.gangObj(t).Status.ReportedRanks)
+}
+
+// pendingJob is the opted-in job "j" with one worker whose pod asks for
+// res and has been unschedulable since t0, on a fleet of one node with
+// 8 full GPUs.
+func (l *leader) pendingSetup(t *testing.T, res string) (*kubeflowv1.PyTorchJob, *corev1.Pod) {
+	t.Helper()
+	p := pendingPod(res, 1)
+	p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	_, pods := rankJob(t, p)
+	// The job as the API server holds it, with its pod template.
+	pj := ptJob(false, 1)
+	pj.Name, pj.UID, pj.Labels = "j", "job-uid", map[string]string{contract.KeyGate: "enabled"}
+	pj.Spec.PyTorchReplicaSpecs[kubeflowv1.PyTorchJobReplicaTypeWorker].Template.Spec = *p.Spec.DeepCopy()
+	for _, o := range objects(pj, pods) {
+		require.NoError(t, l.cl.Create(context.Background(), o))
+	}
+	l.model.apply(gpuNodeObj("node-0", "nvidia.com/gpu", 8))
+	return pj, pods[0]
+}
+
+// The Pending watchdog leaves a job whose pod is unschedulable alone for
+// its grace, then judges it: a pod asking for a MIG device on a fleet of
+// full GPUs can never be placed, and the job fails through the gang path.
+func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
+	grace := 10 * time.Second
+	l := newLeader(t, newFakeAPI(t), Options{PendingGrace: &grace}, nil)
+	l.pendingSetup(t, "nvidia.com/mig-1g.10gb")
+	k, _ := kubeflow.ByName("PyTorchJob")
+	ctx := context.Background()
+
+	l.clk.Step(4 * time.Second)
+	again, failed := l.watchPending(ctx, k, l.job(t))
+	require.False(t, failed)
+	require.Equal(t, 6*time.Second, again, "looked at again when its grace ends")
+	w := l.pw.jobs["ml/PyTorchJob/j"]
+	require.NotNil(t, w)
+	require.Nil(t, w.last, "judged within its grace")
+
+	l.clk.Step(6*time.Second - time.Millisecond)
+	again, failed = l.watchPending(ctx, k, l.job(t))
+	require.False(t, failed)
+	require.Equal(t, time.Millisecond, again)
+	require.Nil(t, w.last, "judged within its grace")
+
+	l.clk.Step(time.Millisecond)
+	_, failed = l.watchPending(ctx, k, l.job(t))
+	require.True(t, failed, "a pod that can never be placed fails its job once the grace ends")
+	require.Eventually(t, func() bool { _, ok := l.decided(wrap(l.job(t))); return ok }, eventually, tick)
+	d, _ := l.decided(wrap(l.job(t)))
+	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
+	require.Equal(t, t0.Add(grace), d.DecidedAt)
+	require.True(t, pendingReport(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
+	l.clk.Step(recordQuiet)
+	if !assert.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick) {
+		pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
+		t.FailNow()
+	}
+	require.Contains(t, <-l.rec.Events, contract.ReasonPendingFailed)
+}
+
+// A job whose pod waits for capacity is not failed at its grace: it is
+// told what it waits for, and looked at again.
+func TestPendingWaitingJobNotFailed(t *testing.T) {
+	l := newLeader(t, newFakeAPI(t), Options{}, nil)
+	l.pendingSetup(t, "nvidia.com/gpu")
+	k, _ := kubeflow.ByName("PyTorchJob")
+	l.clk.Step(DefaultPendingGrace)
+	again, failed := l.watchPending(context.Background(), k, l.job(t))
+	require.False(t, failed)
+	require.Equal(t, waitRecheck, again)
+	require.NotEmpty(t, l.job(t).Annotations[contract.AnnotationWaitingFor])
+	_, decided := l.decided(wrap(l.job(t)))
+	require.False(t, decided)
+}
+
+// failingJobPatches fails every patch of a job, as to a leader that lost
+// the API server between recording a verdict and applying it.
+var failingJobPatches = &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+	if _, ok := o.(*kubeflowv1.PyTorchJob); ok {
+		return errors.New("connection refused")
+	}
+	return c.Patch(ctx, o, p, opts...)
+}}
+
+// takeOver makes a second replica, replica-b, lead on cl at its clock's
+// now, and loads the verdicts the first one recorded (sweep).
+func takeOver(t *testing.T, cl client.WithWatch, opts Options, now time.Time, fns *interceptor.Funcs) *leader {
+	t.Helper()
+	opts.Identity = "replica-b"
+	b := newLeader(t, cl, opts, fns)
+	b.clk.SetTime(now)
+	b.leaderSince.Store(now.UnixNano())
+	b.recovered.Store(false)
+	require.True(t, b.sweep(b.ctx))
+	return b
+}
+
+// A verdict the leader recorded in the Gang and did not apply before it
+// stopped leading is answered and applied by the next leader, as it was
+// recorded (never decided again), and its Gang marked Applied.
+func TestTakeoverAppliesARecordedVerdict(t *testing.T) {
+	pj, pods := gangJob(t, 2)
+	cl := newFakeAPI(t, objects(pj, pods)...)
+	a := newLeader(t, cl, Options{}, failingJobPatches)
+	a.report(t, pods, 0, verdict.VerdictPass)
+	a.report(t, pods, 1, verdict.VerdictFail)
+	require.Eventually(t, func() bool { return a.answer(t, pods, 0).State == gate.StateDecided }, eventually, tick)
+	a.clk.Step(recordQuiet) // its apply fails, and retries until it stops leading
+	require.Never(t, func() bool { return suspended(a.job(t)) }, 100*time.Millisecond, tick)
+	a.stop()
+	g := a.gangObj(t)
+	require.Equal(t, string(verdict.VerdictFail), g.Status.Verdict)
+	require.False(t, applied(g))
+
+	// The new leader's first patch of the job waits until the test has
+	// asked it for the verdict.
+	release := make(chan struct{})
+	held := &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, o client.Object, p client.Patch, opts ...client.PatchOption) error {
+		if _, ok := o.(*kubeflowv1.PyTorchJob); ok {
+			<-release
+		}
+		return c.Patch(ctx, o, p, opts...)
+	}}
+	b := takeOver(t, cl, Options{}, t0.Add(time.Minute), held)
+	resp := b.answer(t, pods, 1)
+	require.Equal(t, gate.StateDecided, resp.State, "answered from the recorded verdict before it is on the job")
+	require.Equal(t, verdict.VerdictFail, resp.Verdict.Verdict)
+	require.WithinDuration(t, t0, *resp.DecidedAt, 0, "decided by the first leader")
+	require.False(t, suspended(b.job(t)))
+	close(release)
+	require.Eventually(t, func() bool { return suspended(b.job(t)) }, eventually, tick)
+	ann := b.job(t).Annotations
+	require.Equal(t, "replica-a", ann[contract.AnnotationDecidedBy], "applied as recorded")
+	require.Equal(t, string(verdict.VerdictFail), ann[contract.AnnotationVerdict])
+	require.Contains(t, <-b.rec.Events, contract.ReasonGangFailed)
+	require.Equal(t, int64(0), b.Decisions(), "adopted, not decided again")
+
+	b.armed(t, DefaultAppliedDelay)
+	b.clk.Step(DefaultAppliedDelay)
+	require.Eventually(t, func() bool { return applied(b.gangObj(t)) }, eventually, tick)
+}
+
+// A new leader gives ranks ResendGrace to re-send their reports before a
+// gang whose deadline passed while no replica led is failed for missing
+// ranks: the deadline an earlier leader recorded (the Gang's first
+// report) stands, but never ends before that grace.
+func TestTakeoverWaitsForResentReports(t *testing.T) {
+	pj, pods := gangJob(t, 2)
+	for _, p := range pods {
+		p.CreationTimestamp = metav1.NewTime(t0.Add(-time.Minute))
+	}
+	cl := newFakeAPI(t, objects(pj, pods)...)
+	opts := Options{GangTimeout: 10 * time.Minute}
+	a := newLeader(t, cl, opts, nil)
+	a.openGang(t, pj)
+	a.report(t, pods, 0, verdict.VerdictPass)
+	a.armed(t, progressEvery)
+	a.clk.Step(progressEvery)
+	require.Eventually(t, func() bool { return a.gangObj(t).Status.FirstReportAt != nil }, eventually, tick)
+	a.stop()
+
+	// The next leader takes over 20 minutes later: the gang's own
+	// deadline (10 minutes after its first report) has passed.
+	now := t0.Add(20 * time.Minute)
+	b := takeOver(t, cl, opts, now, nil)
+	resend := b.opts.ResendGrace
+	require.Equal(t, DefaultMaxWait+5*time.Second, resend)
+	resp := b.report(t, pods, 0, verdict.VerdictPass)
+	require.Equal(t, gate.StateWaiting, resp.State, "failed before ranks could re-send")
+	require.WithinDuration(t, now.Add(resend), *resp.Deadline, 0)
+
+	b.armed(t, resend)
+	b.clk.Step(resend - time.Millisecond)
+	require.Never(t, func() bool { return b.answer(t, pods, 0).State == gate.StateDecided }, 100*time.Millisecond, tick)
+	b.clk.Step(time.Millisecond)
+	require.Eventually(t, func() bool { return b.answer(t, pods, 0).State == gate.StateDecided }, eventually, tick)
+	got := b.answer(t, pods, 0)
+	require.Contains(t, got.Verdict.RuleIDs(), verdict.RuleGangIncomplete)
+	require.Equal(t, "replica-b", b.gangObj(t).Status.DecidedBy)
+}
