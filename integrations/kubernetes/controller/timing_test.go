@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"testing"
 	"time"
 
