@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -377,8 +374,12 @@ func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	l.runProgress(l.ctx)
 	k, _ := kubeflow.ByName("PyTorchJob")
 	l.noteUndecided("ml/PyTorchJob/j", k, pj)
-	// Written, and known as written (a report before then would write it again).
-	require.Eventually(t, func() bool { r := l.lookupRes(pj.UID); return r != nil && r.current() != nil }, eventually, tick)
+	// Written with its progress, and known as written: a report before
+	// then would write it again, and a verdict write would conflict.
+	require.Eventually(t, func() bool {
+		r := l.lookupRes(pj.UID)
+		return r != nil && r.current() != nil && r.current().Status.Progress != ""
+	}, eventually, tick)
 	require.Equal(t, int32(0), l.gangObj(t).Status.ReportedRanks)
 }
 
@@ -477,10 +478,7 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	require.Equal(t, t0.Add(grace), d.DecidedAt)
 	require.True(t, pendingReport(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
 	l.clk.Step(recordQuiet)
-	if !assert.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick) {
-		pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
-		t.FailNow()
-	}
+	require.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick)
 	require.Contains(t, <-l.rec.Events, contract.ReasonPendingFailed)
 }
 
