@@ -61,11 +61,13 @@ func (q *quietGate) settleLocked() {
 		q.ch = nil
 		return
 	}
-	if q.timer == nil {
-		q.timer = q.clk.AfterFunc(left, func() { go q.settle() }) // its own goroutine, as time.AfterFunc (a fake clock runs it inline)
-	} else {
-		q.timer.Reset(left)
+	// A new timer each time: one that fired is not reset (a fake clock
+	// cannot fire an AfterFunc timer twice). Its function runs on its own
+	// goroutine, as time.AfterFunc's (a fake clock runs it inline).
+	if q.timer != nil {
+		q.timer.Stop()
 	}
+	q.timer = q.clk.AfterFunc(left, func() { go q.settle() })
 }
 
 func (q *quietGate) settle() {
