@@ -426,10 +426,10 @@ func TestProgressLeftToTheVerdictWrite(t *testing.T) {
 	require.Equal(t, int32(2), l.gangObj(t).Status.ReportedRanks)
 }
 
-// pendingJob is the opted-in job "j" with one worker whose pod asks for
-// res and has been unschedulable since t0, on a fleet of one node with
-// 8 full GPUs.
-func (l *leader) pendingSetup(t *testing.T, res string) (*kubeflowv1.PyTorchJob, *corev1.Pod) {
+// pendingSetup creates the opted-in job "j" with one worker whose pod
+// asks for res and has been unschedulable since t0, on a fleet of one
+// node with 8 full GPUs.
+func (l *leader) pendingSetup(t *testing.T, res string) {
 	t.Helper()
 	p := pendingPod(res, 1)
 	p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
@@ -442,7 +442,6 @@ func (l *leader) pendingSetup(t *testing.T, res string) (*kubeflowv1.PyTorchJob,
 		require.NoError(t, l.cl.Create(context.Background(), o))
 	}
 	l.model.apply(gpuNodeObj("node-0", "nvidia.com/gpu", 8))
-	return pj, pods[0]
 }
 
 // The Pending watchdog leaves a job whose pod is unschedulable alone for
