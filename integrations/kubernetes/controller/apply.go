@@ -83,7 +83,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 			// Later, off the moment many gangs complete together: until
 			// then the Gang reads Decided, and a new leader's sweep finds
 			// the job carrying the verdict (nothing to do) and marks it.
-			time.AfterFunc(*c.opts.AppliedDelay, func() {
+			c.afterFunc(*c.opts.AppliedDelay, func() {
 				if ctx.Err() == nil {
 					c.markApplied(ctx, t, d)
 				}
@@ -95,7 +95,7 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-c.clock().After(backoff):
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
@@ -119,7 +119,7 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 		switch {
 		case err == nil && done:
 			if obj != nil && !d.adopted {
-				metricApplyLag.Observe(time.Since(d.DecidedAt).Seconds())
+				metricApplyLag.Observe(c.since(d.DecidedAt).Seconds())
 			}
 			if d.Report.Failed() && d.Action == ActionDelete {
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -80,7 +80,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		Rank: r.rank, Pod: r.pod.Name, Node: node,
 		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
 	}
-	now := time.Now()
+	now := c.now()
 	c.startClock(g, now)
 	isNew, decide, why, err := c.addReport(ctx, g, r, rr, now)
 	if err != nil {
@@ -94,7 +94,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	if decide {
 		go c.decide(g, why, nil)
 	}
-	g.wait(ctx, wait)
+	g.wait(ctx, c.clock(), wait)
 	return g.response(r.rank), nil
 }
 
@@ -110,7 +110,7 @@ func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait t
 		return c.answerDecided(r, d), nil
 	}
 	g := c.ensureGang(r.job)
-	g.wait(ctx, wait)
+	g.wait(ctx, c.clock(), wait)
 	return g.response(r.rank), nil
 }
 
@@ -291,7 +291,7 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	g.timer = time.AfterFunc(time.Until(deadline), func() { c.decide(g, trigDeadline, nil) })
+	g.timer = c.afterFunc(c.until(deadline), func() { c.decide(g, trigDeadline, nil) })
 }
 
 // forget drops a gang (job deleted, opted out, or re-gated).

@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -152,6 +153,9 @@ type Options struct {
 	// host name).
 	Identity string
 	Log      logr.Logger
+	// Clock: where the controller reads the time and arms its deadlines
+	// and delays (nil: the real clock; tests pass a fake one).
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 // Defaults of Options (and of rankgate controller's flags).
@@ -347,6 +351,16 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 	return cw.GetCertificate, nil
 }
 
+// newController is a replica's in-memory state for opts (defaulted),
+// without its clients: New adds them, unit tests add fakes.
+func newController(opts Options) *Controller {
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
+		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet, opts.Clock), applyPace: rate.NewLimiter(applyRate, applyBurst),
+		progress: newProgressQueue(opts.Clock), progressPace: rate.NewLimiter(progressRate, progressBurst)}
+	c.unexpected.max = maxMisfits
+	return c
+}
+
 // New builds the manager, the caches, the reconcilers and the gate.
 func New(opts Options) (*Controller, error) {
 	if err := opts.defaults(); err != nil {
@@ -355,11 +369,7 @@ func New(opts Options) (*Controller, error) {
 	registerMetrics()
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet), applyPace: rate.NewLimiter(applyRate, applyBurst),
-		progress: newProgressQueue(), progressPace: rate.NewLimiter(progressRate, progressBurst)}
-
-	c.unexpected.max = maxMisfits
+	c := newController(opts)
 	kinds, err := installedKinds(cfg, opts.Scheme, c.log)
 	if err != nil {
 		return nil, err
@@ -513,7 +523,7 @@ func (c *Controller) watchSync(ctx context.Context) error {
 // answers ranks, and writes the Gangs' progress.
 func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leadCtx.Store(&ctx)
-	c.leaderSince.Store(time.Now().UnixNano())
+	c.leaderSince.Store(c.now().UnixNano())
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
 	go c.sweep(ctx)

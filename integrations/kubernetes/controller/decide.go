@@ -78,12 +78,12 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		g.mu.Unlock()
 		return
 	}
-	d := &decision{Report: report, DecidedAt: time.Now(), DecidedBy: c.opts.Identity}
-	recStart := time.Now()
+	d := &decision{Report: report, DecidedAt: c.now(), DecidedBy: c.opts.Identity}
+	recStart := c.now()
 	c.quiet.begin()
 	rec, wrote, err := c.record(rctx, g, d)
 	c.quiet.end()
-	recTook := time.Since(recStart)
+	recTook := c.since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
 		if apierrors.IsForbidden(err) {
@@ -96,7 +96,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		g.deciding = false
 		g.mu.Unlock()
 		if ctx.Err() == nil {
-			time.AfterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
+			c.afterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
 		}
 		return
 	}
@@ -109,7 +109,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	close(g.done) // every waiting rank is answered now
 	g.mu.Unlock()
 	g.close()
-	time.AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
 
 	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
 	switch {
@@ -123,18 +123,18 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		log.Info("verdict recorded by an earlier leader; adopted")
 	default:
 		c.decisions.Add(1)
-		observeVerdict(rec.Report, first, last, time.Now()) // recorded and answered
+		observeVerdict(rec.Report, first, last, c.now()) // recorded and answered
 		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", strings.Join(rec.Report.RuleIDs(), ","),
-			"sinceLastReport", sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
+			"sinceLastReport", c.sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	}
 	c.applyUntilDone(ctx, g.target(), rec)
 }
 
-func sinceOrZero(t time.Time) string {
+func (c *Controller) sinceOrZero(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return time.Since(t).Round(time.Microsecond).String()
+	return c.since(t).Round(time.Microsecond).String()
 }
 
 // forgetGang drops g if it is still the registered gang of its job.
@@ -163,7 +163,7 @@ func (c *Controller) adoptVerdict(g *gang, d *decision) {
 	close(g.done)
 	g.mu.Unlock()
 	g.close()
-	time.AfterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
 	c.log.Info("verdict recorded by another replica; adopted", "job", g.key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	c.applyUntilDone(c.leadContext(), g.target(), d)
 }

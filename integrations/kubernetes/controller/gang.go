@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -37,7 +38,7 @@ type gang struct {
 	firstAt  time.Time // the gang's first report, possibly from an earlier leader
 	lastAt   time.Time // the report that completed the gang, or the latest one
 	deadline time.Time
-	timer    *time.Timer
+	timer    clock.Timer
 	deciding bool
 	verdict  *decision
 	done     chan struct{}
@@ -168,9 +169,9 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	switch {
 	case err != nil:
 		c.log.Error(err, "listing the gang's pods; its clock starts now", "job", g.key)
-		oldest = time.Now()
+		oldest = c.now()
 	case oldest.IsZero():
-		oldest = time.Now() // no rank pod yet: no rank can have reported
+		oldest = c.now() // no rank pod yet: no rank can have reported
 	}
 	if at.Before(oldest) {
 		c.log.Info("the job's first-report time is older than its oldest rank pod; using the pod's creation", "job", g.key, "firstReportAt", s, "oldestPod", oldest.UTC().Format(time.RFC3339))
@@ -319,17 +320,17 @@ func (g *gang) reportedLocked() []preflight.RankReport {
 	return out
 }
 
-// wait blocks until the verdict, ctx's end, or d.
-func (g *gang) wait(ctx context.Context, d time.Duration) {
+// wait blocks until the verdict, ctx's end, or d on clk.
+func (g *gang) wait(ctx context.Context, clk clock.Clock, d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	t := time.NewTimer(d)
+	t := clk.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-g.done:
 	case <-ctx.Done():
-	case <-t.C:
+	case <-t.C():
 	}
 }
 

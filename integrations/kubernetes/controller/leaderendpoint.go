@@ -131,13 +131,13 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 	}
 	if !ready {
 		// Polled: the sweep that loads recorded verdicts is record.go's.
-		t := time.NewTicker(10 * time.Millisecond)
+		t := le.c.clock().NewTicker(10 * time.Millisecond)
 		for !le.c.canDecide() {
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-t.C:
+			case <-t.C():
 			}
 		}
 		t.Stop()
@@ -149,13 +149,13 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 	log.Info("this replica is the gate Service's endpoint: new connections of ranks reach it")
 	// Keep it so: recreate a deleted slice, repair our own entry, but never
 	// overwrite another replica's (a newer leader's).
-	t := time.NewTicker(le.interval)
+	t := le.c.clock().NewTicker(le.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if err := le.check(ctx, log); err != nil && ctx.Err() == nil {
 			log.Error(err, "checking the gate Service's endpoint")
@@ -183,7 +183,7 @@ func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, r
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(backoff):
+		case <-le.c.clock().After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}

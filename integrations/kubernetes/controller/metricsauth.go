@@ -28,7 +28,7 @@ import (
 // server cannot be asked), with the same cache lifetimes. It is written
 // here because that filter brings in the API server libraries (CEL,
 // OpenTelemetry, ...): about 9 MB of the binary, most of it resident.
-func metricsAuth(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+func metricsAuth(cfg *rest.Config, hc *http.Client, now func() time.Time) (metricsserver.Filter, error) {
 	authn, err := authenticationv1.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func metricsAuth(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error
 			}
 			return r.Status.Allowed, nil
 		},
-		now: time.Now,
+		now: now,
 	}
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		return a.handler(log, next), nil

@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -251,7 +250,7 @@ func (c *Controller) affectedPending(kind string) []reconcile.Request {
 		req reconcile.Request
 		j   *judged
 	}
-	now := time.Now()
+	now := c.now()
 	var cands []cand
 	c.pw.mu.Lock()
 	for _, p := range c.pw.jobs {

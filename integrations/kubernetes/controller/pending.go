@@ -81,7 +81,7 @@ var migLabels = []string{"nvidia.com/mig.config", "nvidia.com/mig.config.state",
 func (c *Controller) noteNodeChange(o, n *corev1.Node) {
 	if gpuTransient(o, n) {
 		c.pw.mu.Lock()
-		c.pw.transientAt = time.Now()
+		c.pw.transientAt = c.now()
 		c.pw.mu.Unlock()
 	}
 	for _, l := range migLabels {
@@ -90,9 +90,9 @@ func (c *Controller) noteNodeChange(o, n *corev1.Node) {
 			if c.pw.migChanged == nil {
 				c.pw.migChanged = map[string]time.Time{}
 			}
-			c.pw.migChanged[n.Name] = time.Now()
+			c.pw.migChanged[n.Name] = c.now()
 			for name, at := range c.pw.migChanged {
-				if time.Since(at) > migSettle {
+				if c.since(at) > migSettle {
 					delete(c.pw.migChanged, name)
 				}
 			}
@@ -113,7 +113,7 @@ func (c *Controller) noteNodeChange(o, n *corev1.Node) {
 func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) {
 	c.pw.mu.Lock()
 	defer c.pw.mu.Unlock()
-	if l := time.Until(c.pw.transientAt.Add(transientSettle)); l > 0 {
+	if l := c.until(c.pw.transientAt.Add(transientSettle)); l > 0 {
 		return l, true
 	}
 	for _, f := range rep.Findings {
@@ -125,7 +125,7 @@ func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) 
 		}
 		for _, n := range f.Nodes {
 			at, seen := c.pw.migChanged[n]
-			l := time.Until(at.Add(migSettle))
+			l := c.until(at.Add(migSettle))
 			if !seen || l <= 0 {
 				return 0, false
 			}
@@ -199,7 +199,7 @@ func (c *Controller) watchedPending(key string, o client.Object, kind string) *p
 	}
 	p := c.pw.jobs[key]
 	if p == nil || p.uid != o.GetUID() {
-		p = &pendingJob{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), seen: time.Now()}
+		p = &pendingJob{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), seen: c.now()}
 		c.pw.jobs[key] = p
 	}
 	return p
@@ -308,7 +308,7 @@ func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj clie
 	c.pw.mu.Lock()
 	w := c.pw.jobs[key]
 	c.pw.mu.Unlock()
-	seen := time.Now()
+	seen := c.now()
 	if w != nil {
 		seen = w.seen
 	}
@@ -328,7 +328,7 @@ func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj clie
 	c.pw.mu.Lock()
 	w.due = since.Add(grace)
 	c.pw.mu.Unlock()
-	if left := time.Until(since.Add(grace)); left > 0 {
+	if left := c.until(since.Add(grace)); left > 0 {
 		return left, false
 	}
 	return c.judgePending(ctx, k, obj, key, w, pods, since)
@@ -381,8 +381,8 @@ func (c *Controller) judgePending(ctx context.Context, k kubeflow.Kind, obj clie
 func (c *Controller) waitingCause(w *pendingJob, f verdict.Finding) verdict.Finding {
 	c.pw.mu.Lock()
 	defer c.pw.mu.Unlock()
-	if w.cause.Rule != f.Rule || time.Since(w.liveAt) >= liveEvery {
-		w.liveAt, w.cause = time.Now(), f
+	if w.cause.Rule != f.Rule || c.since(w.liveAt) >= liveEvery {
+		w.liveAt, w.cause = c.now(), f
 	}
 	return w.cause
 }
@@ -394,7 +394,7 @@ func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, 
 	if err != nil {
 		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
 	}
-	waited := time.Since(since)
+	waited := c.since(since)
 	if timeout > 0 && waited >= timeout {
 		c.failPending(j, key, timeoutReport(subject, cause, waited, timeout), "pending-timeout")
 		return 0, true

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -30,8 +31,8 @@ const (
 	progressRetry   = 5 * time.Second
 )
 
-func newProgressQueue() workqueue.TypedDelayingInterface[types.UID] {
-	return workqueue.NewTypedDelayingQueue[types.UID]()
+func newProgressQueue(clk clock.WithTickerAndDelayedExecution) workqueue.TypedDelayingInterface[types.UID] {
+	return workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: clockOr(clk)})
 }
 
 // touchProgress marks job uid's Gang dirty: written within progressEvery,

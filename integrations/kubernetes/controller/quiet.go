@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"k8s.io/utils/clock"
 )
 
 // quietGate tracks the verdict writes ranks wait for, so that the writes
@@ -14,21 +16,25 @@ import (
 // cost nothing while they wait.
 type quietGate struct {
 	quiet time.Duration
+	clk   clock.WithDelayedExecution
 
 	mu       sync.Mutex
 	inFlight int
 	last     time.Time     // when the latest verdict write started
 	ch       chan struct{} // non-nil while busy; closed when quiet
-	timer    *time.Timer
+	timer    clock.Timer
 }
 
-func newQuietGate(quiet time.Duration) *quietGate { return &quietGate{quiet: quiet} }
+// newQuietGate is a gate with quiet time quiet on clk (nil: the real clock).
+func newQuietGate(quiet time.Duration, clk clock.WithTickerAndDelayedExecution) *quietGate {
+	return &quietGate{quiet: quiet, clk: clockOr(clk)}
+}
 
 // begin marks a verdict write started.
 func (q *quietGate) begin() {
 	q.mu.Lock()
 	q.inFlight++
-	q.last = time.Now()
+	q.last = q.clk.Now()
 	if q.ch == nil {
 		q.ch = make(chan struct{})
 	}
@@ -49,17 +55,19 @@ func (q *quietGate) settleLocked() {
 	if q.inFlight > 0 || q.ch == nil {
 		return
 	}
-	left := q.quiet - time.Since(q.last)
+	left := q.quiet - q.clk.Since(q.last)
 	if left <= 0 {
 		close(q.ch)
 		q.ch = nil
 		return
 	}
-	if q.timer == nil {
-		q.timer = time.AfterFunc(left, q.settle)
-	} else {
-		q.timer.Reset(left)
+	// A new timer each time: one that fired is not reset (a fake clock
+	// cannot fire an AfterFunc timer twice). Its function runs on its own
+	// goroutine, as time.AfterFunc's (a fake clock runs it inline).
+	if q.timer != nil {
+		q.timer.Stop()
 	}
+	q.timer = q.clk.AfterFunc(left, func() { go q.settle() })
 }
 
 func (q *quietGate) settle() {
@@ -85,11 +93,11 @@ func (q *quietGate) wait(ctx context.Context, most time.Duration) {
 	if ch == nil {
 		return
 	}
-	t := time.NewTimer(most)
+	t := q.clk.NewTimer(most)
 	defer t.Stop()
 	select {
 	case <-ch:
-	case <-t.C:
+	case <-t.C():
 	case <-ctx.Done():
 	}
 }

@@ -7,80 +7,98 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func TestQuietGateIdleDoesNotWait(t *testing.T) {
-	q := newQuietGate(time.Hour)
+	q := newQuietGate(time.Hour, nil)
 	start := time.Now()
 	q.wait(context.Background(), time.Hour)
 	require.Less(t, time.Since(start), time.Second)
 	require.False(t, q.busy())
 }
 
+// quietClock is a fake clock for a quiet gate, and a waiter on the gate
+// that says whether it woke.
+func quietClock(t *testing.T, q func(*armingClock) *quietGate) (*armingClock, *quietGate, func(most time.Duration) func() bool) {
+	clk := &armingClock{FakeClock: clocktesting.NewFakeClock(t0)}
+	g := q(clk)
+	waiter := func(most time.Duration) func() bool {
+		woke := make(chan struct{})
+		go func() {
+			g.wait(context.Background(), most)
+			close(woke)
+		}()
+		// Waiting: its bound is armed.
+		require.Eventually(t, func() bool { return clk.take(most) }, eventually, tick)
+		return func() bool {
+			select {
+			case <-woke:
+				return true
+			default:
+				return false
+			}
+		}
+	}
+	return clk, g, waiter
+}
+
 // Busy while a verdict write is in flight and until none has started for
 // the quiet time; a write started within that time extends it.
 func TestQuietGateWaitsForTheGapAfterWrites(t *testing.T) {
 	const quiet = 100 * time.Millisecond
-	q := newQuietGate(quiet)
-	waiter := func() <-chan time.Time {
-		woke := make(chan time.Time, 1)
-		go func() {
-			q.wait(context.Background(), time.Minute)
-			woke <- time.Now()
-		}()
-		return woke
-	}
+	clk, q, waiter := quietClock(t, func(c *armingClock) *quietGate { return newQuietGate(quiet, c) })
 
-	// A long write: nobody goes while it is in flight, and since it
+	// A long write: nobody goes while it is in flight (not even when the
+	// quiet time after an earlier write ends meanwhile), and since it
 	// started longer ago than the quiet time, they go when it ends.
 	q.begin()
-	require.True(t, q.busy())
-	woke := waiter()
-	time.Sleep(150 * time.Millisecond)
-	select {
-	case <-woke:
-		t.Fatal("a waiter woke while a verdict write was in flight")
-	default:
-	}
 	q.end()
-	select {
-	case <-woke:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter did not go when the write ended")
-	}
+	q.begin()
+	require.True(t, q.busy())
+	woke := waiter(time.Minute)
+	clk.Step(quiet + quiet/2)
+	require.Never(t, woke, 50*time.Millisecond, tick, "a waiter woke while a verdict write was in flight")
+	q.end()
+	require.Eventually(t, woke, eventually, tick, "the waiter did not go when the write ended")
+	require.False(t, q.busy())
 
 	// Short writes: the waiter goes a quiet time after the last start.
 	q.begin()
 	q.end()
-	woke = waiter()
-	time.Sleep(quiet / 2)
-	second := time.Now() // at or before the start begin records
-	q.begin()
+	woke = waiter(time.Minute)
+	clk.Step(quiet / 2)
+	q.begin() // a second write, half a quiet time after the first
 	q.end()
-	at := <-woke
-	require.False(t, at.Before(second.Add(quiet)), "woke %s after the second write started, before the quiet time", at.Sub(second))
+	clk.Step(quiet / 2)
+	require.Never(t, woke, 50*time.Millisecond, tick, "woke a quiet time after the first write, not the last")
+	clk.Step(quiet/2 - time.Millisecond)
+	require.Never(t, woke, 50*time.Millisecond, tick, "woke before the quiet time")
+	require.True(t, q.busy())
+	clk.Step(time.Millisecond)
+	require.Eventually(t, woke, eventually, tick)
 	require.False(t, q.busy())
 	// Quiet again: no wait.
 	start := time.Now()
 	q.wait(context.Background(), time.Minute)
-	require.Less(t, time.Since(start), 50*time.Millisecond)
+	require.Less(t, time.Since(start), time.Second)
 }
 
 // Under a stream of writes with no gap, a waiter goes after its longest
 // wait; a canceled context ends the wait at once.
 func TestQuietGateWaitIsBounded(t *testing.T) {
-	q := newQuietGate(time.Hour)
+	clk, q, waiter := quietClock(t, func(c *armingClock) *quietGate { return newQuietGate(time.Hour, c) })
 	q.begin()
 	q.end()
-	start := time.Now()
-	q.wait(context.Background(), 80*time.Millisecond)
-	took := time.Since(start)
-	require.GreaterOrEqual(t, took, 80*time.Millisecond)
-	require.Less(t, took, 5*time.Second)
+	woke := waiter(80 * time.Millisecond)
+	clk.Step(80*time.Millisecond - time.Millisecond)
+	require.Never(t, woke, 50*time.Millisecond, tick, "went before its longest wait")
+	clk.Step(time.Millisecond)
+	require.Eventually(t, woke, eventually, tick)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	start = time.Now()
+	start := time.Now()
 	q.wait(ctx, time.Hour)
 	require.Less(t, time.Since(start), time.Second)
 	require.True(t, q.busy())
@@ -88,7 +106,7 @@ func TestQuietGateWaitIsBounded(t *testing.T) {
 
 // Many waiters share one channel and all wake when the gate turns quiet.
 func TestQuietGateWakesEveryWaiter(t *testing.T) {
-	q := newQuietGate(30 * time.Millisecond)
+	q := newQuietGate(30*time.Millisecond, nil)
 	q.begin()
 	var wg sync.WaitGroup
 	for i := 0; i < 1000; i++ {
@@ -112,7 +130,7 @@ func TestQuietGateWakesEveryWaiter(t *testing.T) {
 
 // Concurrent writers: the gate is quiet only after the last one ends.
 func TestQuietGateConcurrentWriters(t *testing.T) {
-	q := newQuietGate(time.Millisecond)
+	q := newQuietGate(time.Millisecond, nil)
 	var wg sync.WaitGroup
 	for i := 0; i < 50; i++ {
 		wg.Add(1)

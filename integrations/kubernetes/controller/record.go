@@ -236,7 +236,7 @@ func (c *Controller) sweep(ctx context.Context) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(backoff):
+		case <-c.clock().After(backoff):
 		}
 		backoff = min(2*backoff, 10*time.Second)
 	}

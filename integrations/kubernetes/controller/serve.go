@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -35,7 +36,10 @@ func metricsOptions(o Options) metricsserver.Options {
 		return m
 	}
 	m.SecureServing = true
-	m.FilterProvider = metricsAuth
+	now := clockOr(o.Clock).Now
+	m.FilterProvider = func(cfg *rest.Config, hc *http.Client) (metricsserver.Filter, error) {
+		return metricsAuth(cfg, hc, now)
+	}
 	// Without tls.crt/tls.key there, a self-signed certificate.
 	m.CertDir = o.CertDir
 	return m

@@ -223,7 +223,7 @@ func (c *Controller) startUsage(ctx context.Context, cs kubernetes.Interface) er
 func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 	c.pw.liveMu.Lock()
 	defer c.pw.liveMu.Unlock()
-	deadline := time.Now().Add(time.Minute)
+	deadline := c.now().Add(time.Minute)
 	for {
 		base, gen, err := c.model.cluster()
 		var ugen uint64
@@ -231,7 +231,7 @@ func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 			ugen, err = c.usage.generation()
 		}
 		if err == nil {
-			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || time.Since(s.at) < liveFresh) {
+			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || c.since(s.at) < liveFresh) {
 				return s, nil
 			}
 			if len(base.LabelErrors) > 0 {
@@ -245,16 +245,16 @@ func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 			if c.pw.snap != nil {
 				seq = c.pw.snap.seq + 1
 			}
-			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), seq: seq, gen: gen, ugen: ugen, at: time.Now()}
+			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), seq: seq, gen: gen, ugen: ugen, at: c.now()}
 			return c.pw.snap, nil
 		}
-		if !errors.Is(err, errModelNotSynced) && !errors.Is(err, errUsageNotSynced) || time.Now().After(deadline) {
+		if !errors.Is(err, errModelNotSynced) && !errors.Is(err, errUsageNotSynced) || c.now().After(deadline) {
 			return nil, err
 		}
 		select {
 		case <-ctx.Done():
 			return nil, err
-		case <-time.After(100 * time.Millisecond):
+		case <-c.clock().After(100 * time.Millisecond):
 		}
 	}
 }
