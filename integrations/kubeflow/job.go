@@ -13,8 +13,8 @@
 package kubeflow
 
 import (
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,13 +131,12 @@ func RankOf(j Job, pod *corev1.Pod) (int, error) {
 	if err != nil {
 		return fail("%w", err)
 	}
-	v, ok := pod.Labels[LabelReplicaIdx]
-	if !ok {
-		return fail("the %s pod has no %s label, which its operator sets on every %s pod", slot.Type, LabelReplicaIdx, slot.Type)
+	i, err := j.ReplicaIndex(pod.Labels)
+	if errors.Is(err, jobkind.ErrNoIndex) {
+		return fail("the %s pod %w", slot.Type, err)
 	}
-	i, err := strconv.Atoi(v)
-	if err != nil || i < 0 {
-		return fail("label %s=%q is not a replica index: want an integer 0 or more", LabelReplicaIdx, v)
+	if err != nil {
+		return fail("%w", err)
 	}
 	r, err := rankOfIndex(slot, i)
 	if err != nil {

@@ -180,7 +180,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
 	}
-	field, templates := k.ReplicaSpecsField(), j.Templates()
+	templates := j.Templates()
 	names := make([]string, 0, len(templates))
 	for k := range templates {
 		names = append(names, k)
@@ -193,25 +193,37 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 			// patch implementations address differently: left alone.
 			continue
 		}
-		base := "/spec/" + field + "/" + pointerKey(name) + "/template/spec"
-		add, err := m.podSpecOps(base, &templates[name].Spec, timeout)
+		ptr, field := templatePointer(j, name)
+		add, err := m.podSpecOps(ptr+"/spec", &templates[name].Spec, timeout)
 		if err != nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, name, err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		ops = append(ops, add...)
 	}
 	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
 		t := templates[l]
+		ptr, field := templatePointer(j, l)
 		if t == nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: the %s has no %s template to gate", field, l, k.GVK().Kind, l)
+			return nil, fmt.Errorf("%s: the %s has no %s template to gate", field, k.GVK().Kind, l)
 		}
-		add, err := m.launcherOps("/spec/"+field+"/"+pointerKey(l)+"/template/spec", t)
+		add, err := m.launcherOps(ptr+"/spec", t)
 		if err != nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		ops = append(ops, add...)
 	}
 	return ops, nil
+}
+
+// templatePointer is the JSON pointer of the pod template of replica type
+// typ in j, and its field path for messages (spec.replicatedJobs.0.template...).
+func templatePointer(j kubeflow.Job, typ string) (pointer, field string) {
+	path := j.TemplatePath(typ)
+	keys := make([]string, len(path))
+	for i, p := range path {
+		keys[i] = pointerKey(p)
+	}
+	return "/" + strings.Join(keys, "/"), strings.Join(path, ".")
 }
 
 func optedOut(labels, annotations map[string]string) bool {
