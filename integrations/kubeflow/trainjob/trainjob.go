@@ -88,8 +88,10 @@ func (j *job) Suspended() bool              { return j.o.Spec.Suspend != nil && 
 func (j *job) SetSuspended(v bool)          { j.o.Spec.Suspend = &v }
 
 // Templates: none; they are the runtime's.
-func (j *job) Templates() map[string]*corev1.PodTemplateSpec { return map[string]*corev1.PodTemplateSpec{} }
-func (j *job) TemplatePath(string) []string                  { return nil }
+func (j *job) Templates() map[string]*corev1.PodTemplateSpec {
+	return map[string]*corev1.PodTemplateSpec{}
+}
+func (j *job) TemplatePath(string) []string { return nil }
 
 func (j *job) ReplicaTypes() []string {
 	return []string{Node, DatasetInitializer, ModelInitializer, Launcher}
