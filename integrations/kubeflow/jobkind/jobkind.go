@@ -172,6 +172,15 @@ type Job interface {
 	NprocPerNode() *string
 }
 
+// LabelPropagator is a Job whose pod templates are held by another
+// object that it creates (a TrainJob's JobSet, made from its runtime),
+// which carries the labels the Job asks for. PropagateLabels says how:
+// append item to the list at path (n entries now), or needed is false
+// when the Job asks for them already.
+type LabelPropagator interface {
+	PropagateLabels(labels map[string]string) (path []string, n int, item any, needed bool)
+}
+
 // ReplicaSpec is one replica type of a job.
 type ReplicaSpec struct {
 	// Type as in the job spec: Master, Worker, Launcher.

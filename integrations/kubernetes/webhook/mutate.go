@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
@@ -198,7 +199,19 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
+		if len(add) > 0 && k.PodJobNameLabel() != kubeflow.LabelJobName {
+			// The controller's pod cache holds the pods that carry
+			// LabelJobName, which the Kubeflow operators set and the
+			// JobSet controller does not: a gated rank pod carries it.
+			add = append(add, labelOps(ptr+"/metadata", &templates[name].ObjectMeta, kubeflow.LabelJobName, j.Name())...)
+		}
 		ops = append(ops, add...)
+	}
+	if lp, ok := j.(jobkind.LabelPropagator); ok {
+		path, n, item, needed := lp.PropagateLabels(map[string]string{contract.KeyGate: "enabled"})
+		if needed {
+			ops = append(ops, appendOps(jsonPointer(path), n, item)...)
+		}
 	}
 	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
 		t := templates[l]
@@ -219,11 +232,15 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 // typ in j, and its field path for messages (spec.replicatedJobs.0.template...).
 func templatePointer(j kubeflow.Job, typ string) (pointer, field string) {
 	path := j.TemplatePath(typ)
+	return jsonPointer(path), strings.Join(path, ".")
+}
+
+func jsonPointer(path []string) string {
 	keys := make([]string, len(path))
 	for i, p := range path {
 		keys[i] = pointerKey(p)
 	}
-	return "/" + strings.Join(keys, "/"), strings.Join(path, ".")
+	return "/" + strings.Join(keys, "/")
 }
 
 func optedOut(labels, annotations map[string]string) bool {
