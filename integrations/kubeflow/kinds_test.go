@@ -39,6 +39,10 @@ func TestRegistry(t *testing.T) {
 				require.Equal(t, k.GVK().Kind, kubeflow.KindOfOperator(k.OperatorName()))
 			}
 			require.True(t, s.Recognizes(k.GVK()))
+			// A client lists a kind by its list type's name: <Kind>List.
+			lists, _, err := s.ObjectKinds(k.NewList())
+			require.NoError(t, err)
+			require.Equal(t, k.GVK().Kind+"List", lists[0].Kind)
 			j, err := kubeflow.FromObject(k.New())
 			require.NoError(t, err)
 			require.Equal(t, k.GVK(), j.GVK())

@@ -50,12 +50,12 @@ type kind struct{}
 func (kind) GVK() schema.GroupVersionKind     { return GVK }
 func (kind) GVR() schema.GroupVersionResource { return GVR }
 func (kind) AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &TrainJob{}, &List{})
+	s.AddKnownTypes(GroupVersion, &TrainJob{}, &TrainJobList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
 func (kind) New() jobkind.Object              { return &TrainJob{} }
-func (kind) NewList() jobkind.ObjectList      { return &List{} }
+func (kind) NewList() jobkind.ObjectList      { return &TrainJobList{} }
 func (kind) PodLabels() []string              { return jobset.Kind.PodLabels() }
 func (kind) PodJobNameLabel() string          { return jobset.LabelJobSetName } // the JobSet has the TrainJob's name
 func (kind) ControlledBy() []schema.GroupKind { return nil }

@@ -138,8 +138,8 @@ func TestSuspendAndDeepCopy(t *testing.T) {
 	require.NotContains(t, tj.Spec.Trainer.ResourcesPerNode.Limits, corev1.ResourceCPU)
 	require.Equal(t, cp.DeepCopy(), cp)
 
-	l := &trainjob.List{Items: []trainjob.TrainJob{*tj}}
-	lc := l.DeepCopyObject().(*trainjob.List)
+	l := &trainjob.TrainJobList{Items: []trainjob.TrainJob{*tj}}
+	lc := l.DeepCopyObject().(*trainjob.TrainJobList)
 	lc.Items[0].Name = "other"
 	require.Equal(t, "fine-tune", l.Items[0].Name)
 }

@@ -65,8 +65,8 @@ type PatchMetadata struct {
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 
-// List is a list of TrainJobs.
-type List struct {
+// TrainJobList is a list of TrainJobs.
+type TrainJobList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TrainJob `json:"items"`
@@ -116,11 +116,11 @@ func (p RuntimePatch) deepCopy() RuntimePatch {
 }
 
 // DeepCopyObject implements runtime.Object.
-func (l *List) DeepCopyObject() runtime.Object {
+func (l *TrainJobList) DeepCopyObject() runtime.Object {
 	if l == nil {
 		return nil
 	}
-	out := &List{TypeMeta: l.TypeMeta}
+	out := &TrainJobList{TypeMeta: l.TypeMeta}
 	l.ListMeta.DeepCopyInto(&out.ListMeta)
 	if l.Items != nil {
 		out.Items = make([]TrainJob, len(l.Items))

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// The JobSet and Trainer controllers do not run here: the test creates
+// what they would (the JobSet a TrainJob makes, the batch Jobs of a
+// JobSet, the pods of those Jobs), labelled and owned as they do it
+// (JobSet v0.12.0 labelAndAnnotateObject; the Job controller's
+// completion index), and the init container and job-name label the
+// mutating webhook adds to a gated JobSet's rank template.
+
+// newJobSet creates a JobSet of one ReplicatedJob "node": one Indexed Job
+// of n pods, made from a Trainer runtime when trainer (its Job template
+// labelled with the trainer step), controlled by owner when not nil.
+func newJobSet(t *testing.T, ns, name string, n int32, owner *trainjob.TrainJob) *jobsetapi.JobSet {
+	t.Helper()
+	rj := jobsetapi.ReplicatedJob{Name: "node", Replicas: 1}
+	rj.Template.Spec = batchv1.JobSpec{Parallelism: ptr.To(n), Completions: ptr.To(n), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch"}}}}}
+	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{contract.KeyGate: "enabled"}},
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{rj}}}
+	if owner != nil {
+		rj.Template.Labels = map[string]string{jobset.LabelTrainJobAncestor: jobset.AncestorTrainer}
+		js.Spec.ReplicatedJobs = []jobsetapi.ReplicatedJob{rj}
+		js.OwnerReferences = []metav1.OwnerReference{{APIVersion: trainjob.GroupVersion.String(), Kind: "TrainJob", Name: owner.Name, UID: owner.UID,
+			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
+	}
+	require.NoError(t, k8s.Create(context.Background(), js))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), js) })
+	return js
+}
+
+// jobSetRankPods creates Job 0 of the JobSet's ReplicatedJob "node" and
+// its n pods (completion index i on nodes[i]), each requesting gpu.
+func jobSetRankPods(t *testing.T, js *jobsetapi.JobSet, n int, nodes []string, gpu string) []*corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	jobName := js.Name + "-node-0"
+	labels := map[string]string{
+		jobset.LabelJobSetName: js.Name, jobset.LabelJobSetUID: string(js.UID), jobset.LabelReplicatedJob: "node",
+		jobset.LabelJobIndex: "0", jobset.LabelJobGlobalIndex: "0", jobset.LabelRestartAttempt: "0",
+		jobsetapi.ReplicatedJobReplicas: "1", jobsetapi.GlobalReplicasKey: "1",
+		// The mutating webhook's label on a gated JobSet's rank template.
+		controller.LabelJobName: js.Name,
+	}
+	bj := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: jobName, Namespace: js.Namespace, Labels: labels,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: jobset.GVK.GroupVersion().String(), Kind: "JobSet", Name: js.Name, UID: js.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Spec: batchv1.JobSpec{Suspend: ptr.To(true), Parallelism: ptr.To(int32(n)), Completions: ptr.To(int32(n)), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch"}}}}},
+	}
+	require.NoError(t, k8s.Create(ctx, bj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), bj) })
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(gpu): resource.MustParse("1")}}
+	var out []*corev1.Pod
+	for i := 0; i < n; i++ {
+		l := map[string]string{jobset.LabelCompletionIndex: strconv.Itoa(i), "batch.kubernetes.io/job-name": jobName}
+		for k, v := range labels {
+			l[k] = v
+		}
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d-x7k2p", jobName, i), Namespace: js.Namespace, Labels: l,
+				Annotations: map[string]string{jobset.LabelCompletionIndex: strconv.Itoa(i)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: jobName, UID: bj.UID,
+					Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: serviceAccount, NodeName: nodes[i], RestartPolicy: corev1.RestartPolicyNever,
+				InitContainers: []corev1.Container{{Name: "rankgate-init", Image: "rankgate", Resources: res}},
+				Containers:     []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: res}},
+			},
+		}
+		require.NoError(t, k8s.Create(ctx, p))
+		out = append(out, p)
+	}
+	return out
+}
+
+func jobSetSuspended(t *testing.T, js *jobsetapi.JobSet) bool {
+	t.Helper()
+	fresh := &jobsetapi.JobSet{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(js), fresh))
+	return ptr.Deref(fresh.Spec.Suspend, false)
+}
+
+// JobSets are gated like PyTorchJobs, by a controller holding only the
+// shipped permissions (rbac.yaml, under admission-policy.yaml): two ranks
+// on full GPUs report and pass; two ranks on MIG instances of different
+// physical GPUs disagree, the gang fails, and the JobSet is suspended; the
+// JobSet a TrainJob made fails through its TrainJob, which is suspended
+// (the Trainer would undo a suspend of its JobSet) and carries the verdict.
+func TestE2EJobSetGang(t *testing.T) {
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml"} {
+		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
+	}
+	waitJobWritePolicy(t)
+	c := startController(t, controller.Options{Config: asServiceAccount(controllerNS, controllerSA), GangTimeout: time.Minute})
+	ns := newNamespace(t, "e2e-jobset", true)
+
+	pass := newJobSet(t, ns, "ok", 2, nil)
+	fail := newJobSet(t, ns, "bad", 2, nil)
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: ns, Labels: map[string]string{contract.KeyGate: "enabled"}},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2))}}}
+	require.NoError(t, k8s.Create(context.Background(), tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	tjSet := newJobSet(t, ns, "fine-tune", 2, tj)
+
+	var ranks []*rank
+	for _, p := range jobSetRankPods(t, pass, 2, []string{"node-0", "node-1"}, "nvidia.com/gpu") {
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+	}
+	for _, js := range []*jobsetapi.JobSet{fail, tjSet} {
+		for i, p := range jobSetRankPods(t, js, 2, []string{"h100-node", "h100-node"}, "nvidia.com/mig-3g.40gb") {
+			ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", []string{"0:0", "1:0"}[i]))
+		}
+	}
+	for i, r := range ranks {
+		want := 0
+		if i >= 2 {
+			want = verdict.ExitFail
+		}
+		require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
+	}
+	require.Equal(t, "pass", appliedVerdict(t, pass)[contract.AnnotationVerdict])
+	require.False(t, jobSetSuspended(t, pass))
+	require.Equal(t, "fail", appliedVerdict(t, fail)[contract.AnnotationVerdict])
+	require.True(t, jobSetSuspended(t, fail), "JobSet not suspended")
+	require.Eventually(t, func() bool { return len(jobEvents(t, fail)["GangFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
+
+	require.Equal(t, "fail", appliedVerdict(t, tj)[contract.AnnotationVerdict])
+	fresh := &trainjob.TrainJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
+	require.True(t, ptr.Deref(fresh.Spec.Suspend, false), "TrainJob not suspended")
+	require.Empty(t, jobAnnotations(t, tjSet)[contract.AnnotationVerdict], "the verdict is the TrainJob's, not its JobSet's")
+	require.EqualValues(t, 3, c.Decisions())
+	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
+	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
+}
