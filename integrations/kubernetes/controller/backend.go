@@ -167,7 +167,7 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launch
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
 	}
 	if !ok {
-		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a PyTorchJob or MPIJob", pod.Namespace, pod.Name)
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a %s", pod.Namespace, pod.Name, kubeflow.KindList("or"))
 	}
 	kind, name, uid := ref.kind, ref.name, string(ref.uid)
 	k, _ := kubeflow.ByName(kind)
