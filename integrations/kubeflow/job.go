@@ -5,6 +5,8 @@
 //
 //   - PyTorchJob, kubeflow.org/v1 (integrations/kubeflow/pytorchjob).
 //   - MPIJob, kubeflow.org/v2beta1 (integrations/kubeflow/mpijob).
+//   - TrainJob, trainer.kubeflow.org/v1alpha1 (integrations/kubeflow/trainjob).
+//   - JobSet, jobset.x-k8s.io/v1alpha2 (integrations/kubeflow/jobset).
 //
 // Wrap a typed object with FromObject (or an unstructured one with
 // FromUnstructured); the adapter reads and writes the object it wraps.
@@ -20,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
 	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
 )
@@ -41,6 +44,10 @@ const (
 	LabelReplicaIdx   = jobkind.LabelReplicaIdx
 	LabelJobRole      = jobkind.LabelJobRole
 	LabelOperatorName = jobkind.LabelOperatorName
+	// The JobSet controller's labels: the JobSet's name and the pod's
+	// ReplicatedJob (a TrainJob's JobSet has the TrainJob's name).
+	LabelJobSetName    = jobset.LabelJobSetName
+	LabelReplicatedJob = jobset.LabelReplicatedJob
 )
 
 // MaxReplicas bounds a replica count read from outside input: beyond it a

@@ -72,3 +72,20 @@ spec:
 	require.Contains(t, out, "node (2 pods)")
 	require.Contains(t, out, "SHAPE_MISMATCH")
 }
+
+// A JobSet's pods, controlled by batch Jobs and labelled by the JobSet
+// controller, are judged as the JobSet's, not as pods of no job.
+func TestDiagnoseOfflineJobSetPods(t *testing.T) {
+	nodes := filepath.Join(t.TempDir(), "nodes.yaml")
+	require.NoError(t, os.WriteFile(nodes, []byte(`apiVersion: v1
+kind: NodeList
+items:
+- metadata: {name: h100-1, labels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3, nvidia.com/mig.strategy: none}}
+  status: {allocatable: {nvidia.com/gpu: "4", pods: "110", cpu: "128", memory: 2Ti}}
+`), 0o644))
+	code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", nodes, "-f", filepath.Join("testdata", "jobset-pending.yaml"))
+	require.Equal(t, 1, code, errOut)
+	require.Contains(t, out, "verdict: FAIL  JobSet ml/train")
+	require.Contains(t, out, "GANG_TOO_LARGE")
+	require.NotContains(t, out, "Pod ml/train-node-0-1", "the pending pod is the JobSet's")
+}
