@@ -222,8 +222,13 @@ func (c *Controller) watches(k kubeflow.Kind) bool {
 	return false
 }
 
-// optedIn: the job's own setting wins, then its namespace's label.
+// optedIn: the job's own setting wins, then its namespace's label. A job
+// that another watched job stands for (the JobSet of a TrainJob) is never
+// gated on its own: its ranks are that job's.
 func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error) {
+	if c.representedBy(o) != "" {
+		return false, nil
+	}
 	s := gateSetting(o)
 	if enabled(s) {
 		return true, nil

@@ -130,14 +130,42 @@ func (c *Controller) standIn(ctx context.Context, k kubeflow.Kind, ns string, r 
 	if err != nil {
 		return r, nil
 	}
+	if c.standsIn(k, gv.Group, ctl.Kind) {
+		return jobRef{kind: ctl.Kind, name: ctl.Name, uid: ctl.UID}, nil
+	}
+	return r, nil
+}
+
+// standsIn: a job of group/kind, when it controls a job of kind k, stands
+// for it (one of k.ControlledBy(), and watched).
+func (c *Controller) standsIn(k kubeflow.Kind, group, kind string) bool {
 	for _, gk := range k.ControlledBy() {
-		if gk == (schema.GroupKind{Group: gv.Group, Kind: ctl.Kind}) {
-			if _, known := kubeflow.ByName(ctl.Kind); known {
-				return jobRef{kind: ctl.Kind, name: ctl.Name, uid: ctl.UID}, nil
+		if gk == (schema.GroupKind{Group: group, Kind: kind}) {
+			if sk, known := kubeflow.ByName(kind); known && c.watches(sk) {
+				return true
 			}
 		}
 	}
-	return r, nil
+	return false
+}
+
+// representedBy names the kind of the job that stands for o ("" when o
+// stands for itself).
+func (c *Controller) representedBy(o client.Object) string {
+	ctl := metav1.GetControllerOf(o)
+	if ctl == nil {
+		return ""
+	}
+	j, err := kubeflow.FromObject(o)
+	if err != nil {
+		return ""
+	}
+	k, _ := kubeflow.ByGVK(j.GVK())
+	gv, err := schema.ParseGroupVersion(ctl.APIVersion)
+	if err != nil || !c.standsIn(k, gv.Group, ctl.Kind) {
+		return ""
+	}
+	return ctl.Kind
 }
 
 func jobKey(j job) string {

@@ -112,7 +112,8 @@ func jobSetSuspended(t *testing.T, js *jobsetapi.JobSet) bool {
 // on full GPUs report and pass; two ranks on MIG instances of different
 // physical GPUs disagree, the gang fails, and the JobSet is suspended; the
 // JobSet a TrainJob made fails through its TrainJob, which is suspended
-// (the Trainer would undo a suspend of its JobSet) and carries the verdict.
+// (the Trainer would undo a suspend of its JobSet) and carries the verdict;
+// that JobSet, though it carries the gate label, opens no gang of its own.
 func TestE2EJobSetGang(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
@@ -158,6 +159,8 @@ func TestE2EJobSetGang(t *testing.T) {
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.Suspend, false), "TrainJob not suspended")
 	require.Empty(t, jobAnnotations(t, tjSet)[contract.AnnotationVerdict], "the verdict is the TrainJob's, not its JobSet's")
+	require.Nil(t, gangOf(t, tjSet), "the TrainJob's JobSet, labelled with the gate as the Trainer copies it, is no gang of its own")
+	require.NotNil(t, gangOf(t, tj))
 	require.EqualValues(t, 3, c.Decisions())
 	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
 	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
