@@ -165,3 +165,52 @@ func TestE2EJobSetGang(t *testing.T) {
 	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
 	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
 }
+
+// The shipped mutating webhook, on the real CRDs: a labelled TrainJob gets
+// the runtime patch that carries its opt-in to its JobSet (the TrainJob
+// schema accepts it); a JobSet as the Trainer makes it, in an opted-in
+// namespace, gets the init container and the job-name label on its node
+// template, and its initializer none; a JobSet of a namespace not opted
+// in, unlabelled, is left as it was.
+func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
+	webhookController(t, "rankgate-tls-jobset", controller.Options{})
+	ctx := context.Background()
+
+	plain := newNamespace(t, "e2e-wh-trainjob", false)
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: plain, Labels: map[string]string{contract.KeyGate: "enabled"}},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2))}}}
+	require.NoError(t, k8s.Create(ctx, tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	require.Len(t, tj.Spec.RuntimePatches, 1)
+	p := tj.Spec.RuntimePatches[0]
+	require.Equal(t, trainjob.RuntimePatchManager, p.Manager)
+	require.Equal(t, map[string]string{contract.KeyGate: "enabled"}, p.TrainingRuntimeSpec.Template.Metadata.Labels)
+
+	ns := newNamespace(t, "e2e-wh-jobset", true)
+	gpu := corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}}
+	step := func(name, ancestor string, n int32) jobsetapi.ReplicatedJob {
+		rj := jobsetapi.ReplicatedJob{Name: name, Replicas: 1}
+		rj.Template.Labels = map[string]string{jobset.LabelTrainJobAncestor: ancestor}
+		rj.Template.Spec = batchv1.JobSpec{Parallelism: ptr.To(n), Completions: ptr.To(n), CompletionMode: ptr.To(batchv1.IndexedCompletion),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+				Containers: []corev1.Container{{Name: name, Image: "pytorch/pytorch", Resources: gpu}}}}}
+		return rj
+	}
+	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: ns},
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{step("model-initializer", "model-initializer", 1), step("node", "trainer", 2)}}}
+	require.NoError(t, k8s.Create(ctx, js))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), js) })
+	node := js.Spec.ReplicatedJobs[1].Template.Spec.Template
+	require.Len(t, node.Spec.InitContainers, 1)
+	require.Equal(t, "rankgate-init", node.Spec.InitContainers[0].Name)
+	require.Equal(t, initImage, node.Spec.InitContainers[0].Image)
+	require.Equal(t, "fine-tune", node.Labels[controller.LabelJobName])
+	require.Empty(t, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.InitContainers, "the initializer runs no rank")
+
+	other := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "untouched", Namespace: plain},
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{step("node", "trainer", 2)}}}
+	require.NoError(t, k8s.Create(ctx, other))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
+	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.InitContainers)
+	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels)
+}
