@@ -174,11 +174,11 @@ type Job interface {
 
 // LabelPropagator is a Job whose pod templates are held by another
 // object that it creates (a TrainJob's JobSet, made from its runtime),
-// which carries the labels the Job asks for. PropagateLabels says how:
-// append item to the list at path (n entries now), or needed is false
-// when the Job asks for them already.
+// which carries the labels the Job asks for. PropagateLabels says how to
+// ask for them on behalf of manager: append item to the list at path (n
+// entries now), or needed is false when manager has asked already.
 type LabelPropagator interface {
-	PropagateLabels(labels map[string]string) (path []string, n int, item any, needed bool)
+	PropagateLabels(manager string, labels map[string]string) (path []string, n int, item any, needed bool)
 }
 
 // ReplicaSpec is one replica type of a job.

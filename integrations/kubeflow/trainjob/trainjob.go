@@ -207,23 +207,19 @@ func (j *job) PodNameFits(p *corev1.Pod, typ string) error {
 	return nil
 }
 
-// RuntimePatchManager is the manager of the runtime patch that carries
-// the labels rankgate asks the TrainJob's JobSet to carry.
-const RuntimePatchManager = "rankgate.io/webhook"
-
 var _ jobkind.LabelPropagator = (*job)(nil)
 
 // PropagateLabels: the Trainer copies the labels of each runtime patch's
 // template metadata onto the JobSet it creates (v2.3.0, newRuntimeInfo),
-// not the TrainJob's own labels; so a runtime patch of manager
-// RuntimePatchManager carries them, unless one is there already.
-func (j *job) PropagateLabels(labels map[string]string) (path []string, n int, item any, needed bool) {
+// not the TrainJob's own labels; so a runtime patch of manager carries
+// them, unless one of that manager is there already.
+func (j *job) PropagateLabels(manager string, labels map[string]string) (path []string, n int, item any, needed bool) {
 	for _, p := range j.o.Spec.RuntimePatches {
-		if p.Manager == RuntimePatchManager {
+		if p.Manager == manager {
 			return nil, 0, nil, false
 		}
 	}
-	item = RuntimePatch{Manager: RuntimePatchManager, TrainingRuntimeSpec: &TrainingRuntimeSpecPatch{
+	item = RuntimePatch{Manager: manager, TrainingRuntimeSpec: &TrainingRuntimeSpecPatch{
 		Template: &JobSetTemplatePatch{Metadata: &PatchMetadata{Labels: labels}},
 	}}
 	return []string{"spec", "runtimePatches"}, len(j.o.Spec.RuntimePatches), item, true

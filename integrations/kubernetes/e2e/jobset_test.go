@@ -183,7 +183,7 @@ func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
 	require.Len(t, tj.Spec.RuntimePatches, 1)
 	p := tj.Spec.RuntimePatches[0]
-	require.Equal(t, trainjob.RuntimePatchManager, p.Manager)
+	require.Equal(t, contract.RuntimePatchManager, p.Manager)
 	require.Equal(t, map[string]string{contract.KeyGate: "enabled"}, p.TrainingRuntimeSpec.Template.Metadata.Labels)
 
 	ns := newNamespace(t, "e2e-wh-jobset", true)

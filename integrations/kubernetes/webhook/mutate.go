@@ -208,7 +208,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		ops = append(ops, add...)
 	}
 	if lp, ok := j.(jobkind.LabelPropagator); ok {
-		path, n, item, needed := lp.PropagateLabels(map[string]string{contract.KeyGate: "enabled"})
+		path, n, item, needed := lp.PropagateLabels(contract.RuntimePatchManager, map[string]string{contract.KeyGate: "enabled"})
 		if needed {
 			ops = append(ops, appendOps(jsonPointer(path), n, item)...)
 		}
