@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -213,4 +215,25 @@ func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
 	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.InitContainers)
 	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels)
+
+	// The shipped example runtime is a valid ClusterTrainingRuntime; the
+	// JobSet the Trainer makes of it (its template, its labels, numNodes 2)
+	// keeps the runtime's init container and gets the job-name label.
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	rt := applyManifest(t, filepath.Join(root, "configs", "deploy", "examples", "clustertrainingruntime-gated.yaml"))[0]
+	tmpl, _, _ := unstructured.NestedMap(rt.Object, "spec", "template")
+	fromRuntime := &jobsetapi.JobSet{}
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(map[string]any{"metadata": tmpl["metadata"], "spec": tmpl["spec"]}, fromRuntime))
+	fromRuntime.Name, fromRuntime.Namespace = "from-runtime", plain
+	fromRuntime.Spec.ReplicatedJobs[0].Replicas = 1
+	fromRuntime.Spec.ReplicatedJobs[0].Template.Spec.Parallelism = ptr.To(int32(2))
+	fromRuntime.Spec.ReplicatedJobs[0].Template.Spec.Completions = ptr.To(int32(2))
+	fromRuntime.Spec.ReplicatedJobs[0].Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+	require.NoError(t, k8s.Create(ctx, fromRuntime))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), fromRuntime) })
+	pt := fromRuntime.Spec.ReplicatedJobs[0].Template.Spec.Template
+	require.Equal(t, "from-runtime", pt.Labels[controller.LabelJobName])
+	require.Len(t, pt.Spec.InitContainers, 1)
+	require.Equal(t, "ghcr.io/rankgate/rankgate:v0.1.0", pt.Spec.InitContainers[0].Image, "the runtime's own init container")
 }

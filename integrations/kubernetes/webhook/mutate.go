@@ -199,10 +199,13 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", field, err)
 		}
-		if len(add) > 0 && k.PodJobNameLabel() != kubeflow.LabelJobName {
+		gated := len(add) > 0 || hasRankgateInit(templates[name].Spec.InitContainers)
+		if gated && k.PodJobNameLabel() != kubeflow.LabelJobName {
 			// The controller's pod cache holds the pods that carry
 			// LabelJobName, which the Kubeflow operators set and the
-			// JobSet controller does not: a gated rank pod carries it.
+			// JobSet controller does not: a gated rank pod carries it,
+			// also one whose init container was written by hand (in a
+			// TrainingRuntime: the label's value is the JobSet's name).
 			add = append(add, labelOps(ptr+"/metadata", &templates[name].ObjectMeta, kubeflow.LabelJobName, j.Name())...)
 		}
 		ops = append(ops, add...)

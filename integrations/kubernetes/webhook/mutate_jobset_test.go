@@ -106,3 +106,22 @@ func TestMutateTrainJobPropagatesOptIn(t *testing.T) {
 	_, changed = mutate(t, m, trainJobKind, []byte(optedOut))
 	require.False(t, changed)
 }
+
+// A rank template whose init container was written by hand (a
+// TrainingRuntime that carries it) keeps it, and still gets the job-name
+// label; a second pass adds nothing.
+func TestMutateJobSetHandWrittenInitGetsTheLabel(t *testing.T) {
+	raw := `{"apiVersion":"jobset.x-k8s.io/v1alpha2","kind":"JobSet","metadata":{"name":"js","namespace":"ml"},"spec":{"replicatedJobs":[
+ {"name":"node","replicas":1,"template":{"spec":{"template":{"spec":{"initContainers":[{"name":"rankgate-init","image":"r"}],
+ "containers":[{"name":"node","image":"t","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}}}}]}}`
+	m := newMutator(t)
+	obj, changed := mutate(t, m, jobSetKind, []byte(raw))
+	require.True(t, changed)
+	pt := jobSetPod(t, obj, 0)
+	require.Equal(t, "js", pt.Labels["training.kubeflow.org/job-name"])
+	require.Len(t, pt.Spec.InitContainers, 1)
+	require.Equal(t, "r", pt.Spec.InitContainers[0].Image, "the hand-written init container is kept")
+	before, _ := json.Marshal(obj)
+	_, changed = mutate(t, m, jobSetKind, before)
+	require.False(t, changed)
+}
