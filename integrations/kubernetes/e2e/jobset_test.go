@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -236,4 +238,64 @@ func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
 	require.Equal(t, "from-runtime", pt.Labels[controller.LabelJobName])
 	require.Len(t, pt.Spec.InitContainers, 1)
 	require.Equal(t, "ghcr.io/rankgate/rankgate:v0.1.0", pt.Spec.InitContainers[0].Image, "the runtime's own init container")
+}
+
+const jobSetWritePolicy = "rankgate-controller-jobset-writes"
+
+// The shipped policy for TrainJobs and JobSets lets the controller's
+// service account write what it writes (rankgate.io/ annotations,
+// spec.suspend) and refuses every other change it tries.
+func TestE2EJobSetWritePolicy(t *testing.T) {
+	dir := deployDir(t)
+	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml"} {
+		applyManifest(t, filepath.Join(dir, f))
+	}
+	ctx := context.Background()
+	ctl, err := client.New(asServiceAccount(controllerNS, controllerSA), client.Options{Scheme: controller.Scheme()})
+	require.NoError(t, err)
+	ns := newNamespace(t, "e2e-jobset-policy", true)
+	js := newJobSet(t, ns, "policy", 2, nil)
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "policy", Namespace: ns, Annotations: map[string]string{"team": "vision"}},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2))}}}
+	require.NoError(t, k8s.Create(ctx, tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	// The API server loads a new policy asynchronously: a probe that
+	// changes something each time (a change, not the object, is judged).
+	for i, deadline := 1, time.Now().Add(30*time.Second); ; i++ {
+		time.Sleep(200 * time.Millisecond)
+		err := ctl.Patch(ctx, js, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"ttlSecondsAfterFinished":%d}}`, i))))
+		if err != nil && strings.Contains(err.Error(), jobSetWritePolicy) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server never enforced %s: %v", jobSetWritePolicy, err)
+		}
+	}
+
+	// A spec field the kind's own schema lets change.
+	other := map[string]string{
+		"JobSet":   `{"spec":{"ttlSecondsAfterFinished":60}}`,
+		"TrainJob": `{"spec":{"runtimePatches":[{"manager":"example.com/other","trainingRuntimeSpec":{"template":{"metadata":{"labels":{"a":"b"}}}}}]}}`,
+	}
+	for _, job := range []client.Object{js, tj} {
+		t.Run(jobKind(t, job), func(t *testing.T) {
+			spec := other[jobKind(t, job)]
+			for _, p := range []string{
+				`{"metadata":{"annotations":{"rankgate.io/verdict":"fail","rankgate.io/action":"suspend"}},"spec":{"suspend":true}}`,
+				`{"metadata":{"annotations":{"rankgate.io/action":null}},"spec":{"suspend":false}}`,
+			} {
+				require.NoError(t, ctl.Patch(ctx, job, client.RawPatch(types.MergePatchType, []byte(p))), p)
+			}
+			for what, p := range map[string]string{
+				"another spec field":             spec,
+				"suspend with another field":     strings.Replace(spec, `{"spec":{`, `{"spec":{"suspend":true,`, 1),
+				"an annotation outside rankgate": `{"metadata":{"annotations":{"team":"other"}}}`,
+				"a label":                        `{"metadata":{"labels":{"kueue.x-k8s.io/queue-name":"free"}}}`,
+			} {
+				err := ctl.Patch(ctx, job, client.RawPatch(types.MergePatchType, []byte(p)))
+				require.Error(t, err, "%s: allowed", what)
+				require.Contains(t, err.Error(), jobSetWritePolicy, "%s: refused by something else: %v", what, err)
+			}
+		})
+	}
 }
