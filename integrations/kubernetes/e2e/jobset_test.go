@@ -299,3 +299,37 @@ func TestE2EJobSetWritePolicy(t *testing.T) {
 		})
 	}
 }
+
+// A Kueue-managed TrainJob whose gang fails: its Workload (which Kueue
+// makes for the TrainJob, not for its JobSet) is deactivated, its
+// spec.suspend is left to Kueue, and it carries the verdict.
+func TestE2EKueueTrainJobGangFail(t *testing.T) {
+	root, err := envtestutil.RepoRoot()
+	require.NoError(t, err)
+	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
+	}
+	ns := newNamespace(t, "e2e-kueue-trainjob", true)
+	c := startController(t, controller.Options{Config: asServiceAccount(controllerNS, controllerSA), GangTimeout: time.Minute, Namespace: controllerNS})
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "bert", Namespace: ns, Labels: map[string]string{controller.LabelKueueQueue: "gpu"}},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2))}}}
+	require.NoError(t, k8s.Create(context.Background(), tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	w := kueueWorkload(t, tj)
+	js := newJobSet(t, ns, "bert", 2, tj)
+	var ranks []*rank
+	for i, p := range jobSetRankPods(t, js, 2, []string{"h100-node", "h100-node"}, "nvidia.com/mig-3g.40gb") {
+		ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", []string{"0:0", "1:0"}[i]))
+	}
+	for _, r := range ranks {
+		require.Equal(t, verdict.ExitFail, r.wait(t, time.Minute), r.String())
+	}
+	a := appliedVerdict(t, tj)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.False(t, workloadActive(t, w), "the Kueue Workload was not deactivated")
+	fresh := &trainjob.TrainJob{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
+	require.False(t, ptr.Deref(fresh.Spec.Suspend, false), "rankgate set spec.suspend on a Kueue-managed TrainJob")
+	require.False(t, jobSetSuspended(t, js))
+	require.NotContains(t, c.logs.String(), "orbidden", "the controller hit a permission it lacks")
+}
