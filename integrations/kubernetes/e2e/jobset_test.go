@@ -59,8 +59,9 @@ func newJobSet(t *testing.T, ns, name string, n int32, owner *trainjob.TrainJob)
 }
 
 // jobSetRankPods creates Job 0 of the JobSet's ReplicatedJob "node" and
-// its n pods (completion index i on nodes[i]), each requesting gpu.
-func jobSetRankPods(t *testing.T, js *jobsetapi.JobSet, n int, nodes []string, gpu string) []*corev1.Pod {
+// its n pods (completion index i on nodes[i], unbound for ""), each
+// requesting gpu; edit, if given, changes each pod before it is created.
+func jobSetRankPods(t *testing.T, js *jobsetapi.JobSet, n int, nodes []string, gpu string, edit ...func(*corev1.Pod)) []*corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
 	jobName := js.Name + "-node-0"
@@ -97,6 +98,9 @@ func jobSetRankPods(t *testing.T, js *jobsetapi.JobSet, n int, nodes []string, g
 				InitContainers: []corev1.Container{{Name: "rankgate-init", Image: "rankgate", Resources: res}},
 				Containers:     []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: res}},
 			},
+		}
+		for _, e := range edit {
+			e(p)
 		}
 		require.NoError(t, k8s.Create(ctx, p))
 		out = append(out, p)
@@ -332,4 +336,39 @@ func TestE2EKueueTrainJobGangFail(t *testing.T) {
 	require.False(t, ptr.Deref(fresh.Spec.Suspend, false), "rankgate set spec.suspend on a Kueue-managed TrainJob")
 	require.False(t, jobSetSuspended(t, js))
 	require.NotContains(t, c.logs.String(), "orbidden", "the controller hit a permission it lacks")
+}
+
+// The Pending watchdog judges a TrainJob from its JobSet's pods: node pods
+// asking a MIG shape no node offers get the TrainJob suspended with
+// SHAPE_MISMATCH within the pending grace, no rank having reported; its
+// JobSet is left to the Trainer.
+func TestE2EPendingTrainJobShapeMismatchSuspended(t *testing.T) {
+	ns := newNamespace(t, "e2e-pending-trainjob", true)
+	startScheduler(t)
+	a100All1g20(t, "pend-trainjob-a100")
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	mig := corev1.ResourceList{"nvidia.com/mig-2g.20gb": resource.MustParse("1")}
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "shape", Namespace: ns},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"},
+			Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2)), ResourcesPerNode: &corev1.ResourceRequirements{Limits: mig}}}}
+	require.NoError(t, k8s.Create(context.Background(), tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	js := newJobSet(t, ns, "shape", 2, tj)
+	start := time.Now()
+	for _, p := range jobSetRankPods(t, js, 2, []string{"", ""}, "nvidia.com/mig-2g.20gb", scheduled) {
+		waitUnschedulable(t, p)
+	}
+	require.Eventually(t, func() bool {
+		fresh := &trainjob.TrainJob{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
+		return ptr.Deref(fresh.Spec.Suspend, false)
+	}, 20*time.Second, 100*time.Millisecond, c.logs.String())
+	t.Logf("suspended after %s", time.Since(start).Round(time.Millisecond))
+	a := appliedVerdict(t, tj)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+	require.Empty(t, firstReportAt(t, tj), "a rank reported")
+	require.Len(t, jobEvents(t, tj)["PendingFailed"], 1)
+	require.False(t, jobSetSuspended(t, js))
+	require.Empty(t, jobAnnotations(t, js)[contract.AnnotationVerdict])
 }
