@@ -6,7 +6,8 @@
 // and reads and sets its suspend switch.
 //
 // Each kind lives in its own package (integrations/kubeflow/pytorchjob,
-// integrations/kubeflow/mpijob); integrations/kubeflow lists them in its
+// integrations/kubeflow/mpijob, integrations/kubeflow/trainjob,
+// integrations/kubeflow/jobset); integrations/kubeflow lists them in its
 // registry. Nothing outside those packages names a kind.
 package jobkind
 
