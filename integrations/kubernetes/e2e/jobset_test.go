@@ -162,7 +162,12 @@ func TestE2EJobSetGang(t *testing.T) {
 	require.True(t, jobSetSuspended(t, fail), "JobSet not suspended")
 	require.Eventually(t, func() bool { return len(jobEvents(t, fail)["GangFailed"]) == 1 }, 10*time.Second, 100*time.Millisecond)
 
-	require.Equal(t, "fail", appliedVerdict(t, tj)[contract.AnnotationVerdict])
+	tjVerdict := appliedVerdict(t, tj)
+	require.Equal(t, "fail", tjVerdict[contract.AnnotationVerdict])
+	require.Contains(t, tjVerdict[contract.AnnotationRules], "GANG_MIG_SPANS_GPUS")
+	var tjEvents []string
+	require.Eventually(t, func() bool { tjEvents = jobEvents(t, tj)["GangFailed"]; return len(tjEvents) == 1 }, 10*time.Second, 100*time.Millisecond)
+	t.Logf("TrainJob annotations: %v\nevent: %s\nrank 0: %s", tjVerdict, tjEvents[0], ranks[4].termination())
 	fresh := &trainjob.TrainJob{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
 	require.True(t, ptr.Deref(fresh.Spec.Suspend, false), "TrainJob not suspended")
