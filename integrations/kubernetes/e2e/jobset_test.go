@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -175,6 +176,15 @@ func TestE2EJobSetGang(t *testing.T) {
 	require.Nil(t, gangOf(t, tjSet), "the TrainJob's JobSet, labelled with the gate as the Trainer copies it, is no gang of its own")
 	require.NotNil(t, gangOf(t, tj))
 	require.EqualValues(t, 3, c.Decisions())
+
+	// The CLI reads them live by kind/name: status shows the TrainJob's
+	// gang, diagnose judges the JobSet.
+	kubeconfig := kubeconfigFile(t)
+	out, err := exec.Command(binary, "status", "trainjob/fine-tune", "-n", ns, "--kubeconfig", kubeconfig).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "GANG_MIG_SPANS_GPUS")
+	out, _ = exec.Command(binary, "diagnose", "job", "jobset/ok", "-n", ns, "--kubeconfig", kubeconfig, "-o", "json").Output()
+	require.Contains(t, string(out), `"subject": "JobSet `+ns+`/ok"`)
 	require.NotContains(t, c.logs.String(), "forbidden", "the controller hit a permission it lacks")
 	require.NotContains(t, c.logs.String(), "Forbidden", "the controller hit a permission it lacks")
 }
