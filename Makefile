@@ -27,10 +27,19 @@ KUSTOMIZE_VERSION := v5.8.0
 KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(KUSTOMIZE_VERSION)
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(CONTROLLER_GEN_VERSION)
+HELM_VERSION := v3.22.0
+HELM := $(TOOLS_DIR)/helm-$(HELM_VERSION)
+CHART := charts/rankgate
+# helm template's Kubernetes version: the chart needs 1.30 or later, and a
+# helm built from its module assumes 1.20.
+CHART_KUBE_VERSION := 1.30.0
+# The chart links its CRD, alerts and dashboard from configs/ (one source);
+# helm notes each link on every run.
+HELM_SYMLINK_NOTE := found symbolic link in path
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
-.PHONY: generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
+.PHONY: release cross generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -44,8 +53,8 @@ build-node: ## bin/rankgate-node: the node faces only (preflight, inspect, demo,
 demo: ## the embedded-sample preflight the README starts with
 	$(GO) run ./cmd/rankgate demo
 
-test: lint test-binaries $(KUSTOMIZE) ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
-	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -timeout 40m ./...
+test: lint test-binaries $(KUSTOMIZE) $(HELM) ## the whole suite: lint, unit, fuzz seeds, envtest (real kube-apiserver + etcd) and e2e
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_HELM=$(abspath $(HELM)) $(GO) test -count=1 -timeout 40m ./...
 	$(GO) test -count=1 -tags rankgate_node ./cmd/...
 
 test-unit: ## tests that need no API server binaries
@@ -54,13 +63,19 @@ test-unit: ## tests that need no API server binaries
 # The release manifest's image tag: the version, never latest.
 RELEASE_VERSION ?= $(VERSION)
 
-lint: $(STATICCHECK) $(GOCYCLO) verify-generated ## gofmt, go vet, staticcheck, the limits (files <= 600 lines, functions <= cyclomatic 25), generated code current; lists every offender
+lint: $(STATICCHECK) $(GOCYCLO) $(HELM) verify-generated ## gofmt, go vet, staticcheck, the limits (files <= 600 lines, functions <= cyclomatic 25), generated code current, helm lint and template of charts/rankgate; lists every offender
 	@status=0; \
 	out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; status=1; fi; \
 	echo "go vet"; $(GO) vet ./... || status=1; \
 	echo "staticcheck $(STATICCHECK_VERSION)"; $(STATICCHECK) ./... || status=1; \
 	echo "limits (gocyclo $(GOCYCLO_VERSION))"; hack/check-limits.sh $(GOCYCLO) || status=1; \
+	echo "helm lint, helm template ($(HELM_VERSION))"; \
+	$(HELM) lint --strict --kube-version $(CHART_KUBE_VERSION) $(CHART) 2> >(grep -v "$(HELM_SYMLINK_NOTE)" >&2) || status=1; \
+	for v in "" "--set certificates.mode=cert-manager,onFail=delete,operatorPods.enabled=true,monitoring.serviceMonitor.enabled=true,monitoring.prometheusRule.enabled=true,monitoring.dashboard.enabled=true" \
+	  "--set webhooks.enabled=false,networkPolicy.enabled=false,namespace.create=true"; do \
+	  $(HELM) template rankgate $(CHART) --kube-version $(CHART_KUBE_VERSION) --namespace rankgate-system $$v >/dev/null 2> >(grep -v "$(HELM_SYMLINK_NOTE)" >&2) || status=1; \
+	done; \
 	exit $$status
 
 $(STATICCHECK):
@@ -76,11 +91,18 @@ $(KUSTOMIZE):
 manifests: $(KUSTOMIZE) ## dist/rankgate.yaml: the install (configs/deploy) rendered, image pinned to RELEASE_VERSION
 	@case "$(RELEASE_VERSION)" in ""|latest) echo "RELEASE_VERSION must name a release, not '$(RELEASE_VERSION)'"; exit 2;; esac
 	@mkdir -p dist
-	rm -rf dist/.build && mkdir -p dist/.build && cp -r configs/deploy configs/overlays dist/.build/
+	rm -rf dist/.build && mkdir -p dist/.build && cp -r configs/deploy configs/components configs/overlays dist/.build/
 	cd dist/.build/deploy && $(abspath $(KUSTOMIZE)) edit set image ghcr.io/rankgate/rankgate=ghcr.io/rankgate/rankgate:$(RELEASE_VERSION)
 	$(KUSTOMIZE) build dist/.build/deploy > dist/rankgate.yaml
 	rm -rf dist/.build
 	@echo "wrote dist/rankgate.yaml (image ghcr.io/rankgate/rankgate:$(RELEASE_VERSION))"
+
+release: $(KUSTOMIZE) ## dist/ for VERSION=vX.Y.Z: CLI (linux amd64/arm64, darwin arm64), node build (linux amd64/arm64), install manifest, chart package, SHA256SUMS (hack/release.sh)
+	@case "$(VERSION)" in v[0-9]*.[0-9]*.[0-9]*) ;; *) echo "VERSION=$(VERSION): want make release VERSION=vX.Y.Z"; exit 2;; esac
+	bash hack/release.sh $(VERSION)
+
+cross: ## compile every release target (cgo cross gcc for the other Linux arch), keep nothing
+	bash hack/release.sh --cross
 
 generate: $(CONTROLLER_GEN) ## the Gang API's deepcopy code and CRD (configs/deploy/crds) from integrations/kubernetes/api
 	$(CONTROLLER_GEN) object paths=$(API_DIR)
@@ -97,6 +119,11 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(TOOLS_DIR)/.controller-gen
 	GOBIN=$(abspath $(TOOLS_DIR)/.controller-gen) GOFLAGS= $(GO) install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(TOOLS_DIR)/.controller-gen/controller-gen $@
+
+$(HELM):
+	@mkdir -p $(TOOLS_DIR)/.helm
+	GOBIN=$(abspath $(TOOLS_DIR)/.helm) GOFLAGS= $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	mv $(TOOLS_DIR)/.helm/helm $@
 
 $(GOCYCLO):
 	@mkdir -p $(TOOLS_DIR)/.gocyclo
@@ -116,8 +143,8 @@ fuzz: ## run every fuzzer for FUZZTIME each
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; done
 
-e2e: test-binaries $(KUSTOMIZE) ## end-to-end gang scenarios on a real API server
-	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
+e2e: test-binaries $(KUSTOMIZE) $(HELM) ## end-to-end gang scenarios on a real API server
+	RANKGATE_KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_HELM=$(abspath $(HELM)) $(GO) test -count=1 -run 'E2E' -v ./integrations/...
 
 image: ## container image (needs a Docker engine)
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .

@@ -132,7 +132,7 @@ func newMonitor(readyRe *regexp.Regexp, expect int, want Transport, derived, str
 			m.lateMode.all = true
 		}
 	}
-	m.initMode = scanMode{all: m.lateMode.all, anchors: append(append([][]byte(nil), m.lateMode.anchors...), fatalAnchors...)}
+	m.initMode = scanMode{all: m.lateMode.all, anchors: append(append(append([][]byte(nil), m.lateMode.anchors...), fatalAnchors...), rendezvousAnchors...)}
 	return m
 }
 
@@ -168,10 +168,12 @@ func (m *monitor) line(b []byte) {
 	info := bytes.Index(b, tokNCCLInfo)
 	isNCCL := info >= 0 || bytes.Contains(b, tokNCCL)
 	var fp *fatalPattern
+	rdzv := false
 	if initPhase && info < 0 {
 		fp = matchFatal(b)
+		rdzv = fp == nil && rendezvousFailure(b)
 	}
-	if !isNCCL && fp == nil {
+	if !isNCCL && fp == nil && !rdzv {
 		return
 	}
 	m.mu.Lock()
@@ -182,7 +184,10 @@ func (m *monitor) line(b []byte) {
 		if info >= 0 {
 			m.ncclLine(b, info)
 			if initPhase {
-				if fix := initTraceFatal(b[info+len(tokNCCLInfo):]); fix != "" {
+				msg := b[info+len(tokNCCLInfo):]
+				if shmTraceFatal(msg) {
+					m.fatal(b, fixShm, true)
+				} else if fix := initTraceFatal(msg); fix != "" {
 					m.fatal(b, fix, true)
 				}
 			}
@@ -190,6 +195,9 @@ func (m *monitor) line(b []byte) {
 	}
 	if fp != nil {
 		m.fatal(b, fp.fix(m.mig), fp.generic)
+	}
+	if rdzv {
+		m.rendezvousFatal(b)
 	}
 	if bytes.Contains(b, tokNCCLWarn) {
 		m.lastWarn = append(m.lastWarn[:0], b[:min(len(b), ringLineMax)]...)
@@ -212,6 +220,27 @@ func (m *monitor) fatal(b []byte, fix string, generic bool) {
 	m.events <- event{kind: evFatal, finding: verdict.Finding{
 		Rule: verdict.RuleNCCLFatal, Severity: verdict.SeverityFail,
 		Message: msg, Remediation: fix,
+	}}
+}
+
+// rendezvousFatal sends RENDEZVOUS_FAILED for a line that says torch's
+// rendezvous failed, naming the address it could not reach.
+func (m *monitor) rendezvousFatal(b []byte) {
+	if m.fatalSent || m.ready.Load() {
+		return
+	}
+	m.fatalSent = true
+	msg := "torch's rendezvous failed before NCCL init"
+	if a := rendezvousAddress(b); a != "" {
+		msg += " (MASTER_ADDR:MASTER_PORT " + a + ")"
+	}
+	fix := fixRendezvous
+	if bytes.Contains(b, []byte("server socket")) {
+		fix = fixRendezvousListen
+	}
+	m.events <- event{kind: evFatal, finding: verdict.Finding{
+		Rule: verdict.RuleRendezvousFailed, Severity: verdict.SeverityFail,
+		Message: msg + ": " + clip(b, ringLineMax), Remediation: fix,
 	}}
 }
 

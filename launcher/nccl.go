@@ -126,6 +126,10 @@ var fatalPatterns = []fatalPattern{
 	{match: []byte("system not yet initialized"), remediation: fixFabricManager},
 	{match: []byte("cudaErrorSystemNotReady"), remediation: fixFabricManager},
 	{match: []byte("NCCL WARN Cuda failure"), remediation: "a CUDA call inside NCCL failed: check the device with `rankgate preflight` and the node's dmesg for Xid errors"},
+	// /dev/shm too small for the SHM transport's segments
+	// (NVIDIA/nccl-tests#166, pytorch/ci-infra#490, NVIDIA/nccl#1683).
+	{match: []byte("failed to extend /dev/shm"), remediation: fixShm},
+	{match: []byte("Error while creating shared memory segment"), remediation: fixShm},
 	{match: []byte("no socket interface found"), remediation: "NCCL found no usable network interface: check NCCL_SOCKET_IFNAME against the pod's interfaces"},
 	{match: []byte("No usable listening interface found"), remediation: "NCCL found no usable network interface: check NCCL_SOCKET_IFNAME against the pod's interfaces"},
 	// Bootstrap and socket failures that end init with an error code

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -38,6 +39,10 @@ type GangInput struct {
 	// GANG_NVLINK_DOMAIN_SPLIT judges every rank, not only those whose
 	// GPUs report a fabric cluster.
 	ExpectMultiNodeNVLink bool
+	// NCCL is the settings each rank runs with (its replica type's pod
+	// template: env, image), by rank; nil: the NCCL settings rules are
+	// not run. See gangNCCLSettings.
+	NCCL map[int]ncclenv.Rank
 }
 
 // MissingRank is what the pod of a rank that has not reported is doing.
@@ -74,6 +79,7 @@ var gangRules = []func(*gang) []verdict.Finding{
 	gangSplitPodsSameNode,
 	gangNVLinkDomainSplit,
 	gangHealthMixed,
+	gangNCCLSettings,
 }
 
 // gang is a job's reports as the rules read them.

@@ -14,7 +14,7 @@ import (
 var HealthRules = []string{
 	verdict.RuleGPULost, verdict.RuleGPUResetRequired, verdict.RuleGPURemapFailed, verdict.RuleGPURemapPending,
 	verdict.RuleGPUECCUncorrected, verdict.RuleGPURetiredPagesPending, verdict.RuleNVLinkFabricNotReady,
-	verdict.RuleNVLinkFabricFailed, verdict.RulePersistenceOff, verdict.RuleClocksThrottled,
+	verdict.RuleNVLinkFabricFailed, verdict.RulePersistenceOff, verdict.RuleClocksThrottled, verdict.RuleGPUReadError,
 }
 
 // IsHealthRule reports whether id is one of HealthRules.
@@ -56,16 +56,15 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 			also = " (the same reset applies the pending MIG mode, MIG_MODE_PENDING)"
 		}
 		if h.Lost {
-			add(verdict.RuleGPULost, verdict.SeverityFail,
-				fmt.Sprintf("GPU %d has fallen off the bus: NVML answers GPU_IS_LOST; no CUDA work can run on it", g.Index),
+			add(verdict.RuleGPULost, verdict.SeverityFail, lostMessage(g),
 				fmt.Sprintf("cordon and drain the node, look for Xid 79 in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; replace it if it happens again", g.Index, g.Index))
 		}
+		if len(h.ErrFields) > 0 {
+			sev, msg, fix := readErrorFinding(g)
+			add(verdict.RuleGPUReadError, sev, msg, fix)
+		}
 		if h.ResetRequired != nil && *h.ResetRequired {
-			msg := fmt.Sprintf("GPU %d reports that it must be reset before use", g.Index)
-			if len(reasons) > 0 {
-				msg += "; the reset also clears: " + strings.Join(reasons, ", ")
-			}
-			add(verdict.RuleGPUResetRequired, verdict.SeverityFail, msg, resetFix(g)+also)
+			add(verdict.RuleGPUResetRequired, verdict.SeverityFail, resetRequiredMessage(g, reasons), resetFix(g)+also)
 		}
 		if h.RemapFailure != nil && *h.RemapFailure {
 			add(verdict.RuleGPURemapFailed, verdict.SeverityFail,
@@ -111,6 +110,58 @@ func healthRules(gpus []*topology.GPU) []verdict.Finding {
 		}
 	}
 	return f
+}
+
+// sensorFields are the values whose ERR! alone is a sensor that could not
+// be read, often transient; anything else the driver fails to read (memory,
+// ECC, MIG mode, persistence) means the GPU itself does not answer.
+var sensorFields = map[string]bool{"fan": true, "temperature": true, "power": true, "performance state": true, "utilization": true}
+
+// readErrorFinding: GPU_READ_ERROR, a warning for one or two sensors, a
+// failure for more or for the GPU's own state.
+func readErrorFinding(g *topology.GPU) (verdict.Severity, string, string) {
+	fields := g.Health.ErrFields
+	sev := verdict.SeverityWarn
+	for _, f := range fields {
+		if !sensorFields[f] {
+			sev = verdict.SeverityFail
+		}
+	}
+	if len(fields) > 2 {
+		sev = verdict.SeverityFail
+	}
+	msg := fmt.Sprintf("GPU %d: nvidia-smi printed ERR! for its %s: the driver failed to read them from the GPU", g.Index, strings.Join(fields, ", "))
+	fix := fmt.Sprintf("check `nvidia-smi -q -i %d` (GPU Recovery Action) and `dmesg` for Xid errors; a single sensor error can be transient, recheck before acting", g.Index)
+	if sev == verdict.SeverityFail {
+		msg += "; the GPU is not answering the driver and jobs on it fail or hang"
+		fix = fmt.Sprintf("cordon and drain the node, look for Xid errors in `dmesg`, then reset GPU %d (`nvidia-smi -r -i %d`) or reboot; follow the GPU Recovery Action of `nvidia-smi -q -i %d` when it names one", g.Index, g.Index, g.Index)
+	}
+	return sev, msg, fix
+}
+
+// resetRequiredMessage says that g must be reset, the action the driver
+// recommends, and what else the reset clears.
+func resetRequiredMessage(g *topology.GPU, reasons []string) string {
+	msg := fmt.Sprintf("GPU %d reports that it must be reset before use", g.Index)
+	if a := g.Health.RecoveryAction; a != "" {
+		msg += fmt.Sprintf(" (GPU Recovery Action: %s)", a)
+	}
+	if len(reasons) > 0 {
+		msg += "; the reset also clears: " + strings.Join(reasons, ", ")
+	}
+	return msg
+}
+
+// lostMessage says which GPU is lost and how the source said so.
+func lostMessage(g *topology.GPU) string {
+	who := fmt.Sprintf("GPU %d", g.Index)
+	if g.PCIBusID != "" {
+		who += fmt.Sprintf(" (bus %s)", g.PCIBusID)
+	}
+	if r := g.Health.LostReason; r != "" {
+		return fmt.Sprintf("%s is lost: the driver cannot open it (%s); it has most likely fallen off the bus, and no CUDA work can run on it", who, r)
+	}
+	return who + " has fallen off the bus: NVML answers GPU_IS_LOST; no CUDA work can run on it"
 }
 
 // resetReasons lists what a reset of g clears, for GPU_RESET_REQUIRED.

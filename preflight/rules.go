@@ -85,7 +85,7 @@ func RankRules(in RankInput) verdict.Report {
 	for _, r := range refs {
 		add(verdict.Finding{
 			Rule: verdict.RuleDeviceNotFound, Severity: verdict.SeverityFail, Devices: []string{r},
-			Message: fmt.Sprintf("device %s (from %s) is not on this node: %v", r, in.Allocation.From, missing[r]),
+			Message: fmt.Sprintf("device %s (from %s) is not on this node%s", r, in.Allocation.From, notFoundDetail(r, missing[r])),
 			Remediation: "check that the device plugin and NVML agree (a MIG layout changed after the pod was admitted?); " +
 				"list the node's devices with `rankgate inspect` or `nvidia-smi -L`",
 		})
@@ -135,25 +135,7 @@ func RankRules(in RankInput) verdict.Report {
 			Remediation: "give each rank (pod) exactly one MIG device, or start one process per MIG device with its own CUDA_VISIBLE_DEVICES=<MIG UUID>",
 		})
 	}
-	for _, d := range fulls {
-		g := d.GPU
-		if g.MIGCurrent != topology.ModeEnabled {
-			continue
-		}
-		if len(g.MIGDevices) == 0 {
-			add(verdict.Finding{
-				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
-				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
-				Remediation: "create the MIG layout (set the node label nvidia.com/mig.config for mig-manager) or disable MIG mode on this GPU",
-			})
-		} else {
-			add(verdict.Finding{
-				Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
-				Message:     fmt.Sprintf("%s is in MIG mode with %d instance(s), but the rank was given the whole GPU: CUDA cannot run on a MIG parent", d.Name(), len(g.MIGDevices)),
-				Remediation: "request one of its MIG devices (nvidia.com/mig-<profile>) instead of the whole GPU",
-			})
-		}
-	}
+	f = append(f, migParentRules(fulls)...)
 	f = append(f, profileRules(in, devs)...)
 	for _, g := range distinctGPUPtrs(devs) {
 		if g.MIGCurrent != topology.ModeUnknown && g.MIGPending != topology.ModeUnknown && g.MIGCurrent != g.MIGPending {
@@ -176,10 +158,39 @@ func RankRules(in RankInput) verdict.Report {
 	}
 	f = append(f, linkRules(in, fulls)...)
 	f = append(f, healthRules(distinctGPUPtrs(devs))...)
+	f = append(f, gapRules(inv)...)
 	r := verdict.NewReport("", f)
 	r.Mode = string(in.Mode)
 	r.Devices = summaries(devs)
 	return r
+}
+
+// migParentRules: whole GPUs in MIG mode given to the rank:
+// MIG_NO_INSTANCES without instances, MIG_PARENT_ALLOCATED with them, and
+// INPUT_INCOMPLETE where a cut paste leaves the instances unknown.
+func migParentRules(fulls []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
+	for _, d := range fulls {
+		g := d.GPU
+		switch {
+		case g.MIGCurrent != topology.ModeEnabled:
+		case len(g.MIGDevices) == 0 && g.MIGDevicesUnknown:
+			f = append(f, migUnknownFinding(d))
+		case len(g.MIGDevices) == 0:
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleMIGNoInstances, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
+				Message:     fmt.Sprintf("%s has MIG mode enabled and no MIG instances: no CUDA work can run on it", d.Name()),
+				Remediation: "create the MIG layout (set the node label nvidia.com/mig.config for mig-manager) or disable MIG mode on this GPU",
+			})
+		default:
+			f = append(f, verdict.Finding{
+				Rule: verdict.RuleMIGParentAllocated, Severity: verdict.SeverityFail, Devices: []string{d.ID()},
+				Message:     fmt.Sprintf("%s is in MIG mode with %d instance(s), but the rank was given the whole GPU: CUDA cannot run on a MIG parent", d.Name(), len(g.MIGDevices)),
+				Remediation: "request one of its MIG devices (nvidia.com/mig-<profile>) instead of the whole GPU",
+			})
+		}
+	}
+	return f
 }
 
 // profileRules: PROFILE_MISMATCH against the expectation, PROFILE_HETEROGENEOUS
@@ -312,6 +323,15 @@ func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 	if in.Mode != ModeNode {
 		f = append(f, pathRules(in, fulls)...)
 	}
+	return append(f, nvlinkDown(in, fulls)...)
+}
+
+// nvlinkDown: NVLINK_DOWN on the rank's full GPUs. Some links up and some
+// down is a broken link. A GPU whose links are all inactive has no NVLink
+// fabric here (a pass-through VM, a PCIe card), unless another GPU of the
+// same model on the node has links up: then it is cut off from its peers.
+func nvlinkDown(in RankInput, fulls []topology.Device) []verdict.Finding {
+	var f []verdict.Finding
 	for _, g := range distinctGPUPtrs(fulls) {
 		var up, down []string
 		for _, l := range g.NVLinks {
@@ -321,23 +341,47 @@ func linkRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 				down = append(down, fmt.Sprint(l.Link))
 			}
 		}
-		// A GPU whose links are all inactive has no NVLink fabric here (a
-		// pass-through VM, a PCIe card): nothing is down. Some up and some
-		// down is a broken link.
-		if len(down) == 0 || len(up) == 0 {
+		if len(down) == 0 {
 			continue
 		}
+		msg := fmt.Sprintf("GPU %d: NVLink(s) %s down while %s are up; collectives over this GPU run on fewer links or fall back to PCIe", g.Index, strings.Join(down, ","), strings.Join(up, ","))
+		if len(up) == 0 {
+			peer := peerWithLinks(in.Inventory, g)
+			if peer == nil {
+				continue
+			}
+			msg = fmt.Sprintf("GPU %d: all its NVLinks (%s) are down while GPU %d of the same model has NVLinks up; traffic to this GPU falls back to PCIe or fails", g.Index, strings.Join(down, ","), peer.Index)
+		}
+		// One GPU alone uses no NVLink; a node judged whole (node mode)
+		// serves multi-GPU jobs.
 		s := verdict.SeverityWarn
-		if len(fulls) > 1 {
+		if len(fulls) > 1 || in.Mode == ModeNode {
 			s = verdict.SeverityFail
 		}
 		f = append(f, verdict.Finding{
 			Rule: verdict.RuleNVLinkDown, Severity: s, Devices: []string{gpuName(g)},
-			Message:     fmt.Sprintf("GPU %d: NVLink(s) %s down while %s are up; collectives over this GPU run on fewer links or fall back to PCIe", g.Index, strings.Join(down, ","), strings.Join(up, ",")),
+			Message:     msg,
 			Remediation: "drain the node and have the GPU/NVSwitch checked (nvidia-smi nvlink -s, dmesg for Xid 74/NVLink errors); a reset may bring the link back",
 		})
 	}
 	return f
+}
+
+// peerWithLinks finds another GPU of g's model on the node with an NVLink
+// up.
+func peerWithLinks(inv *topology.Inventory, g *topology.GPU) *topology.GPU {
+	for i := range inv.GPUs {
+		p := &inv.GPUs[i]
+		if p.Index == g.Index || p.Name != g.Name {
+			continue
+		}
+		for _, l := range p.NVLinks {
+			if l.Active {
+				return p
+			}
+		}
+	}
+	return nil
 }
 
 func ids(ds []topology.Device) []string {
@@ -491,4 +535,18 @@ func pathRules(in RankInput, fulls []topology.Device) []verdict.Finding {
 		})
 	}
 	return f
+}
+
+// notFoundDetail is what a lookup error adds to "device REF is not on this
+// node": nothing when it only restates that, else its own words.
+func notFoundDetail(ref string, err error) string {
+	if err == nil {
+		return ""
+	}
+	d := strings.TrimPrefix(err.Error(), topology.ErrDeviceNotFound.Error())
+	d = strings.TrimSpace(strings.TrimPrefix(d, ":"))
+	if d == "" || d == ref {
+		return ""
+	}
+	return " (" + d + ")"
 }

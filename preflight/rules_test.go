@@ -1,6 +1,7 @@
 package preflight
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -156,4 +157,12 @@ func TestShapeOf(t *testing.T) {
 	require.True(t, s.HasMIG)
 	require.True(t, s.HasFull)
 	require.Contains(t, s.Profiles, "3g.40gb")
+}
+
+// "not on this node" is said once; what the lookup adds beyond it stays.
+func TestNotFoundDetailSaysItOnce(t *testing.T) {
+	require.Equal(t, "", notFoundDetail("GPU-9", fmt.Errorf("%w: %s", topology.ErrDeviceNotFound, "GPU-9")))
+	require.Equal(t, " (GPU index 9)", notFoundDetail("9", fmt.Errorf("%w: GPU index %d", topology.ErrDeviceNotFound, 9)))
+	require.Equal(t, " (MIG device 1:7)", notFoundDetail("1:7", fmt.Errorf("%w: MIG device %d:%d", topology.ErrDeviceNotFound, 1, 7)))
+	require.Equal(t, "", notFoundDetail("x", nil))
 }

@@ -23,6 +23,18 @@ type Health struct {
 	// Lost: the GPU has fallen off the bus (NVML GPU_IS_LOST on a health
 	// query).
 	Lost bool `json:"lost,omitempty"`
+	// LostReason is what the source said when it could not reach the GPU
+	// (nvidia-smi's "Unable to determine the device handle ..." line);
+	// empty for NVML's GPU_IS_LOST.
+	LostReason string `json:"lostReason,omitempty"`
+	// RecoveryAction is the driver's recommended recovery action when it
+	// is not None ("Reset", "Reboot", "Drain P2P", ...: -q's GPU Recovery
+	// Action); ResetRequired is set with it.
+	RecoveryAction string `json:"recoveryAction,omitempty"`
+	// ErrFields names the values nvidia-smi could not read and printed as
+	// ERR! (fan, temperature, power, memory, ...): the driver failed to
+	// query the GPU for them.
+	ErrFields []string `json:"errFields,omitempty"`
 	// Throttle lists the clock-slowdown reasons active at the check among
 	// those the rank rules judge (Throttle* constants).
 	Throttle []string `json:"throttle,omitempty"`

@@ -86,6 +86,9 @@ type Inventory struct {
 	GPUs              []GPU  `json:"gpus"`
 	// Links holds one entry per unordered GPU pair (A < B), when known.
 	Links []Link `json:"links,omitempty"`
+	// Gaps say what the source left out: parts of a pasted output elided
+	// ("...", "[...]") or cut off. What a gap hides is not judged.
+	Gaps []string `json:"gaps,omitempty"`
 }
 
 // GPU is one physical GPU.
@@ -108,6 +111,9 @@ type GPU struct {
 	// MIGDevices are the MIG instances (GPU instance + compute instance) on
 	// this GPU. Their order is the MIG device index order nvidia-smi uses.
 	MIGDevices []MIGDevice `json:"migDevices,omitempty"`
+	// MIGDevicesUnknown: the source was cut before it listed the GPU's MIG
+	// devices, so an empty MIGDevices says nothing.
+	MIGDevicesUnknown bool `json:"migDevicesUnknown,omitempty"`
 	// MIGProfiles are the GPU-instance profiles the GPU itself reported
 	// (`nvidia-smi mig -lgip`): name, SMs, memory and instance count. They
 	// stand before the catalog's, and serve GPUs the catalog lacks.

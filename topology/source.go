@@ -35,11 +35,16 @@ type DiscoveryError struct {
 }
 
 func (e *DiscoveryError) Error() string {
-	s := fmt.Sprintf("NVML_%s: %s", e.Class, e.Message)
+	return e.Rule() + ": " + e.Detail()
+}
+
+// Detail is the message and the call that failed, without the rule ID (a
+// finding carries that in its own field).
+func (e *DiscoveryError) Detail() string {
 	if e.Op != "" {
-		s += " (" + e.Op + ")"
+		return e.Message + " (" + e.Op + ")"
 	}
-	return s
+	return e.Message
 }
 
 func (e *DiscoveryError) Unwrap() error { return e.Err }

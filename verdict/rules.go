@@ -57,6 +57,7 @@ const (
 	RuleP2PUnknown            = "P2P_UNKNOWN"
 	RuleLinkPathsMixed        = "LINK_PATHS_MIXED"
 	RuleRankEnvironment       = "RANK_ENVIRONMENT_FAILED"
+	RuleInputIncomplete       = "INPUT_INCOMPLETE"
 
 	// Node health rank rules (preflight/health.go).
 	RuleGPURemapPending        = "GPU_REMAP_PENDING"
@@ -65,6 +66,7 @@ const (
 	RuleGPURetiredPagesPending = "GPU_RETIRED_PAGES_PENDING"
 	RuleGPUResetRequired       = "GPU_RESET_REQUIRED"
 	RuleGPULost                = "GPU_LOST"
+	RuleGPUReadError           = "GPU_READ_ERROR"
 	RuleNVLinkFabricNotReady   = "NVLINK_FABRIC_NOT_READY"
 	RuleNVLinkFabricFailed     = "NVLINK_FABRIC_FAILED"
 	RulePersistenceOff         = "PERSISTENCE_OFF"
@@ -102,6 +104,7 @@ const (
 	RulePendingTimeout = "PENDING_TIMEOUT"
 
 	// launch.
+	RuleRendezvousFailed    = "RENDEZVOUS_FAILED"
 	RuleNCCLInitTimeout     = "NCCL_INIT_TIMEOUT"
 	RuleNCCLFatal           = "NCCL_FATAL"
 	RuleTransportFallback   = "TRANSPORT_FALLBACK"
@@ -110,6 +113,22 @@ const (
 	RuleHostfileSlots       = "HOSTFILE_SLOTS"
 	RuleHostfileInvalid     = "HOSTFILE_INVALID"
 	RuleNCCLDebugHidden     = "NCCL_DEBUG_HIDDEN"
+
+	// NCCL settings against the allocation (preflight/ncclenv): the
+	// webhook and diagnose on pod templates, the controller on the gang,
+	// launch and preflight --env-file on one rank.
+	RuleNCCLMIGVersion          = "NCCL_MIG_VERSION"
+	RuleNCCLMultiRankGPU        = "NCCL_MULTI_RANK_GPU_DISABLED"
+	RuleNCCLNVLSOnMIG           = "NCCL_NVLS_ON_MIG"
+	RuleNCCLNVLSNoNVSwitch      = "NCCL_NVLS_NO_NVSWITCH"
+	RuleNCCLMNNVLNoDomain       = "NCCL_MNNVL_NO_DOMAIN"
+	RuleNCCLSHMDisabledMIG      = "NCCL_SHM_DISABLED_MIG"
+	RuleNCCLP2PDisabledNVLink   = "NCCL_P2P_DISABLED_NVLINK"
+	RuleNCCLIgnoreNetMismatch   = "NCCL_NET_MISMATCH_IGNORED"
+	RuleNCCLSettingsDiffer      = "NCCL_SETTINGS_DIFFER"
+	RuleNCCLSocketIfnameMissing = "NCCL_SOCKET_IFNAME_MISSING"
+	RuleNCCLIBHCAMissing        = "NCCL_IB_HCA_MISSING"
+	RuleVisibleDevicesMismatch  = "VISIBLE_DEVICES_MISMATCH"
 )
 
 // NVML discovery classes. A discovery failure's rule ID is NVMLRule(class).
@@ -138,6 +157,7 @@ func NVMLRule(class string) string { return "NVML_" + class }
 
 var (
 	rank      = []Face{FacePreflight}
+	settings  = []Face{FacePreflight, FaceGang, FaceLaunch, FaceDiagnose}
 	gang      = []Face{FaceGang}
 	place     = []Face{FaceDiagnose}
 	launchF   = []Face{FaceLaunch}
@@ -167,11 +187,13 @@ var rules = []Rule{
 	{ID: RuleGPUECCUncorrected, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU counts uncorrectable ECC errors since its last reset (volatile)", Remediation: "reset the GPU (`nvidia-smi -r -i <index>`) and check Xid 48/63/64/94/95 in `dmesg`; drain the node if they come back"},
 	{ID: RuleGPURetiredPagesPending, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has memory pages waiting to be retired at its next reset", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
 	{ID: RuleGPUResetRequired, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU reports that it must be reset before use", Remediation: "stop the GPU's work and reset it (`nvidia-smi -r -i <index>`) or reboot the node"},
-	{ID: RuleGPULost, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has fallen off the bus (NVML GPU_IS_LOST)", Remediation: "cordon and drain the node, look for Xid 79 in `dmesg`, reset the GPU or reboot; replace it if it happens again"},
+	{ID: RuleGPULost, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has fallen off the bus (NVML GPU_IS_LOST, or nvidia-smi cannot open its device handle: Unknown Error, GPU is lost)", Remediation: "cordon and drain the node, look for Xid 79 in `dmesg`, reset the GPU or reboot; replace it if it happens again"},
+	{ID: RuleGPUReadError, Severity: SeverityFail, Varies: true, Faces: rank, Summary: "nvidia-smi printed ERR! for some of an allocated GPU's values: the driver failed to read them (warn for one or two sensor readings such as fan, temperature or power; fail for memory, ECC, MIG mode or whole rows)", Remediation: "check `nvidia-smi -q -i <index>` (GPU Recovery Action) and Xid errors in `dmesg`; reset the GPU (`nvidia-smi -r -i <index>`) or drain and reboot the node when more than a sensor fails"},
 	{ID: RuleNVLinkFabricNotReady, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU has not finished registering with the NVLink fabric (state not started or in progress): CUDA fails with error 802 or NCCL hangs in init", Remediation: "start nvidia-fabricmanager (NVSwitch systems) or the IMEX service (multi-node NVLink) and wait until `nvidia-smi -q` shows Fabric State Completed, Status Success"},
 	{ID: RuleNVLinkFabricFailed, Severity: SeverityFail, Faces: rank, Summary: "an allocated GPU's NVLink fabric registration completed with a failure status", Remediation: "read the fabric manager's log (`journalctl -u nvidia-fabricmanager`, or the IMEX service's), fix what it names, restart it and reset the GPUs"},
 	{ID: RulePersistenceOff, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU has persistence mode off: the driver tears the GPU down when its last client exits and every CUDA init pays to bring it up again", Remediation: "run nvidia-persistenced on the node (the GPU Operator's driver does), or `nvidia-smi -pm 1`"},
 	{ID: RuleClocksThrottled, Severity: SeverityWarn, Faces: rank, Summary: "an allocated GPU's clocks are held down by a hardware slowdown, thermal slowdown or the power brake at check time", Remediation: "check the node's cooling and power (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER`); a GPU that stays throttled paces the whole job"},
+	{ID: RuleInputIncomplete, Severity: SeverityWarn, Faces: rank, Summary: "the pasted outputs are elided (\"...\", \"[...]\") or cut: what they leave out (GPUs, links, a cut table's MIG devices) is not judged", Remediation: "paste the whole output of each command, or run preflight on the node"},
 	{ID: RuleRankEnvironment, Severity: SeverityFail, Faces: []Face{FacePreflight, FaceGang}, Summary: "a rank's rankgate init could not check its devices at all (NVML or driver failure)", Remediation: "read that rank's init container log and termination message; fix the node's driver or runtime"},
 
 	{ID: RuleGangIncomplete, Severity: SeverityFail, Faces: gang, Summary: "fewer ranks reported than the job spec asks for by the gang deadline; lists the missing ranks", Remediation: "find why the missing ranks' pods did not start (rankgate diagnose job), or raise the gang deadline"},
@@ -202,6 +224,7 @@ var rules = []Rule{
 	{ID: RuleDRANotJudged, Severity: SeverityWarn, Faces: place, Summary: "the job's devices come through DRA (resource claims, or an extended resource a DeviceClass maps): placement is not judged from node allocatable, so the job is never refused, failed or called hopeless on those grounds", Remediation: "read the pods' scheduling events and their ResourceClaims' status (kubectl describe resourceclaim) for why they wait"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
+	{ID: RuleRendezvousFailed, Severity: SeverityFail, Faces: launchF, Summary: "torch's rendezvous failed before NCCL init: the TCPStore client could not reach MASTER_ADDR:MASTER_PORT (timed out, connection refused, DistNetworkError); names the address", Remediation: "check that the rank-0 pod runs and listens on MASTER_PORT, that MASTER_ADDR resolves to it (the job's headless Service), and that no NetworkPolicy blocks the port"},
 	{ID: RuleNCCLInitTimeout, Severity: SeverityFail, Faces: launchF, Summary: "CMD was not ready within --init-timeout (exit 4)", Remediation: "read the ranks' NCCL logs for the last step; check the network between the named ranks", Exit: ExitTimeout},
 	{ID: RuleNCCLFatal, Severity: SeverityFail, Faces: launchF, Summary: "a fatal NCCL or CUDA line before CMD was ready", Remediation: "the line names the cause; fix the devices or environment it names"},
 	{ID: RuleTransportFallback, Severity: SeverityWarn, Varies: true, Faces: launchF, Summary: "NCCL connected ranks over a slower path than expected (fail with --strict-transport)", Remediation: "check P2P/NVLink between the ranks' devices, or place them on one node"},
@@ -209,6 +232,18 @@ var rules = []Rule{
 	{ID: RuleNprocExceedsDevices, Severity: SeverityFail, Faces: launchF, Summary: "torchrun would start more local processes than the rank has devices", Remediation: "set --nproc-per-node to the rank's devices (one process per MIG device)"},
 	{ID: RuleHostfileInvalid, Severity: SeverityFail, Faces: launchF, Summary: "the MPI hostfile cannot be read or parsed (exit 2)", Remediation: "fix the named line of the hostfile", Exit: ExitUsage},
 	{ID: RuleHostfileSlots, Severity: SeverityFail, Faces: launchF, Summary: "the hostfile's slots do not cover mpirun -np", Remediation: "raise the slots or lower -np"},
+	{ID: RuleNCCLMIGVersion, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "ranks on MIG instances run an NCCL older than 2.31, the first with MIG support (warn when the version cannot be told)", Remediation: "use an image with NCCL 2.31 or later, or full GPUs"},
+	{ID: RuleNCCLMultiRankGPU, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "several ranks on MIG instances of one physical GPU without NCCL_MULTI_RANK_GPU_ENABLE=1: NCCL refuses them (warn on templates, where the placement is not known yet)", Remediation: "set NCCL_MULTI_RANK_GPU_ENABLE=1 in every rank's container"},
+	{ID: RuleNCCLNVLSOnMIG, Severity: SeverityFail, Faces: settings, Summary: "NCCL_NVLS_ENABLE=1 on MIG ranks: NCCL aborts init (MIG has no NVLink SHARP)", Remediation: "remove NCCL_NVLS_ENABLE (or set it to 0) for MIG jobs"},
+	{ID: RuleNCCLNVLSNoNVSwitch, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_NVLS_ENABLE=1 on GPUs with no NVSwitch fabric: NVLS cannot run there", Remediation: "remove NCCL_NVLS_ENABLE; NCCL enables NVLS by itself where an NVSwitch fabric is present"},
+	{ID: RuleNCCLMNNVLNoDomain, Severity: SeverityFail, Faces: settings, Summary: "NCCL_MNNVL_ENABLE=1 where the ranks share no multi-node NVLink domain (or run on MIG)", Remediation: "remove NCCL_MNNVL_ENABLE (NCCL detects MNNVL by itself), or place every rank in one NVLink domain"},
+	{ID: RuleNCCLSHMDisabledMIG, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_SHM_DISABLE=1 with several MIG ranks on one GPU: shared memory is their only fast path, NCCL falls back to the network", Remediation: "remove NCCL_SHM_DISABLE"},
+	{ID: RuleNCCLP2PDisabledNVLink, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_P2P_DISABLE=1 on GPUs joined by NVLink: NCCL falls back to shared memory through the host", Remediation: "remove NCCL_P2P_DISABLE"},
+	{ID: RuleNCCLIgnoreNetMismatch, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "NCCL_IGNORE_NET_MISMATCH=1 with ranks whose NIC sets differ: NCCL hangs without an error (warn on templates and where NICs are not reported)", Remediation: "remove NCCL_IGNORE_NET_MISMATCH and give every rank the same NICs (NCCL_IB_HCA, the device plugin's RDMA resources)"},
+	{ID: RuleNCCLSettingsDiffer, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_*, FI_* or UCX_* settings differ between ranks of one job", Remediation: "give every replica type the same NCCL, libfabric and UCX settings"},
+	{ID: RuleNCCLSocketIfnameMissing, Severity: SeverityFail, Faces: settings, Summary: "NCCL_SOCKET_IFNAME matches no interface of the rank's node: NCCL's bootstrap finds no socket interface", Remediation: "name an interface the node has (`ip -br link` on it), a prefix such as eth, or unset NCCL_SOCKET_IFNAME"},
+	{ID: RuleNCCLIBHCAMissing, Severity: SeverityWarn, Faces: settings, Summary: "NCCL_IB_HCA matches no RDMA device of the rank's node: NCCL finds no IB device and falls back to TCP sockets", Remediation: "name HCAs the node has (`ls /sys/class/infiniband` on it), or unset NCCL_IB_HCA"},
+	{ID: RuleVisibleDevicesMismatch, Severity: SeverityFail, Varies: true, Faces: settings, Summary: "CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES set by hand does not match the devices the rank is given", Remediation: "remove the hand-set variable: the device plugin sets the allocation, and launchers set CUDA_VISIBLE_DEVICES per local rank"},
 	{ID: RuleHostUnreachable, Severity: SeverityFail, Faces: launchF, Summary: "a hostfile host did not resolve or accept TCP on --ssh-port within --hosts-timeout (exit 4)", Remediation: "check that the worker pods run and their headless Service resolves", Exit: ExitTimeout},
 }
 

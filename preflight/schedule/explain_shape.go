@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rankgate/rankgate/topology"
@@ -76,6 +77,13 @@ func (d *diag) noNodeFits(s *setState) {
 			continue
 		}
 		name := d.resName[m.k]
+		if slices.Contains(labelsOnlyUnknown, name) {
+			// Every kubelet offers pods, cpu, memory and ephemeral
+			// storage: none of them anywhere means the nodes' allocatable
+			// is not known (no nodes given, or nodes without it), not
+			// that the job asks for a shape the cluster lacks.
+			continue
+		}
 		d.add(d.finding(s, verdict.RuleShapeMismatch, verdict.SeverityFail,
 			fmt.Sprintf("%s asks %s %s per pod; no node offers %s at all.", d.setName(s), name, fmtAmount(name, s.req[m.k]), name),
 			fmt.Sprintf("Remove the %s request or add nodes that advertise it.", name), nil))

@@ -22,11 +22,17 @@ const (
 	KindMIGLGIP    Kind = "mig-lgip"    // nvidia-smi mig -lgip (and -lgipp placements)
 	KindMIGLCI     Kind = "mig-lci"     // nvidia-smi mig -lci
 	KindTable      Kind = "table"       // plain nvidia-smi
+	// KindDeviceHandle is nvidia-smi's "Unable to determine the device
+	// handle for GPU<bus>: <reason>" lines (handle.go), alone or inside
+	// any other output.
+	KindDeviceHandle Kind = "device-handle"
+	// KindNVLinkStatus is nvidia-smi nvlink -s / --status.
+	KindNVLinkStatus Kind = "nvlink-status"
 )
 
 // expected is the list of outputs Import reads, for error messages.
 const expected = "expected the output of one of: nvidia-smi, nvidia-smi -L, nvidia-smi -q, " +
-	"nvidia-smi -q -x, nvidia-smi topo -m, nvidia-smi topo -p2p r|w|rw|n|a, " +
+	"nvidia-smi -q -x, nvidia-smi topo -m, nvidia-smi topo -p2p r|w|rw|n|a, nvidia-smi nvlink -s, " +
 	"nvidia-smi mig -lgi, nvidia-smi mig -lgip, nvidia-smi mig -lci"
 
 // Detect tells which nvidia-smi output data is, by its content. A leading
@@ -45,6 +51,9 @@ func Detect(data []byte) (Kind, error) {
 		}
 		return k, nil
 	}
+	if len(doc.handles) > 0 {
+		return KindDeviceHandle, nil
+	}
 	return "", &topology.InputError{Msg: "no nvidia-smi output found; " + expected}
 }
 
@@ -55,6 +64,9 @@ type doc struct {
 	lines    []string // without line ends
 	offsets  []int    // byte offset of each line in text
 	sections []section
+	// handles are the GPUs nvidia-smi could not open (handle.go); their
+	// lines are blanked in lines.
+	handles []handleFact
 }
 
 // section is the output of one command: the lines after a prompt line up to
@@ -89,6 +101,7 @@ func splitDoc(text string) *doc {
 		d.offsets = append(d.offsets, off)
 		off = next
 	}
+	d.takeHandleLines()
 	cur := section{d: d}
 	for i, l := range d.lines {
 		cmd, ok := promptCommand(l)
@@ -130,8 +143,8 @@ func (s section) splitOutputs() []section {
 		case curKind == "":
 			curKind = k
 			continue
-		case k == KindList && curKind == KindList:
-			continue // the next GPU of the same -L
+		case k == KindList && curKind == KindList, k == KindNVLinkStatus && curKind == KindNVLinkStatus:
+			continue // the next GPU of the same -L or nvlink -s
 		case k == kindLGIPP && (curKind == KindMIGLGIP || curKind == kindLGIPP):
 			continue // -lgipp lines after -lgip, or the next one
 		}
@@ -178,6 +191,8 @@ func headerKind(lines []string, i, end int) (Kind, bool) {
 		return KindQueryXML, true
 	case strings.Contains(t, "NVSMI LOG"):
 		return KindQuery, true
+	case isListLine(t) && nvlinkStatusAt(lines, i, end):
+		return KindNVLinkStatus, true
 	case isListLine(t):
 		return KindList, true
 	case isPlacementLine(t):
@@ -210,7 +225,7 @@ func headerKind(lines []string, i, end int) (Kind, bool) {
 func headerStart(lines []string, i, min int, k Kind) int {
 	t := func(j int) string { return strings.TrimSpace(lines[j]) }
 	switch k {
-	case KindQueryXML, KindQuery, KindList, KindTopoMatrix, kindLGIPP:
+	case KindQueryXML, KindQuery, KindList, KindNVLinkStatus, KindTopoMatrix, kindLGIPP:
 		return i
 	}
 	if i-1 >= min && strings.HasPrefix(t(i-1), "+") {
@@ -379,7 +394,7 @@ func (s section) detect() (Kind, error) {
 	body := s.body()
 	firstText := -1
 	for i, l := range body {
-		if !isBlank(l) {
+		if !isBlank(l) && !isElision(l) {
 			firstText = i
 			break
 		}
@@ -399,7 +414,7 @@ func (s section) detect() (Kind, error) {
 		return "", s.errAt(at, msg)
 	}
 	if isListLine(head) {
-		return KindList, nil
+		return s.listKind(at), nil
 	}
 	if fs := strings.Fields(head); len(fs) > 0 && fs[0] == "GPU0" {
 		return s.detectTopo(firstText)
@@ -418,13 +433,33 @@ func (s section) detect() (Kind, error) {
 			return "", s.errAt(s.first+i, "nvidia-smi mig -lcip (compute instance profiles) is not read; "+expected)
 		case isPlacementLine(t):
 			return KindMIGLGIP, nil
-		case strings.HasPrefix(t, "|") && strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version"),
-			strings.HasPrefix(t, "|") && strings.Contains(t, "MIG devices:"),
-			strings.HasPrefix(t, "|") && strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name"):
+		case isTableLine(t):
 			return KindTable, nil
 		}
 	}
 	return "", s.errAt(at, fmt.Sprintf("%q is not the start of an nvidia-smi output; %s", clip(head), expected))
+}
+
+// listKind tells -L from nvlink -s, whose GPU lines are the same: in
+// nvlink -s link lines follow them.
+func (s section) listKind(at int) Kind {
+	if nvlinkStatusAt(s.d.lines, at, s.end) {
+		return KindNVLinkStatus
+	}
+	return KindList
+}
+
+// isTableLine recognises a line near the top of a plain table: the
+// version row, the MIG devices title, the column header, or a GPU row of
+// a table pasted without its header.
+func isTableLine(t string) bool {
+	if !strings.HasPrefix(t, "|") {
+		return false
+	}
+	return strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version") ||
+		strings.Contains(t, "MIG devices:") ||
+		strings.Contains(t, "Bus-Id") && strings.Contains(t, "Name") ||
+		looksGPURow(cells(t))
 }
 
 // smiFailure recognises nvidia-smi's own error messages, pasted instead of

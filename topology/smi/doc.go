@@ -19,6 +19,16 @@
 //	nvidia-smi mig -lgi       GPU instances: ID, profile, placement
 //	nvidia-smi mig -lci       compute instances: GI and CI IDs, profile (1c.3g.40gb for a part)
 //	nvidia-smi mig -lgip      per-profile P2P support and SM count; -lgipp lines are checked only
+//	nvidia-smi nvlink -s      each GPU's NVLinks, up (a speed) or down (<inactive>; nvlink.go)
+//
+// nvidia-smi's "Unable to determine the device handle for GPU<bus>: Unknown
+// Error" (or "GPU is lost ...") line, alone or inside any output, is a lost
+// GPU (Health.Lost; handle.go). In the table, ERR! cells are unknown values
+// recorded in Health.ErrFields, and a "Recovery action" (-q's GPU Recovery
+// Action) other than None is a required reset. Elision lines ("...",
+// "[...]") in a table or nvlink -s are skipped and recorded in
+// Inventory.Gaps, as is a table cut after a GPU row, whose MIG GPUs then
+// have MIGDevicesUnknown (tablefaults.go).
 //
 // A file may hold several outputs with their command lines between them
 // ("$ nvidia-smi -L", "root@node:~# nvidia-smi topo -m"); outputs of other

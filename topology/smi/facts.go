@@ -19,6 +19,9 @@ type report struct {
 	infoLine int // line of the driver and CUDA versions
 	gpus     []*gpuFact
 	links    []linkFact
+	handles  []handleFact
+	// gaps say what the output leaves out (elisions, a cut table).
+	gaps []string
 }
 
 func (r *report) weakIndex() bool {
@@ -58,6 +61,10 @@ type gpuFact struct {
 	fabric   *topology.Fabric
 	migs     []migFact
 	profiles []profileFact
+	// nvlinks: nvidia-smi nvlink -s only (nvlink.go).
+	nvlinks []topology.NVLink
+	// migUnknown: the output was cut before its MIG devices section.
+	migUnknown bool
 }
 
 func newGPUFact(i, index int) *gpuFact {

@@ -80,6 +80,9 @@ func parseIndex(s string, max int) (int, error) {
 // masked GPUs do not look like one.
 func parseUUID(u, prefix string) (string, error) {
 	u = strings.TrimSpace(u)
+	if u == "" || strings.Trim(u, ".…*") == "" || strings.HasPrefix(u, "<") && strings.HasSuffix(u, ">") {
+		return "", nil // "(UUID: ...)", "(UUID: <redacted>)"
+	}
 	if len(u) < len(prefix) || !strings.EqualFold(u[:len(prefix)], prefix) {
 		return "", fmt.Errorf("UUID %q does not start with %s", clip(u), prefix)
 	}
@@ -114,7 +117,7 @@ func notAvailable(v string) bool {
 	switch strings.ToLower(t) {
 	case "", "n/a", "na", "not supported", "not available", "insufficient permissions",
 		"unknown error", "unknown", "gpu requires reset", "gpu is lost", "no permission",
-		"requested functionality has been deprecated":
+		"requested functionality has been deprecated", "err!":
 		return true
 	}
 	return false

@@ -70,6 +70,8 @@ func fuzzParser(f *testing.F, kind Kind) {
 			mustBeInputError(t, err)
 			return
 		}
+		b.addHandles("fuzz", d.handles)
+		b.finishHandles()
 		inv, err := b.finish()
 		if err != nil {
 			mustBeInputError(t, err)
@@ -80,15 +82,44 @@ func fuzzParser(f *testing.F, kind Kind) {
 	})
 }
 
-func FuzzList(f *testing.F)       { fuzzParser(f, KindList) }
-func FuzzTopoMatrix(f *testing.F) { fuzzParser(f, KindTopoMatrix) }
-func FuzzTopoP2P(f *testing.F)    { fuzzParser(f, KindTopoP2P) }
-func FuzzQuery(f *testing.F)      { fuzzParser(f, KindQuery) }
-func FuzzQueryXML(f *testing.F)   { fuzzParser(f, KindQueryXML) }
-func FuzzMIGLGI(f *testing.F)     { fuzzParser(f, KindMIGLGI) }
-func FuzzMIGLGIP(f *testing.F)    { fuzzParser(f, KindMIGLGIP) }
-func FuzzMIGLCI(f *testing.F)     { fuzzParser(f, KindMIGLCI) }
-func FuzzTable(f *testing.F)      { fuzzParser(f, KindTable) }
+func FuzzList(f *testing.F)         { fuzzParser(f, KindList) }
+func FuzzTopoMatrix(f *testing.F)   { fuzzParser(f, KindTopoMatrix) }
+func FuzzTopoP2P(f *testing.F)      { fuzzParser(f, KindTopoP2P) }
+func FuzzQuery(f *testing.F)        { fuzzParser(f, KindQuery) }
+func FuzzQueryXML(f *testing.F)     { fuzzParser(f, KindQueryXML) }
+func FuzzMIGLGI(f *testing.F)       { fuzzParser(f, KindMIGLGI) }
+func FuzzMIGLGIP(f *testing.F)      { fuzzParser(f, KindMIGLGIP) }
+func FuzzMIGLCI(f *testing.F)       { fuzzParser(f, KindMIGLCI) }
+func FuzzTable(f *testing.F)        { fuzzParser(f, KindTable) }
+func FuzzNVLinkStatus(f *testing.F) { fuzzParser(f, KindNVLinkStatus) }
+
+// FuzzHandleLine: a line is a device-handle failure with its bus ID in
+// NVML's form (or none, when masked), or it is not one.
+func FuzzHandleLine(f *testing.F) {
+	for _, s := range []string{
+		"Unable to determine the device handle for GPU0000:07:00.0: Unknown Error",
+		"Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system to recover this GPU",
+		"GPU 1: Unable to determine the device handle for gpu 0000:CB:00.0: Unknown Error",
+		"Unable to detect the device handle for GPU0000:B1:00.0: Unknown Error",
+		"Unable to determine the device handle for ******: Unknown Error",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		h, ok := parseHandleLine(line)
+		if !ok {
+			return
+		}
+		if h.busID != "" {
+			if b, err := normBusID(h.busID); err != nil || b != h.busID {
+				t.Fatalf("bus ID %q is not in NVML's form", h.busID)
+			}
+		}
+		if h.index >= maxGPUs {
+			t.Fatalf("index %d out of range", h.index)
+		}
+	})
+}
 
 func FuzzDetect(f *testing.F) {
 	for _, s := range seeds(f) {

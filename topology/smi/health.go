@@ -37,6 +37,7 @@ const (
 	hFabricClique
 	hFabricCluster
 	hThrottle
+	hRecovery
 )
 
 // throttleNames maps the -q keys and -q -x element suffixes of the judged
@@ -56,6 +57,9 @@ var throttleNames = map[string]string{
 func queryHealthKey(path, key string) (healthKey, string) {
 	if strings.EqualFold(path, "Retired Pages") {
 		path = "Retired Pages"
+	}
+	if path == "" && key == "GPU Recovery Action" {
+		return hRecovery, ""
 	}
 	switch path {
 	case "Remapped Rows":
@@ -103,6 +107,10 @@ func queryHealthKey(path, key string) (healthKey, string) {
 // xmlHealthKey classifies a -q -x element by its path below <gpu>.
 func xmlHealthKey(path []string) (healthKey, string) {
 	switch len(path) {
+	case 1:
+		if path[0] == "gpu_recovery_action" {
+			return hRecovery, ""
+		}
 	case 2:
 		switch path[0] + "/" + path[1] {
 		case "remapped_rows/remapped_row_pending":
@@ -189,6 +197,8 @@ func (g *gpuFact) setHealth(k healthKey, name, val string) error {
 		}
 	case hResetRequired:
 		return yesNo(&g.healthFact().ResetRequired)
+	case hRecovery:
+		g.setRecovery(val)
 	case hVolatileUncorrected:
 		n, err := strconv.ParseUint(val, 10, 64)
 		if err != nil {
@@ -213,6 +223,21 @@ func (g *gpuFact) setHealth(k healthKey, name, val string) error {
 		return g.setFabric(k, val)
 	}
 	return nil
+}
+
+// setRecovery records the driver's recommended recovery action (-q's GPU
+// Recovery Action, R575 and later; a table's "Recovery action" line): any
+// action but None means the GPU must be reset (or the node rebooted, or
+// drained) before use.
+func (g *gpuFact) setRecovery(val string) {
+	val = strings.TrimSpace(val)
+	if val == "" || notAvailable(val) || strings.EqualFold(val, "None") {
+		return
+	}
+	h := g.healthFact()
+	t := true
+	h.ResetRequired = &t
+	h.RecoveryAction = val
 }
 
 // setFabric records one fabric value.
@@ -287,6 +312,12 @@ func mergeHealth(g *topology.GPU, h *topology.Health, f *topology.Fabric) {
 			fill(&cur.ResetRequired, h.ResetRequired)
 			if len(cur.Throttle) == 0 {
 				cur.Throttle = h.Throttle
+			}
+			if cur.RecoveryAction == "" {
+				cur.RecoveryAction = h.RecoveryAction
+			}
+			if len(cur.ErrFields) == 0 {
+				cur.ErrFields = h.ErrFields
 			}
 		}
 	}

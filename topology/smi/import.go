@@ -57,11 +57,13 @@ func Import(inputs []Input, cat *topology.Catalog) (*topology.Inventory, error) 
 			return nil, err
 		}
 	}
+	b.finishHandles()
 	inv, err := b.finish()
 	if err != nil {
 		return nil, err
 	}
 	inv.Source = "nvidia-smi:" + strings.Join(names, ",")
+	inv.Gaps = b.gaps
 	inv.Normalize()
 	if err := inv.Validate(); err != nil {
 		return nil, &topology.InputError{File: strings.Join(names, ", "), Msg: "the outputs do not describe one consistent node", Err: err}
@@ -91,6 +93,9 @@ func readInput(in Input) ([]*report, error) {
 			return nil, err
 		}
 	}
+	if len(d.handles) > 0 {
+		reps = append(reps, &report{file: in.Name, kind: KindDeviceHandle, handles: d.handles})
+	}
 	if len(reps) == 0 {
 		return nil, &topology.InputError{File: in.Name, Msg: "no nvidia-smi output found; " + expected}
 	}
@@ -117,6 +122,8 @@ func parseSection(k Kind, s section, r *report, name string) error {
 		return parseLCI(s, r)
 	case KindTable:
 		return parseTable(s, r)
+	case KindNVLinkStatus:
+		return parseNVLinkStatus(s, r)
 	}
 	return s.errAt(s.first, "unknown output kind "+string(k))
 }

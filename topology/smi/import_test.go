@@ -633,3 +633,22 @@ func TestMaskedUUIDsReadAsUnknown(t *testing.T) {
 	require.Empty(t, inv.GPUs[0].UUID)
 	require.Empty(t, inv.GPUs[1].UUID)
 }
+
+// Outputs without SM counts (-L): the catalog's count for a known model and
+// for a MIG device's GPU-instance profile; none for an unknown model or for
+// a compute instance that holds part of its GPU instance.
+func TestSMsFromCatalogWhereOutputsSayNone(t *testing.T) {
+	inv := importOK(t, Input{Name: "l.txt", Data: []byte(
+		"GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-1f1b6f5e-3b3c-2f4a-9c1d-7e5b0f3a9d10)\n" +
+			"  MIG 3g.40gb     Device  0: (UUID: MIG-4c6d2b1e-8a9f-5e3d-b2c1-0f9e8d7c6b5a)\n" +
+			"  MIG 1c.3g.40gb  Device  1: (UUID: MIG-5c6d2b1e-8a9f-5e3d-b2c1-0f9e8d7c6b5a)\n" +
+			"GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-2a2b6f5e-3b3c-2f4a-9c1d-7e5b0f3a9d11)\n" +
+			"GPU 2: NVIDIA GeForce RTX 4090 (UUID: GPU-3a2b6f5e-3b3c-2f4a-9c1d-7e5b0f3a9d12)\n")})
+	require.Len(t, inv.GPUs, 3)
+	require.Equal(t, 108, inv.GPUs[0].SMs)
+	require.Equal(t, 108, inv.GPUs[1].SMs)
+	require.Zero(t, inv.GPUs[2].SMs, "a model the catalog does not know")
+	require.Len(t, inv.GPUs[0].MIGDevices, 2)
+	require.Equal(t, 42, inv.GPUs[0].MIGDevices[0].SMs)
+	require.Zero(t, inv.GPUs[0].MIGDevices[1].SMs, "a compute instance holds part of its GPU instance's SMs")
+}

@@ -61,6 +61,8 @@ type builder struct {
 	gpus     []*gpuState
 	links    map[[2]int]*linkState
 	linkList [][2]int
+	handles  []fileHandle
+	gaps     []string
 }
 
 type gpuState struct {
@@ -68,9 +70,11 @@ type gpuState struct {
 	from      map[string]at
 	weakIndex bool
 	migOn     bool
-	migs      []fileMIG
-	profiles  []profileFact
-	devs      []*devState
+	// migUnknown: an output was cut before it listed the MIG devices.
+	migUnknown bool
+	migs       []fileMIG
+	profiles   []profileFact
+	devs       []*devState
 }
 
 type fileMIG struct {
@@ -112,6 +116,8 @@ func (b *builder) add(r *report) error {
 			return err
 		}
 	}
+	b.addHandles(r.file, r.handles)
+	b.gaps = append(b.gaps, r.gaps...)
 	return nil
 }
 
@@ -168,6 +174,10 @@ func (b *builder) addGPU(file string, f *gpuFact) error {
 		}
 	}
 	mergeHealth(g, f.health, f.fabric)
+	if len(g.NVLinks) == 0 {
+		g.NVLinks = f.nvlinks
+	}
+	m.migUnknown = m.migUnknown || f.migUnknown
 	if f.migOn {
 		m.migOn = true
 		if _, ok := m.from["migOn"]; !ok {
@@ -248,6 +258,13 @@ func (b *builder) finish() (*topology.Inventory, error) {
 		if err := b.buildMIG(gs); err != nil {
 			return nil, err
 		}
+		if gs.g.SMs == 0 && b.cat != nil {
+			// An output without the SM count (-L, the table): the embedded
+			// catalog's, when the name names one model.
+			if m := modelFor(b.cat, gs.g.Name, gs.g.MemoryMiB); m != nil {
+				gs.g.SMs = m.SMs
+			}
+		}
 		if gs.g.MIGCurrent == topology.ModeUnknown && (len(gs.devs) > 0 || gs.migOn) {
 			// MIG devices, and the mig subcommands' outputs, exist only in
 			// MIG mode.
@@ -256,6 +273,7 @@ func (b *builder) finish() (*topology.Inventory, error) {
 		for _, d := range gs.devs {
 			gs.g.MIGDevices = append(gs.g.MIGDevices, d.d)
 		}
+		gs.g.MIGDevicesUnknown = gs.migUnknown && len(gs.g.MIGDevices) == 0
 		inv.GPUs = append(inv.GPUs, gs.g)
 	}
 	for _, key := range b.linkList {

@@ -237,6 +237,14 @@ func (gs *gpuState) inferProfiles(model *topology.GPUModel) {
 				d.d.SMs = p.sms
 			}
 		}
+		// No output said the SM count (-L, the table): the catalog's for
+		// the profile, unless the device is a compute instance that holds
+		// only part of its GPU instance ("1c.3g.40gb").
+		if d.d.SMs == 0 && model != nil && d.d.Profile != "" && d.d.Profile == topology.GIProfileName(d.d.Profile) {
+			if p, ok := model.Profile(d.d.Profile); ok {
+				d.d.SMs = p.SMs
+			}
+		}
 	}
 }
 

@@ -64,6 +64,14 @@ type tableParser struct {
 	row           int
 	cur           *gpuFact
 	byIndex       map[int]*gpuFact
+	// resync: after an elision inside the GPU blocks, rows up to the next
+	// GPU row are skipped (tablefaults.go).
+	resync bool
+	// lastRule: the last line read was a border; sawMIG: a MIG devices box
+	// was seen. Both tell a cut table (truncated).
+	lastRule, sawMIG bool
+	// endState is the state after the last line that was not blank.
+	endState tableState
 }
 
 func parseTable(s section, r *report) error {
@@ -72,8 +80,12 @@ func parseTable(s section, r *report) error {
 		if err := p.line(s.first+k, l); err != nil {
 			return err
 		}
+		if !isBlank(l) {
+			p.endState = p.state
+		}
 	}
-	if len(r.gpus) == 0 && r.driver == "" {
+	p.truncated()
+	if len(r.gpus) == 0 && r.driver == "" && len(r.gaps) == 0 {
 		return s.errAt(s.first, "the nvidia-smi table lists no GPU")
 	}
 	return nil
@@ -109,14 +121,8 @@ func (p *tableParser) line(i int, l string) error {
 		p.state = tNone
 		return nil
 	}
-	if !strings.HasPrefix(t, "|") && !strings.HasPrefix(t, "+") {
-		if msg, ok := smiFailure(t); ok {
-			return s.errAt(i, msg)
-		}
-		if !p.seenBox {
-			return nil // the timestamp line above the boxes
-		}
-		return s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
+	if done, err := p.outsideBoxes(i, t); done {
+		return err
 	}
 	p.seenBox = true
 	c := cells(t)
@@ -124,7 +130,7 @@ func (p *tableParser) line(i int, l string) error {
 	case strings.Contains(t, "NVIDIA-SMI") && strings.Contains(t, "Driver Version:"):
 		return tableVersions(s, i, t, p.r)
 	case strings.Contains(t, "MIG devices:"):
-		p.state = tMIGHeader
+		p.state, p.sawMIG = tMIGHeader, true
 		return nil
 	case strings.Contains(t, "Processes:"):
 		p.state = tProcesses
@@ -132,6 +138,8 @@ func (p *tableParser) line(i int, l string) error {
 	case p.state == tNone && strings.Contains(t, "Bus-Id"):
 		p.state, p.hdr = tGPUHeader, [][]string{c}
 		return nil
+	case p.state == tNone && p.hdr == nil && looksGPURow(c):
+		p.useDefaultHeader() // the header was elided
 	}
 	switch p.state {
 	case tGPUHeader:
@@ -161,6 +169,31 @@ func (p *tableParser) line(i int, l string) error {
 	return nil
 }
 
+// outsideBoxes handles the lines that are not rows of the boxes: an
+// elision, a recovery action, the timestamp above the table, nvidia-smi's
+// own error messages. done is false for a box line, which line reads.
+func (p *tableParser) outsideBoxes(i int, t string) (done bool, err error) {
+	if isElision(t) {
+		p.elision(i, t)
+		return true, nil
+	}
+	if v, ok := recoveryAction(t); ok && p.cur != nil {
+		p.cur.setRecovery(v)
+		return true, nil
+	}
+	p.lastRule = isRule(t)
+	if strings.HasPrefix(t, "|") || strings.HasPrefix(t, "+") {
+		return false, nil
+	}
+	if msg, ok := smiFailure(t); ok {
+		return true, p.s.errAt(i, msg)
+	}
+	if !p.seenBox {
+		return true, nil // the timestamp line above the boxes
+	}
+	return true, p.s.errAt(i, fmt.Sprintf("%q is not part of the nvidia-smi table", clip(t)))
+}
+
 // gpuRow reads a row of a GPU block: the first names the GPU, the others
 // carry cells under the header rows they line up with.
 func (p *tableParser) gpuRow(i int, t string, c []string) error {
@@ -168,6 +201,12 @@ func (p *tableParser) gpuRow(i int, t string, c []string) error {
 	if isRule(t) {
 		p.row = 0
 		return nil
+	}
+	if p.resync {
+		if p.row != 0 || !looksGPURow(c) {
+			return nil
+		}
+		p.resync = false
 	}
 	if p.row >= len(p.hdr) {
 		return s.errAt(i, "a GPU block has more rows than the column header")
@@ -186,6 +225,7 @@ func (p *tableParser) gpuRow(i int, t string, c []string) error {
 	if p.cur == nil {
 		return s.errAt(i, "GPU row before any GPU")
 	}
+	p.errCells(c)
 	if p.row == p.mem.row && p.mem.col < len(c) {
 		v, err := tableMemTotal(c[p.mem.col])
 		if err != nil {
@@ -261,10 +301,13 @@ func tableGPU(s section, i int, c []string, bus cellPos) (*gpuFact, error) {
 	case "On", "Off":
 		g.persistence = parseOnOff(last)
 		name = f[1 : len(f)-1]
-	case "WDDM", "TCC", "N/A", "[N/A]":
+	case "WDDM", "TCC", "N/A", "[N/A]", "ERR!":
 		name = f[1 : len(f)-1]
 	}
 	g.name = strings.Join(name, " ")
+	if notAvailable(g.name) {
+		g.name = "" // "ERR!" where the driver could not read the name
+	}
 	if bus.row == 0 && bus.col >= 0 && bus.col < len(c) {
 		if bf := strings.Fields(c[bus.col]); len(bf) > 0 && !notAvailable(bf[0]) {
 			if g.busID, err = normBusID(bf[0]); err != nil {

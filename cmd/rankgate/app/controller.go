@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -19,6 +21,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
+	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/internal/fileinput"
@@ -39,6 +42,8 @@ type controllerOptions struct {
 	Kubeconfig      string
 	TrimCaches      bool
 	AdmissionChecks []string
+	// InitRequests and InitLimits are --init-requests and --init-limits.
+	InitRequests, InitLimits string
 	// pendingGrace is --pending-grace (Options.PendingGrace points to it).
 	pendingGrace time.Duration
 }
@@ -95,6 +100,8 @@ that still reaches the other gets NotLeader and retries.`,
 	f.DurationVar(&o.WebhookBodyTimeout, "webhook-body-timeout", review.DefaultBodyTimeout, "time a webhook client has to send the body once the review has a decode slot")
 	f.DurationVar(&o.WebhookIdleTimeout, "webhook-idle-timeout", review.DefaultIdleTimeout, "how long a kept-alive webhook connection may wait for its next request")
 	f.StringVar(&o.InitImage, "init-image", "", "image of the init container the mutating webhook injects (default: this controller's own image, read from its pod, else "+defaultImage+":<version>)")
+	f.StringVar(&o.InitRequests, "init-requests", "cpu=100m,memory=128Mi", "cpu and memory requests of the injected init container, NAME=QUANTITY,... (its GPUs are the trainer's)")
+	f.StringVar(&o.InitLimits, "init-limits", "cpu=100m,memory=128Mi", "cpu and memory limits of the injected init container, NAME=QUANTITY,... (equal to the requests, a Guaranteed pod stays Guaranteed)")
 	f.StringVar(&o.GateURL, "gate-url", "", "the gate's address injected into rank pods (default https://rankgate-gate.<namespace>.svc:443)")
 	f.BoolVar(&o.ManageCerts, "manage-certs", true, "create and rotate the controller's own CA and serving certificate (Secret --cert-secret), inject the CA into its webhook configurations and keep ConfigMap rankgate-ca in opted-in namespaces; false: --cert-dir's files come from elsewhere (cert-manager)")
 	f.StringVar(&o.CertSecret, "cert-secret", "rankgate-tls", "Secret in the controller's namespace that holds its CA and serving certificate (--manage-certs)")
@@ -150,6 +157,9 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 		return verdict.WithCode(verdict.ExitUsage, err)
 	}
 	opts.AdmissionPolicies = policies
+	if opts.InitResources, err = initResources(o.InitRequests, o.InitLimits); err != nil {
+		return verdict.WithCode(verdict.ExitUsage, err)
+	}
 	opts.OnFail = strings.ToLower(opts.OnFail)
 	if !controller.ValidAction(opts.OnFail) {
 		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", opts.OnFail)
@@ -195,6 +205,45 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 		return verdict.Exitf(verdict.ExitEnvironment, "controller: %v", err)
 	}
 	return nil
+}
+
+// initResources reads --init-requests and --init-limits.
+func initResources(requests, limits string) (*corev1.ResourceRequirements, error) {
+	r := &corev1.ResourceRequirements{}
+	for _, f := range []struct {
+		flag, v string
+		into    *corev1.ResourceList
+	}{{"--init-requests", requests, &r.Requests}, {"--init-limits", limits, &r.Limits}} {
+		l, err := resourceList(f.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", f.flag, f.v, err)
+		}
+		*f.into = l
+	}
+	if err := mutate.CheckInitResources(*r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// resourceList reads NAME=QUANTITY,... ("" is none).
+func resourceList(v string) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, qty, ok := strings.Cut(item, "=")
+		if !ok {
+			return nil, fmt.Errorf("%q: want NAME=QUANTITY (cpu=100m)", item)
+		}
+		q, err := resource.ParseQuantity(strings.TrimSpace(qty))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[corev1.ResourceName(strings.TrimSpace(name))] = q
+	}
+	return out, nil
 }
 
 // admissionPolicies reads --admission-check RULE=POLICY values.

@@ -48,3 +48,22 @@ func toStrings[V ~string](m map[string]V) map[string]string {
 	}
 	return out
 }
+
+func TestInitResourcesFlags(t *testing.T) {
+	for _, bad := range [][]string{
+		{"--init-requests", "cpu"},
+		{"--init-requests", "cpu=lots"},
+		{"--init-limits", "nvidia.com/gpu=1"},
+		{"--init-requests", "memory=1Gi"}, // above the default limit
+	} {
+		code, _, stderr := run(t, nil, append([]string{"controller"}, bad...)...)
+		require.Equal(t, verdict.ExitUsage, code, bad)
+		require.Contains(t, stderr, "init", bad)
+	}
+	r, err := initResources(" cpu=50m , memory=64Mi", "memory=256Mi")
+	require.NoError(t, err)
+	require.Equal(t, "50m", r.Requests.Cpu().String())
+	require.Equal(t, "64Mi", r.Requests.Memory().String())
+	require.Equal(t, "256Mi", r.Limits.Memory().String())
+	require.True(t, r.Limits.Cpu().IsZero(), "no cpu limit when none is given")
+}

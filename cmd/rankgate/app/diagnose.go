@@ -12,11 +12,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -169,8 +172,19 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	if err != nil {
 		return verdict.Exitf(verdict.ExitUsage, "%v", err)
 	}
+	if len(ws) == 0 && len(b.BoundDRAPods()) > 0 {
+		reports := make([]verdict.Report, 0, len(b.BoundDRAPods()))
+		for _, p := range b.BoundDRAPods() {
+			reports = append(reports, boundDRAReport(p))
+		}
+		return writeReports(a.Streams.Out, reports, format)
+	}
 	if len(ws) == 0 {
-		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)", stats.Objects, c.NodeCount())
+		dra := ""
+		if n := b.RunningDRAPods(); n > 0 {
+			dra = fmt.Sprintf("; %d pod(s) with DRA resource claims are bound and running: their devices came through DRA claims", n)
+		}
+		return verdict.Exitf(verdict.ExitUsage, "nothing to diagnose: the files hold no PyTorchJob, MPIJob or unbound GPU pod (%d objects read, %d nodes)%s", stats.Objects, c.NodeCount(), dra)
 	}
 	if n := b.OrphanNodes(); n > 0 {
 		a.Log.Warn("bound pods name nodes that are not in the files; their usage is ignored", zap.Int("nodes", n))
@@ -182,14 +196,30 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	code := verdict.ExitPass
 	for _, w := range ws {
 		res := e.Diagnose(c, w)
-		reports = append(reports, withSuspended(res.Report, w))
-		code = max(code, res.ExitCode())
+		r := withSuspended(res.Report, w)
+		if j := jobOf(b.Jobs(), w); j != nil {
+			// The job's NCCL settings against what its templates ask for.
+			r = ncclenv.Merge(r, ncclsettings.Judge(j))
+		}
+		reports = append(reports, r)
+		code = max(code, res.ExitCode(), r.ExitCode())
 	}
 	if err := writeReports(a.Streams.Out, reports, format); err != nil {
 		return err
 	}
 	if code != verdict.ExitPass {
 		return verdict.Silent(code)
+	}
+	return nil
+}
+
+// jobOf is the job a workload was built from; nil for a workload of bare
+// pods.
+func jobOf(jobs []kubeflow.Job, w schedule.Workload) kubeflow.Job {
+	for _, j := range jobs {
+		if j.Kind() == w.Kind && j.Namespace() == w.Namespace && j.Name() == w.Name {
+			return j
+		}
 	}
 	return nil
 }
@@ -237,6 +267,9 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 	if err != nil {
 		return err
 	}
+	if p.Spec.NodeName != "" && len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodRunning {
+		return a.printReport(boundDRAReport(cluster.BoundDRAPod{Namespace: ns, Name: name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNamesOf(p)}), o.Output)
+	}
 	if p.Spec.NodeName != "" {
 		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
 			Rule: verdict.RuleSchedulable, Severity: verdict.SeverityInfo,
@@ -257,6 +290,25 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 }
 
 type podRef struct{ ns, name string }
+
+// boundDRAReport: a bound pod whose devices come through DRA claims is a
+// device pod that DRA_NOT_JUDGED stands down on, not "no GPU pod".
+func boundDRAReport(p cluster.BoundDRAPod) verdict.Report {
+	return verdict.NewReport("Pod "+p.Namespace+"/"+p.Name, []verdict.Finding{{
+		Rule: verdict.RuleDRANotJudged, Severity: verdict.SeverityWarn,
+		Message:     cluster.BoundDRAMessage(p),
+		Remediation: "read the pod's events (kubectl describe pod: the kubelet's messages about preparing resources) and its ResourceClaims' status (kubectl describe resourceclaim), and the DRA driver's kubelet plugin log on the node",
+		Nodes:       []string{p.Node}, Pods: []string{p.Namespace + "/" + p.Name},
+	}})
+}
+
+func claimNamesOf(p *corev1.Pod) []string {
+	out := make([]string, 0, len(p.Spec.ResourceClaims))
+	for _, c := range p.Spec.ResourceClaims {
+		out = append(out, c.Name)
+	}
+	return out
+}
 
 func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
 	e, err := a.diagnoseEngine(ctx, o)
@@ -290,10 +342,14 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 		}
 	}
 	res := e.Diagnose(c, w)
-	if err := a.printReport(withSuspended(res.Report, w), o.Output); err != nil {
+	r := withSuspended(res.Report, w)
+	if j != nil {
+		r = ncclenv.Merge(r, ncclsettings.Judge(j))
+	}
+	if err := a.printReport(r, o.Output); err != nil {
 		return err
 	}
-	if code := res.ExitCode(); code != verdict.ExitPass {
+	if code := max(res.ExitCode(), r.ExitCode()); code != verdict.ExitPass {
 		return verdict.Silent(code)
 	}
 	return nil

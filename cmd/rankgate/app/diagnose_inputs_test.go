@@ -52,3 +52,13 @@ func TestDiagnoseOfflineRefusesDescribe(t *testing.T) {
 		})
 	}
 }
+
+// A job pasted with no nodes: the GPU shape is the finding, never "pods"
+// (every kubelet offers pods, cpu and memory; none known means no nodes).
+func TestDiagnoseOfflineJobAloneNamesNoCoreResource(t *testing.T) {
+	code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", "../../../configs/deploy/examples/pytorchjob-label.yaml")
+	require.Equal(t, verdict.ExitFail, code, "stdout:\n%s\nstderr:\n%s", out, errOut)
+	require.Contains(t, out, "nvidia.com/gpu")
+	require.NotContains(t, out, "asks pods")
+	require.NotContains(t, out, "no node offers pods")
+}

@@ -59,8 +59,8 @@ func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
 	require.Len(t, rs, 1)
 	require.Equal(t, verdict.VerdictFail, rs[0].Verdict)
 	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
-	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "RECONFIGURABLE"}, rs[0].RuleIDs())
-	require.Equal(t, []string{"dgx-a100-01", "dgx-a100-02"}, rs[0].Findings[2].Nodes)
+	require.Equal(t, []string{"SHAPE_MISMATCH", "MIG_MULTI_POD", "NCCL_MIG_VERSION", "RECONFIGURABLE"}, rs[0].RuleIDs())
+	require.Equal(t, []string{"dgx-a100-01", "dgx-a100-02"}, rs[0].Findings[3].Nodes)
 	require.Contains(t, rs[0].Findings[0].Pods, "ml/llm-finetune-worker-2")
 }
 
@@ -187,4 +187,23 @@ func TestDiagnoseLive(t *testing.T) {
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm")
 	require.Equal(t, verdict.ExitEnvironment, code)
 	require.Contains(t, errOut, "list nodes: connection refused")
+}
+
+// TestDiagnoseOfflineNCCLSettings: a pasted job manifest whose NCCL
+// settings cannot work on what it asks for gets the findings before
+// anything runs (no nodes needed).
+func TestDiagnoseOfflineNCCLSettings(t *testing.T) {
+	code, out, _ := run(t, nil, "diagnose", "--offline", "-f", filepath.Join("testdata", "nccl-nvls-mig-job.yaml"), "-o", "json")
+	require.Equal(t, verdict.ExitFail, code, out)
+	var rs []verdict.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	require.Len(t, rs, 1)
+	byRule := map[string]verdict.Finding{}
+	for _, f := range rs[0].Findings {
+		byRule[f.Rule] = f
+	}
+	require.Equal(t, verdict.SeverityFail, byRule[verdict.RuleNCCLNVLSOnMIG].Severity, out)
+	require.Equal(t, verdict.SeverityWarn, byRule[verdict.RuleNCCLMultiRankGPU].Severity, out)
+	require.NotContains(t, byRule, verdict.RuleNCCLMIGVersion, "NCCL_VERSION 2.31.2 supports MIG")
+	require.Contains(t, byRule[verdict.RuleNCCLNVLSOnMIG].Message, "Master (container pytorch)")
 }

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/internal/podinfo"
 	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -29,6 +32,8 @@ type initOptions struct {
 	PodNamespace string
 	Timeout      time.Duration
 	Poll         time.Duration
+	// BypassFile is the pod's annotations from a downward API volume.
+	BypassFile string
 	progressOptions
 }
 
@@ -74,6 +79,7 @@ devices), or nothing when no verdict came (the reason is on stderr).`,
 	f.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "give up (exit 4) without a verdict after this long; keep it above the controller's --gang-timeout")
 	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
+	f.StringVar(&o.BypassFile, "bypass-file", "", "the pod's annotations file (downward API volume, fieldRef metadata.annotations): once it holds "+contract.AnnotationBypass+"=REASON, stop waiting for the gate and exit 0 after this rank's own checks (break-glass when the controller is down)")
 	o.progressOptions.addFlags(f)
 	return cmd
 }
@@ -97,7 +103,9 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	log := a.Log.With(zap.String("pod", ns+"/"+pod))
-	rank := client.StartRank(ctx, gate.RankOptions{
+	// Everything that waits for the gate ends when an operator bypasses it.
+	gateCtx, bypassed := o.watchBypass(ctx, log)
+	rank := client.StartRank(gateCtx, gate.RankOptions{
 		Namespace: ns, Pod: pod, Poll: o.Poll, Timeout: o.Timeout,
 		OnWarmUp: func(err error) { log.Debug("gate warm-up", zap.Error(err)) },
 		OnRetry: func(err error, delay time.Duration) {
@@ -115,7 +123,7 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 		if code := verdict.Code(err); code != verdict.ExitUsage {
 			// This rank cannot check its devices: tell the gate so the gang
 			// fails now rather than at its deadline, then exit with our own code.
-			if rerr := rank.Unchecked(ctx, sources.NodeName(), code, verdict.Message(err)); rerr != nil {
+			if rerr := rank.Unchecked(gateCtx, sources.NodeName(), code, verdict.Message(err)); rerr != nil {
 				log.Warn("could not tell the gate about this rank's failure", zap.Error(rerr))
 			}
 		}
@@ -126,9 +134,13 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 			return err
 		}
 	}
-	stop := hb.start(ctx)
-	resp, err := rank.Report(ctx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
+	stop := hb.start(gateCtx)
+	resp, err := rank.Report(gateCtx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
 	stop()
+	if why := bypassed(); why != "" && err != nil && !r.Failed() {
+		fmt.Fprintf(a.Streams.Err, "rankgate init: the gate was bypassed (pod annotation %s: %q): this rank starts without a gang verdict; its own checks passed\n", contract.AnnotationBypass, why)
+		return nil
+	}
 	if r.Failed() {
 		if err == nil {
 			fmt.Fprintf(a.Streams.Err, "rankgate init: gang verdict for %s: %s\n", resp.Job, resp.Verdict.Verdict)
@@ -200,3 +212,34 @@ func firstNonEmpty(xs ...string) string {
 	}
 	return ""
 }
+
+// watchBypass returns a context that ends when ctx does or when the pod is
+// annotated contract.AnnotationBypass (--bypass-file), and what that
+// annotation says ("" until then).
+func (o *initOptions) watchBypass(ctx context.Context, log *zap.Logger) (context.Context, func() string) {
+	if o.BypassFile == "" {
+		return ctx, func() string { return "" }
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	var why atomic.Pointer[string]
+	go func() {
+		defer cancel()
+		reason := podinfo.Watch(gctx, o.BypassFile, contract.AnnotationBypass, bypassPoll, func(err error) {
+			log.Debug("cannot read the pod's annotations", zap.Error(err))
+		})
+		if reason != "" {
+			why.Store(&reason)
+			log.Warn("gate bypassed by an operator", zap.String("annotation", contract.AnnotationBypass), zap.String("reason", reason))
+		}
+	}()
+	return gctx, func() string {
+		if p := why.Load(); p != nil {
+			return *p
+		}
+		return ""
+	}
+}
+
+// bypassPoll: how often init re-reads the pod's annotations (the kubelet
+// itself refreshes the file within about a minute of a change).
+const bypassPoll = 2 * time.Second

@@ -92,8 +92,8 @@ not found.`,
     mpirun -np 8 -x NCCL_DEBUG -x NCCL_DEBUG_SUBSYS python train.py
 
   # MPIJob launcher of a gated job: mpirun starts only after the gang passes
-  rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:8443 \
-    --ca-file /var/run/rankgate/ca/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
+  rankgate launch --gang --gate-url https://rankgate-gate.rankgate-system.svc:443 \
+    --ca-file /var/run/rankgate/ca.crt --no-preflight --mpi-hostfile /etc/mpi/hostfile -- \
     mpirun -np 8 python train.py
 
   # the launch's outcome for a script, apart from CMD's output
@@ -213,10 +213,13 @@ func (a *App) launch(ctx context.Context, o *launchOptions, opts launcher.Option
 		}
 		opts.Devices = devs
 	} else {
-		r, _, err := a.rankPreflight(ctx, &o.preflightOptions)
+		r, inv, err := a.rankPreflight(ctx, &o.preflightOptions)
 		if err != nil {
 			return err
 		}
+		// CMD inherits this environment: its NCCL settings against the
+		// rank's devices and the node's network.
+		r = judgeNCCLSettings(ownEnv(), r, inv, o.offline())
 		// CMD's stdout stays CMD's: the report goes to stderr.
 		if err := verdict.Write(a.Streams.Err, r, o.Output); err != nil {
 			return err

@@ -76,10 +76,29 @@ func TestLaunchPreflightFailStopsBeforeCMD(t *testing.T) {
 }
 
 func TestLaunchPreflightPassRunsCMD(t *testing.T) {
+	t.Setenv("NCCL_VERSION", "2.31.2") // as NGC images set it: an NCCL with MIG support
 	code, out, errs := run(t, nil, "launch", "--sample", "h100-mig", "--devices", "0:0", "--", "echo", "training")
 	require.Equal(t, 0, code)
 	require.Equal(t, "training\n", out)
 	require.Contains(t, errs, "verdict: PASS")
+}
+
+// TestLaunchJudgesItsOwnNCCLSettings: launch judges the environment CMD
+// would inherit against the rank's devices, and a setting that aborts
+// NCCL init stops it before CMD starts.
+func TestLaunchJudgesItsOwnNCCLSettings(t *testing.T) {
+	t.Setenv("NCCL_VERSION", "2.31.2")
+	t.Setenv("NCCL_NVLS_ENABLE", "1")
+	code, out, errs := run(t, nil, "launch", "--sample", "h100-mig", "--devices", "0:0", "--", "echo", "training")
+	require.Equal(t, verdict.ExitFail, code, errs)
+	require.Empty(t, out, "CMD must not start")
+	require.Contains(t, errs, "NCCL_NVLS_ON_MIG")
+
+	t.Setenv("NCCL_NVLS_ENABLE", "0")
+	t.Setenv("NCCL_VERSION", "2.21.5")
+	code, _, errs = run(t, nil, "launch", "--sample", "h100-mig", "--devices", "0:0", "--", "echo", "training")
+	require.Equal(t, verdict.ExitFail, code, errs)
+	require.Contains(t, errs, "NCCL_MIG_VERSION")
 }
 
 func TestLaunchNprocExceedsDevices(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/rankgate/rankgate/configs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/podresources"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
@@ -59,6 +60,7 @@ func (o *preflightOptions) addFlags(f *pflag.FlagSet) {
 
 func (a *App) newPreflightCommand() *cobra.Command {
 	o := &preflightOptions{}
+	var envFile string
 	cmd := &cobra.Command{
 		Use:   "preflight",
 		Short: "Check that this rank's devices can run a distributed job",
@@ -69,12 +71,23 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 		Example: `  rankgate preflight
   rankgate preflight --devices MIG-1b2c... --expect-profile 3g.40gb -o json
   rankgate preflight --inventory smi-L.txt --inventory topo.txt --devices 0,1
-  rankgate preflight --sample h100-mig --devices 0:0,1:0`,
+  rankgate preflight --sample h100-mig --devices 0:0,1:0
+  rankgate preflight --env-file nccl.env`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, _, err := a.rankPreflight(cmd.Context(), o)
+			var env *ncclenv.Env
+			if envFile != "" {
+				var err error
+				if env, err = a.readEnvFile(cmd.Context(), envFile); err != nil {
+					return err
+				}
+			}
+			r, inv, err := a.rankPreflight(cmd.Context(), o)
 			if err != nil {
 				return err
+			}
+			if env != nil {
+				r = judgeNCCLSettings(env, r, inv, o.offline())
 			}
 			if err := a.printReport(r, o.Output); err != nil {
 				return err
@@ -87,6 +100,7 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 		},
 	}
 	o.addFlags(cmd.Flags())
+	cmd.Flags().StringVar(&envFile, "env-file", "", "judge the NCCL settings in this file (NAME=VALUE lines, as a shell, docker --env-file or nccl.conf writes them; - for stdin) against the rank's devices and the node's network")
 	return cmd
 }
 
@@ -175,9 +189,15 @@ func (a *App) discoveryFailed(ctx context.Context, err error, format, termLog st
 	if !errors.As(err, &de) {
 		return err
 	}
+	fix := de.Remediation
+	if de.Class == verdict.ClassLibraryNotFound {
+		// No driver library at all: often a laptop or CI runner, not a
+		// broken GPU node.
+		fix += " Not on a GPU node? Judge a node from its outputs instead: --inventory FILE (nvidia-smi -q, -L or its table, or a rankgate inspect snapshot), or --sample NAME (" + strings.Join(configs.SampleNames(), ", ") + ")."
+	}
 	r := verdict.NewReport("NVML discovery", []verdict.Finding{{
 		Rule: de.Rule(), Severity: verdict.SeverityFail,
-		Message: de.Error(), Remediation: de.Remediation,
+		Message: de.Detail(), Remediation: fix,
 	}})
 	_ = a.printReport(r, format)
 	a.writeTerminationLog(termLog, r.Reason(verdict.TerminationMax))

@@ -10,8 +10,11 @@
 // certificate directory for the servers that read files.
 //
 // CA rotation never breaks a client holding the bundle: the next CA is
-// published in the bundle (ca.crt) one Lookahead before it signs, and the
-// previous one stays in the bundle until it expires.
+// published in the bundle (ca.crt) at least one Lookahead before it
+// signs, and signs only once every copy of the bundle the controller
+// keeps (the CA ConfigMaps of opted-in namespaces) is confirmed to hold
+// it, or, failing that, a quarter Lookahead before the signer expires;
+// the previous CA stays in the bundle until it expires.
 package certs
 
 import (
@@ -140,8 +143,13 @@ func parsePair(certPEM, keyPEM []byte) (*keyPair, error) {
 }
 
 // Renew returns the bundle as it must be at now (b may be nil: a new CA),
-// and whether it differs from b.
-func Renew(b *Bundle, dns []string, d Durations, now time.Time) (*Bundle, bool, error) {
+// and whether it differs from b. published is the fingerprint (CAHash)
+// of the bundle every distributed copy was last confirmed to hold: the
+// next CA starts signing once the signer is within one Lookahead of its
+// end and published is b's own bundle, or, unconfirmed, within a
+// quarter Lookahead (a serving certificate must never outlive its
+// signer).
+func Renew(b *Bundle, dns []string, d Durations, now time.Time, published string) (*Bundle, bool, error) {
 	var err error
 	if b == nil {
 		ca, err := newCA(now, d.CA)
@@ -163,12 +171,17 @@ func Renew(b *Bundle, dns []string, d Durations, now time.Time) (*Bundle, bool, 
 		}
 		changed = true
 	}
-	if b.next != nil && now.After(b.signer.cert.NotAfter.Add(-d.Lookahead)) {
+	if b.next != nil && now.After(b.signer.cert.NotAfter.Add(-d.Lookahead)) &&
+		(published == CAHash(b.CAPEM()) || now.After(b.signer.cert.NotAfter.Add(-d.Lookahead/4))) {
 		b.signer, b.next = b.next, nil
 		b.serving = nil
 		changed = true
 	}
-	if b.serving == nil || now.After(b.serving.cert.NotAfter.Add(-d.Lookahead)) ||
+	// A serving certificate already reaching its signer's end is not
+	// renewed again while the next CA waits to sign: a new one could not
+	// last longer.
+	due := b.serving != nil && now.After(b.serving.cert.NotAfter.Add(-d.Lookahead)) && b.serving.cert.NotAfter.Before(b.signer.cert.NotAfter)
+	if b.serving == nil || due ||
 		!slices.Equal(b.serving.cert.DNSNames, dns) || b.serving.cert.CheckSignatureFrom(b.signer.cert) != nil {
 		if err := b.issue(dns, d, now); err != nil {
 			return nil, false, err

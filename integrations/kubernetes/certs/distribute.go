@@ -24,8 +24,8 @@ import (
 // listPage bounds one page of the metadata lists DistributeCA makes.
 const listPage = 500
 
-// caHash is the contract.AnnotationCAHash of a CA bundle.
-func caHash(ca []byte) string {
+// CAHash is the contract.AnnotationCAHash of a CA bundle.
+func CAHash(ca []byte) string {
 	h := sha256.Sum256(ca)
 	return hex.EncodeToString(h[:])
 }
@@ -38,7 +38,7 @@ func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
 		return errors.New("no certificates yet")
 	}
 	ca := string(b.CAPEM())
-	hash := caHash(b.CAPEM())
+	hash := CAHash(b.CAPEM())
 	cm := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CAConfigMap}, cm)
 	if apierrors.IsNotFound(err) {
@@ -91,6 +91,9 @@ func (r *Rotator) DistributeCA(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-r.bundleChanged():
+			// A new bundle (the next CA published): its copies go out now,
+			// since the next CA signs only once they are confirmed.
 		}
 	}
 }
@@ -111,10 +114,11 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing CA ConfigMaps: %w", err)
 	}
-	hash := caHash(b.CAPEM())
+	hash := CAHash(b.CAPEM())
 	var errs []error
 	checked := time.Now()
-	for _, ns := range toWrite(want, kept, hash, r.Namespace) {
+	stale := toWrite(want, kept, hash, r.Namespace)
+	for _, ns := range stale {
 		if time.Since(checked) > recheckEvery {
 			// A pass of stale copies (after a CA change, one per opted-in
 			// namespace) takes a while: a namespace opted in meanwhile,
@@ -126,7 +130,55 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return r.confirm(ctx, want, hash, len(stale) == 0)
+}
+
+// confirm records in the Secret (contract.AnnotationCAPublished) that
+// every CA ConfigMap of want holds the bundle of fingerprint hash, once
+// per bundle; Renew lets the next CA sign only then. Unless the pass
+// found nothing to write, it re-reads the ConfigMaps' fingerprints first:
+// a copy another writer created meanwhile may hold an older bundle.
+func (r *Rotator) confirm(ctx context.Context, want map[string]bool, hash string, fresh bool) error {
+	if r.confirmed.Load() != nil && *r.confirmed.Load() == hash {
+		return nil
+	}
+	if !fresh {
+		kept, err := r.caHashes(ctx)
+		if err != nil {
+			return fmt.Errorf("listing CA ConfigMaps: %w", err)
+		}
+		for ns := range want {
+			if h, ok := kept[ns]; ok && h != hash {
+				return nil // the next pass writes it
+			}
+		}
+	}
+	key := types.NamespacedName{Namespace: r.Namespace, Name: r.SecretName}
+	sec := &corev1.Secret{}
+	if err := r.Client.Get(ctx, key, sec); err != nil {
+		return fmt.Errorf("reading Secret %s: %w", key, err)
+	}
+	if sec.Annotations[contract.AnnotationCAPublished] != hash {
+		if CAHash(sec.Data[KeyCACert]) != hash {
+			return nil // the Secret moved on: the next pass confirms its bundle
+		}
+		if sec.Annotations == nil {
+			sec.Annotations = map[string]string{}
+		}
+		sec.Annotations[contract.AnnotationCAPublished] = hash
+		if err := r.Client.Update(ctx, sec); err != nil {
+			if apierrors.IsConflict(err) {
+				return nil // a replica renewed: the next pass confirms
+			}
+			return fmt.Errorf("recording the published CA bundle in Secret %s: %w", key, err)
+		}
+		r.Log.Info("certificates: every CA ConfigMap holds the bundle", "secret", key.String(), "namespaces", len(want))
+	}
+	r.confirmed.Store(&hash)
+	return nil
 }
 
 // recheckEvery: how often a long pass looks for namespaces opted in since

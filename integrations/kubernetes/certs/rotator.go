@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // CAConfigMap names the CA ConfigMaps: what rank pods mount
@@ -49,7 +51,16 @@ type Rotator struct {
 	cur     atomic.Pointer[Bundle]
 	tlsCert atomic.Pointer[tls.Certificate]
 	missing map[string]bool // webhook configurations not found (logged once)
+	// changed is signalled when the bundle clients trust changes; the
+	// leader's DistributeCA waits on it.
+	changed chan struct{}
+	// confirmed is the fingerprint this replica last recorded as
+	// published.
+	confirmed atomic.Pointer[string]
 }
+
+// bundleChanged is signalled once after each change of the bundle.
+func (r *Rotator) bundleChanged() <-chan struct{} { return r.changed }
 
 func (r *Rotator) defaults() {
 	if r.SecretName == "" {
@@ -66,6 +77,9 @@ func (r *Rotator) defaults() {
 	}
 	if r.missing == nil {
 		r.missing = map[string]bool{}
+	}
+	if r.changed == nil {
+		r.changed = make(chan struct{}, 1)
 	}
 }
 
@@ -118,9 +132,19 @@ func (r *Rotator) Sync(ctx context.Context) error {
 			b = nil
 		}
 	}
-	nb, changed, err := Renew(b, r.DNSNames, r.Durations, r.Now())
+	var waiting string // the signer while a next CA waits to sign
+	if b != nil && b.next != nil {
+		waiting = b.SignerSerial()
+	}
+	published := sec.Annotations[contract.AnnotationCAPublished]
+	confirmed := b != nil && published == CAHash(b.CAPEM())
+	nb, changed, err := Renew(b, r.DNSNames, r.Durations, r.Now(), published)
 	if err != nil {
 		return err
+	}
+	if waiting != "" && nb.SignerSerial() != waiting && !confirmed {
+		r.Log.Info("certificates: the next CA signs before every CA ConfigMap was confirmed to hold it (its signer ends soon); a rank pod holding an older copy fails TLS until the copy is rewritten",
+			"secret", key.String(), "ca", nb.SignerSerial())
 	}
 	if b == nil {
 		changed = true
@@ -163,7 +187,13 @@ func (r *Rotator) adopt(b *Bundle) error {
 		}
 	}
 	r.tlsCert.Store(c)
-	r.cur.Store(b)
+	prev := r.cur.Swap(b)
+	if prev == nil || !bytes.Equal(prev.CAPEM(), b.CAPEM()) {
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+	}
 	return nil
 }
 

@@ -30,6 +30,10 @@ type Builder struct {
 	jobs     []kubeflow.Job
 	// classes: the extended resources DeviceClasses map (dra.go).
 	classes DeviceClasses
+	// boundDRA: bound pods with resource claims that are not running yet;
+	// runningDRA counts those that run (dra.go).
+	boundDRA   []BoundDRAPod
+	runningDRA int
 }
 
 type podRecord struct {
@@ -174,6 +178,9 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		}
 		if job != "" {
 			b.boundJob[jobReplica{p.Namespace, jobKind, job, replicaLabelsOf(p)}]++
+		}
+		if len(p.Spec.ResourceClaims) > 0 {
+			b.addBoundDRA(p)
 		}
 		return nil
 	}

@@ -98,3 +98,40 @@ func (d DeviceClasses) viaDRA(claims []string, req schedule.Resources) string {
 	}
 	return strings.Join(parts, " and ")
 }
+
+// BoundDRAPod is a pod with resource claims that the scheduler has bound
+// (DRA allocates a pod's claims when it binds it) and that does not run
+// yet: diagnose says its devices come through DRA instead of treating it
+// as no GPU pod.
+type BoundDRAPod struct {
+	Namespace, Name, Node string
+	Phase                 corev1.PodPhase
+	Claims                []string
+}
+
+func (b *Builder) addBoundDRA(p *corev1.Pod) {
+	if p.Status.Phase == corev1.PodRunning {
+		b.runningDRA++
+		return
+	}
+	b.boundDRA = append(b.boundDRA, BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNames(&p.Spec)})
+}
+
+// BoundDRAPods lists the bound pods with resource claims that do not run
+// yet, in the order they were added.
+func (b *Builder) BoundDRAPods() []BoundDRAPod { return b.boundDRA }
+
+// RunningDRAPods counts the bound pods with resource claims that run.
+func (b *Builder) RunningDRAPods() int { return b.runningDRA }
+
+// BoundDRAMessage says what diagnose knows of a bound pod whose devices
+// come through DRA claims.
+func BoundDRAMessage(p BoundDRAPod) string {
+	phase := string(p.Phase)
+	if phase == "" {
+		phase = "unknown"
+	}
+	return fmt.Sprintf("Pod %s/%s is bound to node %s (phase %s) and its devices come through DRA resource claims (%s): the scheduler allocated them when it bound the pod. "+
+		"rankgate does not model DRA allocation yet, so the pod is not judged; if it does not start, the kubelet could not prepare the claimed devices on that node.",
+		p.Namespace, p.Name, p.Node, phase, strings.Join(p.Claims, ", "))
+}

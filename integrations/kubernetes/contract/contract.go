@@ -60,6 +60,11 @@ const (
 // diagnose` and a restarted controller read them. Values a person writes
 // here are never read as instructions.
 const (
+	// AnnotationBypass, on a rank pod, set by an operator to a reason, lets
+	// its init container stop waiting for the gate (break-glass while the
+	// controller is down); the injected init container reads it from a
+	// downward API volume.
+	AnnotationBypass = "rankgate.io/bypass"
 	// AnnotationVerdict is "pass", "warn" or "fail".
 	AnnotationVerdict = "rankgate.io/verdict"
 	// AnnotationReason is the failing findings in words, with their rule
@@ -121,6 +126,10 @@ const (
 	// ConfigMap holds, written and read by the controller so that keeping
 	// them up to date needs their metadata only.
 	AnnotationCAHash = "rankgate.io/ca-sha256"
+	// AnnotationCAPublished, on the controller's certificate Secret, is
+	// the fingerprint of the CA bundle every CA ConfigMap was confirmed
+	// to hold; the next CA signs only once it names the bundle holding it.
+	AnnotationCAPublished = "rankgate.io/ca-published-sha256"
 )
 
 // LabelMetricsScraper ("true"), on a namespace, lets its pods reach the

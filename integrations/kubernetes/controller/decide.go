@@ -66,6 +66,7 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 	if pre != nil {
 		report = *pre
 	} else {
+		in.NCCL = c.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
 		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
 	}

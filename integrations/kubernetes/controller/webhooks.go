@@ -38,6 +38,9 @@ type WebhookOptions struct {
 	// InitImage is the image of the injected init container: the
 	// controller's own (required to serve the mutating webhook).
 	InitImage string
+	// InitResources: the init container's cpu and memory (nil:
+	// mutate.DefaultInitResources).
+	InitResources *corev1.ResourceRequirements
 	// GateURL is the gate's address the injected init containers use
 	// (default https://rankgate-gate.<Namespace>.svc:443).
 	GateURL string
@@ -186,7 +189,8 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		}
 		c.webhookCert = cw.GetCertificate
 	}
-	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout}
+	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
+		InitResources: c.opts.InitResources}
 	if c.certs != nil {
 		mo.EnsureCA = c.certs.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn

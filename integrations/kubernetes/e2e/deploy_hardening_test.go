@@ -67,10 +67,17 @@ func asServiceAccount(ns, name string) *rest.Config {
 // controller's change to a probe job's pod template is refused by it.
 func waitJobWritePolicy(t *testing.T) {
 	t.Helper()
+	waitJobWritePolicyAs(t, controllerNS, controllerSA)
+}
+
+// waitJobWritePolicyAs: waitJobWritePolicy for a controller installed as
+// service account sa in namespace ns.
+func waitJobWritePolicyAs(t *testing.T, ns, sa string) {
+	t.Helper()
 	ctx := context.Background()
-	ctl, err := client.New(asServiceAccount(controllerNS, controllerSA), client.Options{Scheme: controller.Scheme()})
+	ctl, err := client.New(asServiceAccount(ns, sa), client.Options{Scheme: controller.Scheme()})
 	require.NoError(t, err)
-	probe := pytorchJob(t, controllerNS, fmt.Sprintf("policy-probe-%d", time.Now().UnixNano()), false, 1, nil)
+	probe := pytorchJob(t, ns, fmt.Sprintf("policy-probe-%d", time.Now().UnixNano()), false, 1, nil)
 	i := 0
 	require.Eventually(t, func() bool {
 		i++
@@ -182,7 +189,10 @@ type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Resources  []string `json:"resources"`
-	Patches    []struct {
+	Components []string `json:"components"`
+	// Replacements: not read here; named so that strict decoding accepts them.
+	Replacements []any `json:"replacements"`
+	Patches      []struct {
 		Target map[string]string `json:"target"`
 		Patch  string            `json:"patch"`
 	} `json:"patches"`
@@ -201,12 +211,13 @@ func readKustomization(t testing.TB, dir string) kustomization {
 	return k
 }
 
-// kustomizeObjects returns the objects a kustomization's resources hold
-// (following directories), without its patches.
+// kustomizeObjects returns the objects a kustomization's resources and
+// components hold (following directories), without its patches.
 func kustomizeObjects(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
-	for _, r := range readKustomization(t, dir).Resources {
+	k := readKustomization(t, dir)
+	for _, r := range append(k.Resources, k.Components...) {
 		p := filepath.Join(dir, r)
 		st, err := os.Stat(p)
 		require.NoError(t, err, "%s: resource %s", dir, r)
@@ -255,12 +266,13 @@ func jobDeleteGrants(t testing.TB, objs []*unstructured.Unstructured) []string {
 	return out
 }
 
-// The base install cannot delete Kubeflow jobs; the on-fail-delete overlay
-// adds exactly that and switches --on-fail, on the manifests and on a real
-// API server's RBAC.
+// The base install cannot delete Kubeflow jobs; the on-fail-delete
+// component (and its overlay) adds exactly that and switches --on-fail, on
+// the manifests and on a real API server's RBAC.
 func TestE2EJobDeleteOnlyInOverlay(t *testing.T) {
 	dir := deployDir(t)
 	overlay := filepath.Join(filepath.Dir(dir), "overlays", "on-fail-delete")
+	component := filepath.Join(filepath.Dir(dir), "components", "on-fail-delete")
 
 	// Every manifest in configs/deploy is part of the install.
 	base := readKustomization(t, dir)
@@ -277,8 +289,8 @@ func TestE2EJobDeleteOnlyInOverlay(t *testing.T) {
 	require.Equal(t, []string{"rankgate-controller-delete-jobs"}, jobDeleteGrants(t, overlayObjs))
 	require.Len(t, overlayObjs, len(baseObjs)+2, "the overlay adds only the delete role and its binding")
 
-	// The overlay's patch turns the base's --on-fail=suspend into delete.
-	k := readKustomization(t, overlay)
+	// The component's patch turns the base's --on-fail=suspend into delete.
+	k := readKustomization(t, component)
 	require.Len(t, k.Patches, 1)
 	var ops []struct{ Op, Path, Value string }
 	require.NoError(t, yaml.Unmarshal([]byte(k.Patches[0].Patch), &ops))
@@ -315,7 +327,7 @@ func TestE2EJobDeleteOnlyInOverlay(t *testing.T) {
 	require.Eventually(t, func() bool { return can("patch", "pytorchjobs") && can("patch", "mpijobs") }, 10*time.Second, 100*time.Millisecond)
 	require.False(t, can("delete", "pytorchjobs"))
 	require.False(t, can("delete", "mpijobs"))
-	applyManifest(t, filepath.Join(overlay, "delete-jobs.yaml"))
+	applyManifest(t, filepath.Join(component, "delete-jobs.yaml"))
 	require.Eventually(t, func() bool { return can("delete", "pytorchjobs") && can("delete", "mpijobs") }, 10*time.Second, 100*time.Millisecond)
 }
 

@@ -412,7 +412,7 @@ func TestE2EDeployManifests(t *testing.T) {
 	applyKustomization(t, root)
 	newNamespace(t, "ml", false)
 	checked := 0
-	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "flowschema.yaml", "networkpolicy.yaml", "../overlays/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
+	files := []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "flowschema.yaml", "networkpolicy.yaml", "../components/cert-manager/certificate.yaml", "service.yaml", "deployment.yaml", "webhooks.yaml", "examples/pytorchjob-label.yaml", "examples/pytorchjob-gated.yaml", "examples/mpijob-gated.yaml"}
 	for _, f := range files {
 		for _, u := range applyManifest(t, filepath.Join(dir, f)) {
 			if u.GetKind() != "PyTorchJob" && u.GetKind() != "MPIJob" {
@@ -455,6 +455,20 @@ func TestE2EDeployManifests(t *testing.T) {
 // base's objects); the images are pinned to a version.
 func applyKustomization(t *testing.T, root string) {
 	t.Helper()
+	kz := kustomizeBin(t, root)
+	for _, dir := range []string{"configs/deploy", "configs/overlays/cert-manager", "configs/overlays/on-fail-delete", "configs/overlays/operator-pods"} {
+		out, err := exec.Command(kz, "build", filepath.Join(root, dir)).Output()
+		require.NoError(t, err, "kustomize build %s", dir)
+		file := filepath.Join(t.TempDir(), "out.yaml")
+		require.NoError(t, os.WriteFile(file, out, 0o600))
+		applyBuilt(t, dir, decodeManifest(t, file), dir == "configs/deploy")
+	}
+}
+
+// kustomizeBin is the pinned kustomize ($RANKGATE_KUSTOMIZE, else
+// bin/tools); the test is skipped without it.
+func kustomizeBin(t *testing.T, root string) string {
+	t.Helper()
 	kz := os.Getenv("RANKGATE_KUSTOMIZE")
 	if kz == "" {
 		kz = filepath.Join(root, "bin", "tools", "kustomize-v5.8.0")
@@ -462,63 +476,50 @@ func applyKustomization(t *testing.T, root string) {
 	if _, err := os.Stat(kz); err != nil {
 		t.Skipf("kustomize v5.8.0 not built (make test builds it into bin/tools): %v", err)
 	}
+	return kz
+}
+
+// applyBuilt has the API server accept every object of a built install
+// (what names it): created and deleted again when create, else in a dry
+// run. The image is pinned to a release and the controller's flags exist;
+// the Namespace enforces the restricted Pod Security Standard and is kept;
+// the CRD is the one the API server was started with, accepted as an
+// update.
+func applyBuilt(t *testing.T, what string, objs []*unstructured.Unstructured, create bool) {
+	t.Helper()
 	ctx := context.Background()
-	for _, dir := range []string{"configs/deploy", "configs/overlays/cert-manager", "configs/overlays/on-fail-delete", "configs/overlays/operator-pods"} {
-		out, err := exec.Command(kz, "build", filepath.Join(root, dir)).Output()
-		require.NoError(t, err, "kustomize build %s", dir)
-		file := filepath.Join(t.TempDir(), "out.yaml")
-		require.NoError(t, os.WriteFile(file, out, 0o600))
-		objs := decodeManifest(t, file)
-		require.NotEmpty(t, objs)
-		var created []*unstructured.Unstructured
-		for _, u := range objs {
-			if u.GetKind() == "Deployment" {
-				img, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
-				image := img[0].(map[string]any)["image"].(string)
-				require.Regexp(t, `^ghcr\.io/rankgate/rankgate:v[0-9]`, image, "%s: image not pinned to a release", dir)
+	require.NotEmpty(t, objs)
+	var created []*unstructured.Unstructured
+	for _, u := range objs {
+		switch u.GetKind() {
+		case "Deployment":
+			img, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "containers")
+			image := img[0].(map[string]any)["image"].(string)
+			require.Regexp(t, `^ghcr\.io/rankgate/rankgate:v[0-9]`, image, "%s: image not pinned to a release", what)
+			controllerFlagsKnown(t, what, u)
+		case "CustomResourceDefinition":
+			cur := &unstructured.Unstructured{}
+			cur.SetGroupVersionKind(u.GroupVersionKind())
+			require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), cur), "%s: CRD %s not installed", what, u.GetName())
+			u.SetResourceVersion(cur.GetResourceVersion())
+			require.NoError(t, k8s.Update(ctx, u, client.DryRunAll), "%s: CRD %s", what, u.GetName())
+			continue
+		case "Namespace":
+			require.Equal(t, "restricted", u.GetLabels()["pod-security.kubernetes.io/enforce"], what)
+			if err := k8s.Create(ctx, u); !apierrors.IsAlreadyExists(err) {
+				require.NoError(t, err)
 			}
-			if u.GetKind() == "CustomResourceDefinition" {
-				// Installed from the same file when the API server started:
-				// the shipped one must be accepted as an update.
-				cur := &unstructured.Unstructured{}
-				cur.SetGroupVersionKind(u.GroupVersionKind())
-				require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), cur), "%s: CRD %s not installed", dir, u.GetName())
-				u.SetResourceVersion(cur.GetResourceVersion())
-				require.NoError(t, k8s.Update(ctx, u, client.DryRunAll), "%s: CRD %s", dir, u.GetName())
-				continue
-			}
-			if u.GetKind() == "Namespace" {
-				labels := u.GetLabels()
-				require.Equal(t, "restricted", labels["pod-security.kubernetes.io/enforce"], dir)
-				if err := k8s.Create(ctx, u); !apierrors.IsAlreadyExists(err) {
-					require.NoError(t, err)
-				}
-				continue
-			}
-			if u.GetKind() == "CustomResourceDefinition" {
-				// Installed from the same file when the API server
-				// started, and kept: other tests use it. The built one
-				// must be that one.
-				cur := &unstructured.Unstructured{}
-				cur.SetGroupVersionKind(u.GroupVersionKind())
-				require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), cur), "%s: %s", dir, u.GetName())
-				want, _, _ := unstructured.NestedMap(u.Object, "spec", "names")
-				got, _, _ := unstructured.NestedMap(cur.Object, "spec", "names")
-				for k, v := range want {
-					require.Equal(t, v, got[k], "%s: CRD %s names.%s", dir, u.GetName(), k)
-				}
-				continue
-			}
-			if dir != "configs/deploy" {
-				require.NoError(t, k8s.Create(ctx, u, client.DryRunAll), "%s: %s %s", dir, u.GetKind(), u.GetName())
-				continue
-			}
-			require.NoError(t, k8s.Create(ctx, u), "%s: %s %s", dir, u.GetKind(), u.GetName())
-			created = append(created, u)
+			continue
 		}
-		for _, u := range created {
-			require.NoError(t, k8s.Delete(ctx, u))
+		if !create {
+			require.NoError(t, k8s.Create(ctx, u, client.DryRunAll), "%s: %s %s", what, u.GetKind(), u.GetName())
+			continue
 		}
+		require.NoError(t, k8s.Create(ctx, u), "%s: %s %s", what, u.GetKind(), u.GetName())
+		created = append(created, u)
+	}
+	for _, u := range created {
+		require.NoError(t, k8s.Delete(ctx, u))
 	}
 }
 
@@ -572,18 +573,25 @@ func TestE2EMissingGangPermissionIsExplained(t *testing.T) {
 // ends) and returns them.
 func applyManifest(t *testing.T, path string) []*unstructured.Unstructured {
 	t.Helper()
+	return applyObjects(t, path, decodeManifest(t, path))
+}
+
+// applyObjects creates objs (deleted when the test ends; namespaces are
+// kept) and returns them; from names their source in failures.
+func applyObjects(t *testing.T, from string, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+	t.Helper()
 	var out []*unstructured.Unstructured
-	for _, u := range decodeManifest(t, path) {
+	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
 			// envtest runs no namespace controller: a deleted namespace
 			// stays Terminating. Namespaces are created once and kept.
 			if err := k8s.Create(context.Background(), u); !apierrors.IsAlreadyExists(err) {
-				require.NoError(t, err, "%s: Namespace %s", path, u.GetName())
+				require.NoError(t, err, "%s: Namespace %s", from, u.GetName())
 			}
 			out = append(out, u)
 			continue
 		}
-		require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", path, u.GetKind(), u.GetName())
+		require.NoError(t, k8s.Create(context.Background(), u), "%s: %s %s", from, u.GetKind(), u.GetName())
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
 		out = append(out, u)
 	}
@@ -617,21 +625,33 @@ func decodeManifest(t *testing.T, path string) []*unstructured.Unstructured {
 func TestE2EShippedRBACIsEnough(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
+	var install []*unstructured.Unstructured
 	for _, f := range []string{"namespace.yaml", "rbac.yaml", "admission-policy.yaml", "service.yaml"} {
-		applyManifest(t, filepath.Join(root, "configs", "deploy", f))
+		install = append(install, decodeManifest(t, filepath.Join(root, "configs", "deploy", f))...)
 	}
-	waitJobWritePolicy(t)
-	cfg := rest.CopyConfig(restCfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:rankgate-system:rankgate-controller",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:rankgate-system", "system:authenticated"}}
+	gangThroughInstall(t, install, controllerNS, controllerSA, "e2e-rbac")
+}
+
+// gangThroughInstall creates the objects of an install (its namespace,
+// service account, RBAC, admission policies, Services), runs the
+// controller as the install's service account sa in namespace ns (the
+// shipped webhooks pointed at it, its own certificates, leader election),
+// and has it decide a passing and a failing gang of jobs in a new
+// namespace jobNS: every write it makes passes the install's RBAC and
+// admission policies.
+func gangThroughInstall(t *testing.T, install []*unstructured.Unstructured, ns, sa, jobNS string) {
+	t.Helper()
+	applyObjects(t, "install", install)
+	waitJobWritePolicyAs(t, ns, sa)
+	cfg := asServiceAccount(ns, sa)
 	// With the webhooks and its own certificates, as shipped.
 	whAddr := freePort(t)
 	installWebhooks(t, "localhost:"+strings.Split(whAddr, ":")[1])
 	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: "rankgate-tls"}})
+		_ = k8s.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rankgate-tls"}})
 	})
 	c := startController(t, controller.Options{Config: cfg, GangTimeout: time.Minute, LeaderElection: true,
-		Namespace: "rankgate-system", LeaderElectionNamespace: "rankgate-system", LeaderElectionID: "rankgate-controller",
+		Namespace: ns, LeaderElectionNamespace: ns, LeaderElectionID: "rankgate-controller",
 		GateService: "rankgate-gate", GateEndpointIP: "192.0.2.77",
 		CertDir: t.TempDir(), WebhookOptions: controller.WebhookOptions{ManageCerts: true, WebhookAddr: whAddr, InitImage: initImage,
 			CertDNS: []string{"localhost"}, CertInterval: 200 * time.Millisecond}})
@@ -641,23 +661,23 @@ func TestE2EShippedRBACIsEnough(t *testing.T) {
 	// the Service, with the shipped permissions.
 	require.Eventually(t, func() bool {
 		es := &discoveryv1.EndpointSlice{}
-		if k8s.Get(context.Background(), types.NamespacedName{Namespace: "rankgate-system", Name: controller.GateEndpointSliceName("rankgate-gate")}, es) != nil {
+		if k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.GateEndpointSliceName("rankgate-gate")}, es) != nil {
 			return false
 		}
 		return len(es.Endpoints) == 1 && slices.Equal(es.Endpoints[0].Addresses, []string{"192.0.2.77"}) &&
 			len(es.OwnerReferences) == 1 && es.OwnerReferences[0].Name == "rankgate-gate"
 	}, 20*time.Second, 100*time.Millisecond, "the leader's gate EndpointSlice")
 	t.Cleanup(func() {
-		_ = k8s.Delete(context.Background(), &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "rankgate-system", Name: controller.GateEndpointSliceName("rankgate-gate")}})
+		_ = k8s.Delete(context.Background(), &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: controller.GateEndpointSliceName("rankgate-gate")}})
 	})
 
 	// The gate serves the controller's own certificate (DNS name localhost).
 	gateURL := "https://localhost:" + strings.Split(c.Addr, ":")[1]
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(caFile, c.Certificates().Current().CAPEM(), 0o600))
-	ns := newNamespace(t, "e2e-rbac", true)
-	pass := pytorchJob(t, ns, "ok", true, 1, nil)
-	fail := mpiJob(t, ns, "bad", 2)
+	jobs := newNamespace(t, jobNS, true)
+	pass := pytorchJob(t, jobs, "ok", true, 1, nil)
+	fail := mpiJob(t, jobs, "bad", 2)
 	var ranks []*rank
 	for _, p := range []*corev1.Pod{rankPod(t, pass, "master", 0, "node-0", ""), rankPod(t, pass, "worker", 0, "node-1", "")} {
 		ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), append([]string{"--ca-file", caFile}, fullGPURank...)...))

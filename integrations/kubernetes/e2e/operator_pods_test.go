@@ -55,7 +55,7 @@ func TestE2EOperatorPodsPolicy(t *testing.T) {
 	})
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
-	applyManifest(t, filepath.Join(root, "configs", "overlays", "operator-pods", "operator-pods.yaml"))
+	applyManifest(t, filepath.Join(root, "configs", "components", "operator-pods", "operator-pods.yaml"))
 
 	var refused error
 	require.Eventually(t, func() bool {

@@ -16,14 +16,14 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 )
 
-// The ServiceMonitor overlay's CA ConfigMap (configs/overlays/servicemonitor/
+// The ServiceMonitor overlay's CA ConfigMap (configs/components/servicemonitor/
 // ca-configmap.yaml) ships empty, in the controller's own namespace, which
 // is not opted in: the controller fills it with its CA, the CA the scraper verifies /metrics
 // against, and keeps it current through a CA rotation.
 func TestE2EServiceMonitorCAConfigMap(t *testing.T) {
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
-	objs := decodeManifest(t, filepath.Join(root, "configs", "overlays", "servicemonitor", "ca-configmap.yaml"))
+	objs := decodeManifest(t, filepath.Join(root, "configs", "components", "servicemonitor", "ca-configmap.yaml"))
 	require.Len(t, objs, 1)
 	cm := &corev1.ConfigMap{}
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, cm))

@@ -123,6 +123,9 @@ func migPyTorchJob(ns, name, res string, count, nproc, workers int) *kubeflowv1.
 		Name: "pytorch", Image: "pytorch/pytorch:2.7",
 		Command:   []string{"torchrun", fmt.Sprintf("--nproc-per-node=%d", nproc), "train.py"},
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceName(res): q}},
+		// An NCCL with MIG support, as NGC images declare it: without it the
+		// webhook warns NCCL_MIG_VERSION (the version cannot be told).
+		Env: []corev1.EnvVar{{Name: "NCCL_VERSION", Value: "2.31.2"}},
 	}}}}
 	return &kubeflowv1.PyTorchJob{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{contract.KeyGate: "enabled"}},

@@ -81,7 +81,7 @@ func TestE2EWebhookMPIJob(t *testing.T) {
 		require.Contains(t, ic.Args, "--termination-log=/dev/termination-log")
 		require.Equal(t, "4", ic.Resources.Limits.Name("nvidia.com/gpu", "").String(), "the worker's GPUs")
 		require.Len(t, ic.Env, 3, "the downward-API identity")
-		require.Len(t, w.Volumes, 2)
+		require.Len(t, w.Volumes, 3)
 		var audience string
 		for _, v := range w.Volumes {
 			if v.Projected != nil {

@@ -178,7 +178,7 @@ func TestE2EWebhookInjectsOnce(t *testing.T) {
 		require.Equal(t, initImage, ic.Image)
 		require.Equal(t, "4", ic.Resources.Limits.Name("nvidia.com/gpu", "").String(), "the trainer's GPUs")
 		require.Contains(t, ic.Args, "--termination-log=/dev/termination-log")
-		require.Len(t, ps.Volumes, 2)
+		require.Len(t, ps.Volumes, 3)
 	}
 	// The CA the pods mount is in the namespace.
 	cm := &corev1.ConfigMap{}
@@ -309,19 +309,20 @@ func TestE2EWebhookDownFailsOpen(t *testing.T) {
 	require.Less(t, time.Since(start), 12*time.Second, "admission waited past both webhooks' 5 s timeouts")
 }
 
-// (q) Certificates rotate without a restart: with a CA valid for 8 s and
-// serving certificates for 3 s, the webhook keeps mutating jobs and the
+// (q) Certificates rotate without a restart: with a CA valid for 12 s and
+// serving certificates for 4 s, the webhook keeps mutating jobs and the
 // gate keeps answering TLS clients that re-read the CA bundle from the
 // namespace's ConfigMap, through several serving-certificate and CA
-// rotations.
+// rotations; the next CA signs only once the ConfigMaps of every opted-in
+// namespace (the shared API server holds many) were confirmed to hold it.
 func TestE2ECertificateRotation(t *testing.T) {
 	c, gateURL := webhookController(t, "rankgate-tls-q", controller.Options{
-		WebhookOptions: controller.WebhookOptions{CertDurations: rgcerts.Durations{CA: 8 * time.Second, Cert: 3 * time.Second, Lookahead: 2 * time.Second}},
+		WebhookOptions: controller.WebhookOptions{CertDurations: rgcerts.Durations{CA: 12 * time.Second, Cert: 4 * time.Second, Lookahead: 3 * time.Second}},
 	})
 	ctx := context.Background()
 	ns := newNamespace(t, "e2e-wh-q", true)
 	servings, cas := map[string]bool{}, map[string]bool{}
-	deadline := time.Now().Add(14 * time.Second)
+	deadline := time.Now().Add(16 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		b := c.Certificates().Current()
 		servings[b.ServingSerial()], cas[b.SignerSerial()] = true, true
@@ -344,6 +345,9 @@ func TestE2ECertificateRotation(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, len(servings), 3, "serving-certificate rotations seen")
 	require.GreaterOrEqual(t, len(cas), 2, "CA rotations seen")
+	sec := &corev1.Secret{}
+	require.NoError(t, k8s.Get(ctx, types.NamespacedName{Namespace: controllerNamespace, Name: "rankgate-tls-q"}, sec))
+	require.NotEmpty(t, sec.Annotations[contract.AnnotationCAPublished], "the leader never confirmed a published bundle")
 }
 
 // The controller serves the validating webhook of the shipped

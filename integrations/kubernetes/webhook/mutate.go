@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -24,6 +25,8 @@ import (
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -41,14 +44,18 @@ const Path = "/mutate-kubeflow-jobs"
 // Names the webhook gives what it adds to a pod template; a template that
 // already has InitName is left as it is.
 const (
-	InitName        = "rankgate-init"
-	TokenVolume     = "rankgate-token"
-	CAVolume        = "rankgate-ca"
-	TokenMountPath  = "/var/run/secrets/rankgate"
-	CAMountPath     = "/var/run/rankgate"
-	CAConfigMapName = "rankgate-ca" // key CAKey: the gate's CA bundle, kept by the controller
-	CAKey           = "ca.crt"
-	TerminationLog  = "/dev/termination-log"
+	InitName    = "rankgate-init"
+	TokenVolume = "rankgate-token"
+	CAVolume    = "rankgate-ca"
+	// PodInfoVolume is the pod's own annotations (downward API), where the
+	// init container sees an operator's contract.AnnotationBypass.
+	PodInfoVolume    = "rankgate-podinfo"
+	PodInfoMountPath = "/etc/rankgate/podinfo"
+	TokenMountPath   = "/var/run/secrets/rankgate"
+	CAMountPath      = "/var/run/rankgate"
+	CAConfigMapName  = "rankgate-ca" // key CAKey: the gate's CA bundle, kept by the controller
+	CAKey            = "ca.crt"
+	TerminationLog   = "/dev/termination-log"
 	// NodeBinary is the node build in the rankgate image (no client-go).
 	NodeBinary = "/usr/local/bin/rankgate-node"
 
@@ -81,6 +88,41 @@ type Options struct {
 	// annotated rankgate.io/launcher-gate=enabled in `rankgate launch
 	// --gang` (launchergate.Wrap); nil leaves launchers alone.
 	LauncherGate *launchergate.Options
+	// InitResources are the init container's cpu and memory requests and
+	// limits (nil: DefaultInitResources); its GPU resources are always the
+	// trainer's.
+	InitResources *corev1.ResourceRequirements
+}
+
+// DefaultInitResources: what the init container (rankgate-node: one NVML
+// read, one HTTPS exchange) needs, with room; set, so that a namespace
+// whose ResourceQuota demands requests and limits admits it, and with
+// requests equal to limits, so that a pod of QoS class Guaranteed (CPU
+// manager's static policy) stays Guaranteed.
+func DefaultInitResources() corev1.ResourceRequirements {
+	l := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+	return corev1.ResourceRequirements{Requests: l, Limits: l.DeepCopy()}
+}
+
+// CheckInitResources says what is wrong with init-container resources: only
+// cpu and memory, positive, a request no larger than its limit.
+func CheckInitResources(r corev1.ResourceRequirements) error {
+	for _, l := range []corev1.ResourceList{r.Requests, r.Limits} {
+		for name, q := range l {
+			if name != corev1.ResourceCPU && name != corev1.ResourceMemory {
+				return fmt.Errorf("init-container resources: %s: only cpu and memory are set here (GPUs are the trainer's)", name)
+			}
+			if q.Sign() <= 0 {
+				return fmt.Errorf("init-container resources: %s %s: want a positive quantity", name, q.String())
+			}
+		}
+	}
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			return fmt.Errorf("init-container resources: %s request %s is above its limit %s", name, req.String(), lim.String())
+		}
+	}
+	return nil
 }
 
 // Mutator is the admission.Handler of Path.
@@ -99,6 +141,13 @@ func NewMutator(o Options) (*Mutator, error) {
 	}
 	if o.GangTimeout <= 0 {
 		o.GangTimeout = 10 * time.Minute
+	}
+	if o.InitResources == nil {
+		d := DefaultInitResources()
+		o.InitResources = &d
+	}
+	if err := CheckInitResources(*o.InitResources); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	return &Mutator{o: o}, nil
 }
@@ -261,7 +310,7 @@ func (m *Mutator) podSpecOps(base string, pod *corev1.PodSpec, timeout time.Dura
 		return nil, nil
 	}
 	for _, v := range pod.Volumes {
-		if v.Name == TokenVolume || v.Name == CAVolume {
+		if v.Name == TokenVolume || v.Name == CAVolume || v.Name == PodInfoVolume {
 			return nil, fmt.Errorf("a volume is already named %s", v.Name)
 		}
 	}
@@ -355,6 +404,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 		"--ca-file=" + CAMountPath + "/" + CAKey,
 		"--token-file=" + TokenMountPath + "/token",
 		"--termination-log=" + TerminationLog,
+		"--bypass-file=" + PodInfoMountPath + "/annotations",
 	}
 	if p := expectProfile(gpus); p != "" {
 		args = append(args, "--expect-profile="+p)
@@ -362,6 +412,11 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 	args = append(args, "--timeout="+gate.AddDurations(timeout, initMargin).String())
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	for _, from := range []corev1.ResourceRequirements{gpus, *m.o.InitResources} {
+		maps.Copy(res.Limits, from.Limits)
+		maps.Copy(res.Requests, from.Requests)
 	}
 	return corev1.Container{
 		Name:    InitName,
@@ -373,12 +428,21 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 			field("POD_NAMESPACE", "metadata.namespace"),
 			field("NODE_NAME", "spec.nodeName"),
 		},
-		Resources:                gpus,
+		Resources: res,
+		// What Pod Security "restricted" asks of a container; the image
+		// runs as uid 65532.
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			RunAsNonRoot:             ptr.To(true),
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
 		TerminationMessagePath:   TerminationLog,
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: TokenVolume, MountPath: TokenMountPath, ReadOnly: true},
 			{Name: CAVolume, MountPath: CAMountPath, ReadOnly: true},
+			{Name: PodInfoVolume, MountPath: PodInfoMountPath, ReadOnly: true},
 		},
 	}
 }
@@ -393,6 +457,9 @@ func (m *Mutator) volumes() []corev1.Volume {
 		{Name: CAVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: CAConfigMapName},
 			Items:                []corev1.KeyToPath{{Key: CAKey, Path: CAKey}},
+		}}},
+		{Name: PodInfoVolume, VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{
+			Items: []corev1.DownwardAPIVolumeFile{{Path: "annotations", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.annotations"}}},
 		}}},
 	}
 }

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
@@ -83,15 +86,16 @@ func TestMutateInjectsIntoGPUTemplatesOnce(t *testing.T) {
 	require.Equal(t, "ghcr.io/rankgate/rankgate:v1.2.3", ic.Image)
 	require.Equal(t, []string{NodeBinary}, ic.Command)
 	require.Equal(t, []string{"init", "--gate-url=https://rankgate-gate.rankgate-system.svc:443", "--ca-file=/var/run/rankgate/ca.crt",
-		"--token-file=/var/run/secrets/rankgate/token", "--termination-log=/dev/termination-log", "--timeout=20m0s"}, ic.Args)
+		"--token-file=/var/run/secrets/rankgate/token", "--termination-log=/dev/termination-log", "--bypass-file=/etc/rankgate/podinfo/annotations", "--timeout=20m0s"}, ic.Args)
 	require.Equal(t, "8", ic.Resources.Limits.Name("nvidia.com/gpu", "").String())
-	require.NotContains(t, ic.Resources.Limits, corev1.ResourceCPU, "only the GPU resources are copied")
+	cpu := ic.Resources.Limits[corev1.ResourceCPU]
+	require.Equal(t, "100m", cpu.String(), "of the trainer's, only the GPU resources are copied; cpu is the init container's own")
 	var env []string
 	for _, e := range ic.Env {
 		env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
 	}
 	require.Equal(t, []string{"POD_NAME=metadata.name", "POD_NAMESPACE=metadata.namespace", "NODE_NAME=spec.nodeName"}, env)
-	require.Len(t, master.Volumes, 2)
+	require.Len(t, master.Volumes, 3)
 	require.Equal(t, "rankgate", master.Volumes[0].Projected.Sources[0].ServiceAccountToken.Audience)
 	require.Equal(t, CAConfigMapName, master.Volumes[1].ConfigMap.Name)
 
@@ -149,7 +153,7 @@ func TestHandlePatchesOnlyWhatItAdds(t *testing.T) {
 	sys.Object.Raw = []byte(strings.Replace(job, `"namespace":"ml"`, `"namespace":"kube-system","labels":{"rankgate.io/gate":"enabled"}`, 1))
 	require.NotEmpty(t, m.Handle(context.Background(), sys).Patches, "mutated all the same")
 	dry := req
-	dry.DryRun = ptr(true)
+	dry.DryRun = ptr.To(true)
 	require.NotEmpty(t, m.Handle(context.Background(), dry).Patches)
 	require.Empty(t, ensured, "no ConfigMap for kube-system (not opted in) nor on a dry run")
 
@@ -181,8 +185,6 @@ func TestHandleMutatesCreatesOnly(t *testing.T) {
 	require.Nil(t, upd.PatchType)
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // The patch only adds: fields the typed objects do not know, anywhere in
 // the job, survive; empty, null and absent lists are all handled; replica
 // type names are escaped in the patch's paths.
@@ -200,13 +202,57 @@ func TestPatchKeepsUnknownFields(t *testing.T) {
 	specs := obj["spec"].(map[string]any)["pytorchReplicaSpecs"].(map[string]any)
 	master := specs["Master"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	require.Len(t, master["initContainers"], 1)
-	require.Len(t, master["volumes"], 2)
+	require.Len(t, master["volumes"], 3)
 	master["initContainers"], master["volumes"] = nil, []any{}
 	odd := specs["Odd/~Type"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	ics := odd["initContainers"].([]any)
 	require.Equal(t, InitName, ics[0].(map[string]any)["name"])
-	require.Len(t, odd["volumes"], 2)
+	require.Len(t, odd["volumes"], 3)
 	odd["initContainers"] = ics[1:]
 	delete(odd, "volumes")
 	require.Equal(t, want, obj)
+}
+
+// The injected init container passes Pod Security "restricted" and a
+// ResourceQuota that demands cpu and memory requests and limits, keeps a
+// Guaranteed pod Guaranteed (requests equal limits), and carries the
+// trainer's GPU limits next to its own cpu and memory.
+func TestInitContainerRestrictedAndBounded(t *testing.T) {
+	m := newMutator(t)
+	gpus := corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/mig-1g.10gb": resource.MustParse("1")}}
+	c := m.initContainer(gpus, time.Minute)
+	sc := c.SecurityContext
+	require.NotNil(t, sc)
+	require.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation)
+	require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	require.Equal(t, ptr.To(true), sc.RunAsNonRoot)
+	require.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type)
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, lim := c.Resources.Requests[name], c.Resources.Limits[name]
+		require.False(t, req.IsZero(), "%s request", name)
+		require.Zero(t, req.Cmp(lim), "%s: request equals limit", name)
+	}
+	require.Equal(t, "1", ptr.To(c.Resources.Limits["nvidia.com/mig-1g.10gb"]).String())
+	require.Empty(t, gpus.Requests, "the trainer's resources are not changed")
+
+	custom := corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")}}
+	m2, err := NewMutator(Options{Image: "img", GateURL: "https://gate:443", InitResources: &custom})
+	require.NoError(t, err)
+	c2 := m2.initContainer(corev1.ResourceRequirements{}, time.Minute)
+	require.Equal(t, "256Mi", ptr.To(c2.Resources.Limits[corev1.ResourceMemory]).String())
+	_, hasCPU := c2.Resources.Limits[corev1.ResourceCPU]
+	require.False(t, hasCPU, "only what was configured")
+}
+
+func TestCheckInitResourcesRefuses(t *testing.T) {
+	for name, r := range map[string]corev1.ResourceRequirements{
+		"gpu":           {Limits: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")}},
+		"zero":          {Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0")}},
+		"request>limit": {Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}, Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Mi")}},
+	} {
+		require.Error(t, CheckInitResources(r), name)
+		_, err := NewMutator(Options{Image: "img", GateURL: "https://gate:443", InitResources: &r})
+		require.Error(t, err, name)
+	}
+	require.NoError(t, CheckInitResources(DefaultInitResources()))
 }

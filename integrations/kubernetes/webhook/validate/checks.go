@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/launcher"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -36,6 +37,11 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 	}
 	if on(verdict.RuleNprocExceedsDevices) {
 		fs = append(fs, nprocExceeds(j)...)
+	}
+	for _, f := range ncclsettings.Judge(j) {
+		if on(f.Rule) {
+			fs = append(fs, f)
+		}
 	}
 	return fs, note
 }

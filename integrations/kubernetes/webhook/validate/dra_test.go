@@ -67,7 +67,7 @@ func TestHandleAdmitsDRAJobs(t *testing.T) {
 		},
 		{
 			name:    "resource claims next to a MIG shape no node has: admitted",
-			obj:     kubeflowtest.MakePyTorchJob("llm", "ml").Workers(2).Request("nvidia.com/mig-1g.5gb", "1").PodSpec(claim).Obj(),
+			obj:     kubeflowtest.MakePyTorchJob("llm", "ml").Workers(2).Request("nvidia.com/mig-1g.5gb", "1").PodSpec(claim).PodSpec(nccl231).Obj(),
 			classes: classes(), allowed: true, noWarn: true,
 		},
 		{

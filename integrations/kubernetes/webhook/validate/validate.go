@@ -17,6 +17,11 @@
 //   - NPROC_EXCEEDS_DEVICES: torchrun's --nproc-per-node (or
 //     PET_NPROC_PER_NODE, or the PyTorchJob's nprocPerNode) above the GPUs
 //     of its container.
+//   - The NCCL settings rules a template alone can show (NCCLChecks):
+//     settings that cannot work on what the job asks for (NCCL_NVLS_ENABLE=1
+//     on MIG, several MIG ranks without NCCL_MULTI_RANK_GPU_ENABLE=1, a
+//     hand-set CUDA_VISIBLE_DEVICES beyond the request, ...), judged by
+//     preflight/ncclenv as the controller and diagnose judge them.
 package validate
 
 import (
@@ -65,12 +70,28 @@ func ParsePolicy(s string) (Policy, error) {
 }
 
 // Checks are the rule IDs of the checks, in the order they are reported.
-var Checks = []string{
+var Checks = append([]string{
 	verdict.RuleShapeMismatch,
 	verdict.RuleStrategyMismatch,
 	verdict.RuleMIGMultiplePerProcess,
 	verdict.RuleGangMIGMixedWithFull,
 	verdict.RuleNprocExceedsDevices,
+}, NCCLChecks...)
+
+// NCCLChecks are the checks that judge NCCL settings, those of the NCCL
+// settings rules (preflight/ncclenv) a template alone can show. A job's
+// settings may be right for an image or a cluster the webhook cannot see
+// (an NCCL it cannot tell, nodes it does not read), so they warn unless an
+// operator sets them to deny.
+var NCCLChecks = []string{
+	verdict.RuleNCCLMIGVersion,
+	verdict.RuleNCCLMultiRankGPU,
+	verdict.RuleNCCLNVLSOnMIG,
+	verdict.RuleNCCLMNNVLNoDomain,
+	verdict.RuleNCCLSHMDisabledMIG,
+	verdict.RuleNCCLIgnoreNetMismatch,
+	verdict.RuleNCCLSettingsDiffer,
+	verdict.RuleVisibleDevicesMismatch,
 }
 
 // DefaultPolicies: the shapes that can never be placed (no node offers
@@ -79,13 +100,17 @@ var Checks = []string{
 // CUDA_VISIBLE_DEVICES per process, a job that is about to be edited) and
 // only warn.
 func DefaultPolicies() map[string]Policy {
-	return map[string]Policy{
+	m := map[string]Policy{
 		verdict.RuleShapeMismatch:         Deny,
 		verdict.RuleStrategyMismatch:      Deny,
 		verdict.RuleMIGMultiplePerProcess: Warn,
 		verdict.RuleGangMIGMixedWithFull:  Warn,
 		verdict.RuleNprocExceedsDevices:   Warn,
 	}
+	for _, id := range NCCLChecks {
+		m[id] = Warn
+	}
+	return m
 }
 
 // NodeSource returns the cluster's nodes, the engine's input: the same

@@ -95,7 +95,7 @@ func TestHandle(t *testing.T) {
 	}{
 		{
 			name:    "fits: one 1g.10gb per worker, torchrun one process",
-			obj:     kubeflowtest.MakePyTorchJob("ok", "ml").Master().Workers(3).Request("nvidia.com/mig-1g.10gb", "1").PodSpec(torchrun("--nproc-per-node=1", "train.py")).Obj(),
+			obj:     kubeflowtest.MakePyTorchJob("ok", "ml").Master().Workers(3).Request("nvidia.com/mig-1g.10gb", "1").PodSpec(torchrun("--nproc-per-node=1", "train.py")).PodSpec(nccl231).Obj(),
 			allowed: true, noWarn: true,
 		},
 		{
@@ -111,13 +111,13 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:     "SHAPE_MISMATCH off",
-			obj:      kubeflowtest.MakePyTorchJob("shape", "ml").Master().Workers(1).Request("nvidia.com/mig-1g.5gb", "1").Obj(),
+			obj:      kubeflowtest.MakePyTorchJob("shape", "ml").Master().Workers(1).Request("nvidia.com/mig-1g.5gb", "1").PodSpec(nccl231).Obj(),
 			policies: map[string]validate.Policy{verdict.RuleShapeMismatch: validate.Off},
 			allowed:  true, noWarn: true,
 		},
 		{
 			name:    "RECONFIGURABLE: 3g.40gb is a valid A100-80GB layout, not refused",
-			obj:     kubeflowtest.MakePyTorchJob("reconf", "ml").Workers(2).Request("nvidia.com/mig-3g.40gb", "1").Obj(),
+			obj:     kubeflowtest.MakePyTorchJob("reconf", "ml").Workers(2).Request("nvidia.com/mig-3g.40gb", "1").PodSpec(nccl231).Obj(),
 			allowed: true, noWarn: true,
 		},
 		{
@@ -128,7 +128,7 @@ func TestHandle(t *testing.T) {
 		},
 		{
 			name:    "no GPU nodes: placement not judged",
-			obj:     kubeflowtest.MakePyTorchJob("shape", "ml").Workers(1).Request("nvidia.com/mig-1g.5gb", "1").Obj(),
+			obj:     kubeflowtest.MakePyTorchJob("shape", "ml").Workers(1).Request("nvidia.com/mig-1g.5gb", "1").PodSpec(nccl231).Obj(),
 			nodes:   nodes(gpuNode("cpu-0", nil, nil)),
 			allowed: true, noWarn: true,
 		},
@@ -171,6 +171,28 @@ func TestHandle(t *testing.T) {
 			name:    "MPIJob v2beta1: launcher without GPUs, workers asking two 1g.10gb",
 			obj:     kubeflowtest.MakeMPIJob("mpi", "ml").Workers(2).WorkerRequest("nvidia.com/mig-1g.10gb", "2").Obj(),
 			allowed: true, warn: []string{"MIG_MULTIPLE_PER_PROCESS: ", "Worker container"},
+		},
+		{
+			name:    "NCCL_NVLS_ON_MIG warns by default",
+			obj:     kubeflowtest.MakePyTorchJob("nvls", "ml").Workers(2).Request("nvidia.com/mig-1g.10gb", "1").PodSpec(nccl231).PodSpec(setEnv("NCCL_NVLS_ENABLE", "1")).Obj(),
+			allowed: true, warn: []string{"NCCL_NVLS_ON_MIG: ", "Worker (container pytorch)", "Fix: "},
+		},
+		{
+			name:     "NCCL_NVLS_ON_MIG under deny: refused",
+			obj:      kubeflowtest.MakePyTorchJob("nvls", "ml").Workers(2).Request("nvidia.com/mig-1g.10gb", "1").PodSpec(nccl231).PodSpec(setEnv("NCCL_NVLS_ENABLE", "1")).Obj(),
+			policies: map[string]validate.Policy{verdict.RuleNCCLNVLSOnMIG: validate.Deny},
+			allowed:  false, deny: []string{"NCCL_NVLS_ON_MIG: "},
+		},
+		{
+			name:    "NCCL_MIG_VERSION: a MIG job whose NCCL cannot be told says how to tell",
+			obj:     kubeflowtest.MakePyTorchJob("ver", "ml").Workers(2).Request("nvidia.com/mig-1g.10gb", "1").Obj(),
+			allowed: true, warn: []string{"NCCL_MIG_VERSION: ", "NCCL_DEBUG=VERSION"},
+		},
+		{
+			name:     "NCCL_MIG_VERSION off",
+			obj:      kubeflowtest.MakePyTorchJob("ver", "ml").Workers(2).Request("nvidia.com/mig-1g.10gb", "1").Obj(),
+			policies: map[string]validate.Policy{verdict.RuleNCCLMIGVersion: validate.Off},
+			allowed:  true, noWarn: true,
 		},
 		{
 			name:    "MPIJob v2beta1: unknown profile refused",
@@ -282,4 +304,15 @@ func TestHandleFollowsTheNodes(t *testing.T) {
 	b2.ResourceVersion = "6"
 	current = []corev1.Node{a, b2}
 	require.False(t, h.Handle(context.Background(), req).Allowed)
+}
+
+// nccl231 says the job's image runs NCCL 2.31, the first with MIG support.
+func nccl231(s *corev1.PodSpec) { setEnv("NCCL_VERSION", "2.31.2")(s) }
+
+func setEnv(name, value string) func(*corev1.PodSpec) {
+	return func(s *corev1.PodSpec) {
+		for i := range s.Containers {
+			s.Containers[i].Env = append(s.Containers[i].Env, corev1.EnvVar{Name: name, Value: value})
+		}
+	}
 }

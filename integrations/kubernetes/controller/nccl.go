@@ -1,0 +1,31 @@
+package controller
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
+)
+
+// ncclSettings reads the NCCL settings each rank runs with from the job's
+// pod templates, for the gang verdict's NCCL settings rules. The informer
+// cache strips templates (cache.go), so the job is read from the API
+// server, once per decision. nil when it cannot be read or is another job
+// of the same name: the rules are then not run.
+func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank {
+	k, ok := kubeflow.ByName(g.kind)
+	if !ok {
+		return nil
+	}
+	obj := k.New()
+	if err := c.api.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
+		if err != nil {
+			c.log.V(1).Info("job not read: NCCL settings not judged", "job", g.key, "error", err.Error())
+		}
+		return nil
+	}
+	return ncclsettings.ByRank(wrap(obj))
+}

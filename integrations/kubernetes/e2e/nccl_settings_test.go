@@ -1,0 +1,76 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// pytorchJobEnv creates a PyTorchJob of a Master and one Worker whose
+// containers carry the given env.
+func pytorchJobEnv(t *testing.T, ns, name string, master, worker []corev1.EnvVar) *kubeflowv1.PyTorchJob {
+	t.Helper()
+	tmpl := func(env []corev1.EnvVar) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch", Env: env}}}}
+	}
+	j := &kubeflowv1.PyTorchJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+			kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: tmpl(master)},
+			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(1)), Template: tmpl(worker)},
+		}},
+	}
+	require.NoError(t, k8s.Create(context.Background(), j))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), j) })
+	return j
+}
+
+// The gang verdict judges the NCCL settings of the job's templates against
+// the devices every rank reports: CUDA_VISIBLE_DEVICES naming 8 GPUs on
+// ranks given 4 fails every rank (VISIBLE_DEVICES_MISMATCH); NCCL_PROTO
+// set differently for Master and Worker passes with a warning
+// (NCCL_SETTINGS_DIFFER); the same settings everywhere pass.
+func TestE2EGangNCCLSettings(t *testing.T) {
+	ns := newNamespace(t, "e2e-nccl", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	eight := []corev1.EnvVar{{Name: "CUDA_VISIBLE_DEVICES", Value: "0,1,2,3,4,5,6,7"}}
+	for _, tc := range []struct {
+		name           string
+		master, worker []corev1.EnvVar
+		want           verdict.Verdict
+		rule           string
+		code           int
+	}{
+		{"visible-eight", eight, eight, verdict.VerdictFail, verdict.RuleVisibleDevicesMismatch, verdict.ExitFail},
+		{"proto-differs", []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}}, []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "LL128"}},
+			verdict.VerdictWarn, verdict.RuleNCCLSettingsDiffer, verdict.ExitPass},
+		{"same-settings", []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}}, []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}},
+			verdict.VerdictPass, "", verdict.ExitPass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := pytorchJobEnv(t, ns, tc.name, tc.master, tc.worker)
+			var ranks []*rank
+			for _, p := range []*corev1.Pod{rankPod(t, job, "master", 0, "node-a", ""), rankPod(t, job, "worker", 0, "node-b", "")} {
+				ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+			}
+			for _, r := range ranks {
+				require.Equal(t, tc.code, r.wait(t, time.Minute), r.String())
+				v := decodeVerdict(t, r)
+				require.Equal(t, tc.want, v.Verdict, r.String())
+				if tc.rule != "" {
+					require.Contains(t, v.RuleIDs(), tc.rule, r.String())
+				}
+			}
+		})
+	}
+}
