@@ -387,3 +387,43 @@ func TestE2EPendingTrainJobShapeMismatchSuspended(t *testing.T) {
 	require.False(t, jobSetSuspended(t, js))
 	require.Empty(t, jobAnnotations(t, js)[contract.AnnotationVerdict])
 }
+
+// The Trainer creates its JobSet by server-side apply (field manager
+// "trainer") and applies it again while it is suspended, as when Kueue
+// admits the TrainJob and it is resumed: the init container and label the
+// webhook added at creation are still on the rank template after that
+// apply, which does not carry them.
+func TestE2EWebhookJobSetSurvivesTrainerApply(t *testing.T) {
+	webhookController(t, "rankgate-tls-jobset-apply", controller.Options{})
+	ctx := context.Background()
+	ns := newNamespace(t, "e2e-wh-apply", true)
+	apply := func(suspend bool) *jobsetapi.JobSet {
+		t.Helper()
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+			"metadata": map[string]any{"name": "applied", "namespace": ns},
+			"spec": map[string]any{"suspend": suspend, "replicatedJobs": []any{map[string]any{
+				"name": "node", "replicas": int64(1),
+				"template": map[string]any{
+					"metadata": map[string]any{"labels": map[string]any{jobset.LabelTrainJobAncestor: jobset.AncestorTrainer}},
+					"spec": map[string]any{"parallelism": int64(2), "completions": int64(2), "completionMode": "Indexed",
+						"template": map[string]any{"spec": map[string]any{"restartPolicy": "Never", "containers": []any{map[string]any{
+							"name": "node", "image": "pytorch/pytorch",
+							"resources": map[string]any{"limits": map[string]any{"nvidia.com/mig-1g.10gb": "1"}}}}}}}}}}},
+		}}
+		require.NoError(t, k8s.Patch(ctx, u, client.Apply, client.FieldOwner("trainer"), client.ForceOwnership))
+		js := &jobsetapi.JobSet{}
+		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), js))
+		return js
+	}
+	js := apply(true)
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), js) })
+	pt := js.Spec.ReplicatedJobs[0].Template.Spec.Template
+	require.Len(t, pt.Spec.InitContainers, 1, "gated at creation")
+	js = apply(false)
+	require.False(t, ptr.Deref(js.Spec.Suspend, true))
+	pt = js.Spec.ReplicatedJobs[0].Template.Spec.Template
+	require.Len(t, pt.Spec.InitContainers, 1, "the Trainer's apply dropped the init container")
+	require.Equal(t, "rankgate-init", pt.Spec.InitContainers[0].Name)
+	require.Equal(t, "applied", pt.Labels[controller.LabelJobName])
+}
