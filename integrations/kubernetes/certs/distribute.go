@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +26,48 @@ import (
 // listPage bounds one page of the metadata lists DistributeCA makes.
 const listPage = 500
 
+// CASource is where the CA bundle the rank pods trust comes from: the
+// controller's own Rotator, or a file another issuer keeps (FileCA:
+// cert-manager's ca.crt).
+type CASource interface {
+	// CABundle is the PEM bundle to distribute (nil: none yet).
+	CABundle() []byte
+	// Changed is signalled after the bundle changes.
+	Changed() <-chan struct{}
+}
+
+// Distributor is the one writer of the CA ConfigMaps (CAConfigMap) in
+// opted-in namespaces: at admission for a new job's namespace
+// (EnsureCAConfigMap, through the mutating webhook), for a job opted in by
+// its own label, and the leader's pass over every opted-in namespace
+// (DistributeCA).
+type Distributor struct {
+	// Client reads and writes without a cache (ConfigMaps of one name
+	// cluster-wide: no informer).
+	Client    client.Client
+	Namespace string // the controller's: its own copy is kept too
+	Source    CASource
+	Interval  time.Duration // between passes (default 1m)
+	Log       logr.Logger
+	// OptedIn names the namespaces whose CA ConfigMap DistributeCA keeps,
+	// as the controller sees them (namespaces labelled rankgate.io/gate and
+	// those of jobs opted in by their own setting). Unset: the namespaces
+	// labelled rankgate.io/gate=enabled.
+	OptedIn func(context.Context) (map[string]bool, error)
+	// Publish, if set, records that every copy holds the bundle of that
+	// fingerprint (Rotator.MarkPublished: its next CA waits for it).
+	Publish func(ctx context.Context, hash string) error
+
+	confirmed atomic.Pointer[string]
+}
+
+func (r *Distributor) interval() time.Duration {
+	if r.Interval <= 0 {
+		return time.Minute
+	}
+	return r.Interval
+}
+
 // CAHash is the contract.AnnotationCAHash of a CA bundle.
 func CAHash(ca []byte) string {
 	h := sha256.Sum256(ca)
@@ -32,13 +76,13 @@ func CAHash(ca []byte) string {
 
 // EnsureCAConfigMap creates or updates the CA ConfigMap (named
 // CAConfigMap, nothing else) in ns.
-func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
-	b := r.cur.Load()
-	if b == nil {
-		return errors.New("no certificates yet")
+func (r *Distributor) EnsureCAConfigMap(ctx context.Context, ns string) error {
+	pem := r.Source.CABundle()
+	if pem == nil {
+		return errors.New("no CA bundle yet")
 	}
-	ca := string(b.CAPEM())
-	hash := CAHash(b.CAPEM())
+	ca := string(pem)
+	hash := CAHash(pem)
 	cm := &corev1.ConfigMap{}
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: CAConfigMap}, cm)
 	if apierrors.IsNotFound(err) {
@@ -79,9 +123,8 @@ func (r *Rotator) EnsureCAConfigMap(ctx context.Context, ns string) error {
 // ConfigMaps named CAConfigMap, page by page. It writes only ConfigMaps
 // named CAConfigMap in opted-in namespaces, and only those whose CA
 // fingerprint is not the current one.
-func (r *Rotator) DistributeCA(ctx context.Context) error {
-	r.defaults()
-	t := time.NewTicker(r.Interval)
+func (r *Distributor) DistributeCA(ctx context.Context) error {
+	t := time.NewTicker(r.interval())
 	defer t.Stop()
 	for {
 		if err := r.distributeOnce(ctx); err != nil && ctx.Err() == nil {
@@ -91,16 +134,16 @@ func (r *Rotator) DistributeCA(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-r.bundleChanged():
+		case <-r.Source.Changed():
 			// A new bundle (the next CA published): its copies go out now,
 			// since the next CA signs only once they are confirmed.
 		}
 	}
 }
 
-func (r *Rotator) distributeOnce(ctx context.Context) error {
-	b := r.cur.Load()
-	if b == nil {
+func (r *Distributor) distributeOnce(ctx context.Context) error {
+	pem := r.Source.CABundle()
+	if pem == nil {
 		return nil
 	}
 	want, err := r.optedIn(ctx)
@@ -114,7 +157,7 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing CA ConfigMaps: %w", err)
 	}
-	hash := CAHash(b.CAPEM())
+	hash := CAHash(pem)
 	var errs []error
 	checked := time.Now()
 	stale := toWrite(want, kept, hash, r.Namespace)
@@ -136,13 +179,16 @@ func (r *Rotator) distributeOnce(ctx context.Context) error {
 	return r.confirm(ctx, want, hash, len(stale) == 0)
 }
 
-// confirm records in the Secret (contract.AnnotationCAPublished) that
-// every CA ConfigMap of want holds the bundle of fingerprint hash, once
-// per bundle; Renew lets the next CA sign only then. Unless the pass
+// confirm tells Publish that every CA ConfigMap of want holds the bundle
+// of fingerprint hash, once per bundle (the Rotator records it in its
+// Secret, and its next CA signs only then). Unless the pass
 // found nothing to write, it re-reads the ConfigMaps' fingerprints first:
 // a copy another writer created meanwhile may hold an older bundle.
-func (r *Rotator) confirm(ctx context.Context, want map[string]bool, hash string, fresh bool) error {
-	if r.confirmed.Load() != nil && *r.confirmed.Load() == hash {
+func (r *Distributor) confirm(ctx context.Context, want map[string]bool, hash string, fresh bool) error {
+	if r.Publish == nil {
+		return nil
+	}
+	if c := r.confirmed.Load(); c != nil && *c == hash {
 		return nil
 	}
 	if !fresh {
@@ -156,27 +202,10 @@ func (r *Rotator) confirm(ctx context.Context, want map[string]bool, hash string
 			}
 		}
 	}
-	key := types.NamespacedName{Namespace: r.Namespace, Name: r.SecretName}
-	sec := &corev1.Secret{}
-	if err := r.Client.Get(ctx, key, sec); err != nil {
-		return fmt.Errorf("reading Secret %s: %w", key, err)
+	if err := r.Publish(ctx, hash); err != nil {
+		return err
 	}
-	if sec.Annotations[contract.AnnotationCAPublished] != hash {
-		if CAHash(sec.Data[KeyCACert]) != hash {
-			return nil // the Secret moved on: the next pass confirms its bundle
-		}
-		if sec.Annotations == nil {
-			sec.Annotations = map[string]string{}
-		}
-		sec.Annotations[contract.AnnotationCAPublished] = hash
-		if err := r.Client.Update(ctx, sec); err != nil {
-			if apierrors.IsConflict(err) {
-				return nil // a replica renewed: the next pass confirms
-			}
-			return fmt.Errorf("recording the published CA bundle in Secret %s: %w", key, err)
-		}
-		r.Log.Info("certificates: every CA ConfigMap holds the bundle", "secret", key.String(), "namespaces", len(want))
-	}
+	r.Log.V(1).Info("certificates: every CA ConfigMap holds the bundle", "namespaces", len(want))
 	r.confirmed.Store(&hash)
 	return nil
 }
@@ -187,7 +216,7 @@ const recheckEvery = time.Second
 
 // writeNew writes the CA ConfigMap of every namespace opted in now that
 // want does not hold yet, and adds them to want.
-func (r *Rotator) writeNew(ctx context.Context, want map[string]bool) []error {
+func (r *Distributor) writeNew(ctx context.Context, want map[string]bool) []error {
 	now, err := r.optedIn(ctx)
 	if err != nil {
 		return []error{fmt.Errorf("listing opted-in namespaces: %w", err)}
@@ -229,7 +258,7 @@ func toWrite(want map[string]bool, kept map[string]string, hash, first string) [
 
 // optedIn is OptedIn, else the namespaces labelled rankgate.io/gate=enabled
 // (their metadata, page by page).
-func (r *Rotator) optedIn(ctx context.Context) (map[string]bool, error) {
+func (r *Distributor) optedIn(ctx context.Context) (map[string]bool, error) {
 	if r.OptedIn != nil {
 		return r.OptedIn(ctx)
 	}
@@ -249,7 +278,7 @@ func (r *Rotator) optedIn(ctx context.Context) (map[string]bool, error) {
 // caHashes maps each namespace that has a ConfigMap named CAConfigMap to
 // its contract.AnnotationCAHash. It reads metadata only, and only of ConfigMaps of
 // that name: a tenant's other ConfigMaps, labelled or not, are never read.
-func (r *Rotator) caHashes(ctx context.Context) (map[string]string, error) {
+func (r *Distributor) caHashes(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
 	err := r.eachMeta(ctx, "ConfigMap", func(o *metav1.PartialObjectMetadata) {
 		out[o.Namespace] = o.Annotations[contract.AnnotationCAHash]
@@ -259,7 +288,7 @@ func (r *Rotator) caHashes(ctx context.Context) (map[string]string, error) {
 
 // eachMeta lists the metadata of the core/v1 objects of kind, listPage at
 // a time.
-func (r *Rotator) eachMeta(ctx context.Context, kind string, f func(*metav1.PartialObjectMetadata), opts ...client.ListOption) error {
+func (r *Distributor) eachMeta(ctx context.Context, kind string, f func(*metav1.PartialObjectMetadata), opts ...client.ListOption) error {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind + "List"))
 	cont := ""

@@ -42,25 +42,50 @@ type Rotator struct {
 	Interval                             time.Duration // how often each replica re-reads the Secret (default 1m)
 	Log                                  logr.Logger
 	Now                                  func() time.Time
-	// OptedIn names the namespaces whose CA ConfigMap DistributeCA keeps,
-	// as the controller sees them (namespaces labelled rankgate.io/gate and
-	// those of jobs opted in by their own setting). Unset: the namespaces
-	// labelled rankgate.io/gate=enabled.
-	OptedIn func(context.Context) (map[string]bool, error)
 
 	cur     atomic.Pointer[Bundle]
 	tlsCert atomic.Pointer[tls.Certificate]
 	missing map[string]bool // webhook configurations not found (logged once)
 	// changed is signalled when the bundle clients trust changes; the
-	// leader's DistributeCA waits on it.
+	// leader's Distributor waits on it.
 	changed chan struct{}
-	// confirmed is the fingerprint this replica last recorded as
-	// published.
-	confirmed atomic.Pointer[string]
 }
 
-// bundleChanged is signalled once after each change of the bundle.
-func (r *Rotator) bundleChanged() <-chan struct{} { return r.changed }
+// CABundle is the bundle clients trust (CASource), nil before the first
+// Sync.
+func (r *Rotator) CABundle() []byte {
+	if b := r.cur.Load(); b != nil {
+		return b.CAPEM()
+	}
+	return nil
+}
+
+// Changed is signalled once after each change of the bundle (CASource).
+func (r *Rotator) Changed() <-chan struct{} { return r.changed }
+
+// MarkPublished records in the Secret (contract.AnnotationCAPublished)
+// that every distributed copy holds the bundle of fingerprint hash: Renew
+// lets the next CA sign only once it names the bundle holding it. A
+// Secret that moved on meanwhile is left alone: the next pass confirms
+// its bundle.
+func (r *Rotator) MarkPublished(ctx context.Context, hash string) error {
+	key := types.NamespacedName{Namespace: r.Namespace, Name: r.SecretName}
+	sec := &corev1.Secret{}
+	if err := r.Client.Get(ctx, key, sec); err != nil {
+		return fmt.Errorf("reading Secret %s: %w", key, err)
+	}
+	if sec.Annotations[contract.AnnotationCAPublished] == hash || CAHash(sec.Data[KeyCACert]) != hash {
+		return nil
+	}
+	if sec.Annotations == nil {
+		sec.Annotations = map[string]string{}
+	}
+	sec.Annotations[contract.AnnotationCAPublished] = hash
+	if err := r.Client.Update(ctx, sec); err != nil && !apierrors.IsConflict(err) {
+		return fmt.Errorf("recording the published CA bundle in Secret %s: %w", key, err)
+	}
+	return nil
+}
 
 func (r *Rotator) defaults() {
 	if r.SecretName == "" {

@@ -257,16 +257,17 @@ type Controller struct {
 	rec     events.EventRecorder
 	gate    *gateserver.Server
 	kinds   []kubeflow.Kind
-	engine  *schedule.Engine // judges whether a missing rank can ever be placed
-	pw      pendingWatches   // jobs with unschedulable pods (pending.go)
-	model   *nodeModel       // the engine's cluster model, kept current from the node informer (model.go)
-	usage   *podUsage        // the bound pods' requests per node, kept current from the pod informers (usage.go)
-	certs   *certs.Rotator   // the controller's own CA (ManageCerts)
+	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
+	pw      pendingWatches     // jobs with unschedulable pods (pending.go)
+	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
+	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
+	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
+	caDist  *certs.Distributor // the one writer of the CA ConfigMaps (nil: no bundle to give)
 	// draServed: the API server serves DeviceClasses (dra.go).
 	draServed bool
 	// webhookCert serves the webhook port's certificate (registerWebhooks).
 	webhookCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	jobCA       sync.Map // namespace -> *certs.Bundle written there (ensureJobCA)
+	jobCA       sync.Map // namespace -> fingerprint (certs.CAHash) of the CA bundle written there (ensureJobCA)
 
 	unexpected  uidSet        // pods reported as not the job's (podfit.go); max maxMisfits
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)

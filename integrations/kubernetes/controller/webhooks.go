@@ -112,18 +112,19 @@ func (o *Options) webhookDefaults() {
 }
 
 // setupCerts, with ManageCerts, creates or adopts the certificates before
-// anything serves (the servers need them at start) and adds the rotator.
+// anything serves (the servers need them at start) and adds the rotator;
+// either way it sets up the one writer of the CA ConfigMaps, from the
+// rotator's bundle or from CertDir/ca.crt (cert-manager's).
 func (c *Controller) setupCerts(mgr manager.Manager) error {
-	if !c.opts.ManageCerts {
-		return nil
-	}
 	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
 		return err
 	}
+	if !c.opts.ManageCerts {
+		return c.setupFileCA(mgr, cl)
+	}
 	r := &certs.Rotator{Client: cl, Namespace: c.opts.Namespace, SecretName: c.opts.CertSecret, CertDir: c.opts.CertDir,
-		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs"),
-		OptedIn: c.caNamespaces}
+		DNSNames: c.opts.CertDNS, Durations: c.opts.CertDurations, Interval: c.opts.CertInterval, Log: c.log.WithName("certs")}
 	if c.opts.WebhookAddr != "0" {
 		r.MutatingWebhooks = []string{c.opts.WebhookConfigName}
 		r.ValidatingWebhooks = []string{c.opts.WebhookConfigName}
@@ -137,8 +138,36 @@ func (c *Controller) setupCerts(mgr manager.Manager) error {
 	if err := mgr.Add(r); err != nil {
 		return err
 	}
-	// The CA ConfigMaps: one writer, the leader.
-	return mgr.Add(manager.RunnableFunc(r.DistributeCA))
+	return c.addDistributor(mgr, cl, r, r.MarkPublished)
+}
+
+// setupFileCA: certificates from elsewhere (cert-manager) come with their
+// CA in CertDir/ca.crt; the controller distributes that bundle as it does
+// its own. Without the file, rank pods need ConfigMap rankgate-ca copied in
+// by hand (said once, at start).
+func (c *Controller) setupFileCA(mgr manager.Manager, cl client.Client) error {
+	if c.opts.Insecure || c.opts.CertDir == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := certs.NewFileCA(ctx, filepath.Join(c.opts.CertDir, certs.KeyCACert), c.opts.CertInterval, c.log.WithName("certs"))
+	if err != nil {
+		c.log.Info("no CA bundle to distribute: rank pods need ConfigMap "+certs.CAConfigMap+" (key ca.crt) in their namespace, copied by hand", "reason", err.Error())
+		return nil
+	}
+	if err := mgr.Add(f); err != nil {
+		return err
+	}
+	return c.addDistributor(mgr, cl, f, nil)
+}
+
+// addDistributor adds the one writer of the CA ConfigMaps; its pass over
+// every opted-in namespace runs on the leader.
+func (c *Controller) addDistributor(mgr manager.Manager, cl client.Client, src certs.CASource, publish func(context.Context, string) error) error {
+	c.caDist = &certs.Distributor{Client: cl, Namespace: c.opts.Namespace, Source: src, Interval: c.opts.CertInterval,
+		Log: c.log.WithName("certs"), OptedIn: c.caNamespaces, Publish: publish}
+	return mgr.Add(manager.RunnableFunc(c.caDist.DistributeCA))
 }
 
 // webhookServer is the manager's webhook server (nil when disabled): the
@@ -191,8 +220,8 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
 		InitResources: c.opts.InitResources}
-	if c.certs != nil {
-		mo.EnsureCA = c.certs.EnsureCAConfigMap
+	if c.caDist != nil {
+		mo.EnsureCA = c.caDist.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn
 	}
 	mo.LauncherGate = &launchergate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, CAConfigMap: mutate.CAConfigMapName}
@@ -237,17 +266,18 @@ func nsOptedIn(ns *corev1.Namespace) bool {
 // caNamespaces, would reach it only at its next pass). Once per namespace
 // and CA.
 func (c *Controller) ensureJobCA(ctx context.Context, o client.Object) {
-	if c.certs == nil || !enabled(gateSetting(o)) {
+	if c.caDist == nil || !enabled(gateSetting(o)) {
 		return
 	}
-	b := c.certs.Current()
-	if b == nil {
+	pem := c.caDist.Source.CABundle()
+	if pem == nil {
 		return
 	}
+	b := certs.CAHash(pem)
 	if prev, ok := c.jobCA.Load(o.GetNamespace()); ok && prev == b {
 		return
 	}
-	if err := c.certs.EnsureCAConfigMap(ctx, o.GetNamespace()); err != nil {
+	if err := c.caDist.EnsureCAConfigMap(ctx, o.GetNamespace()); err != nil {
 		c.log.Info("cannot write the gate's CA ConfigMap for a job opted in by its label; its rank pods wait for it", "namespace", o.GetNamespace(), "error", err.Error())
 		return
 	}
