@@ -411,7 +411,7 @@ func TestE2EWebhookJobSetSurvivesTrainerApply(t *testing.T) {
 							"name": "node", "image": "pytorch/pytorch",
 							"resources": map[string]any{"limits": map[string]any{"nvidia.com/mig-1g.10gb": "1"}}}}}}}}}}},
 		}}
-		require.NoError(t, k8s.Patch(ctx, u, client.Apply, client.FieldOwner("trainer"), client.ForceOwnership))
+		require.NoError(t, k8s.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("trainer"), client.ForceOwnership))
 		js := &jobsetapi.JobSet{}
 		require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(u), js))
 		return js
