@@ -189,6 +189,11 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	resp := admission.Patched("", ops...)
+	if err := j.Validate(); err != nil {
+		// Gated, but its ranks will be refused: say so while the user is
+		// looking (a TrainJob without spec.trainer.numNodes).
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("rankgate: the gate cannot number this %s's ranks: %v", j.Kind(), err))
+	}
 	if w := m.ensureCA(ctx, req, j.Namespace()); w != "" {
 		resp.Warnings = append(resp.Warnings, w)
 	}

@@ -1,13 +1,16 @@
 package webhook
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 )
 
 var (
@@ -124,4 +127,23 @@ func TestMutateJobSetHandWrittenInitGetsTheLabel(t *testing.T) {
 	before, _ := json.Marshal(obj)
 	_, changed = mutate(t, m, jobSetKind, before)
 	require.False(t, changed)
+}
+
+// A TrainJob gated without spec.trainer.numNodes is admitted and patched,
+// with a warning that its ranks cannot be numbered; one with numNodes gets
+// no warning.
+func TestHandleWarnsOfTrainJobWithoutNumNodes(t *testing.T) {
+	m := newMutator(t)
+	handle := func(raw string) admission.Response {
+		return m.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Create, Namespace: "ml", Kind: trainJobKind, Object: runtime.RawExtension{Raw: []byte(raw)}}})
+	}
+	resp := handle(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"},"spec":{"runtimeRef":{"name":"torch-distributed"}}}`)
+	require.True(t, resp.Allowed)
+	require.NotEmpty(t, resp.Patches)
+	require.Len(t, resp.Warnings, 1)
+	require.Contains(t, resp.Warnings[0], "rankgate: the gate cannot number this TrainJob's ranks: spec.trainer.numNodes is not set")
+	resp = handle(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"},"spec":{"runtimeRef":{"name":"torch-distributed"},"trainer":{"numNodes":2}}}`)
+	require.True(t, resp.Allowed)
+	require.Empty(t, resp.Warnings)
 }
