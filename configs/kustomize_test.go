@@ -74,7 +74,7 @@ func controllerIdentityIn(t *testing.T, objs []*unstructured.Unstructured, ns, s
 	require.NotNil(t, nsObj, "no Namespace %s in the build", ns)
 
 	// The admission policies' user name: 'system:serviceaccount:' + 'NS' + ':' + 'SA'.
-	for policy, cond := range map[string]string{"rankgate-controller-job-writes": "rankgate-controller", "rankgate-gang-writes": "not-rankgate-controller"} {
+	for policy, cond := range map[string]string{"rankgate-controller-job-writes": "rankgate-controller", "rankgate-controller-jobset-writes": "rankgate-controller", "rankgate-gang-writes": "not-rankgate-controller"} {
 		vap := find(objs, "ValidatingAdmissionPolicy", policy)
 		require.NotNil(t, vap, policy)
 		conds, _, _ := unstructured.NestedSlice(vap.Object, "spec", "matchConditions")

@@ -5,6 +5,8 @@
 //
 //   - PyTorchJob, kubeflow.org/v1 (integrations/kubeflow/pytorchjob).
 //   - MPIJob, kubeflow.org/v2beta1 (integrations/kubeflow/mpijob).
+//   - TrainJob, trainer.kubeflow.org/v1alpha1 (integrations/kubeflow/trainjob).
+//   - JobSet, jobset.x-k8s.io/v1alpha2 (integrations/kubeflow/jobset).
 //
 // Wrap a typed object with FromObject (or an unstructured one with
 // FromUnstructured); the adapter reads and writes the object it wraps.
@@ -13,13 +15,14 @@
 package kubeflow
 
 import (
+	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
 	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
 )
@@ -41,6 +44,10 @@ const (
 	LabelReplicaIdx   = jobkind.LabelReplicaIdx
 	LabelJobRole      = jobkind.LabelJobRole
 	LabelOperatorName = jobkind.LabelOperatorName
+	// The JobSet controller's labels: the JobSet's name and the pod's
+	// ReplicatedJob (a TrainJob's JobSet has the TrainJob's name).
+	LabelJobSetName    = jobset.LabelJobSetName
+	LabelReplicatedJob = jobset.LabelReplicatedJob
 )
 
 // MaxReplicas bounds a replica count read from outside input: beyond it a
@@ -131,13 +138,12 @@ func RankOf(j Job, pod *corev1.Pod) (int, error) {
 	if err != nil {
 		return fail("%w", err)
 	}
-	v, ok := pod.Labels[LabelReplicaIdx]
-	if !ok {
-		return fail("the %s pod has no %s label, which its operator sets on every %s pod", slot.Type, LabelReplicaIdx, slot.Type)
+	i, err := j.ReplicaIndex(pod.Labels)
+	if errors.Is(err, jobkind.ErrNoIndex) {
+		return fail("the %s pod %w", slot.Type, err)
 	}
-	i, err := strconv.Atoi(v)
-	if err != nil || i < 0 {
-		return fail("label %s=%q is not a replica index: want an integer 0 or more", LabelReplicaIdx, v)
+	if err != nil {
+		return fail("%w", err)
 	}
 	r, err := rankOfIndex(slot, i)
 	if err != nil {

@@ -403,6 +403,7 @@ func (otherJob) RankSlots() ([]jobkind.RankSlot, error) {
 func (otherJob) ReplicaTypeLabel(l map[string]string) (string, string, error) {
 	return l[kubeflow.LabelReplicaType], kubeflow.LabelReplicaType, nil
 }
+func (otherJob) ReplicaIndex(l map[string]string) (int, error) { return jobkind.ReplicaIdxLabel(l) }
 
 // operatorPods are the pods the operator creates for a job, labelled as it
 // labels them (see RankOf for where in its sources), and whether each runs

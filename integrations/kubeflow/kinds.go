@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -12,8 +13,10 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
 	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 )
 
 // registry lists the supported kinds, in the order they are tried where
@@ -22,6 +25,8 @@ import (
 var registry = []Kind{
 	pytorchjob.Kind,
 	mpijob.Kind,
+	trainjob.Kind,
+	jobset.Kind,
 }
 
 // All returns the supported kinds, in registry order.
@@ -66,6 +71,9 @@ func ByResource(name string) (Kind, bool) {
 // KindOfOperator names the job kind whose operator sets the operator-name
 // label value v ("" for any other operator).
 func KindOfOperator(v string) string {
+	if v == "" {
+		return ""
+	}
 	for _, k := range registry {
 		if k.OperatorName() == v {
 			return k.GVK().Kind
@@ -99,8 +107,22 @@ var ErrUnsupported = func() error {
 	for i, k := range registry {
 		forms[i] = k.GVK().Kind + " " + k.GVK().GroupVersion().String()
 	}
-	return errors.New("not a supported Kubeflow job (" + strings.Join(forms, ", ") + ")")
+	return errors.New("not a supported job kind (" + strings.Join(forms, ", ") + ")")
 }()
+
+// PodLabels are the pod labels any supported kind reads, each once, in
+// registry order.
+func PodLabels() []string {
+	var out []string
+	for _, k := range registry {
+		for _, l := range k.PodLabels() {
+			if !slices.Contains(out, l) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
 
 // FromObject wraps a typed object of a supported kind.
 func FromObject(obj runtime.Object) (Job, error) {

@@ -9,15 +9,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubeflow/mpijob"
+	"github.com/rankgate/rankgate/integrations/kubeflow/pytorchjob"
 )
 
 // Every registered kind answers for itself: found by GVK, name and
 // resource, its New wraps to a Job of that kind, and its scheme decodes it.
 func TestRegistry(t *testing.T) {
-	require.Equal(t, []string{"PyTorchJob", "MPIJob"}, kubeflow.KindNames())
-	require.Equal(t, "PyTorchJob or MPIJob", kubeflow.KindList("or"))
-	require.EqualError(t, kubeflow.ErrUnsupported, "not a supported Kubeflow job (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1)")
+	require.Equal(t, []string{"PyTorchJob", "MPIJob", "TrainJob", "JobSet"}, kubeflow.KindNames())
+	require.Equal(t, "PyTorchJob, MPIJob, TrainJob or JobSet", kubeflow.KindList("or"))
+	require.EqualError(t, kubeflow.ErrUnsupported, "not a supported job kind (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1, TrainJob trainer.kubeflow.org/v1alpha1, JobSet jobset.x-k8s.io/v1alpha2)")
 	s := kubeflow.NewScheme()
 	for _, k := range kubeflow.All() {
 		t.Run(k.GVK().Kind, func(t *testing.T) {
@@ -32,14 +35,23 @@ func TestRegistry(t *testing.T) {
 				require.True(t, ok, form)
 				require.Equal(t, k, got)
 			}
-			require.Equal(t, k.GVK().Kind, kubeflow.KindOfOperator(k.OperatorName()))
+			if k.OperatorName() != "" {
+				require.Equal(t, k.GVK().Kind, kubeflow.KindOfOperator(k.OperatorName()))
+			}
 			require.True(t, s.Recognizes(k.GVK()))
+			// A client lists a kind by its list type's name: <Kind>List.
+			lists, _, err := s.ObjectKinds(k.NewList())
+			require.NoError(t, err)
+			require.Equal(t, k.GVK().Kind+"List", lists[0].Kind)
 			j, err := kubeflow.FromObject(k.New())
 			require.NoError(t, err)
 			require.Equal(t, k.GVK(), j.GVK())
-			require.NotEmpty(t, j.ReplicaTypes())
+			if k != jobset.Kind { // a JobSet's replica types are its spec's ReplicatedJobs
+				require.NotEmpty(t, j.ReplicaTypes())
+			}
 		})
 	}
+	require.Equal(t, "", kubeflow.KindOfOperator(""), "kinds whose operators set no operator-name label")
 	_, ok := kubeflow.ByName("TFJob")
 	require.False(t, ok)
 	_, ok = kubeflow.ByResource("tfjobs")
@@ -70,13 +82,15 @@ func TestStripSharesSpecs(t *testing.T) {
 // Templates names every non-null replica spec's template, a type no
 // operator runs included, and they are the object's own templates.
 func TestTemplatesEveryReplicaType(t *testing.T) {
-	for _, k := range kubeflow.All() {
+	for _, k := range []kubeflow.Kind{pytorchjob.Kind, mpijob.Kind} {
 		t.Run(k.GVK().Kind, func(t *testing.T) {
 			obj := k.New()
 			j0, err := k.Wrap(k.New())
 			require.NoError(t, err)
 			known := j0.ReplicaTypes()[0]
-			raw := `{"spec":{"` + k.ReplicaSpecsField() + `":{"` + known + `":{"template":{"spec":{"containers":[{"name":"c"}]}}},"Chief":{"template":{}},"Gone":null}}}`
+			path := j0.TemplatePath(known)
+			require.Equal(t, []string{"spec", path[1], known, "template"}, path)
+			raw := `{"spec":{"` + path[1] + `":{"` + known + `":{"template":{"spec":{"containers":[{"name":"c"}]}}},"Chief":{"template":{}},"Gone":null}}}`
 			require.NoError(t, json.Unmarshal([]byte(raw), obj))
 			j, err := k.Wrap(obj)
 			require.NoError(t, err)

@@ -40,7 +40,7 @@ func TestCompletionOfClusterFlags(t *testing.T) {
 	words, _ = complete(t, "controller", "--admission-check", "SHAPE_MISMATCH=")
 	require.Equal(t, []string{"SHAPE_MISMATCH=deny", "SHAPE_MISMATCH=warn", "SHAPE_MISMATCH=off"}, words)
 	words, _ = complete(t, "diagnose", "job", "--kind", "")
-	require.Equal(t, []string{"PyTorchJob", "MPIJob"}, words)
+	require.Equal(t, []string{"PyTorchJob", "MPIJob", "TrainJob", "JobSet"}, words)
 
 	// --context from the kubeconfig.
 	cfg := filepath.Join(t.TempDir(), "config")

@@ -119,10 +119,10 @@ usage; 3: the API server could not be reached.`,
 		o.register(c, 2*time.Minute, "deadline for reading the cluster")
 		return c
 	}
-	jobCmd := live("job JOB", "Diagnose a PyTorchJob or MPIJob on a live cluster (JOB: "+jobRefForms+")",
+	jobCmd := live("job JOB", "Diagnose a "+kubeflow.KindList("or")+" on a live cluster (JOB: "+jobRefForms+")",
 		cobra.RangeArgs(1, 2), parseJobRef, a.diagnoseLiveJob)
 	jobCmd.ValidArgsFunction = completeJobArgs
-	jobCmd.Flags().StringVar(&o.Kind, "kind", "", "PyTorchJob or MPIJob, when both kinds use the name")
+	jobCmd.Flags().StringVar(&o.Kind, "kind", "", kubeflow.KindList("or")+", when several kinds use the name")
 	podCmd := live("pod [NAMESPACE/]NAME", "Diagnose a pod (its job when it belongs to one) on a live cluster",
 		cobra.ExactArgs(1), func(args []string) (jobRef, error) { return parsePodRef(args[0]) }, a.diagnoseLivePod)
 	cmd.AddCommand(jobCmd, podCmd)

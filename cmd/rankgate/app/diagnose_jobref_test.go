@@ -50,7 +50,7 @@ func TestDiagnoseJobForms(t *testing.T) {
 	}{
 		{[]string{"mpijob/llm", "-n", "ml"}, "MPIJob ml/llm (or its CRD is not installed) not found"},
 		{[]string{"pytorchjob/llm", "--kind", "MPIJob"}, "the job is a PyTorchJob, --kind says MPIJob"},
-		{[]string{"llm", "-n", "research"}, "PyTorchJob or MPIJob research/llm (or its CRD is not installed) not found"},
+		{[]string{"llm", "-n", "research"}, "PyTorchJob, MPIJob, TrainJob or JobSet research/llm (or its CRD is not installed) not found"},
 	} {
 		code, _, errOut := run(t, nil, append([]string{"diagnose", "job"}, tc.args...)...)
 		require.Equal(t, verdict.ExitUsage, code, errOut)

@@ -174,11 +174,11 @@ func TestDiagnoseLive(t *testing.T) {
 
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/missing")
 	require.Equal(t, verdict.ExitUsage, code)
-	require.Contains(t, errOut, "PyTorchJob or MPIJob ml/missing (or its CRD is not installed) not found")
+	require.Contains(t, errOut, "PyTorchJob, MPIJob, TrainJob or JobSet ml/missing (or its CRD is not installed) not found")
 
 	code, _, errOut = run(t, nil, "diagnose", "job", "ml/llm", "--kind", "TFJob")
 	require.Equal(t, verdict.ExitUsage, code)
-	require.Contains(t, errOut, `kind "TFJob": want PyTorchJob or MPIJob`)
+	require.Contains(t, errOut, `kind "TFJob": want PyTorchJob, MPIJob, TrainJob or JobSet`)
 
 	// The API server fails: environment error.
 	cs.PrependReactor("list", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {

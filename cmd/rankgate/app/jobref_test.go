@@ -82,7 +82,7 @@ func TestJobNamespaceAndKind(t *testing.T) {
 	_, err = jobKind(jobRef{Kind: "MPIJob", Name: "a"}, "PyTorchJob")
 	require.ErrorContains(t, err, "the job is a MPIJob, --kind says PyTorchJob")
 	_, err = jobKind(jobRef{Name: "a"}, "TFJob")
-	require.ErrorContains(t, err, `kind "TFJob": want PyTorchJob or MPIJob`)
+	require.ErrorContains(t, err, `kind "TFJob": want PyTorchJob, MPIJob, TrainJob or JobSet`)
 
 	r, err := parsePodRef("research/nb-1")
 	require.NoError(t, err)

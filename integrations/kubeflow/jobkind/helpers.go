@@ -64,3 +64,21 @@ func IndexedPodNameFits(jobName string, p *corev1.Pod, typ string, offset int) e
 	}
 	return nil
 }
+
+// ReplicaIdxLabel reads the replica-index label the Kubeflow operators
+// set on every replica pod.
+func ReplicaIdxLabel(labels map[string]string) (int, error) {
+	v, ok := labels[LabelReplicaIdx]
+	if !ok {
+		return 0, fmt.Errorf("has no %s label, which its operator sets on every replica pod: %w", LabelReplicaIdx, ErrNoIndex)
+	}
+	i, err := strconv.Atoi(v)
+	if err != nil || i < 0 {
+		return 0, fmt.Errorf("label %s=%q is not a replica index: want an integer 0 or more", LabelReplicaIdx, v)
+	}
+	return i, nil
+}
+
+// KubeflowPodLabels are the labels the Kubeflow operators' pods are
+// mapped to ranks by.
+var KubeflowPodLabels = []string{LabelJobName, LabelReplicaType, LabelReplicaIdx, LabelJobRole, LabelOperatorName}

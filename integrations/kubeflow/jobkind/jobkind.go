@@ -6,7 +6,8 @@
 // and reads and sets its suspend switch.
 //
 // Each kind lives in its own package (integrations/kubeflow/pytorchjob,
-// integrations/kubeflow/mpijob); integrations/kubeflow lists them in its
+// integrations/kubeflow/mpijob, integrations/kubeflow/trainjob,
+// integrations/kubeflow/jobset); integrations/kubeflow lists them in its
 // registry. Nothing outside those packages names a kind.
 package jobkind
 
@@ -48,6 +49,10 @@ const MaxReplicas = 100000
 // runLauncherAsWorker.
 var ErrNoRank = errors.New("not a rank")
 
+// ErrNoIndex is wrapped by ReplicaIndex's error for a pod that lacks the
+// label its index is read from; the message begins with "has no".
+var ErrNoIndex = errors.New("no index label")
+
 // Object is a Kubernetes object with metadata (the same method set as
 // controller-runtime's client.Object).
 type Object interface {
@@ -79,9 +84,18 @@ type Kind interface {
 	// (the pod templates) and shares the replica specs left between equal
 	// ones: cached objects are read-only.
 	Strip(Object)
-	// ReplicaSpecsField is the field under spec that holds the replica
-	// specs by replica type (pytorchReplicaSpecs).
-	ReplicaSpecsField() string
+	// PodLabels are the pod labels the kind's operators set and its jobs
+	// read a pod's job, replica type and index from (a cached pod keeps
+	// them).
+	PodLabels() []string
+	// PodJobNameLabel is the pod label that names the object whose
+	// operator created the pod (training.kubeflow.org/job-name).
+	PodJobNameLabel() string
+	// ControlledBy are the kinds that may control an object of this kind
+	// and then stand for it: gate, suspend and Workload are theirs (the
+	// TrainJob that created a JobSet). Empty for a kind that is always
+	// its own gang.
+	ControlledBy() []schema.GroupKind
 	// Launcher is the replica type of a launcher that starts the ranks
 	// without running one itself (an MPIJob's Launcher), "" when the kind
 	// has none: the webhook's launcher gate applies to it.
@@ -90,8 +104,8 @@ type Kind interface {
 	// sets on its pods.
 	OperatorName() string
 	// OwnsThroughBatchJob: some of the kind's pods are controlled by a
-	// batch Job that the job controls (mpi-operator's launcher), not by
-	// the job itself.
+	// batch Job that the job controls (mpi-operator's launcher, every
+	// pod of a JobSet), not by the job itself.
 	OwnsThroughBatchJob() bool
 }
 
@@ -112,8 +126,15 @@ type Job interface {
 	// Templates is every non-null replica spec's pod template by replica
 	// type as the spec spells it, types no operator runs included (the
 	// webhook adds the init container to every GPU template it admits).
-	// The templates are the wrapped object's own.
+	// The templates are the wrapped object's own. A kind whose object
+	// also holds the templates of pods that are by design no rank (a
+	// Trainer JobSet's initializers) leaves those out; a kind whose
+	// templates live elsewhere (a TrainJob's, in its runtime) has none.
 	Templates() map[string]*corev1.PodTemplateSpec
+	// TemplatePath is where the pod template of replica type typ (as in
+	// Templates) is in the object: field names from the root, list
+	// positions in decimal (spec, pytorchReplicaSpecs, Worker, template).
+	TemplatePath(typ string) []string
 	// ReplicaTypes are every replica type the kind knows, in that order,
 	// whether or not the spec has them.
 	ReplicaTypes() []string
@@ -137,6 +158,11 @@ type Job interface {
 	// value is "" and missing says why the pod cannot be one the operator
 	// created.
 	ReplicaTypeLabel(labels map[string]string) (value, key string, missing error)
+	// ReplicaIndex reads a pod's index among the pods of its replica type
+	// from the labels the operator sets (the replica-index label; for a
+	// JobSet, job index x pods per Job + completion index); an error says
+	// which label is missing or wrong.
+	ReplicaIndex(labels map[string]string) (int, error)
 	// PodNameFits says why a pod of replica type typ (as the spec spells
 	// it) is not named and controlled the way the operator names and
 	// controls that replica's pods; nil when it is.
@@ -145,6 +171,15 @@ type Job interface {
 	// training launcher (torchrun), nil when it sets none or the kind has
 	// no such field.
 	NprocPerNode() *string
+}
+
+// LabelPropagator is a Job whose pod templates are held by another
+// object that it creates (a TrainJob's JobSet, made from its runtime),
+// which carries the labels the Job asks for. PropagateLabels says how to
+// ask for them on behalf of manager: append item to the list at path (n
+// entries now), or needed is false when manager has asked already.
+type LabelPropagator interface {
+	PropagateLabels(manager string, labels map[string]string) (path []string, n int, item any, needed bool)
 }
 
 // ReplicaSpec is one replica type of a job.

@@ -35,7 +35,9 @@ func (kind) GVR() schema.GroupVersionResource    { return GVR }
 func (kind) AddToScheme(s *runtime.Scheme) error { return mpiv2.AddToScheme(s) }
 func (kind) New() jobkind.Object                 { return &mpiv2.MPIJob{} }
 func (kind) NewList() jobkind.ObjectList         { return &mpiv2.MPIJobList{} }
-func (kind) ReplicaSpecsField() string           { return "mpiReplicaSpecs" }
+func (kind) PodLabels() []string                 { return jobkind.KubeflowPodLabels }
+func (kind) PodJobNameLabel() string             { return jobkind.LabelJobName }
+func (kind) ControlledBy() []schema.GroupKind    { return nil }
 func (kind) Launcher() string                    { return string(mpiv2.MPIReplicaTypeLauncher) }
 func (kind) OperatorName() string                { return "mpi-operator" } // kubeflow.OperatorName in mpi-operator v0.8.0
 func (kind) OwnsThroughBatchJob() bool           { return true }
@@ -81,6 +83,14 @@ func (j *job) OwnsPod(p *corev1.Pod) bool {
 	return jobkind.OwnsPod(j.o, GVK.Kind, p)
 }
 func (j *job) NprocPerNode() *string { return nil }
+
+func (j *job) TemplatePath(typ string) []string {
+	return []string{"spec", "mpiReplicaSpecs", typ, "template"}
+}
+
+func (j *job) ReplicaIndex(labels map[string]string) (int, error) {
+	return jobkind.ReplicaIdxLabel(labels)
+}
 
 func (j *job) Templates() map[string]*corev1.PodTemplateSpec {
 	out := map[string]*corev1.PodTemplateSpec{}

@@ -32,7 +32,9 @@ func (kind) GVR() schema.GroupVersionResource    { return GVR }
 func (kind) AddToScheme(s *runtime.Scheme) error { return kftraining.AddToScheme(s) }
 func (kind) New() jobkind.Object                 { return &kftraining.PyTorchJob{} }
 func (kind) NewList() jobkind.ObjectList         { return &kftraining.PyTorchJobList{} }
-func (kind) ReplicaSpecsField() string           { return "pytorchReplicaSpecs" }
+func (kind) PodLabels() []string                 { return jobkind.KubeflowPodLabels }
+func (kind) PodJobNameLabel() string             { return jobkind.LabelJobName }
+func (kind) ControlledBy() []schema.GroupKind    { return nil }
 func (kind) Launcher() string                    { return "" }
 func (kind) OperatorName() string                { return "pytorchjob-controller" } // training-operator v1.9.4
 func (kind) OwnsThroughBatchJob() bool           { return false }
@@ -79,6 +81,14 @@ func (j *job) OwnsPod(p *corev1.Pod) bool {
 	return jobkind.OwnsPod(j.o, GVK.Kind, p)
 }
 func (j *job) NprocPerNode() *string { return j.o.Spec.NprocPerNode }
+
+func (j *job) TemplatePath(typ string) []string {
+	return []string{"spec", "pytorchReplicaSpecs", typ, "template"}
+}
+
+func (j *job) ReplicaIndex(labels map[string]string) (int, error) {
+	return jobkind.ReplicaIdxLabel(labels)
+}
 
 func (j *job) Templates() map[string]*corev1.PodTemplateSpec {
 	out := map[string]*corev1.PodTemplateSpec{}

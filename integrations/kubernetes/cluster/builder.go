@@ -70,10 +70,12 @@ type jobReplica struct {
 // the pod's job may be added after its pods. The replica-index label is
 // not needed: diagnose counts pods per replica type, so mpi-operator's
 // indexes shifted by runLauncherAsWorker do not matter here.
-type replicaLabels struct{ replicaType, jobRole string }
+// A JobSet's pods (a TrainJob's too) name their ReplicatedJob instead.
+type replicaLabels struct{ replicaType, jobRole, replicatedJob string }
 
 func replicaLabelsOf(p *corev1.Pod) replicaLabels {
-	return replicaLabels{replicaType: p.Labels[kubeflow.LabelReplicaType], jobRole: p.Labels[kubeflow.LabelJobRole]}
+	return replicaLabels{replicaType: p.Labels[kubeflow.LabelReplicaType], jobRole: p.Labels[kubeflow.LabelJobRole],
+		replicatedJob: p.Labels[kubeflow.LabelReplicatedJob]}
 }
 
 // replicaTyper maps replica labels to the replica types of a job's kind,
@@ -104,7 +106,8 @@ func (t *replicaTyper) typeOf(l replicaLabels) string {
 	if v, ok := t.memo[l]; ok {
 		return v
 	}
-	v, _, _ := t.j.ReplicaTypeLabel(map[string]string{kubeflow.LabelReplicaType: l.replicaType, kubeflow.LabelJobRole: l.jobRole})
+	v, _, _ := t.j.ReplicaTypeLabel(map[string]string{kubeflow.LabelReplicaType: l.replicaType, kubeflow.LabelJobRole: l.jobRole,
+		kubeflow.LabelReplicatedJob: l.replicatedJob})
 	name := ""
 	for _, rt := range t.j.ReplicaTypes() {
 		if v != "" && strings.EqualFold(rt, v) {
@@ -201,7 +204,9 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 // from a controller owner reference, or the name from the job-name label.
 // The MPIJob launcher pod is owned by a batch Job (<job>-launcher) that
 // the MPIJob owns, so it takes the second way; its kind is then read from
-// the operator-name label ("" where that names no known operator).
+// the operator-name label ("" where that names no known operator). A
+// JobSet's pods, controlled by batch Jobs, are named by the JobSet label
+// (kind "": the JobSet's, or its TrainJob's, of that name).
 func jobOf(p *corev1.Pod) (kind, name string) {
 	for i := range p.OwnerReferences {
 		ref := &p.OwnerReferences[i]
@@ -211,7 +216,9 @@ func jobOf(p *corev1.Pod) (kind, name string) {
 	}
 	name = p.Labels[kubeflow.LabelJobName]
 	if name == "" {
-		return "", ""
+		// A JobSet's pod (controlled by a batch Job): the JobSet, or the
+		// TrainJob that made it, has its name.
+		return "", p.Labels[kubeflow.LabelJobSetName]
 	}
 	return kubeflow.KindOfOperator(p.Labels[kubeflow.LabelOperatorName]), name
 }
@@ -482,6 +489,8 @@ func (n setNamer) name(l replicaLabels) string {
 		return l.replicaType
 	case l.jobRole != "":
 		return l.jobRole
+	case l.replicatedJob != "":
+		return l.replicatedJob
 	}
 	return "pods"
 }

@@ -66,7 +66,7 @@ func TestLiveJob(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "MPIJob", mj.Kind())
 	_, err = live.Job(ctx, "hpc", "allreduce", "tfjob")
-	require.ErrorContains(t, err, "want PyTorchJob or MPIJob")
+	require.ErrorContains(t, err, "want PyTorchJob, MPIJob, TrainJob or JobSet")
 
 	p, err := live.Pod(ctx, "ml", "llm-worker-1")
 	require.NoError(t, err)

@@ -110,6 +110,11 @@ const (
 	LabelJobUID = "rankgate.io/job-uid"
 )
 
+// RuntimePatchManager is the manager of the runtime patch the mutating
+// webhook adds to an opted-in TrainJob (spec.runtimePatches): its
+// template labels carry KeyGate to the JobSet the Trainer makes.
+const RuntimePatchManager = "rankgate.io/webhook"
+
 // The CA ConfigMaps the controller writes into opted-in namespaces, for
 // rank pods to trust the gate.
 const (

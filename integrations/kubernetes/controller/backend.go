@@ -167,7 +167,7 @@ func (c *Controller) resolve(ctx context.Context, id gateserver.Identity, launch
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
 	}
 	if !ok {
-		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a PyTorchJob or MPIJob", pod.Namespace, pod.Name)
+		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s is not controlled by a %s", pod.Namespace, pod.Name, kubeflow.KindList("or"))
 	}
 	kind, name, uid := ref.kind, ref.name, string(ref.uid)
 	k, _ := kubeflow.ByName(kind)
@@ -222,8 +222,13 @@ func (c *Controller) watches(k kubeflow.Kind) bool {
 	return false
 }
 
-// optedIn: the job's own setting wins, then its namespace's label.
+// optedIn: the job's own setting wins, then its namespace's label. A job
+// that another watched job stands for (the JobSet of a TrainJob) is never
+// gated on its own: its ranks are that job's.
 func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error) {
+	if c.representedBy(o) != "" {
+		return false, nil
+	}
 	s := gateSetting(o)
 	if enabled(s) {
 		return true, nil

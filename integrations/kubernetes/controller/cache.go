@@ -220,10 +220,10 @@ const (
 	annoUnreadable = contract.CachedAnnotationUnreadableRequest
 )
 
-// podLabels are the labels a cached pod keeps first (the operators' rank
-// labels); others under the kept prefixes follow, in key order, up to
+// podLabels are the labels a cached pod keeps first (the rank labels the
+// kinds read); others under the kept prefixes follow, in key order, up to
 // maxPodLabels.
-var podLabels = []string{LabelJobName, LabelReplicaType, LabelReplicaIndex, LabelJobRole, kubeflow.LabelOperatorName}
+var podLabels = kubeflow.PodLabels()
 
 // trimPod keeps identity, rank labels, the controller owner, node, phase,
 // the PodScheduled condition, the first init container states and the

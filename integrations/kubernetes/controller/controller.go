@@ -569,7 +569,7 @@ func installedKinds(cfg *rest.Config, scheme *runtime.Scheme, log logr.Logger) (
 		out = append(out, k)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("controller: %s is installed; install the Kubeflow training operator or MPI operator first", noKindInstalled())
+		return nil, fmt.Errorf("controller: %s is installed; install the Kubeflow training operator, the MPI operator, Kubeflow Trainer or JobSet first", noKindInstalled())
 	}
 	return out, nil
 }
@@ -588,7 +588,7 @@ func noKindInstalled() string {
 	return "none of " + strings.Join(names, ", ")
 }
 
-// Scheme has the built-in kinds, PyTorchJob, MPIJob and Gang.
+// Scheme has the built-in kinds, every supported job kind and Gang.
 func Scheme() *runtime.Scheme {
 	s := kubeflow.NewScheme()
 	utilruntime.Must(v1alpha1.AddToScheme(s))

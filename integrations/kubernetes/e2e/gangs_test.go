@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,14 +34,9 @@ import (
 // jobKind is the kind of a typed job.
 func jobKind(t testing.TB, o client.Object) string {
 	t.Helper()
-	switch o.(type) {
-	case *kubeflowv1.PyTorchJob:
-		return "PyTorchJob"
-	case *mpiv2beta1.MPIJob:
-		return "MPIJob"
-	}
-	t.Fatalf("unknown job kind %T", o)
-	return ""
+	gvk, err := k8s.GroupVersionKindFor(o)
+	require.NoError(t, err, "unknown job kind %T", o)
+	return gvk.Kind
 }
 
 // gangOf reads the Gang of the job's current attempt (nil when there is

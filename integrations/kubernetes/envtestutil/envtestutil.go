@@ -1,5 +1,6 @@
 // Package envtestutil starts a real kube-apiserver and etcd for tests, with
-// the Kubeflow CRDs (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1),
+// the job CRDs (PyTorchJob kubeflow.org/v1, MPIJob kubeflow.org/v2beta1,
+// TrainJob trainer.kubeflow.org/v1alpha1, JobSet jobset.x-k8s.io/v1alpha2),
 // Kueue's Workload (kueue.x-k8s.io/v1beta2) and rankgate's Gang
 // (rankgate.io/v1alpha1) installed, through controller-runtime's envtest.
 //

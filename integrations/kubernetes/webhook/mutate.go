@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
@@ -188,6 +189,11 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	resp := admission.Patched("", ops...)
+	if err := j.Validate(); err != nil {
+		// Gated, but its ranks will be refused: say so while the user is
+		// looking (a TrainJob without spec.trainer.numNodes).
+		resp.Warnings = append(resp.Warnings, fmt.Sprintf("rankgate: the gate cannot number this %s's ranks: %v", j.Kind(), err))
+	}
 	if w := m.ensureCA(ctx, req, j.Namespace()); w != "" {
 		resp.Warnings = append(resp.Warnings, w)
 	}
@@ -229,7 +235,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
 	}
-	field, templates := k.ReplicaSpecsField(), j.Templates()
+	templates := j.Templates()
 	names := make([]string, 0, len(templates))
 	for k := range templates {
 		names = append(names, k)
@@ -242,25 +248,56 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 			// patch implementations address differently: left alone.
 			continue
 		}
-		base := "/spec/" + field + "/" + pointerKey(name) + "/template/spec"
-		add, err := m.podSpecOps(base, &templates[name].Spec, timeout)
+		ptr, field := templatePointer(j, name)
+		add, err := m.podSpecOps(ptr+"/spec", &templates[name].Spec, timeout)
 		if err != nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, name, err)
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		gated := len(add) > 0 || hasRankgateInit(templates[name].Spec.InitContainers)
+		if gated && k.PodJobNameLabel() != kubeflow.LabelJobName {
+			// The controller's pod cache holds the pods that carry
+			// LabelJobName, which the Kubeflow operators set and the
+			// JobSet controller does not: a gated rank pod carries it,
+			// also one whose init container was written by hand (in a
+			// TrainingRuntime: the label's value is the JobSet's name).
+			add = append(add, labelOps(ptr+"/metadata", &templates[name].ObjectMeta, kubeflow.LabelJobName, j.Name())...)
 		}
 		ops = append(ops, add...)
 	}
+	if lp, ok := j.(jobkind.LabelPropagator); ok {
+		path, n, item, needed := lp.PropagateLabels(contract.RuntimePatchManager, map[string]string{contract.KeyGate: "enabled"})
+		if needed {
+			ops = append(ops, appendOps(jsonPointer(path), n, item)...)
+		}
+	}
 	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
 		t := templates[l]
+		ptr, field := templatePointer(j, l)
 		if t == nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: the %s has no %s template to gate", field, l, k.GVK().Kind, l)
+			return nil, fmt.Errorf("%s: the %s has no %s template to gate", field, k.GVK().Kind, l)
 		}
-		add, err := m.launcherOps("/spec/"+field+"/"+pointerKey(l)+"/template/spec", t)
+		add, err := m.launcherOps(ptr+"/spec", t)
 		if err != nil {
-			return nil, fmt.Errorf("spec.%s.%s.template: %w", field, l, err)
+			return nil, fmt.Errorf("%s: %w", field, err)
 		}
 		ops = append(ops, add...)
 	}
 	return ops, nil
+}
+
+// templatePointer is the JSON pointer of the pod template of replica type
+// typ in j, and its field path for messages (spec.replicatedJobs.0.template...).
+func templatePointer(j kubeflow.Job, typ string) (pointer, field string) {
+	path := j.TemplatePath(typ)
+	return jsonPointer(path), strings.Join(path, ".")
+}
+
+func jsonPointer(path []string) string {
+	keys := make([]string, len(path))
+	for i, p := range path {
+		keys[i] = pointerKey(p)
+	}
+	return "/" + strings.Join(keys, "/")
 }
 
 func optedOut(labels, annotations map[string]string) bool {

@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -79,4 +81,20 @@ func (m *Mutator) launcherOps(base string, t *corev1.PodTemplateSpec) ([]jsonpat
 		ops = append(ops, add(base+c0+"/terminationMessagePolicy", w.TerminationMessagePolicy))
 	}
 	return ops, nil
+}
+
+// labelOps sets label key=v on the object metadata m at base (its
+// metadata field), creating the labels or the metadata as needed: a
+// metadata that is all zero may be absent from the JSON, and is then
+// added whole.
+func labelOps(base string, m *metav1.ObjectMeta, key, v string) []jsonpatch.Operation {
+	switch {
+	case m.Labels[key] == v:
+		return nil
+	case m.Labels != nil:
+		return []jsonpatch.Operation{add(base+"/labels/"+pointerKey(key), v)}
+	case reflect.DeepEqual(*m, metav1.ObjectMeta{}):
+		return []jsonpatch.Operation{add(base, map[string]any{"labels": map[string]string{key: v}})}
+	}
+	return []jsonpatch.Operation{add(base+"/labels", map[string]string{key: v})}
 }

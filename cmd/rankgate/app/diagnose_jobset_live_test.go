@@ -1,0 +1,62 @@
+//go:build !rankgate_node
+
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// diagnose job takes a JobSet and a TrainJob in every form it takes a
+// PyTorchJob, and judges the JobSet with its pods.
+func TestDiagnoseLiveJobSetAndTrainJob(t *testing.T) {
+	var objs []runtime.Object
+	raw, err := os.ReadFile(filepath.Join("testdata", "jobset-pending.yaml"))
+	require.NoError(t, err)
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &u.Object))
+		if u.GetKind() == "Pod" {
+			p := &corev1.Pod{}
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p))
+			objs = append(objs, p)
+			continue
+		}
+		objs = append(objs, u)
+	}
+	tj := &unstructured.Unstructured{}
+	require.NoError(t, yaml.Unmarshal([]byte(`apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: fine-tune, namespace: ml}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer: {numNodes: 1, resourcesPerNode: {limits: {nvidia.com/gpu: "4"}}}
+`), &tj.Object))
+	objs = append(objs, tj, clustertest.MakeNode("h100-1").Allocatable("nvidia.com/gpu", "4").Obj())
+	l, _ := fakeLive(t, objs...)
+	useLive(t, l)
+
+	for _, args := range [][]string{{"jobset", "train", "-n", "ml"}, {"jobset/train", "-n", "ml"}, {"jobsets.jobset.x-k8s.io/train", "-n", "ml"}, {"ml/train"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			code, out, errOut := run(t, nil, append([]string{"diagnose", "job", "-o", "json"}, args...)...)
+			require.Equal(t, verdict.ExitFail, code, errOut)
+			rep := decodeReport(t, out)
+			require.Equal(t, "JobSet ml/train", rep.Subject)
+			require.Equal(t, []string{"GANG_TOO_LARGE"}, rep.RuleIDs())
+		})
+	}
+	code, out, errOut := run(t, nil, "diagnose", "job", "trainjob/fine-tune", "-n", "ml", "-o", "json")
+	require.Equal(t, verdict.ExitPass, code, errOut)
+	require.Equal(t, "TrainJob ml/fine-tune", decodeReport(t, out).Subject)
+}
