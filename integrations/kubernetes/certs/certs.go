@@ -13,7 +13,7 @@
 // published in the bundle (ca.crt) at least one Lookahead before it
 // signs, and signs only once every copy of the bundle the controller
 // keeps (the CA ConfigMaps of opted-in namespaces) is confirmed to hold
-// it, or, failing that, a quarter Lookahead before the signer expires;
+// it, or, failing that, half a Lookahead before the signer expires;
 // the previous CA stays in the bundle until it expires.
 package certs
 
@@ -146,9 +146,8 @@ func parsePair(certPEM, keyPEM []byte) (*keyPair, error) {
 // and whether it differs from b. published is the fingerprint (CAHash)
 // of the bundle every distributed copy was last confirmed to hold: the
 // next CA starts signing once the signer is within one Lookahead of its
-// end and published is b's own bundle, or, unconfirmed, within a
-// quarter Lookahead (a serving certificate must never outlive its
-// signer).
+// end and published is b's own bundle, or, unconfirmed, within half a
+// Lookahead (a serving certificate must never outlive its signer).
 func Renew(b *Bundle, dns []string, d Durations, now time.Time, published string) (*Bundle, bool, error) {
 	var err error
 	if b == nil {
@@ -172,7 +171,7 @@ func Renew(b *Bundle, dns []string, d Durations, now time.Time, published string
 		changed = true
 	}
 	if b.next != nil && now.After(b.signer.cert.NotAfter.Add(-d.Lookahead)) &&
-		(published == CAHash(b.CAPEM()) || now.After(b.signer.cert.NotAfter.Add(-d.Lookahead/4))) {
+		(published == CAHash(b.CAPEM()) || now.After(b.signer.cert.NotAfter.Add(-d.Lookahead/2))) {
 		b.signer, b.next = b.next, nil
 		b.serving = nil
 		changed = true

@@ -76,7 +76,7 @@ func TestParseRefusesDamage(t *testing.T) {
 }
 
 // The next CA signs only once the copies clients read are confirmed to
-// hold it; unconfirmed, it waits until a quarter Lookahead before the
+// hold it; unconfirmed, it waits until half a Lookahead before the
 // signer ends, and the waiting costs no new serving certificate per check.
 func TestNextCASignsOnlyOncePublished(t *testing.T) {
 	d := Durations{CA: 10 * time.Hour, Cert: 3 * time.Hour, Lookahead: time.Hour}
@@ -103,7 +103,7 @@ func TestNextCASignsOnlyOncePublished(t *testing.T) {
 	require.Equal(t, signer, b.SignerSerial())
 	require.True(t, verifies(t, b, old, at))
 	serving := b.ServingSerial()
-	for m := 10; m < 40; m += 10 {
+	for m := 10; m < 30; m += 10 {
 		b, changed, err = Renew(b, dns, d, at.Add(time.Duration(m)*time.Minute), CAHash(old))
 		require.NoError(t, err)
 		require.False(t, changed, "waiting for the copies: nothing to renew at +%d min", m)
@@ -111,13 +111,13 @@ func TestNextCASignsOnlyOncePublished(t *testing.T) {
 	require.Equal(t, serving, b.ServingSerial())
 
 	// Confirmed: the next CA signs.
-	confirmed, _, err := Renew(mustBundle(t)(Parse(b.Data())), dns, d, at.Add(40*time.Minute), CAHash(withNext))
+	confirmed, _, err := Renew(mustBundle(t)(Parse(b.Data())), dns, d, at.Add(20*time.Minute), CAHash(withNext))
 	require.NoError(t, err)
 	require.NotEqual(t, signer, confirmed.SignerSerial())
-	require.True(t, verifies(t, confirmed, withNext, at.Add(40*time.Minute)))
+	require.True(t, verifies(t, confirmed, withNext, at.Add(20*time.Minute)))
 
-	// Never confirmed: it signs anyway a quarter Lookahead before the end.
-	forced, _, err := Renew(b, dns, d, end.Add(-d.Lookahead/4+time.Minute), CAHash(old))
+	// Never confirmed: it signs anyway half a Lookahead before the end.
+	forced, _, err := Renew(b, dns, d, end.Add(-d.Lookahead/2+time.Minute), CAHash(old))
 	require.NoError(t, err)
 	require.NotEqual(t, signer, forced.SignerSerial())
 }

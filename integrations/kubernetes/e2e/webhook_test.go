@@ -309,21 +309,21 @@ func TestE2EWebhookDownFailsOpen(t *testing.T) {
 	require.Less(t, time.Since(start), 12*time.Second, "admission waited past both webhooks' 5 s timeouts")
 }
 
-// (q) Certificates rotate without a restart: with a CA valid for 12 s and
-// serving certificates for 4 s, the webhook keeps mutating jobs and the
+// (q) Certificates rotate without a restart: with a CA valid for 30 s and
+// serving certificates for 10 s, the webhook keeps mutating jobs and the
 // gate keeps answering TLS clients that re-read the CA bundle from the
 // namespace's ConfigMap, through several serving-certificate and CA
 // rotations; the next CA signs only once the ConfigMaps of every opted-in
 // namespace (the shared API server holds many) were confirmed to hold it.
 func TestE2ECertificateRotation(t *testing.T) {
 	c, gateURL := webhookController(t, "rankgate-tls-q", controller.Options{
-		WebhookOptions: controller.WebhookOptions{CertDurations: rgcerts.Durations{CA: 12 * time.Second, Cert: 4 * time.Second, Lookahead: 3 * time.Second}},
+		WebhookOptions: controller.WebhookOptions{CertDurations: rgcerts.Durations{CA: 30 * time.Second, Cert: 10 * time.Second, Lookahead: 8 * time.Second}},
 	})
 	ctx := context.Background()
 	ns := newNamespace(t, "e2e-wh-q", true)
 	servings, cas := map[string]bool{}, map[string]bool{}
-	deadline := time.Now().Add(16 * time.Second)
-	for i := 0; time.Now().Before(deadline); i++ {
+	deadline := time.Now().Add(45 * time.Second)
+	for i := 0; time.Now().Before(deadline) && (len(servings) < 3 || len(cas) < 2); i++ {
 		b := c.Certificates().Current()
 		servings[b.ServingSerial()], cas[b.SignerSerial()] = true, true
 		// The webhook: a job is mutated.
