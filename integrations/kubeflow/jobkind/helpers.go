@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rankgate/rankgate/topology"
 )
 
 // Replicas is a replica count with the operator's default def for nil.
@@ -82,3 +84,64 @@ func ReplicaIdxLabel(labels map[string]string) (int, error) {
 // KubeflowPodLabels are the labels the Kubeflow operators' pods are
 // mapped to ranks by.
 var KubeflowPodLabels = []string{LabelJobName, LabelReplicaType, LabelReplicaIdx, LabelJobRole, LabelOperatorName}
+
+// StripTemplate reduces a cached pod template to what the gang rules read
+// from it (the NCCL settings rules, integrations/kubeflow/ncclsettings):
+// the rank container only (the first asking for GPUs, else the first),
+// with its name, image, GPU resources, the launch settings of its
+// environment (NCCL_*, FI_*, UCX_*, CUDA_VISIBLE_DEVICES,
+// NVIDIA_VISIBLE_DEVICES) and whether it takes more from envFrom.
+// Everything else (metadata, volumes, other containers, scheduling) goes:
+// the cache holds every job of the cluster.
+func StripTemplate(t *corev1.PodTemplateSpec) {
+	cs := t.Spec.Containers
+	*t = corev1.PodTemplateSpec{}
+	if len(cs) == 0 {
+		return
+	}
+	c := &cs[0]
+	for i := range cs {
+		if hasGPU(cs[i].Resources.Limits) || hasGPU(cs[i].Resources.Requests) {
+			c = &cs[i]
+			break
+		}
+	}
+	keep := corev1.Container{Name: c.Name, Image: c.Image, Resources: corev1.ResourceRequirements{
+		Limits: gpuOnly(c.Resources.Limits), Requests: gpuOnly(c.Resources.Requests)}}
+	for _, e := range c.Env {
+		if launchSetting(e.Name) {
+			keep.Env = append(keep.Env, e)
+		}
+	}
+	if len(c.EnvFrom) > 0 {
+		keep.EnvFrom = c.EnvFrom[:1:1]
+	}
+	t.Spec.Containers = []corev1.Container{keep}
+}
+
+func launchSetting(name string) bool {
+	return strings.HasPrefix(name, "NCCL_") || strings.HasPrefix(name, "FI_") || strings.HasPrefix(name, "UCX_") ||
+		name == "CUDA_VISIBLE_DEVICES" || name == "NVIDIA_VISIBLE_DEVICES"
+}
+
+func hasGPU(l corev1.ResourceList) bool {
+	for name := range l {
+		if topology.IsGPUResource(string(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+func gpuOnly(l corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range l {
+		if topology.IsGPUResource(string(name)) {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[name] = q
+		}
+	}
+	return out
+}

@@ -86,7 +86,7 @@ func (kind) Wrap(o jobkind.Object) (jobkind.Job, error) {
 func (kind) Strip(o jobkind.Object) {
 	js := o.(*jobsetapi.JobSet)
 	for i := range js.Spec.ReplicatedJobs {
-		js.Spec.ReplicatedJobs[i].Template.Spec.Template = corev1.PodTemplateSpec{}
+		jobkind.StripTemplate(&js.Spec.ReplicatedJobs[i].Template.Spec.Template)
 	}
 }
 

@@ -193,12 +193,16 @@ func TestSuspendOwnershipAndNames(t *testing.T) {
 	require.True(t, k.OwnsThroughBatchJob())
 }
 
-// Strip drops the pod templates and keeps what ranks are read from.
+// Strip reduces the pod templates to their rank container's launch
+// settings and keeps what ranks are read from.
 func TestStripKeepsStepsAndCounts(t *testing.T) {
 	js := makeJobSet(rj("dataset-initializer", 1, 1, "dataset-initializer"), rj("node", 1, 4, "trainer"))
 	jobset.Kind.Strip(js)
 	j := wrap(t, js)
-	require.Empty(t, js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Containers)
+	cs := js.Spec.ReplicatedJobs[1].Template.Spec.Template.Spec.Containers
+	require.Len(t, cs, 1)
+	require.Empty(t, cs[0].Command)
+	require.Empty(t, js.Spec.ReplicatedJobs[1].Template.Spec.Template.Labels)
 	require.Equal(t, 4, kubeflow.RankPods(j))
 	r, err := kubeflow.RankOf(j, pod("node", 0, 3))
 	require.NoError(t, err)

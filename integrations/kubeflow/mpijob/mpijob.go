@@ -58,7 +58,7 @@ func (kind) Strip(o jobkind.Object) {
 	j := o.(*mpiv2.MPIJob)
 	for t, s := range j.Spec.MPIReplicaSpecs {
 		if s != nil {
-			s.Template = corev1.PodTemplateSpec{}
+			jobkind.StripTemplate(&s.Template)
 			j.Spec.MPIReplicaSpecs[t] = intern.ShareJSON(&specs, s)
 		}
 	}

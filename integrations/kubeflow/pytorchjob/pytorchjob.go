@@ -56,7 +56,7 @@ func (kind) Strip(o jobkind.Object) {
 	j := o.(*kftraining.PyTorchJob)
 	for t, s := range j.Spec.PyTorchReplicaSpecs {
 		if s != nil {
-			s.Template = corev1.PodTemplateSpec{}
+			jobkind.StripTemplate(&s.Template)
 			j.Spec.PyTorchReplicaSpecs[t] = intern.ShareJSON(&specs, s)
 		}
 	}

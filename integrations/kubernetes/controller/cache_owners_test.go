@@ -63,7 +63,10 @@ func TestStripSharesReplicaSpecs(t *testing.T) {
 	require.Same(t, a.Spec.PyTorchReplicaSpecs[m], c.Spec.PyTorchReplicaSpecs[m])
 	require.Same(t, a.Spec.PyTorchReplicaSpecs[w], b.Spec.PyTorchReplicaSpecs[w])
 	require.NotSame(t, a.Spec.PyTorchReplicaSpecs[w], c.Spec.PyTorchReplicaSpecs[w])
-	require.Equal(t, kubeflowv1.ReplicaSpec{Replicas: ptr.To(int32(3)), RestartPolicy: kubeflowv1.RestartPolicyOnFailure}, *c.Spec.PyTorchReplicaSpecs[w])
+	// The template keeps only its rank container's name and image here
+	// (and launch settings and GPU resources, which this one has none of).
+	kept := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "x"}}}}
+	require.Equal(t, kubeflowv1.ReplicaSpec{Replicas: ptr.To(int32(3)), RestartPolicy: kubeflowv1.RestartPolicyOnFailure, Template: kept}, *c.Spec.PyTorchReplicaSpecs[w])
 	require.Equal(t, int32(7), *a.Spec.PyTorchReplicaSpecs[w].Replicas)
 }
 

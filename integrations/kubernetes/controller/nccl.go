@@ -11,9 +11,10 @@ import (
 )
 
 // ncclSettings reads the NCCL settings each rank runs with from the job's
-// pod templates, for the gang verdict's NCCL settings rules. The informer
-// cache strips templates (cache.go), so the job is read from the API
-// server, once per decision. nil when it cannot be read or is another job
+// pod templates, for the gang verdict's NCCL settings rules, from the
+// controller's cache: its copy of each template keeps the rank
+// container's launch settings (jobkind.StripTemplate), so deciding makes
+// no API call. nil when it cannot be read or is another job
 // of the same name: the rules are then not run.
 func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank {
 	k, ok := kubeflow.ByName(g.kind)
@@ -21,7 +22,7 @@ func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.
 		return nil
 	}
 	obj := k.New()
-	if err := c.api.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
 		if err != nil {
 			c.log.V(1).Info("job not read: NCCL settings not judged", "job", g.key, "error", err.Error())
 		}
