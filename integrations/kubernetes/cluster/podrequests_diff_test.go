@@ -62,7 +62,9 @@ func randContainer(r chooser, i int) corev1.Container {
 
 // randPodSpec draws a pod the API server could hold: app containers,
 // init containers (some of them sidecars), overhead and pod-level
-// resources for the resources Kubernetes supports there.
+// resources for the resources Kubernetes admits there (cpu, memory,
+// hugepages; PodRequests reads any name there, for the controller's pod
+// cache, where the library reads only those).
 func randPodSpec(r chooser) corev1.PodSpec {
 	var spec corev1.PodSpec
 	for i := range r.IntN(4) {
