@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sort"
 	"strconv"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Resolver looks host names up; *net.Resolver is one. Tests inject a map.
@@ -74,7 +77,7 @@ func waitHosts(ctx context.Context, hosts []string, port int, r Resolver, d Dial
 }
 
 func waitHost(ctx context.Context, host string, port int, r Resolver, d Dialer) (hostFailure, bool) {
-	backoff := 50 * time.Millisecond
+	backoff := hostProbeBackoff
 	last := hostFailure{host: host, stage: "connect", err: context.DeadlineExceeded}
 	for {
 		if f, ok := probeHost(ctx, host, port, r, d); ok {
@@ -82,16 +85,19 @@ func waitHost(ctx context.Context, host string, port int, r Resolver, d Dialer) 
 		} else if f.err != nil && !(ctx.Err() != nil && errors.Is(f.err, ctx.Err())) {
 			last = f // keep the last real error, not the deadline's
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(backoff.Step())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return last, false
 		case <-t.C:
 		}
-		backoff = min(backoff*2, time.Second)
 	}
 }
+
+// hostProbeBackoff spaces the probes of one host: 50ms, doubling, at most
+// a second. Steps only bounds the doubling; the context ends the wait.
+var hostProbeBackoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: time.Second}
 
 // probeHost makes one attempt: resolve (unless host is an address), then
 // connect to each address until one accepts.

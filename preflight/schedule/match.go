@@ -52,6 +52,16 @@ func (k exclusionKind) String() string {
 // admits applies a pod's constraints to a node with kube-scheduler's
 // semantics for nodeName, nodeSelector, required node affinity, taints with
 // NoSchedule/NoExecute effects and cordons.
+//
+// It answers what k8s.io/component-helpers' nodeaffinity and
+// FindMatchingUntoleratedTaint answer (TestAdmitsEqualsLibrary, 50,000
+// random pods and nodes, and FuzzAdmitsEqualsLibrary prove it) and stays
+// hand-written: it runs for every pod set and node of every placement over
+// the engine's own model, which `rankgate diagnose` also fills from pasted
+// outputs, and says which taint or selector pair excludes a node.
+// BenchmarkAdmits measures 0 allocations and about 0.4-0.65 µs a node here
+// against 6 allocations (640 B) and 1.7-5 µs with the libraries on objects
+// converted ahead of time.
 func (c *Constraints) admits(n *Node) exclusion {
 	if c.NodeName != "" && c.NodeName != n.Name {
 		return exclusion{kind: exNodeName, detail: c.NodeName}
@@ -115,10 +125,11 @@ func (tol Toleration) tolerates(t Taint) bool {
 		return true
 	case "Lt", "Gt":
 		// Alpha in Kubernetes 1.35 (TaintTolerationComparisonOperators):
-		// the API server accepts them only with the gate on.
-		tv, err1 := strconv.ParseInt(tol.Value, 10, 64)
-		nv, err2 := strconv.ParseInt(t.Value, 10, 64)
-		if err1 != nil || err2 != nil {
+		// the API server accepts them only with the gate on. Both values
+		// must be canonical decimal integers ("5", not "05" or "+5").
+		tv, ok1 := decimalInteger(tol.Value)
+		nv, ok2 := decimalInteger(t.Value)
+		if !ok1 || !ok2 {
 			return false
 		}
 		if tol.Operator == "Lt" {
@@ -141,23 +152,46 @@ func (s *SelectorTerm) matches(n *Node) bool {
 		}
 	}
 	for _, r := range s.MatchFields {
-		if r.Key != "metadata.name" || !r.matches(n.Name, true) {
+		if !r.matchesField(n) {
 			return false
 		}
 	}
 	return true
 }
 
+// matchesField applies a matchFields requirement: In or NotIn with one
+// value, against metadata.name (the one field Kubernetes offers; any
+// other field reads as empty). Any other requirement is invalid and, as
+// in Kubernetes, fails its term.
+func (r *Requirement) matchesField(n *Node) bool {
+	if len(r.Values) != 1 {
+		return false
+	}
+	v := ""
+	if r.Key == "metadata.name" {
+		v = n.Name
+	}
+	switch r.Operator {
+	case "In":
+		return v == r.Values[0]
+	case "NotIn":
+		return v != r.Values[0]
+	}
+	return false
+}
+
 func (r *Requirement) matches(v string, present bool) bool {
 	switch r.Operator {
+	// An invalid requirement (In or NotIn without values, Exists or
+	// DoesNotExist with values) fails its term, as in Kubernetes.
 	case "In":
 		return present && contains(r.Values, v)
 	case "NotIn":
-		return !present || !contains(r.Values, v)
+		return len(r.Values) > 0 && (!present || !contains(r.Values, v))
 	case "Exists":
-		return present
+		return len(r.Values) == 0 && present
 	case "DoesNotExist":
-		return !present
+		return len(r.Values) == 0 && !present
 	case "Gt", "Lt":
 		if !present || len(r.Values) != 1 {
 			return false
@@ -173,6 +207,23 @@ func (r *Requirement) matches(v string, present bool) bool {
 		return have < want
 	}
 	return false
+}
+
+// decimalInteger parses a canonical decimal integer: an optional minus,
+// no leading zeros, no plus sign (as Kubernetes reads the values of Lt and
+// Gt tolerations and taints).
+func decimalInteger(s string) (int64, bool) {
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || digits[0] < '1' && digits != "0" || digits == "0" && s != "0" {
+		return 0, false
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil
 }
 
 func contains(list []string, v string) bool {

@@ -68,6 +68,15 @@ func TestPodRequests(t *testing.T) {
 			},
 			want: schedule.Resources{"cpu": 8000, "nvidia.com/gpu": 1, "pods": 1},
 		},
+		{
+			name: "pod-level resources replace init containers too",
+			spec: corev1.PodSpec{
+				Resources:      &corev1.ResourceRequirements{Requests: rl("cpu", "2")},
+				InitContainers: []corev1.Container{ctr("setup", rl("cpu", "6"), nil)},
+				Containers:     []corev1.Container{ctr("main", rl("cpu", "1"), rl("nvidia.com/gpu", "1"))},
+			},
+			want: schedule.Resources{"cpu": 2000, "nvidia.com/gpu": 1, "pods": 1},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

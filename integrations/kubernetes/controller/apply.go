@@ -54,7 +54,7 @@ func (c *Controller) yieldToRecords(ctx context.Context) {
 // done or this replica stops leading (the next leader's sweep then
 // finishes it).
 func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) {
-	backoff := 200 * time.Millisecond
+	backoff := retryBackoff(200*time.Millisecond, 30*time.Second)
 	for {
 		slots := c.failSlots
 		if !d.Report.Failed() {
@@ -91,13 +91,13 @@ func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) 
 			return
 		}
 		metricAPIErrors.WithLabelValues("verdict").Inc()
-		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key(), "in", backoff.String())
+		delay := backoff.Step()
+		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key(), "in", delay.String())
 		select {
 		case <-ctx.Done():
 			return
-		case <-c.clock().After(backoff):
+		case <-c.clock().After(delay):
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 

@@ -166,7 +166,7 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 // writeUntilDone writes the slice, retrying with backoff until it succeeds
 // or ctx ends (false).
 func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, ready bool) bool {
-	backoff := 50 * time.Millisecond
+	backoff := retryBackoff(50*time.Millisecond, 5*time.Second)
 	for {
 		err := le.write(ctx, ready, false)
 		if err == nil {
@@ -179,13 +179,13 @@ func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, r
 		if apierrors.IsForbidden(err) {
 			msg += " (the controller needs get, create, update and delete on endpointslices.discovery.k8s.io named " + GateEndpointSliceName(le.svc) + " in " + le.ns + ": configs/deploy/rbac.yaml)"
 		}
-		log.Error(err, msg, "in", backoff.String())
+		delay := backoff.Step()
+		log.Error(err, msg, "in", delay.String())
 		select {
 		case <-ctx.Done():
 			return false
-		case <-le.c.clock().After(backoff):
+		case <-le.c.clock().After(delay):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -2,11 +2,9 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -17,6 +15,8 @@ import (
 	authorizationv1 "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/reviewcache"
 )
 
 // metricsAuth is the filter in front of /metrics and the profiles when
@@ -52,7 +52,9 @@ func metricsAuth(cfg *rest.Config, hc *http.Client, now func() time.Time) (metri
 			}
 			return r.Status.Allowed, nil
 		},
-		now: now,
+		now:     now,
+		tokens:  reviewcache.New[*authnv1.TokenReviewStatus](metricsCacheMax),
+		answers: reviewcache.New[bool](metricsCacheMax),
 	}
 	return func(log logr.Logger, next http.Handler) (http.Handler, error) {
 		return a.handler(log, next), nil
@@ -73,19 +75,8 @@ type reviewCache struct {
 	access func(ctx context.Context, spec authzv1.SubjectAccessReviewSpec) (bool, error)
 	now    func() time.Time
 
-	mu      sync.Mutex
-	tokens  map[[32]byte]cachedReview
-	answers map[string]cachedAnswer
-}
-
-type cachedReview struct {
-	status  *authnv1.TokenReviewStatus
-	expires time.Time
-}
-
-type cachedAnswer struct {
-	allowed bool
-	expires time.Time
+	tokens  *reviewcache.Cache[*authnv1.TokenReviewStatus]
+	answers *reviewcache.Cache[bool]
 }
 
 func (a *reviewCache) handler(log logr.Logger, next http.Handler) http.Handler {
@@ -125,28 +116,19 @@ func (a *reviewCache) authenticate(ctx context.Context, req *http.Request) (*aut
 	if !ok || !strings.EqualFold(scheme, "bearer") || token == "" {
 		return nil, nil
 	}
-	key := sha256.Sum256([]byte(token))
 	now := a.now()
-	a.mu.Lock()
-	c, hit := a.tokens[key]
-	a.mu.Unlock()
-	if !hit || !now.Before(c.expires) {
-		st, err := a.review(ctx, token)
-		if err != nil {
+	st, hit := a.tokens.Get(token, now)
+	if !hit {
+		var err error
+		if st, err = a.review(ctx, token); err != nil {
 			return nil, err
 		}
-		c = cachedReview{status: st, expires: now.Add(metricsTokenTTL)}
-		a.mu.Lock()
-		if a.tokens == nil || len(a.tokens) >= metricsCacheMax {
-			a.tokens = map[[32]byte]cachedReview{}
-		}
-		a.tokens[key] = c
-		a.mu.Unlock()
+		a.tokens.Put(token, st, now, metricsTokenTTL)
 	}
-	if !c.status.Authenticated {
+	if !st.Authenticated {
 		return nil, nil
 	}
-	return &c.status.User, nil
+	return &st.User, nil
 }
 
 func (a *reviewCache) authorize(ctx context.Context, u *authnv1.UserInfo, verb, path string) (bool, error) {
@@ -160,11 +142,8 @@ func (a *reviewCache) authorize(ctx context.Context, u *authnv1.UserInfo, verb, 
 	}
 	key := fmt.Sprintf("%q %q %q %q %q %v", u.Username, u.UID, u.Groups, verb, path, u.Extra)
 	now := a.now()
-	a.mu.Lock()
-	c, hit := a.answers[key]
-	a.mu.Unlock()
-	if hit && now.Before(c.expires) {
-		return c.allowed, nil
+	if allowed, hit := a.answers.Get(key, now); hit {
+		return allowed, nil
 	}
 	allowed, err := a.access(ctx, spec)
 	if err != nil {
@@ -174,11 +153,6 @@ func (a *reviewCache) authorize(ctx context.Context, u *authnv1.UserInfo, verb, 
 	if allowed {
 		ttl = metricsAllowTTL
 	}
-	a.mu.Lock()
-	if a.answers == nil || len(a.answers) >= metricsCacheMax {
-		a.answers = map[string]cachedAnswer{}
-	}
-	a.answers[key] = cachedAnswer{allowed: allowed, expires: now.Add(ttl)}
-	a.mu.Unlock()
+	a.answers.Put(key, allowed, now, ttl)
 	return allowed, nil
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/reviewcache"
 )
 
 // The /metrics filter answers as controller-runtime's: 401 without a
@@ -46,7 +48,9 @@ func TestMetricsAuth(t *testing.T) {
 			}
 			return s.User == "system:serviceaccount:monitoring:prometheus" && s.NonResourceAttributes.Path == "/metrics", nil
 		},
-		now: func() time.Time { return now },
+		now:     func() time.Time { return now },
+		tokens:  reviewcache.New[*authnv1.TokenReviewStatus](metricsCacheMax),
+		answers: reviewcache.New[bool](metricsCacheMax),
 	}
 	h := a.handler(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }))
 	get := func(path, auth string) int {

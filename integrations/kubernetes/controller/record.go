@@ -214,7 +214,7 @@ func isNoGangKind(err error) bool { return meta.IsNoMatchError(err) }
 // answers Unavailable until then. Gangs whose job is gone, replaced, not
 // their owner or no longer opted in are never acted on.
 func (c *Controller) sweep(ctx context.Context) bool {
-	backoff := 200 * time.Millisecond
+	backoff := retryBackoff(200*time.Millisecond, 10*time.Second)
 	for {
 		left, err := c.loadGangs(ctx)
 		if err == nil {
@@ -232,13 +232,13 @@ func (c *Controller) sweep(ctx context.Context) bool {
 			msg += " (" + c.gangsRBACHint("list") + ")"
 		}
 		c.sweepErr.Store(&msg)
-		c.log.Error(err, "listing gangs; retrying", "in", backoff.String())
+		delay := backoff.Step()
+		c.log.Error(err, "listing gangs; retrying", "in", delay.String())
 		select {
 		case <-ctx.Done():
 			return false
-		case <-c.clock().After(backoff):
+		case <-c.clock().After(delay):
 		}
-		backoff = min(2*backoff, 10*time.Second)
 	}
 }
 

@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
@@ -259,7 +261,7 @@ func (c *Client) await(ctx context.Context, o AwaitOptions, poll func(ctx contex
 	if o.MaxBackoff < o.MinBackoff {
 		o.MaxBackoff = max(5*time.Second, o.MinBackoff)
 	}
-	backoff := o.MinBackoff
+	backoff := o.backoff()
 	var last error
 	for {
 		wait := o.Poll
@@ -275,7 +277,7 @@ func (c *Client) await(ctx context.Context, o AwaitOptions, poll func(ctx contex
 			if o.OnWaiting != nil {
 				o.OnWaiting(r)
 			}
-			backoff = o.MinBackoff
+			backoff = o.backoff()
 			last = nil
 			if ctx.Err() != nil {
 				return r, ctx.Err()
@@ -296,7 +298,7 @@ func (c *Client) await(ctx context.Context, o AwaitOptions, poll func(ctx contex
 			return nil, err
 		}
 		last = err
-		delay := backoff/2 + rand.N(backoff/2+1)
+		delay := backoff.Step()
 		var ge *Error
 		if errors.As(err, &ge) && ge.RetryAfter > 0 && ge.Code != CodeNotLeader {
 			delay = max(delay, min(ge.RetryAfter, o.MaxBackoff))
@@ -316,8 +318,15 @@ func (c *Client) await(ctx context.Context, o AwaitOptions, poll func(ctx contex
 			return nil, errors.Join(ctx.Err(), last)
 		case <-t.C:
 		}
-		backoff = min(backoff*2, o.MaxBackoff)
 	}
+}
+
+// backoff is the delay between failed attempts: it starts at MinBackoff
+// and doubles up to MaxBackoff, each delay drawn from its upper half (half
+// the base plus a jitter of up to as much again), so that ranks which
+// failed together do not retry together.
+func (o AwaitOptions) backoff() wait.Backoff {
+	return wait.Backoff{Duration: o.MinBackoff / 2, Factor: 2, Jitter: 1, Steps: math.MaxInt32, Cap: o.MaxBackoff / 2}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

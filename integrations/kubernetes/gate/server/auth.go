@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/reviewcache"
 )
 
 // Identity is who a token belongs to: a pod, through its service account.
@@ -59,7 +59,7 @@ const (
 // ReviewsPerSecond reviews (burst ReviewBurst).
 func NewTokenReviewAuthenticator(tr TokenReviewer, audience string, ttl time.Duration) Authenticator {
 	return &tokenReviewAuth{tr: tr, audience: audience, ttl: ttl, now: time.Now,
-		cache: map[[32]byte]cachedIdentity{}, refused: map[[32]byte]cachedRefusal{}, limiters: map[string]*addrLimiter{},
+		accepted: reviewcache.New[Identity](maxCachedTokens), refused: reviewcache.New[*gate.Error](maxRefused), limiters: map[string]*addrLimiter{},
 		inflight: make(chan struct{}, maxConcurrentReviews)}
 }
 
@@ -85,16 +85,12 @@ type tokenReviewAuth struct {
 	ttl      time.Duration
 	now      func() time.Time
 
-	mu       sync.Mutex
-	cache    map[[32]byte]cachedIdentity
-	refused  map[[32]byte]cachedRefusal
+	accepted *reviewcache.Cache[Identity]
+	refused  *reviewcache.Cache[*gate.Error]
+
+	mu       sync.Mutex // guards limiters
 	limiters map[string]*addrLimiter
 	inflight chan struct{}
-}
-
-type cachedRefusal struct {
-	err     *gate.Error
-	expires time.Time
 }
 
 type addrLimiter struct {
@@ -106,12 +102,8 @@ type addrLimiter struct {
 // must not turn into an unbounded burst on the API server).
 const maxConcurrentReviews = 64
 
-type cachedIdentity struct {
-	id      Identity
-	expires time.Time
-}
-
-// maxCachedTokens bounds the cache; expired entries go first.
+// maxCachedTokens bounds the cache of accepted tokens; expired entries go
+// first.
 const maxCachedTokens = 50000
 
 func (a *tokenReviewAuth) Authenticate(ctx context.Context, token, remoteAddr string) (Identity, error) {
@@ -122,16 +114,13 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token, remoteAddr st
 	if err := checkToken(token, a.audience, now); err != nil {
 		return Identity{}, gate.Errorf(gate.CodeUnauthenticated, "%v (the token must be a projected service-account token with audience %q)", err, a.audience)
 	}
-	key := sha256.Sum256([]byte(token))
+	if id, ok := a.accepted.Get(token, now); ok {
+		return id, nil
+	}
+	if err, ok := a.refused.Get(token, now); ok {
+		return Identity{}, err
+	}
 	a.mu.Lock()
-	if c, ok := a.cache[key]; ok && now.Before(c.expires) {
-		a.mu.Unlock()
-		return c.id, nil
-	}
-	if r, ok := a.refused[key]; ok && now.Before(r.expires) {
-		a.mu.Unlock()
-		return Identity{}, r.err
-	}
 	lim := a.limiter(remoteAddr, now)
 	a.mu.Unlock()
 	if !lim.AllowN(now, 1) {
@@ -155,50 +144,26 @@ func (a *tokenReviewAuth) Authenticate(ctx context.Context, token, remoteAddr st
 		if msg == "" {
 			msg = "token not authenticated"
 		}
-		return Identity{}, a.refuse(key, now, gate.Errorf(gate.CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience))
+		return Identity{}, a.refuse(token, now, gate.Errorf(gate.CodeUnauthenticated, "%s (the token must be a projected service-account token with audience %q)", msg, a.audience))
 	}
 	if len(st.Audiences) > 0 && !contains(st.Audiences, a.audience) {
-		return Identity{}, a.refuse(key, now, gate.Errorf(gate.CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience))
+		return Identity{}, a.refuse(token, now, gate.Errorf(gate.CodeUnauthenticated, "token audiences %v do not include %q", st.Audiences, a.audience))
 	}
 	id, err := identityOf(st.User)
 	if err != nil {
 		var ge *gate.Error
 		if errors.As(err, &ge) {
-			a.refuse(key, now, ge)
+			a.refuse(token, now, ge)
 		}
 		return Identity{}, err
 	}
-	a.mu.Lock()
-	if len(a.cache) >= maxCachedTokens {
-		for k, c := range a.cache {
-			if now.After(c.expires) {
-				delete(a.cache, k)
-			}
-		}
-		if len(a.cache) >= maxCachedTokens {
-			a.cache = map[[32]byte]cachedIdentity{}
-		}
-	}
-	a.cache[key] = cachedIdentity{id: id, expires: now.Add(a.ttl)}
-	a.mu.Unlock()
+	a.accepted.Put(token, id, now, a.ttl)
 	return id, nil
 }
 
 // refuse remembers a refused token for NegativeTTL.
-func (a *tokenReviewAuth) refuse(key [32]byte, now time.Time, err *gate.Error) *gate.Error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.refused) >= maxRefused {
-		for k, r := range a.refused {
-			if !now.Before(r.expires) {
-				delete(a.refused, k)
-			}
-		}
-		if len(a.refused) >= maxRefused {
-			clear(a.refused)
-		}
-	}
-	a.refused[key] = cachedRefusal{err: err, expires: now.Add(NegativeTTL)}
+func (a *tokenReviewAuth) refuse(token string, now time.Time, err *gate.Error) *gate.Error {
+	a.refused.Put(token, err, now, NegativeTTL)
 	return err
 }
 
