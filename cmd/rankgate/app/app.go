@@ -66,10 +66,20 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 		}
 	} else if err != nil {
 		// Cobra's own errors: unknown flags, wrong argument counts.
-		fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
+		fmt.Fprintf(streams.Err, "rankgate: %v\nRun '%s --help' for usage.\n", err, failedCommandPath(root, args))
 		err = verdict.WithCode(verdict.ExitUsage, err)
 	}
 	return verdict.Code(err)
+}
+
+// failedCommandPath is the command a command line names ("rankgate
+// status"), for the usage hint; the root when none is found.
+func failedCommandPath(root *cobra.Command, args []string) string {
+	c, _, err := root.Find(args)
+	if err != nil || c == nil {
+		return root.CommandPath()
+	}
+	return c.CommandPath()
 }
 
 // commandError marks an error that a command returned, as opposed to
@@ -113,6 +123,9 @@ type rootOptions struct {
 	ConfigFile string
 	LogLevel   string
 	LogFormat  string
+	// Verbosity is kubectl's -v: 0 keeps the default level, 1 to 3 log
+	// at info, 4 and above at debug.
+	Verbosity int
 }
 
 // Defaults of the global flags whose flag default is empty ("not given":
@@ -149,18 +162,25 @@ reason a person can act on.`,
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
 	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
+	pf.IntVarP(&a.root.Verbosity, "v", "v", 0, "log verbosity as kubectl's -v: 1-3 info, 4 and above debug (--log-level wins)")
 	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
 	root.AddCommand(a.commands()...)
 	registerCompletions(root)
 	return root
 }
 
-// logLevel is the level given by flag, file or environment, else def.
+// logLevel is the level given by flag, file or environment, else the one
+// -v asks for, else def.
 func (a *App) logLevel(def string) string {
-	if a.root.LogLevel == "" {
-		return def
+	switch {
+	case a.root.LogLevel != "":
+		return a.root.LogLevel
+	case a.root.Verbosity >= 4:
+		return "debug"
+	case a.root.Verbosity >= 1 && def != "debug":
+		return "info"
 	}
-	return a.root.LogLevel
+	return def
 }
 
 func (a *App) logFormat() string {

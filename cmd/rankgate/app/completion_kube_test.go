@@ -4,10 +4,10 @@ package app
 
 import (
 	"errors"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +23,7 @@ import (
 // kubeconfig context's namespace.
 func useConnect(t *testing.T, l *cluster.Live, defaultNS string, err error) {
 	old := connect
-	connect = func(string, string, time.Duration) (*cluster.Live, string, error) { return l, defaultNS, err }
+	connect = func(*kubeconfig.Flags) (*cluster.Live, string, error) { return l, defaultNS, err }
 	t.Cleanup(func() { connect = old })
 }
 

@@ -4,6 +4,7 @@ package app
 
 import (
 	"errors"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestDiagnoseJobForms(t *testing.T) {
 	l, _ := fakeLive(t, clustertest.MakeNode("gpu-1").Allocatable("nvidia.com/gpu", "8").Obj(), job, pod)
 	useLive(t, l)
 	old := kubeconfigNamespace
-	kubeconfigNamespace = func(string, string) (string, error) { return "ml", nil }
+	kubeconfigNamespace = func(*kubeconfig.Flags) (string, error) { return "ml", nil }
 	t.Cleanup(func() { kubeconfigNamespace = old })
 
 	for _, args := range [][]string{
@@ -58,7 +59,9 @@ func TestDiagnoseJobForms(t *testing.T) {
 	}
 
 	// No kubeconfig to take the namespace from: exit 3.
-	kubeconfigNamespace = func(string, string) (string, error) { return "", errors.New("no configuration has been provided") }
+	kubeconfigNamespace = func(*kubeconfig.Flags) (string, error) {
+		return "", errors.New("no configuration has been provided")
+	}
 	code, _, errOut := run(t, nil, "diagnose", "job", "llm")
 	require.Equal(t, verdict.ExitEnvironment, code)
 	require.Contains(t, errOut, "kubeconfig: no configuration has been provided")

@@ -5,6 +5,7 @@ package app
 import (
 	"encoding/json"
 	"errors"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +101,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		args []string
 		err  string
 	}{
-		{[]string{"diagnose"}, "diagnose needs 'job NAMESPACE/NAME'"},
+		{[]string{"diagnose"}, "diagnose needs a job (JOB or 'job JOB'"},
 		{[]string{"diagnose", "--offline"}, "--offline needs at least one -f FILE"},
 		{[]string{"diagnose", "--offline", "-f", bad}, "bad.yaml: document 1 (Node gpu-7): status.allocatable nvidia.com/gpu is -3: must not be negative"},
 		{[]string{"diagnose", "--offline", "-f", yamlErr}, "broken.yaml: document 1: not valid YAML or JSON"},
@@ -133,7 +134,7 @@ func fakeLive(t *testing.T, objs ...runtime.Object) (*cluster.Live, *fake.Client
 
 func useLive(t *testing.T, l *cluster.Live) {
 	old := liveSource
-	liveSource = func(kubeconfig, context string) (*cluster.Live, error) { return l, nil }
+	liveSource = func(*kubeconfig.Flags) (*cluster.Live, error) { return l, nil }
 	t.Cleanup(func() { liveSource = old })
 }
 

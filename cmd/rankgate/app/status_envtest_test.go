@@ -307,7 +307,7 @@ func TestStatusOnAPIServer(t *testing.T) {
 		}{
 			{[]string{"-A", "train"}, "a job is named in one namespace"},
 			{[]string{"-A", "-n", "ml"}, "-A lists every namespace"},
-			{[]string{"-o", "table"}, `output format "table": want text, wide, json or yaml`},
+			{[]string{"-o", "table"}, `output format "table": want text, wide, json, yaml, name, jsonpath=TEMPLATE`},
 			{[]string{"Train"}, `"Train": not a job name`},
 			{[]string{"ml/train", "-n", "other"}, `the job names namespace "ml", --namespace says "other"`},
 			{[]string{"a", "b", "c"}, "accepts at most 2 arg(s)"},

@@ -1,6 +1,6 @@
 // Package kubeconfig finds the API server the way kubectl does, for every
-// rankgate command that talks to one (diagnose, status, controller): the
-// kubectl connection flags are cli-runtime's ConfigFlags, read here.
+// rankgate command that talks to one (diagnose, status, controller), with
+// kubectl's connection flags.
 package kubeconfig
 
 import (
@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
@@ -36,21 +36,41 @@ func Load(path, context, userAgent string) (*rest.Config, error) {
 // it: the context's namespace, else the pod's own namespace in a cluster,
 // else "default".
 func LoadWithNamespace(path, context, userAgent string) (*rest.Config, string, error) {
-	f := genericclioptions.NewConfigFlags(false)
-	f.KubeConfig, f.Context = &path, &context
-	return FromFlags(f, userAgent)
+	return FromFlags(&Flags{Kubeconfig: path, Overrides: clientcmd.ConfigOverrides{CurrentContext: context}}, userAgent)
 }
 
-// FromFlags is Load with every kubectl connection flag that f carries
-// (--kubeconfig, --context, --server, --token, --as, --request-timeout...),
-// and the default namespace (-n, else as LoadWithNamespace picks it).
-// Unlike kubectl, no file and no in-cluster config is an error, not a
-// guess at localhost:8080. Errors name the kubeconfig files tried.
-func FromFlags(f *genericclioptions.ConfigFlags, userAgent string) (*rest.Config, string, error) {
-	cc, rules := loader(f)
-	if err := guessing(f, rules); err != nil {
-		return nil, "", err
+// Flags are kubectl's connection flags: --kubeconfig and client-go's
+// override flags (clientcmd.RecommendedConfigOverrideFlags, the set
+// kubectl's own ConfigFlags offers): --context, --cluster, --user, -n,
+// --server, --token, --as, --as-group, --as-uid, the TLS flags and
+// --request-timeout.
+type Flags struct {
+	Kubeconfig string
+	Overrides  clientcmd.ConfigOverrides
+}
+
+// AddFlags registers the flags on fs, --request-timeout with the
+// default timeout ("30s"; kubectl's form: a duration or seconds, 0 for
+// none). withNamespace false leaves -n to the command.
+func (f *Flags) AddFlags(fs *pflag.FlagSet, timeout string, withNamespace bool) {
+	fs.StringVar(&f.Kubeconfig, clientcmd.RecommendedConfigPathFlag, f.Kubeconfig, "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	names := clientcmd.RecommendedConfigOverrideFlags("")
+	// Basic auth is gone from Kubernetes; no proxy or compression knobs.
+	names.AuthOverrideFlags.Username.LongName, names.AuthOverrideFlags.Password.LongName = "", ""
+	names.ClusterOverrideFlags.ProxyURL.LongName, names.ClusterOverrideFlags.DisableCompression.LongName = "", ""
+	if !withNamespace {
+		names.ContextOverrideFlags.Namespace.LongName, names.ContextOverrideFlags.Namespace.ShortName = "", ""
 	}
+	names.Timeout.Default = timeout
+	names.Timeout.Description = "deadline of each call to the API server: a duration like 30s, or seconds (0: none)"
+	clientcmd.BindOverrideFlags(&f.Overrides, fs, names)
+}
+
+// FromFlags is Load with every connection flag of f, and the default
+// namespace (-n, else as LoadWithNamespace picks it). Errors name the
+// kubeconfig files tried.
+func FromFlags(f *Flags, userAgent string) (*rest.Config, string, error) {
+	cc, rules := loader(f)
 	cfg, err := cc.ClientConfig()
 	if err != nil {
 		return nil, "", sourceError(rules, err)
@@ -67,9 +87,7 @@ func FromFlags(f *genericclioptions.ConfigFlags, userAgent string) (*rest.Config
 // (path, $KUBECONFIG or ~/.kube/config), sorted; none for the in-cluster
 // config.
 func Contexts(path string) ([]string, error) {
-	f := genericclioptions.NewConfigFlags(false)
-	f.KubeConfig = &path
-	cc, rules := loader(f)
+	cc, rules := loader(&Flags{Kubeconfig: path})
 	raw, err := cc.RawConfig()
 	if err != nil {
 		return nil, sourceError(rules, err)
@@ -82,44 +100,21 @@ func Contexts(path string) ([]string, error) {
 	return out, nil
 }
 
-// loader is f's client config with its loading rules adjusted: the home
-// directory as it is now, not as it was when the process started
-// (clientcmd.RecommendedHomeFile), and no default server to fall back on.
-func loader(f *genericclioptions.ConfigFlags) (clientcmd.ClientConfig, *clientcmd.ClientConfigLoadingRules) {
-	cc := f.ToRawKubeConfigLoader()
-	rules, ok := cc.ConfigAccess().(*clientcmd.ClientConfigLoadingRules)
-	if !ok {
-		return cc, nil
-	}
-	rules.DefaultClientConfig = nil
+// loader reads the kubeconfig in kubectl's order, with the home directory
+// as it is now, not as it was when the process started
+// (clientcmd.RecommendedHomeFile).
+func loader(f *Flags) (clientcmd.ClientConfig, *clientcmd.ClientConfigLoadingRules) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
 		rules.Precedence = []string{filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)}
 	}
-	return cc, rules
-}
-
-// guessing refuses what kubectl does with no kubeconfig file, no
-// --server and outside a pod: talk to http://localhost:8080.
-func guessing(f *genericclioptions.ConfigFlags, rules *clientcmd.ClientConfigLoadingRules) error {
-	if rules == nil || rules.GetExplicitFile() != "" || (f.APIServer != nil && *f.APIServer != "") {
-		return nil
-	}
-	for _, p := range rules.GetLoadingPrecedence() {
-		if _, err := os.Stat(p); err == nil {
-			return nil
-		}
-	}
-	if _, err := rest.InClusterConfig(); err == nil {
-		return nil
-	}
-	return sourceError(rules, clientcmd.ErrEmptyConfig)
+	rules.ExplicitPath = f.Kubeconfig
+	overrides := f.Overrides
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &overrides), rules
 }
 
 // sourceError names the files a failed load read or looked for.
 func sourceError(rules *clientcmd.ClientConfigLoadingRules, err error) error {
-	if rules == nil {
-		return err
-	}
 	if p := rules.GetExplicitFile(); p != "" {
 		if strings.Contains(err.Error(), p) {
 			return err

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 func writeKubeconfig(t *testing.T, path, server string) {
@@ -101,11 +101,11 @@ func TestFromFlagsOverrides(t *testing.T) {
 	writeKubeconfig(t, path, "https://h:6443")
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 
-	f := genericclioptions.NewConfigFlags(false)
-	server, token, as, timeout, ns := "https://other:6443", "secret", "alice", "45s", "ml"
-	groups := []string{"team"}
-	f.KubeConfig, f.APIServer, f.BearerToken, f.Impersonate, f.ImpersonateGroup, f.Timeout, f.Namespace = &path, &server, &token, &as, &groups, &timeout, &ns
-	cfg, gotNS, err := FromFlags(f, "ua")
+	var f Flags
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.AddFlags(fs, "30s", true)
+	require.NoError(t, fs.Parse([]string{"--kubeconfig", path, "--server", "https://other:6443", "--token", "secret", "--as", "alice", "--as-group", "team", "--request-timeout", "45s", "-n", "ml"}))
+	cfg, gotNS, err := FromFlags(&f, "ua")
 	require.NoError(t, err)
 	require.Equal(t, "https://other:6443", cfg.Host)
 	require.Equal(t, "secret", cfg.BearerToken)
@@ -118,12 +118,16 @@ func TestFromFlagsOverrides(t *testing.T) {
 	// --server and --token alone, without any file: no guess needed.
 	t.Setenv("HOME", filepath.Join(dir, "empty"))
 	t.Setenv("KUBECONFIG", "")
-	f = genericclioptions.NewConfigFlags(false)
-	f.APIServer, f.BearerToken = &server, &token
-	cfg, gotNS, err = FromFlags(f, "")
+	f = Flags{}
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.AddFlags(fs, "30s", true)
+	require.NoError(t, fs.Parse([]string{"--server", "https://other:6443", "--token", "secret"}))
+	cfg, gotNS, err = FromFlags(&f, "")
 	require.NoError(t, err)
 	require.Equal(t, "https://other:6443", cfg.Host)
 	require.Equal(t, "default", gotNS)
+	require.Equal(t, 30*time.Second, cfg.Timeout, "the default --request-timeout")
+	require.Nil(t, fs.Lookup("password"), "no basic auth")
 }
 
 // A kubeconfig error names the file it read or looked for.
