@@ -5,6 +5,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -239,7 +240,7 @@ func (s *gangShow) show(gangs []v1alpha1.Gang) error {
 	s.shown++
 	switch {
 	case s.p != nil:
-		return s.p.PrintObj(printableList(gangs), out)
+		return printGangs(s.p, gangs, out)
 	case !human:
 		return gangstatus.WriteList(out, gangs, s.o.Output)
 	case len(gangs) == 0:
@@ -259,6 +260,21 @@ func (s *gangShow) show(gangs []v1alpha1.Gang) error {
 	for _, g := range latestAttempts(gangs) {
 		fmt.Fprintln(out)
 		if err := gangstatus.WriteDetail(out, g, now, wide); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printGangs prints the gangs with a cli-runtime printer: the name
+// printer takes them one by one, the template printers as one List.
+func printGangs(p printers.ResourcePrinter, gangs []v1alpha1.Gang, w io.Writer) error {
+	l := printableList(gangs)
+	if _, ok := p.(*printers.NamePrinter); !ok {
+		return p.PrintObj(l, w)
+	}
+	for i := range l.Items {
+		if err := p.PrintObj(&l.Items[i], w); err != nil {
 			return err
 		}
 	}
