@@ -250,11 +250,11 @@ func jobOf(jobs []kubeflow.Job, w schedule.Workload) kubeflow.Job {
 }
 
 // writeReports prints several reports: text one after another, JSON or
-// YAML as one list (a single live report is printed as one object, like
-// preflight's).
+// YAML as one ReportList document (a single live report is printed as one
+// Report, like preflight's).
 func writeReports(w io.Writer, rs []verdict.Report, format string) error {
 	if isDocument(format) {
-		return verdict.WriteDocument(w, rs, format)
+		return verdict.WriteDocument(w, verdict.NewDocumentList(rs), format)
 	}
 	for i, r := range rs {
 		if i > 0 {

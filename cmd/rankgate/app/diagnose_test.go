@@ -3,7 +3,6 @@
 package app
 
 import (
-	"encoding/json"
 	"errors"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
@@ -55,8 +54,7 @@ func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
 	code := Run(t.Context(), Streams{In: strings.NewReader(string(data)), Out: &out, Err: &errb},
 		[]string{"diagnose", "--offline", "-f", "-", "-o", "json"})
 	require.Equal(t, verdict.ExitFail, code, errb.String())
-	var rs []verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(out.String()), &rs), out.String())
+	rs := decodeReportList(t, out.String())
 	require.Len(t, rs, 1)
 	require.Equal(t, verdict.VerdictFail, rs[0].Verdict)
 	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
@@ -196,8 +194,7 @@ func TestDiagnoseLive(t *testing.T) {
 func TestDiagnoseOfflineNCCLSettings(t *testing.T) {
 	code, out, _ := run(t, nil, "diagnose", "--offline", "-f", filepath.Join("testdata", "nccl-nvls-mig-job.yaml"), "-o", "json")
 	require.Equal(t, verdict.ExitFail, code, out)
-	var rs []verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	rs := decodeReportList(t, out)
 	require.Len(t, rs, 1)
 	byRule := map[string]verdict.Finding{}
 	for _, f := range rs[0].Findings {
