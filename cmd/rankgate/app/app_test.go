@@ -251,3 +251,45 @@ func TestInventoryListSources(t *testing.T) {
 	require.Equal(t, 60, inv.GPUs[0].MIGDevices[0].SMs) // SMs come from the table, UUIDs from -L
 	require.NotEmpty(t, inv.GPUs[0].MIGDevices[0].UUID)
 }
+
+// A usage error names the help of the command it was made on.
+func TestUsageErrorNamesTheSubcommandHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		help string
+	}{
+		{[]string{"status", "--no-such-flag"}, "Run 'rankgate status --help' for usage."},
+		{[]string{"diagnose", "job", "a", "b", "c"}, "Run 'rankgate diagnose job --help' for usage."},
+		{[]string{"preflight", "--devices"}, "Run 'rankgate preflight --help' for usage."},
+		{[]string{"--no-such-flag"}, "Run 'rankgate --help' for usage."},
+	} {
+		code, out, errOut := run(t, nil, tc.args...)
+		require.Equal(t, verdict.ExitUsage, code, "%v: %s", tc.args, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, tc.help, tc.args)
+	}
+}
+
+// -v is kubectl's verbosity, mapped onto the log level; --log-level wins.
+func TestVerbosityFlag(t *testing.T) {
+	for _, tc := range []struct {
+		level     string
+		verbosity int
+		def, want string
+	}{
+		{"", 0, "warn", "warn"},
+		{"", 1, "warn", "info"},
+		{"", 3, "warn", "info"},
+		{"", 4, "warn", "debug"},
+		{"", 9, "info", "debug"},
+		{"error", 6, "warn", "error"},
+	} {
+		a := &App{root: rootOptions{LogLevel: tc.level, Verbosity: tc.verbosity}}
+		require.Equal(t, tc.want, a.logLevel(tc.def), "%+v", tc)
+	}
+	code, out, errOut := run(t, nil, "-v", "4", "version")
+	require.Equal(t, 0, code, errOut)
+	require.NotEmpty(t, out)
+	code, _, errOut = run(t, nil, "-v", "x", "version")
+	require.Equal(t, verdict.ExitUsage, code, errOut)
+}

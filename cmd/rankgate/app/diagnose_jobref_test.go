@@ -4,11 +4,12 @@ package app
 
 import (
 	"errors"
-	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
@@ -39,6 +40,10 @@ func TestDiagnoseJobForms(t *testing.T) {
 			code, out, errOut := run(t, nil, append([]string{"diagnose", "job", "-o", "json"}, args...)...)
 			require.Equal(t, verdict.ExitPass, code, errOut)
 			require.Equal(t, "PyTorchJob ml/llm", decodeReport(t, out).Subject)
+			// diagnose JOB, as status JOB: the same report.
+			code, same, errOut := run(t, nil, append([]string{"diagnose", "-o", "json"}, args...)...)
+			require.Equal(t, verdict.ExitPass, code, errOut)
+			require.Equal(t, out, same)
 		})
 	}
 	code, out, _ := run(t, nil, "diagnose", "pod", "llm-worker-0", "-o", "json")
@@ -55,6 +60,20 @@ func TestDiagnoseJobForms(t *testing.T) {
 	} {
 		code, _, errOut := run(t, nil, append([]string{"diagnose", "job"}, tc.args...)...)
 		require.Equal(t, verdict.ExitUsage, code, errOut)
+		require.Contains(t, errOut, tc.msg)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"ml/llm", "--offline"}, `--offline judges the objects in -f files: drop "ml/llm"`},
+		{[]string{"ml/llm", "-f", "dump.yaml"}, "-f FILE is read with --offline only"},
+		{[]string{"a", "b", "c"}, "accepts at most 2 arg(s)"},
+	} {
+		code, out, errOut := run(t, nil, append([]string{"diagnose"}, tc.args...)...)
+		require.Equal(t, verdict.ExitUsage, code, errOut)
+		require.Empty(t, out)
 		require.Contains(t, errOut, tc.msg)
 	}
 
