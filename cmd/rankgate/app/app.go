@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/rankgate/rankgate/verdict"
@@ -43,15 +45,38 @@ func Main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go h.watch(sigs)
-	code := Run(context.WithValue(ctx, interruptsKey{}, h), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	code := runAs(context.WithValue(ctx, interruptsKey{}, h), displayName(os.Args[0]), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
 	signal.Stop(sigs)
 	os.Exit(code)
 }
 
 // Run executes one rankgate command line and returns its exit code.
 func Run(ctx context.Context, streams Streams, args []string) int {
+	return runAs(ctx, "rankgate", streams, args)
+}
+
+// pluginName is the binary's name as a kubectl plugin: kubectl finds
+// kubectl-rankgate on the PATH (krew installs it so) and runs it for
+// 'kubectl rankgate ...'.
+const pluginName = "kubectl-rankgate"
+
+// displayName is how help and usage errors name the command: "kubectl
+// rankgate" when the binary runs as the kubectl plugin, else "rankgate".
+func displayName(argv0 string) string {
+	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	if base == pluginName {
+		return "kubectl rankgate"
+	}
+	return "rankgate"
+}
+
+// runAs is Run with the name help and usage errors show.
+func runAs(ctx context.Context, name string, streams Streams, args []string) int {
 	a := &App{Streams: streams, Log: zap.NewNop()}
 	root := a.newRootCommand()
+	if name != root.Name() {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
+	}
 	markCommandErrors(root)
 	root.SetArgs(args)
 	root.SetIn(streams.In)

@@ -293,3 +293,26 @@ func TestVerbosityFlag(t *testing.T) {
 	code, _, errOut = run(t, nil, "-v", "x", "version")
 	require.Equal(t, verdict.ExitUsage, code, errOut)
 }
+
+// Installed as kubectl-rankgate (krew links it so), the binary is the
+// kubectl plugin: the same commands, its help and hints say "kubectl
+// rankgate".
+func TestKubectlPluginName(t *testing.T) {
+	require.Equal(t, "kubectl rankgate", displayName("/home/u/.krew/bin/kubectl-rankgate"))
+	require.Equal(t, "kubectl rankgate", displayName("kubectl-rankgate.exe"))
+	require.Equal(t, "rankgate", displayName("/usr/local/bin/rankgate"))
+	require.Equal(t, "rankgate", displayName("rankgate_v1.0.0_linux_amd64"))
+
+	var out, errb bytes.Buffer
+	code := runAs(context.Background(), displayName("kubectl-rankgate"), Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, []string{"status", "--help"})
+	require.Equal(t, 0, code, errb.String())
+	require.Contains(t, out.String(), "kubectl rankgate status [JOB]")
+	out.Reset()
+	code = runAs(context.Background(), "kubectl rankgate", Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, []string{"status", "--no-such-flag"})
+	require.Equal(t, verdict.ExitUsage, code)
+	require.Contains(t, errb.String(), "Run 'kubectl rankgate status --help' for usage.")
+	out.Reset()
+	code = runAs(context.Background(), "kubectl rankgate", Streams{In: strings.NewReader(""), Out: &out, Err: &errb}, []string{"demo", "-o", "json"})
+	require.Equal(t, 0, code, errb.String())
+	require.Len(t, decodeReportList(t, out.String()), 2, "the same commands as rankgate")
+}
