@@ -51,7 +51,8 @@ type Flags struct {
 
 // AddFlags registers the flags on fs, --request-timeout with the
 // default timeout ("30s"; kubectl's form: a duration or seconds, 0 for
-// none). withNamespace false leaves -n to the command.
+// none), or without --request-timeout when timeout is "" (a long-running
+// watcher). withNamespace false leaves -n to the command.
 func (f *Flags) AddFlags(fs *pflag.FlagSet, timeout string, withNamespace bool) {
 	fs.StringVar(&f.Kubeconfig, clientcmd.RecommendedConfigPathFlag, f.Kubeconfig, "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
 	names := clientcmd.RecommendedConfigOverrideFlags("")
@@ -60,6 +61,9 @@ func (f *Flags) AddFlags(fs *pflag.FlagSet, timeout string, withNamespace bool) 
 	names.ClusterOverrideFlags.ProxyURL.LongName, names.ClusterOverrideFlags.DisableCompression.LongName = "", ""
 	if !withNamespace {
 		names.ContextOverrideFlags.Namespace.LongName, names.ContextOverrideFlags.Namespace.ShortName = "", ""
+	}
+	if timeout == "" {
+		names.Timeout.LongName = ""
 	}
 	names.Timeout.Default = timeout
 	names.Timeout.Description = "deadline of each call to the API server: a duration like 30s, or seconds (0: none)"
