@@ -20,6 +20,14 @@ import (
 // cluster as a user (status, diagnose): --kubeconfig, --context,
 // --cluster, --user, -n, --server, --token, --as, --as-group, --as-uid,
 // the TLS flags and --request-timeout (kubeconfig.Flags).
+//
+// They are client-go's clientcmd override flags, the set cli-runtime's
+// genericclioptions.ConfigFlags binds, rather than ConfigFlags itself:
+// that package links kustomize, whose plugin loader imports Go's plugin
+// package, which makes the binary resolve every symbol at start; the
+// NVML symbols are resolved only when libnvidia-ml is opened, so such a
+// binary does not start on a machine without the driver (this one's tests
+// included). Output goes through cli-runtime's printers package.
 type kubeFlags struct {
 	Config kubeconfig.Flags
 }
