@@ -24,10 +24,11 @@ import (
 // They are client-go's clientcmd override flags, the set cli-runtime's
 // genericclioptions.ConfigFlags binds, rather than ConfigFlags itself:
 // that package links kustomize, whose plugin loader imports Go's plugin
-// package, which makes the binary resolve every symbol at start; the
-// NVML symbols are resolved only when libnvidia-ml is opened, so such a
-// binary does not start on a machine without the driver (this one's tests
-// included). Output goes through cli-runtime's printers package.
+// package, and a binary that links it together with go-nvml stops at
+// start with "undefined symbol: nvmlDevice..." where libnvidia-ml is not
+// installed (go-nvml leaves those symbols to be found when it opens the
+// library). Output goes through cli-runtime's printers package, which
+// links neither.
 type kubeFlags struct {
 	Config kubeconfig.Flags
 }
