@@ -78,7 +78,7 @@ API server or the Gang CRD is missing, or access is denied.`,
   rankgate status -n ml -o jsonpath='{.items[*].status.phase}'
   rankgate status train -n ml -o go-template='{{range .items}}{{.status.progress}}{{"\n"}}{{end}}'`,
 		Args:              cobra.MaximumNArgs(2),
-		Annotations:       map[string]string{outputFormatsAnnotation: strings.Join(statusFormats, ",")},
+		Annotations:       map[string]string{outputFormatsAnnotation: strings.Join(append(slices.Clone(statusFormats), "name"), ",")},
 		ValidArgsFunction: completeJobArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.runStatus(cmd.Context(), o, args)
