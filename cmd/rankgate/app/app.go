@@ -143,6 +143,11 @@ type App struct {
 	root    rootOptions
 }
 
+// clientVerbosity passes -v on to the Kubernetes client libraries, whose
+// request logs kubectl users know from -v 6 to 9 (the full build sets it;
+// the node build talks to no API server).
+var clientVerbosity = func(int) error { return nil }
+
 // rootOptions are the global flags.
 type rootOptions struct {
 	ConfigFile string
@@ -181,13 +186,18 @@ reason a person can act on.`,
 				return verdict.WithCode(verdict.ExitUsage, err)
 			}
 			a.Log = log
+			if a.root.Verbosity > 0 {
+				if err := clientVerbosity(a.root.Verbosity); err != nil {
+					return verdict.Exitf(verdict.ExitUsage, "-v %d: %v", a.root.Verbosity, err)
+				}
+			}
 			return nil
 		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
 	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
-	pf.IntVarP(&a.root.Verbosity, "v", "v", 0, "log verbosity as kubectl's -v: 1-3 info, 4 and above debug (--log-level wins)")
+	pf.IntVarP(&a.root.Verbosity, "v", "v", 0, "log verbosity as kubectl's -v: 1-3 info, 4 and above debug (--log-level wins); 6 and above also the API requests")
 	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
 	root.AddCommand(a.commands()...)
 	registerCompletions(root)

@@ -270,30 +270,6 @@ func TestUsageErrorNamesTheSubcommandHelp(t *testing.T) {
 	}
 }
 
-// -v is kubectl's verbosity, mapped onto the log level; --log-level wins.
-func TestVerbosityFlag(t *testing.T) {
-	for _, tc := range []struct {
-		level     string
-		verbosity int
-		def, want string
-	}{
-		{"", 0, "warn", "warn"},
-		{"", 1, "warn", "info"},
-		{"", 3, "warn", "info"},
-		{"", 4, "warn", "debug"},
-		{"", 9, "info", "debug"},
-		{"error", 6, "warn", "error"},
-	} {
-		a := &App{root: rootOptions{LogLevel: tc.level, Verbosity: tc.verbosity}}
-		require.Equal(t, tc.want, a.logLevel(tc.def), "%+v", tc)
-	}
-	code, out, errOut := run(t, nil, "-v", "4", "version")
-	require.Equal(t, 0, code, errOut)
-	require.NotEmpty(t, out)
-	code, _, errOut = run(t, nil, "-v", "x", "version")
-	require.Equal(t, verdict.ExitUsage, code, errOut)
-}
-
 // Installed as kubectl-rankgate (krew links it so), the binary is the
 // kubectl plugin: the same commands, its help and hints say "kubectl
 // rankgate".

@@ -5,11 +5,14 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
@@ -31,6 +34,16 @@ import (
 // links neither.
 type kubeFlags struct {
 	Config kubeconfig.Flags
+}
+
+func init() { clientVerbosity = setKlogVerbosity }
+
+// setKlogVerbosity sets client-go's log verbosity (klog's -v): at 6 and
+// above it logs each API request, as kubectl does.
+func setKlogVerbosity(v int) error {
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	return fs.Set("v", strconv.Itoa(v))
 }
 
 // defaultRequestTimeout is --request-timeout's default on every command:
