@@ -29,7 +29,7 @@ func useConnect(t *testing.T, l *cluster.Live, defaultNS string, err error) {
 
 func TestCompletionOfClusterFlags(t *testing.T) {
 	words, dir := complete(t, "status", "-o", "")
-	require.Equal(t, []string{"text", "wide", "json", "yaml"}, words)
+	require.Equal(t, []string{"text", "wide", "json", "yaml", "name"}, words)
 	require.Equal(t, noFiles, dir)
 	words, _ = complete(t, "diagnose", "job", "x", "-o", "")
 	require.Subset(t, words, []string{"text", "json"})
