@@ -81,7 +81,7 @@ func follow(ctx context.Context, dyn dynamic.Interface, namespace string, job Jo
 		if err != nil {
 			return listError(err, namespace)
 		}
-		rv, err = drain(w, job, rv, byName, show)
+		rv, err = drain(ctx, w, job, rv, byName, show)
 		w.Stop()
 		if err != nil {
 			return err
@@ -90,10 +90,22 @@ func follow(ctx context.Context, dyn dynamic.Interface, namespace string, job Jo
 	return nil
 }
 
-// drain applies the events of one watch call until it ends; it returns
-// the last resource version seen.
-func drain(w watch.Interface, job Job, rv string, byName map[string]v1alpha1.Gang, show func([]v1alpha1.Gang) error) (string, error) {
-	for ev := range w.ResultChan() {
+// drain applies the events of one watch call until it or ctx ends; it
+// returns the last resource version seen.
+func drain(ctx context.Context, w watch.Interface, job Job, rv string, byName map[string]v1alpha1.Gang, show func([]v1alpha1.Gang) error) (string, error) {
+	for {
+		var (
+			ev watch.Event
+			ok bool
+		)
+		select {
+		case <-ctx.Done():
+			return rv, nil
+		case ev, ok = <-w.ResultChan():
+		}
+		if !ok {
+			return rv, nil
+		}
 		if ev.Type == watch.Error {
 			if status := apierrors.FromObject(ev.Object); apierrors.IsGone(status) || apierrors.IsResourceExpired(status) {
 				return rv, errRelist
@@ -125,7 +137,6 @@ func drain(w watch.Interface, job Job, rv string, byName map[string]v1alpha1.Gan
 			return rv, err
 		}
 	}
-	return rv, nil
 }
 
 func snapshot(byName map[string]v1alpha1.Gang) []v1alpha1.Gang {
