@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds a release into DIST (default dist/): the CLI for linux/amd64,
-# linux/arm64 and darwin/arm64, the node build for both Linux arches, the
-# install manifest (image pinned), the Helm chart package when helm is
-# built (bin/tools), and SHA256SUMS over all of them.
+# linux/arm64 and darwin/arm64 (each also as rankgate_VERSION_OS_ARCH.tar.gz
+# with LICENSE, the archives the krew plugin installs), the node build for
+# both Linux arches, the install manifest (image pinned), the Helm chart
+# package when helm is built (bin/tools), SHA256SUMS over all of them, and
+# the krew plugin manifest rankgate.krew.yaml (hack/krew-manifest.sh).
 #
 #   hack/release.sh VERSION [DIST]     a release
 #   hack/release.sh --cross            only compile every target (CI), into a temp dir
@@ -61,12 +63,28 @@ build() { # GOOS GOARCH CGO TAGS OUT
 		$GO build -trimpath ${tags:+-tags "$tags"} -ldflags "$ldflags" -o "$dist/$out" ./cmd/rankgate
 }
 
+# The CLI's targets, OS/ARCH; plugins/rankgate.yaml names one platform
+# for each (configs/krew_test.go checks it).
+cli_targets="linux/amd64 linux/arm64 darwin/arm64"
+for target in $cli_targets; do
+	os=${target%/*} arch=${target#*/} cgo=0
+	[[ "$os" == linux ]] && cgo=1
+	build "$os" "$arch" "$cgo" "" "rankgate_${version}_${os}_${arch}"
+done
 for arch in amd64 arm64; do
-	build linux "$arch" 1 "" "rankgate_${version}_linux_${arch}"
 	build linux "$arch" 1 rankgate_node "rankgate-node_${version}_linux_${arch}"
 done
-build darwin arm64 0 "" "rankgate_${version}_darwin_arm64"
 $cross && exit 0
+
+# The archives krew installs: the binary as rankgate, and the LICENSE.
+for target in $cli_targets; do
+	name="rankgate_${version}_${target%/*}_${target#*/}"
+	stage=$(mktemp -d)
+	cp "$dist/$name" "$stage/rankgate"
+	cp LICENSE "$stage/"
+	tar -C "$stage" --owner=0 --group=0 --numeric-owner -czf "$dist/$name.tar.gz" rankgate LICENSE
+	rm -rf "$stage"
+done
 
 make -s manifests RELEASE_VERSION="$version"
 if [[ "$dist" != dist ]]; then mv dist/rankgate.yaml "$dist/"; fi
@@ -77,5 +95,6 @@ else
 	echo "helm not built (make lint builds it) or no chart: no chart package" >&2
 fi
 (cd "$dist" && sha256sum -- * > SHA256SUMS)
+hack/krew-manifest.sh "$version" "$dist"
 echo "release $version in $dist:"
 ls -1 "$dist"

@@ -20,10 +20,11 @@ const (
 // Formats lists the output formats, in the order help texts name them.
 var Formats = []string{FormatText, FormatJSON, FormatYAML}
 
-// Write renders r as one JSON or YAML document, or as the human text.
+// Write renders r as one JSON or YAML document (a Document: with
+// apiVersion and kind), or as the human text.
 func Write(w io.Writer, r Report, format string) error {
 	if format == FormatJSON || format == FormatYAML {
-		return WriteDocument(w, r, format)
+		return WriteDocument(w, NewDocument(r), format)
 	}
 	return WriteText(w, r)
 }

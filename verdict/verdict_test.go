@@ -130,5 +130,5 @@ func TestWriteText(t *testing.T) {
 	require.Equal(t, "verdict: FAIL  node-a\n\nDEVICE  KIND  GPU  PROFILE  SMS  MEMORY\nGPU-1   gpu   0    ?        ?    ?\n\nFAIL  NO_DEVICES\n      no GPU\n      fix: request one\n", b.String())
 	b.Reset()
 	require.NoError(t, Write(&b, NewReport("", nil), FormatJSON))
-	require.JSONEq(t, `{"verdict":"pass","findings":[]}`, b.String())
+	require.JSONEq(t, `{"apiVersion":"rankgate.io/v1","kind":"Report","verdict":"pass","findings":[]}`, b.String())
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/rankgate/rankgate/verdict"
@@ -43,15 +45,38 @@ func Main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go h.watch(sigs)
-	code := Run(context.WithValue(ctx, interruptsKey{}, h), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	code := runAs(context.WithValue(ctx, interruptsKey{}, h), displayName(os.Args[0]), Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
 	signal.Stop(sigs)
 	os.Exit(code)
 }
 
 // Run executes one rankgate command line and returns its exit code.
 func Run(ctx context.Context, streams Streams, args []string) int {
+	return runAs(ctx, "rankgate", streams, args)
+}
+
+// pluginName is the binary's name as a kubectl plugin: kubectl finds
+// kubectl-rankgate on the PATH (krew installs it so) and runs it for
+// 'kubectl rankgate ...'.
+const pluginName = "kubectl-rankgate"
+
+// displayName is how help and usage errors name the command: "kubectl
+// rankgate" when the binary runs as the kubectl plugin, else "rankgate".
+func displayName(argv0 string) string {
+	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	if base == pluginName {
+		return "kubectl rankgate"
+	}
+	return "rankgate"
+}
+
+// runAs is Run with the name help and usage errors show.
+func runAs(ctx context.Context, name string, streams Streams, args []string) int {
 	a := &App{Streams: streams, Log: zap.NewNop()}
 	root := a.newRootCommand()
+	if name != root.Name() {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: name}
+	}
 	markCommandErrors(root)
 	root.SetArgs(args)
 	root.SetIn(streams.In)
@@ -66,10 +91,20 @@ func Run(ctx context.Context, streams Streams, args []string) int {
 		}
 	} else if err != nil {
 		// Cobra's own errors: unknown flags, wrong argument counts.
-		fmt.Fprintf(streams.Err, "rankgate: %v\nRun 'rankgate --help' for usage.\n", err)
+		fmt.Fprintf(streams.Err, "rankgate: %v\nRun '%s --help' for usage.\n", err, failedCommandPath(root, args))
 		err = verdict.WithCode(verdict.ExitUsage, err)
 	}
 	return verdict.Code(err)
+}
+
+// failedCommandPath is the command a command line names ("rankgate
+// status"), for the usage hint; the root when none is found.
+func failedCommandPath(root *cobra.Command, args []string) string {
+	c, _, err := root.Find(args)
+	if err != nil || c == nil {
+		return root.CommandPath()
+	}
+	return c.CommandPath()
 }
 
 // commandError marks an error that a command returned, as opposed to
@@ -108,11 +143,19 @@ type App struct {
 	root    rootOptions
 }
 
+// clientVerbosity passes -v on to the Kubernetes client libraries, whose
+// request logs kubectl users know from -v 6 to 9 (the full build sets it;
+// the node build talks to no API server).
+var clientVerbosity = func(int) error { return nil }
+
 // rootOptions are the global flags.
 type rootOptions struct {
 	ConfigFile string
 	LogLevel   string
 	LogFormat  string
+	// Verbosity is kubectl's -v: 0 keeps the default level, 1 to 3 log
+	// at info, 4 and above at debug.
+	Verbosity int
 }
 
 // Defaults of the global flags whose flag default is empty ("not given":
@@ -143,24 +186,36 @@ reason a person can act on.`,
 				return verdict.WithCode(verdict.ExitUsage, err)
 			}
 			a.Log = log
+			if a.root.Verbosity > 0 {
+				if err := clientVerbosity(a.root.Verbosity); err != nil {
+					return verdict.Exitf(verdict.ExitUsage, "-v %d: %v", a.root.Verbosity, err)
+				}
+			}
 			return nil
 		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.root.ConfigFile, "config", "", "config file (YAML, apiVersion rankgate.io/v1, kind Config); env RANKGATE_CONFIG")
 	pf.StringVar(&a.root.LogLevel, "log-level", "", "log level: debug, info, warn, error (default "+defaultLogLevel+")")
+	pf.IntVarP(&a.root.Verbosity, "v", "v", 0, "log verbosity as kubectl's -v: 1-3 info, 4 and above debug (--log-level wins); 6 and above also the API requests")
 	pf.StringVar(&a.root.LogFormat, "log-format", "", "log format: console or json (default "+defaultLogFormat+")")
 	root.AddCommand(a.commands()...)
 	registerCompletions(root)
 	return root
 }
 
-// logLevel is the level given by flag, file or environment, else def.
+// logLevel is the level given by flag, file or environment, else the one
+// -v asks for, else def.
 func (a *App) logLevel(def string) string {
-	if a.root.LogLevel == "" {
-		return def
+	switch {
+	case a.root.LogLevel != "":
+		return a.root.LogLevel
+	case a.root.Verbosity >= 4:
+		return "debug"
+	case a.root.Verbosity >= 1 && def != "debug":
+		return "info"
 	}
-	return a.root.LogLevel
+	return def
 }
 
 func (a *App) logFormat() string {

@@ -51,6 +51,21 @@ func golden(t *testing.T, name, got string) {
 	require.Equal(t, string(want), got)
 }
 
+// decodeReportList decodes a ReportList document (offline diagnose, demo)
+// and returns its reports.
+func decodeReportList(t *testing.T, s string) []verdict.Report {
+	t.Helper()
+	var l struct {
+		APIVersion string           `json:"apiVersion"`
+		Kind       string           `json:"kind"`
+		Items      []verdict.Report `json:"items"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s), &l), s)
+	require.Equal(t, verdict.APIVersion, l.APIVersion)
+	require.Equal(t, verdict.KindReportList, l.Kind)
+	return l.Items
+}
+
 func decodeReport(t *testing.T, s string) verdict.Report {
 	t.Helper()
 	var r verdict.Report

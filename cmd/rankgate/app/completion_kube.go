@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -56,9 +57,7 @@ func completeContexts(cmd *cobra.Command, _ []string, toComplete string) ([]cobr
 }
 
 func completeNamespaces(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-	path, _ := cmd.Flags().GetString("kubeconfig")
-	kctx, _ := cmd.Flags().GetString("context")
-	l, _, err := connect(path, kctx, completionTimeout)
+	l, _, err := connect(completionConfigFlags(cmd))
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
@@ -109,20 +108,39 @@ func completeJobArgs(cmd *cobra.Command, args []string, toComplete string) ([]co
 	return out, none
 }
 
+// completionConfigFlags are the connection flags given so far on the
+// command line being completed, with the completion's own deadline.
+func completionConfigFlags(cmd *cobra.Command) *kubeconfig.Flags {
+	var cf kubeconfig.Flags
+	fs := pflag.NewFlagSet("completion", pflag.ContinueOnError)
+	cf.AddFlags(fs, completionTimeout.String(), true)
+	fs.VisitAll(func(f *pflag.Flag) {
+		given := cmd.Flags().Lookup(f.Name)
+		if given == nil || !given.Changed || f.Name == "request-timeout" {
+			return
+		}
+		if sv, ok := given.Value.(pflag.SliceValue); ok {
+			if dst, ok := f.Value.(pflag.SliceValue); ok {
+				_ = dst.Replace(sv.GetSlice())
+			}
+			return
+		}
+		_ = f.Value.Set(given.Value.String())
+	})
+	return &cf
+}
+
 type kindName struct{ kind, name string }
 
 // listJobs lists the jobs of the given kinds in the command's namespace
 // (-n, else the kubeconfig context's); nil on any error.
 func listJobs(cmd *cobra.Command, kinds []string) []kindName {
-	path, _ := cmd.Flags().GetString("kubeconfig")
-	kctx, _ := cmd.Flags().GetString("context")
-	ns, _ := cmd.Flags().GetString("namespace")
-	l, defaultNS, err := connect(path, kctx, completionTimeout)
+	l, ns, err := connect(completionConfigFlags(cmd))
 	if err != nil {
 		return nil
 	}
-	if ns == "" {
-		ns = defaultNS
+	if given, _ := cmd.Flags().GetString("namespace"); given != "" {
+		ns = given
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), completionTimeout)
 	defer cancel()

@@ -4,10 +4,10 @@ package app
 
 import (
 	"errors"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -23,13 +23,13 @@ import (
 // kubeconfig context's namespace.
 func useConnect(t *testing.T, l *cluster.Live, defaultNS string, err error) {
 	old := connect
-	connect = func(string, string, time.Duration) (*cluster.Live, string, error) { return l, defaultNS, err }
+	connect = func(*kubeconfig.Flags) (*cluster.Live, string, error) { return l, defaultNS, err }
 	t.Cleanup(func() { connect = old })
 }
 
 func TestCompletionOfClusterFlags(t *testing.T) {
 	words, dir := complete(t, "status", "-o", "")
-	require.Equal(t, []string{"text", "wide", "json", "yaml"}, words)
+	require.Equal(t, []string{"text", "wide", "json", "yaml", "name"}, words)
 	require.Equal(t, noFiles, dir)
 	words, _ = complete(t, "diagnose", "job", "x", "-o", "")
 	require.Subset(t, words, []string{"text", "json"})

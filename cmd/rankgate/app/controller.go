@@ -39,7 +39,9 @@ const defaultControllerNamespace = "rankgate-system"
 // go to controller.Options as they are.
 type controllerOptions struct {
 	controller.Options
-	Kubeconfig      string
+	// Kube are kubectl's connection flags, less -n (the controller's own
+	// namespace) and --request-timeout (its watches outlive any deadline).
+	Kube            kubeconfig.Flags
 	TrimCaches      bool
 	AdmissionChecks []string
 	// InitRequests and InitLimits are --init-requests and --init-limits.
@@ -69,7 +71,7 @@ that still reaches the other gets NotLeader and retries.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.runController(cmd.Context(), o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, then in-cluster config)")
+	o.Kube.AddFlags(f, "", false)
 	f.StringVar(&o.GateAddr, "gate-addr", controller.DefaultGateAddr, "HOST:PORT the gate API listens on (HTTPS)")
 	f.StringVar(&o.GateService, "gate-service", controller.DefaultGateService, "Service (in --namespace) through which ranks reach the gate: the leader publishes itself, at $POD_IP and the --gate-addr port, as its only endpoint (EndpointSlice <name>-leader); empty: not published")
 	f.StringVar(&o.CertDir, "cert-dir", "/etc/rankgate/tls", "directory with tls.crt and tls.key for the gate (reloaded when they change)")
@@ -164,9 +166,9 @@ func (a *App) runController(ctx context.Context, o *controllerOptions) error {
 	if !controller.ValidAction(opts.OnFail) {
 		return verdict.Exitf(verdict.ExitUsage, "--on-fail %q: want suspend, delete or annotate", opts.OnFail)
 	}
-	rc, err := kubeconfig.Load(o.Kubeconfig, "", "rankgate-controller/"+Version)
+	rc, _, err := kubeconfig.FromFlags(&o.Kube, "rankgate-controller/"+Version)
 	if err != nil {
-		return verdict.Exitf(verdict.ExitEnvironment, "%v", err)
+		return kubeconfigError(err)
 	}
 	podNS := os.Getenv("POD_NAMESPACE")
 	if podNS == "" {

@@ -15,12 +15,21 @@ func TestControllerFlags(t *testing.T) {
 	require.Contains(t, stderr, "--on-fail")
 
 	// Outside a cluster, without a kubeconfig: an environment failure.
-	code, _, stderr = run(t, nil, "controller", "--leader-elect=false")
+	code, _, stderr = run(t, map[string]string{"HOME": t.TempDir(), "KUBERNETES_SERVICE_HOST": ""}, "controller", "--leader-elect=false")
 	require.Equal(t, verdict.ExitEnvironment, code, stderr)
+	require.Contains(t, stderr, "rankgate: kubeconfig: no kubeconfig at ")
+	// The same connection flags as kubectl's, less -n (the controller's own
+	// namespace) and --request-timeout.
+	code, _, stderr = run(t, nil, "controller", "--leader-elect=false", "--kubeconfig", "/nonexistent/kc", "--context", "prod")
+	require.Equal(t, verdict.ExitEnvironment, code, stderr)
+	require.Contains(t, stderr, "/nonexistent/kc")
+	code, _, stderr = run(t, nil, "controller", "--request-timeout", "5s")
+	require.Equal(t, verdict.ExitUsage, code, stderr)
+	require.Contains(t, stderr, "unknown flag: --request-timeout")
 
 	code, out, _ := run(t, nil, "controller", "--help")
 	require.Equal(t, 0, code)
-	for _, f := range []string{"--kubeconfig", "--gate-addr", "--cert-dir", "--gang-timeout", "--on-fail", "--leader-elect", "--metrics-addr", "--health-addr"} {
+	for _, f := range []string{"--kubeconfig", "--context", "--server", "--token", "--as", "--gate-addr", "--cert-dir", "--gang-timeout", "--on-fail", "--leader-elect", "--metrics-addr", "--health-addr"} {
 		require.Contains(t, out, f)
 	}
 	code, out, _ = run(t, nil, "init", "--help")

@@ -68,7 +68,7 @@ in the order above (the shape of diagnose --offline -o json).`,
 				}
 			}
 			if isDocument(format) {
-				if err := a.printDocument(reports, format); err != nil {
+				if err := a.printDocument(verdict.NewDocumentList(reports), format); err != nil {
 					return err
 				}
 			}

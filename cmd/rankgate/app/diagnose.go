@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"time"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -26,8 +26,8 @@ import (
 
 // liveSource builds the API clients of live diagnose; tests replace it with
 // client-go fakes.
-var liveSource = func(path, context string) (*cluster.Live, error) {
-	cfg, err := kubeconfig.Load(path, context, "rankgate-diagnose/"+Version)
+var liveSource = func(f *kubeconfig.Flags) (*cluster.Live, error) {
+	cfg, _, err := kubeconfig.FromFlags(f, "rankgate-diagnose/"+Version)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ type diagnoseOptions struct {
 func (a *App) newDiagnoseCommand() *cobra.Command {
 	o := &diagnoseOptions{}
 	cmd := &cobra.Command{
-		Use:   "diagnose (job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE...",
+		Use:   "diagnose (JOB | job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE...",
 		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
 		Long: `diagnose decides whether a PyTorchJob, MPIJob or GPU pod can ever be placed,
 all its pods at once, and says why not: the GPU or MIG shape it asks for
@@ -61,7 +61,8 @@ layout change (RECONFIGURABLE), or is excluded by the pod's own rules
 mig-manager change (MIG_RECONFIG_PENDING).
 
 Live, it reads the cluster through your kubeconfig (nodes, pods, the job).
-JOB is ` + jobRefForms + `; the namespace comes from -n or
+JOB is ` + jobRefForms + `, as status takes it ('diagnose JOB' and
+'diagnose job JOB' are the same); the namespace comes from -n or
 NAMESPACE/NAME, else from the kubeconfig context.
 Offline, it reads 'kubectl get -o yaml' or '-o json' dumps (single objects,
 Lists, multi-document YAML) and judges every PyTorchJob and MPIJob in them
@@ -69,19 +70,15 @@ and every GPU pod not yet bound.
 
 Exit 0: schedulable now or waiting; 1: hopeless as it is; 2: bad input or
 usage; 3: the API server could not be reached.`,
-		Example: `  rankgate diagnose job ml/llm-finetune
-  rankgate diagnose job pytorchjob/llm-finetune -n ml
+		Example: `  rankgate diagnose ml/llm-finetune
+  rankgate diagnose pytorchjob/llm-finetune -n ml
+  rankgate diagnose job mpijob llm-finetune --context prod
   rankgate diagnose pod research/notebook-3g -o json
   kubectl get nodes,pods,pytorchjobs -A -o yaml > dump.yaml
   rankgate diagnose --offline -f dump.yaml
   rankgate diagnose --offline -f nodes.json -f job.yaml`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !o.Offline {
-				return verdict.Exitf(verdict.ExitUsage, "diagnose needs 'job NAMESPACE/NAME', 'pod NAMESPACE/NAME' (or -n NAMESPACE and a name) or --offline -f FILE")
-			}
-			return a.diagnoseOffline(cmd.Context(), o)
-		},
+		Args:              cobra.MaximumNArgs(2),
+		ValidArgsFunction: completeJobArgs,
 	}
 	pf := cmd.PersistentFlags()
 	addOutputFlag(pf, &o.Output, " (offline: one list of reports, one per workload)")
@@ -90,43 +87,71 @@ usage; 3: the API server could not be reached.`,
 	cmd.Flags().BoolVar(&o.Offline, "offline", false, "judge the objects in files instead of a live cluster")
 	cmd.Flags().StringArrayVarP(&o.Filenames, "filename", "f", nil, "with --offline: a kubectl get -o yaml|json dump (repeatable; - for stdin)")
 
-	live := func(use, short string, args cobra.PositionalArgs, parse func([]string) (jobRef, error), run func(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns string, ref jobRef) error) *cobra.Command {
-		c := &cobra.Command{
+	pf.StringVar(&o.Kind, "kind", "", kubeflow.KindList("or")+", when several kinds use the job's name")
+	o.register(cmd, true)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case o.Offline && len(args) > 0:
+			return usagef("--offline judges the objects in -f files: drop %q, or --offline to read the cluster", strings.Join(args, " "))
+		case o.Offline:
+			return a.diagnoseOffline(cmd.Context(), o)
+		case len(args) == 0:
+			return usagef("diagnose needs a job (JOB or 'job JOB': %s), 'pod [NAMESPACE/]NAME' or --offline -f FILE", jobRefForms)
+		}
+		return a.diagnoseLive(cmd.Context(), o, args, parseJobRef, a.diagnoseLiveJob)
+	}
+	live := func(use, short string, args cobra.PositionalArgs, parse func([]string) (jobRef, error), run liveRun) *cobra.Command {
+		return &cobra.Command{
 			Use:   use,
 			Short: short,
 			Args:  args,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := checkFormat(o.Output); err != nil {
-					return err
-				}
-				ref, err := parse(args)
-				if err != nil {
-					return err
-				}
-				ns, err := jobNamespace(ref, o.Namespace, o.contextNamespace)
-				if err != nil {
-					return err
-				}
-				l, err := liveSource(o.Kubeconfig, o.Context)
-				if err != nil {
-					return kubeconfigError(err)
-				}
-				ctx, cancel := context.WithTimeout(cmd.Context(), o.RequestTimeout)
-				defer cancel()
-				return run(ctx, o, l, ns, ref)
+				return a.diagnoseLive(cmd.Context(), o, args, parse, run)
 			},
 		}
-		o.register(c, 2*time.Minute, "deadline for reading the cluster")
-		return c
 	}
-	jobCmd := live("job JOB", "Diagnose a "+kubeflow.KindList("or")+" on a live cluster (JOB: "+jobRefForms+")",
+	jobCmd := live("job JOB", "Diagnose a "+kubeflow.KindList("or")+" on a live cluster (JOB: "+jobRefForms+"); the same as diagnose JOB",
 		cobra.RangeArgs(1, 2), parseJobRef, a.diagnoseLiveJob)
 	jobCmd.ValidArgsFunction = completeJobArgs
-	jobCmd.Flags().StringVar(&o.Kind, "kind", "", kubeflow.KindList("or")+", when several kinds use the name")
 	podCmd := live("pod [NAMESPACE/]NAME", "Diagnose a pod (its job when it belongs to one) on a live cluster",
 		cobra.ExactArgs(1), func(args []string) (jobRef, error) { return parsePodRef(args[0]) }, a.diagnoseLivePod)
 	cmd.AddCommand(jobCmd, podCmd)
 	return cmd
+}
+
+// liveRun judges one job or pod of a live cluster.
+type liveRun func(ctx context.Context, o *diagnoseOptions, l *cluster.Live, ns string, ref jobRef) error
+
+// diagnoseLive reads a job or pod from the arguments and judges it on
+// the cluster of the connection flags.
+func (a *App) diagnoseLive(ctx context.Context, o *diagnoseOptions, args []string, parse func([]string) (jobRef, error), run liveRun) error {
+	if err := checkFormat(o.Output); err != nil {
+		return err
+	}
+	if len(o.Filenames) > 0 {
+		return usagef("-f FILE is read with --offline only: add --offline, or drop -f to read the cluster")
+	}
+	timeout, err := o.requestTimeout()
+	if err != nil {
+		return err
+	}
+	ref, err := parse(args)
+	if err != nil {
+		return err
+	}
+	ns, err := jobNamespace(ref, o.namespaceFlag(), o.contextNamespace)
+	if err != nil {
+		return err
+	}
+	l, err := liveSource(&o.Config)
+	if err != nil {
+		return kubeconfigError(err)
+	}
+	// --request-timeout bounds each call (the clients' own timeout);
+	// the whole read gets one per kind it lists at most.
+	ctx, cancel := withTimeout(ctx, 4*timeout)
+	defer cancel()
+	return deadlineError(run(ctx, o, l, ns, ref), timeout)
 }
 
 // diagnoseEngine builds the engine with the configured data tables.
@@ -225,11 +250,11 @@ func jobOf(jobs []kubeflow.Job, w schedule.Workload) kubeflow.Job {
 }
 
 // writeReports prints several reports: text one after another, JSON or
-// YAML as one list (a single live report is printed as one object, like
-// preflight's).
+// YAML as one ReportList document (a single live report is printed as one
+// Report, like preflight's).
 func writeReports(w io.Writer, rs []verdict.Report, format string) error {
 	if isDocument(format) {
-		return verdict.WriteDocument(w, rs, format)
+		return verdict.WriteDocument(w, verdict.NewDocumentList(rs), format)
 	}
 	for i, r := range rs {
 		if i > 0 {

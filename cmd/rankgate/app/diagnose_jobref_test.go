@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
+
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/verdict"
@@ -22,7 +24,7 @@ func TestDiagnoseJobForms(t *testing.T) {
 	l, _ := fakeLive(t, clustertest.MakeNode("gpu-1").Allocatable("nvidia.com/gpu", "8").Obj(), job, pod)
 	useLive(t, l)
 	old := kubeconfigNamespace
-	kubeconfigNamespace = func(string, string) (string, error) { return "ml", nil }
+	kubeconfigNamespace = func(*kubeconfig.Flags) (string, error) { return "ml", nil }
 	t.Cleanup(func() { kubeconfigNamespace = old })
 
 	for _, args := range [][]string{
@@ -38,6 +40,10 @@ func TestDiagnoseJobForms(t *testing.T) {
 			code, out, errOut := run(t, nil, append([]string{"diagnose", "job", "-o", "json"}, args...)...)
 			require.Equal(t, verdict.ExitPass, code, errOut)
 			require.Equal(t, "PyTorchJob ml/llm", decodeReport(t, out).Subject)
+			// diagnose JOB, as status JOB: the same report.
+			code, same, errOut := run(t, nil, append([]string{"diagnose", "-o", "json"}, args...)...)
+			require.Equal(t, verdict.ExitPass, code, errOut)
+			require.Equal(t, out, same)
 		})
 	}
 	code, out, _ := run(t, nil, "diagnose", "pod", "llm-worker-0", "-o", "json")
@@ -57,8 +63,24 @@ func TestDiagnoseJobForms(t *testing.T) {
 		require.Contains(t, errOut, tc.msg)
 	}
 
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"ml/llm", "--offline"}, `--offline judges the objects in -f files: drop "ml/llm"`},
+		{[]string{"ml/llm", "-f", "dump.yaml"}, "-f FILE is read with --offline only"},
+		{[]string{"a", "b", "c"}, "accepts at most 2 arg(s)"},
+	} {
+		code, out, errOut := run(t, nil, append([]string{"diagnose"}, tc.args...)...)
+		require.Equal(t, verdict.ExitUsage, code, errOut)
+		require.Empty(t, out)
+		require.Contains(t, errOut, tc.msg)
+	}
+
 	// No kubeconfig to take the namespace from: exit 3.
-	kubeconfigNamespace = func(string, string) (string, error) { return "", errors.New("no configuration has been provided") }
+	kubeconfigNamespace = func(*kubeconfig.Flags) (string, error) {
+		return "", errors.New("no configuration has been provided")
+	}
 	code, _, errOut := run(t, nil, "diagnose", "job", "llm")
 	require.Equal(t, verdict.ExitEnvironment, code)
 	require.Contains(t, errOut, "kubeconfig: no configuration has been provided")

@@ -3,8 +3,8 @@
 package app
 
 import (
-	"encoding/json"
 	"errors"
+	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,8 +54,7 @@ func TestDiagnoseOfflineJSONAndStdin(t *testing.T) {
 	code := Run(t.Context(), Streams{In: strings.NewReader(string(data)), Out: &out, Err: &errb},
 		[]string{"diagnose", "--offline", "-f", "-", "-o", "json"})
 	require.Equal(t, verdict.ExitFail, code, errb.String())
-	var rs []verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(out.String()), &rs), out.String())
+	rs := decodeReportList(t, out.String())
 	require.Len(t, rs, 1)
 	require.Equal(t, verdict.VerdictFail, rs[0].Verdict)
 	require.Equal(t, "PyTorchJob ml/llm-finetune", rs[0].Subject)
@@ -100,7 +99,7 @@ func TestDiagnoseBadInput(t *testing.T) {
 		args []string
 		err  string
 	}{
-		{[]string{"diagnose"}, "diagnose needs 'job NAMESPACE/NAME'"},
+		{[]string{"diagnose"}, "diagnose needs a job (JOB or 'job JOB'"},
 		{[]string{"diagnose", "--offline"}, "--offline needs at least one -f FILE"},
 		{[]string{"diagnose", "--offline", "-f", bad}, "bad.yaml: document 1 (Node gpu-7): status.allocatable nvidia.com/gpu is -3: must not be negative"},
 		{[]string{"diagnose", "--offline", "-f", yamlErr}, "broken.yaml: document 1: not valid YAML or JSON"},
@@ -133,7 +132,7 @@ func fakeLive(t *testing.T, objs ...runtime.Object) (*cluster.Live, *fake.Client
 
 func useLive(t *testing.T, l *cluster.Live) {
 	old := liveSource
-	liveSource = func(kubeconfig, context string) (*cluster.Live, error) { return l, nil }
+	liveSource = func(*kubeconfig.Flags) (*cluster.Live, error) { return l, nil }
 	t.Cleanup(func() { liveSource = old })
 }
 
@@ -195,8 +194,7 @@ func TestDiagnoseLive(t *testing.T) {
 func TestDiagnoseOfflineNCCLSettings(t *testing.T) {
 	code, out, _ := run(t, nil, "diagnose", "--offline", "-f", filepath.Join("testdata", "nccl-nvls-mig-job.yaml"), "-o", "json")
 	require.Equal(t, verdict.ExitFail, code, out)
-	var rs []verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rs), out)
+	rs := decodeReportList(t, out)
 	require.Len(t, rs, 1)
 	byRule := map[string]verdict.Finding{}
 	for _, f := range rs[0].Findings {

@@ -5,45 +5,91 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// kubeFlags are the flags of the commands that read a cluster as a user
-// (status, diagnose job|pod), named as kubectl's.
+// kubeFlags are kubectl's connection flags on the commands that read a
+// cluster as a user (status, diagnose): --kubeconfig, --context,
+// --cluster, --user, -n, --server, --token, --as, --as-group, --as-uid,
+// the TLS flags and --request-timeout (kubeconfig.Flags).
+//
+// They are client-go's clientcmd override flags, the set cli-runtime's
+// genericclioptions.ConfigFlags binds, rather than ConfigFlags itself:
+// that package links kustomize, whose plugin loader imports Go's plugin
+// package, and a binary that links it together with go-nvml stops at
+// start with "undefined symbol: nvmlDevice..." where libnvidia-ml is not
+// installed (go-nvml leaves those symbols to be found when it opens the
+// library). Output goes through cli-runtime's printers package, which
+// links neither.
 type kubeFlags struct {
-	Kubeconfig     string
-	Context        string
-	Namespace      string
-	RequestTimeout time.Duration
+	Config kubeconfig.Flags
 }
 
-// defaultRequestTimeout bounds every API call of status (and completion).
-const defaultRequestTimeout = 30 * time.Second
+func init() { clientVerbosity = setKlogVerbosity }
 
-func (k *kubeFlags) register(c *cobra.Command, timeout time.Duration, timeoutUsage string) {
-	f := c.Flags()
-	f.StringVar(&k.Kubeconfig, "kubeconfig", "", "kubeconfig file (default $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	f.StringVar(&k.Context, "context", "", "kubeconfig context to use")
-	f.StringVarP(&k.Namespace, "namespace", "n", "", "namespace of the job (default: the kubeconfig context's, else default)")
-	f.DurationVar(&k.RequestTimeout, "request-timeout", timeout, timeoutUsage)
+// setKlogVerbosity sets client-go's log verbosity (klog's -v): at 6 and
+// above it logs each API request, as kubectl does.
+func setKlogVerbosity(v int) error {
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	return fs.Set("v", strconv.Itoa(v))
+}
+
+// defaultRequestTimeout is --request-timeout's default on every command:
+// the deadline of each call to the API server.
+const defaultRequestTimeout = "30s"
+
+// register adds the flags to c; persistent, they are also its
+// subcommands'.
+func (k *kubeFlags) register(c *cobra.Command, persistent bool) {
+	fs := c.Flags()
+	if persistent {
+		fs = c.PersistentFlags()
+	}
+	k.Config.AddFlags(fs, defaultRequestTimeout, true)
 	registerKubeCompletions(c)
 }
 
-// connect builds the API clients for a user's command and returns the
-// kubeconfig context's namespace with them; tests replace it.
-var connect = func(path, context string, timeout time.Duration) (*cluster.Live, string, error) {
-	cfg, ns, err := kubeconfig.LoadWithNamespace(path, context, "rankgate/"+Version)
+// namespaceFlag is -n, "" when not given.
+func (k *kubeFlags) namespaceFlag() string { return k.Config.Overrides.Context.Namespace }
+
+// requestTimeout is --request-timeout as kubectl reads it (a duration, or
+// a number of seconds; 0: none).
+func (k *kubeFlags) requestTimeout() (time.Duration, error) {
+	d, err := clientcmd.ParseTimeout(k.Config.Overrides.Timeout)
+	if err != nil || d < 0 {
+		return 0, usagef("--request-timeout %q: want a duration like 30s (0: no deadline)", k.Config.Overrides.Timeout)
+	}
+	return d, nil
+}
+
+// withTimeout bounds ctx by --request-timeout when it is not 0.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d == 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// connect builds the API clients for a user's command from the
+// connection flags and returns the default namespace with them (-n, else
+// the kubeconfig context's); tests replace it.
+var connect = func(f *kubeconfig.Flags) (*cluster.Live, string, error) {
+	cfg, ns, err := kubeconfig.FromFlags(f, "rankgate/"+Version)
 	if err != nil {
 		return nil, "", err
 	}
-	cfg.Timeout = timeout
 	l, err := cluster.NewLive(cfg)
 	if err != nil {
 		return nil, "", err
@@ -51,16 +97,16 @@ var connect = func(path, context string, timeout time.Duration) (*cluster.Live, 
 	return l, ns, nil
 }
 
-// kubeconfigNamespace is the kubeconfig context's namespace (diagnose,
-// whose clients come from liveSource); tests replace it.
-var kubeconfigNamespace = func(path, context string) (string, error) {
-	_, ns, err := kubeconfig.LoadWithNamespace(path, context, "")
+// kubeconfigNamespace is the default namespace of the connection flags
+// (diagnose, whose clients come from liveSource); tests replace it.
+var kubeconfigNamespace = func(f *kubeconfig.Flags) (string, error) {
+	_, ns, err := kubeconfig.FromFlags(f, "")
 	return ns, err
 }
 
 // contextNamespace is the default namespace: the kubeconfig context's.
 func (k *kubeFlags) contextNamespace() (string, error) {
-	ns, err := kubeconfigNamespace(k.Kubeconfig, k.Context)
+	ns, err := kubeconfigNamespace(&k.Config)
 	if err != nil {
 		return "", kubeconfigError(err)
 	}

@@ -51,7 +51,7 @@ type launchGang struct {
 }
 
 func newLaunchReport(argv []string) *launchReport {
-	return &launchReport{APIVersion: "rankgate.io/v1", Kind: launchReportKind, Command: argv, Findings: []verdict.Finding{}}
+	return &launchReport{APIVersion: verdict.APIVersion, Kind: launchReportKind, Command: argv, Findings: []verdict.Finding{}}
 }
 
 func (r *launchReport) gang(resp *gate.Response) {

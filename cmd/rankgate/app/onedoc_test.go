@@ -113,6 +113,10 @@ func TestOneDocumentOnStdout(t *testing.T) {
 			code, out, stderr := run(t, tc.env, append(tc.args, "-o", "json")...)
 			require.Equal(t, tc.code, code, "stderr:\n%s", stderr)
 			doc := oneJSON(t, out)
+			m, ok := doc.(map[string]any)
+			require.True(t, ok, "one object, not a bare list:\n%s", out)
+			require.NotEmpty(t, m["apiVersion"], "every document names its apiVersion")
+			require.NotEmpty(t, m["kind"], "every document names its kind")
 
 			code, out, stderr = run(t, tc.env, append(tc.args, "-o", "yaml")...)
 			require.Equal(t, tc.code, code, "stderr:\n%s", stderr)
@@ -122,8 +126,7 @@ func TestOneDocumentOnStdout(t *testing.T) {
 
 	// demo: one list of both reports, the failing one first.
 	_, out, _ := run(t, nil, "demo", "-o", "json")
-	var rs []verdict.Report
-	require.NoError(t, json.Unmarshal([]byte(out), &rs))
+	rs := decodeReportList(t, out)
 	require.Len(t, rs, 2)
 	require.Equal(t, []verdict.Verdict{verdict.VerdictFail, verdict.VerdictPass}, []verdict.Verdict{rs[0].Verdict, rs[1].Verdict})
 
@@ -162,7 +165,10 @@ func TestOutputFormatChecked(t *testing.T) {
 	require.Contains(t, stderr, `output format "xml": want text, json or yaml`)
 	code, out, _ := run(t, map[string]string{"RANKGATE_OUTPUT": "yaml"}, "demo")
 	require.Equal(t, 0, code)
-	require.Len(t, oneYAML(t, out), 2)
+	doc, ok := oneYAML(t, out).(map[string]any)
+	require.True(t, ok, out)
+	require.Equal(t, verdict.KindReportList, doc["kind"])
+	require.Len(t, doc["items"], 2)
 }
 
 // launch: stdout is CMD's alone; --report-file receives one document

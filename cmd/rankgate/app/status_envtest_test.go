@@ -3,10 +3,13 @@
 package app
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,11 +310,13 @@ func TestStatusOnAPIServer(t *testing.T) {
 		}{
 			{[]string{"-A", "train"}, "a job is named in one namespace"},
 			{[]string{"-A", "-n", "ml"}, "-A lists every namespace"},
-			{[]string{"-o", "table"}, `output format "table": want text, wide, json or yaml`},
+			{[]string{"-o", "table"}, `output format "table": want text, wide, json, yaml, name, jsonpath=TEMPLATE`},
 			{[]string{"Train"}, `"Train": not a job name`},
 			{[]string{"ml/train", "-n", "other"}, `the job names namespace "ml", --namespace says "other"`},
 			{[]string{"a", "b", "c"}, "accepts at most 2 arg(s)"},
-			{[]string{"--request-timeout", "0s"}, "--request-timeout 0s: want a positive duration"},
+			{[]string{"--request-timeout", "soon"}, `--request-timeout "soon": want a duration like 30s`},
+			{[]string{"-o", "jsonpath"}, "-o jsonpath needs a template: -o jsonpath=TEMPLATE or --template"},
+			{[]string{"-o", "go-template={{.items"}, "-o go-template: "},
 		} {
 			code, out, errOut := status(tc.args...)
 			require.Equal(t, verdict.ExitUsage, code, "%v: %s", tc.args, errOut)
@@ -320,6 +325,78 @@ func TestStatusOnAPIServer(t *testing.T) {
 		}
 		code, _, errOut := status("--context", "nope")
 		require.Equal(t, verdict.ExitEnvironment, code)
-		require.Contains(t, errOut, "rankgate: kubeconfig:")
+		require.Contains(t, errOut, "rankgate: kubeconfig: "+kc+": ", "names the file it read")
 	})
+
+	t.Run("kubectl printers", func(t *testing.T) {
+		code, out, errOut := status("-n", "ml", "-o", "name")
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "gang.rankgate.io/"+v1alpha1.GangName("PyTorchJob", "other", 1)+"\n", strings.SplitAfter(out, "\n")[0])
+		require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 4)
+
+		code, out, errOut = status("train", "--context", "ml", "-o", "jsonpath={.items[*].status.phase}")
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "Passed WaitingForRanks Failed", out, "mpijob/train, then pytorchjob/train's attempts, latest first")
+
+		code, out, errOut = status("pytorchjob/train", "-n", "ml", "-o", `go-template={{range .items}}{{.spec.attempt}}:{{.status.progress}} {{end}}`)
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "2:2/4 1:4/4 ", out)
+
+		code, out, errOut = status("pytorchjob/train", "-n", "ml", "-o", "go-template", "--template", `{{len .items}}`)
+		require.Equal(t, 0, code, errOut)
+		require.Equal(t, "2", out)
+
+		code, out, errOut = status("-n", "ml", "-o", "json")
+		require.Equal(t, 0, code, errOut)
+		var l gangList
+		require.NoError(t, json.Unmarshal([]byte(out), &l))
+		require.Equal(t, "v1", l.APIVersion)
+		require.Equal(t, "List", l.Kind)
+	})
+
+	t.Run("watch", func(t *testing.T) {
+		old := statusWatchDeadline
+		statusWatchDeadline = time.Second // each watch call ends after a second: status reconnects
+		t.Cleanup(func() { statusWatchDeadline = old })
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		var out, errOut syncBuffer
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(ctx, Streams{In: strings.NewReader(""), Out: &out, Err: &errOut}, []string{"status", "--kubeconfig", kc, "-n", "research", "-w", "-o", "jsonpath={.items[*].status.phase}{\"\\n\"}"})
+		}()
+		require.Eventually(t, func() bool { return out.String() == "WaitingForPlacement\n" }, 20*time.Second, 50*time.Millisecond, "the first state: %q %q", out.String(), errOut.String())
+		time.Sleep(2500 * time.Millisecond) // past two watch deadlines
+		var g v1alpha1.Gang
+		require.NoError(t, c.Get(t.Context(), client.ObjectKey{Namespace: "research", Name: v1alpha1.GangName("MPIJob", "hpc", 1)}, &g))
+		g.Status.Phase, g.Status.Progress = v1alpha1.PhaseWaitingForRanks, "3/16"
+		require.NoError(t, c.Status().Update(t.Context(), &g))
+		require.Eventually(t, func() bool { return out.String() == "WaitingForPlacement\nWaitingForRanks\n" }, 20*time.Second, 50*time.Millisecond, "printed again on the change: %q", out.String())
+		cancel()
+		select {
+		case code := <-done:
+			require.Equal(t, 0, code, "Ctrl-C ends a watch: %s", errOut.String())
+		case <-time.After(10 * time.Second):
+			t.Fatal("status -w did not end with its context")
+		}
+		require.Empty(t, errOut.String())
+	})
+}
+
+// syncBuffer is a bytes.Buffer a command writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

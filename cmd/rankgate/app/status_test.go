@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
 
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -57,4 +58,31 @@ current-context: c
 	code, _, errOut = run(t, nil, "status", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
 	require.Equal(t, verdict.ExitEnvironment, code)
 	require.Contains(t, errOut, "rankgate: kubeconfig:")
+}
+
+// -v is kubectl's verbosity, mapped onto the log level; --log-level wins.
+func TestVerbosityFlag(t *testing.T) {
+	for _, tc := range []struct {
+		level     string
+		verbosity int
+		def, want string
+	}{
+		{"", 0, "warn", "warn"},
+		{"", 1, "warn", "info"},
+		{"", 3, "warn", "info"},
+		{"", 4, "warn", "debug"},
+		{"", 9, "info", "debug"},
+		{"error", 6, "warn", "error"},
+	} {
+		a := &App{root: rootOptions{LogLevel: tc.level, Verbosity: tc.verbosity}}
+		require.Equal(t, tc.want, a.logLevel(tc.def), "%+v", tc)
+	}
+	t.Cleanup(func() { _ = clientVerbosity(0) })
+	code, out, errOut := run(t, nil, "-v", "7", "version")
+	require.Equal(t, 0, code, errOut)
+	require.NotEmpty(t, out)
+	require.True(t, bool(klog.V(7).Enabled()), "-v reaches the client libraries' log")
+	require.False(t, bool(klog.V(8).Enabled()))
+	code, _, errOut = run(t, nil, "-v", "x", "version")
+	require.Equal(t, verdict.ExitUsage, code, errOut)
 }

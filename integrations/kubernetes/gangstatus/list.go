@@ -45,33 +45,54 @@ func (j Job) matches(g *v1alpha1.Gang) bool {
 // job only when it names one, ordered by namespace, job and kind, the
 // latest attempt first.
 func List(ctx context.Context, dyn dynamic.Interface, namespace string, job Job) ([]v1alpha1.Gang, error) {
-	opts := metav1.ListOptions{Limit: pageSize}
-	if job.Name != "" && len(validation.IsValidLabelValue(job.Name)) == 0 {
-		// The controller labels each Gang with its job's name when the
-		// name fits a label value; longer names are matched below.
-		opts.LabelSelector = contract.LabelJobName + "=" + job.Name
+	out, _, err := list(ctx, dyn, namespace, job)
+	return out, err
+}
+
+// selector is the label selector of job's gangs: the controller labels
+// each Gang with its job's name when the name fits a label value; longer
+// names are matched by Job.matches.
+func (j Job) selector() string {
+	if j.Name != "" && len(validation.IsValidLabelValue(j.Name)) == 0 {
+		return contract.LabelJobName + "=" + j.Name
 	}
+	return ""
+}
+
+// list is List and the resource version of the list, to watch from.
+func list(ctx context.Context, dyn dynamic.Interface, namespace string, job Job) ([]v1alpha1.Gang, string, error) {
+	opts := metav1.ListOptions{Limit: pageSize, LabelSelector: job.selector()}
 	var out []v1alpha1.Gang
+	rv := ""
 	for {
-		list, err := dyn.Resource(GVR).Namespace(namespace).List(ctx, opts)
+		page, err := dyn.Resource(GVR).Namespace(namespace).List(ctx, opts)
 		if err != nil {
-			return nil, listError(err, namespace)
+			return nil, "", listError(err, namespace)
 		}
-		for i := range list.Items {
-			var g v1alpha1.Gang
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &g); err != nil {
-				return nil, &Error{Code: verdict.ExitEnvironment, Err: fmt.Errorf("gang %s/%s: %w", list.Items[i].GetNamespace(), list.Items[i].GetName(), err)}
+		for i := range page.Items {
+			g, err := fromUnstructured(page.Items[i].Object)
+			if err != nil {
+				return nil, "", err
 			}
-			if job.matches(&g) {
-				out = append(out, g)
+			if job.matches(g) {
+				out = append(out, *g)
 			}
 		}
-		if opts.Continue = list.GetContinue(); opts.Continue == "" {
+		rv = page.GetResourceVersion()
+		if opts.Continue = page.GetContinue(); opts.Continue == "" {
 			break
 		}
 	}
 	Sort(out)
-	return out, nil
+	return out, rv, nil
+}
+
+func fromUnstructured(obj map[string]any) (*v1alpha1.Gang, error) {
+	var g v1alpha1.Gang
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &g); err != nil {
+		return nil, &Error{Code: verdict.ExitEnvironment, Err: fmt.Errorf("gang: %w", err)}
+	}
+	return &g, nil
 }
 
 // Sort orders gangs by namespace, job name and kind, the latest attempt

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 )
 
@@ -89,4 +91,68 @@ func TestNamespaceAndContexts(t *testing.T) {
 	names, err := Contexts(path)
 	require.NoError(t, err)
 	require.Equal(t, []string{"main", "other"}, names)
+}
+
+// kubectl's connection flags (cli-runtime's ConfigFlags) override the
+// file: --server, --token, --as, --as-group, --request-timeout, -n.
+func TestFromFlagsOverrides(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	writeKubeconfig(t, path, "https://h:6443")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+
+	var f Flags
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.AddFlags(fs, "30s", true)
+	require.NoError(t, fs.Parse([]string{"--kubeconfig", path, "--server", "https://other:6443", "--token", "secret", "--as", "alice", "--as-group", "team", "--request-timeout", "45s", "-n", "ml"}))
+	cfg, gotNS, err := FromFlags(&f, "ua")
+	require.NoError(t, err)
+	require.Equal(t, "https://other:6443", cfg.Host)
+	require.Equal(t, "secret", cfg.BearerToken)
+	require.Equal(t, "alice", cfg.Impersonate.UserName)
+	require.Equal(t, []string{"team"}, cfg.Impersonate.Groups)
+	require.Equal(t, 45*time.Second, cfg.Timeout)
+	require.Equal(t, "ml", gotNS)
+	require.Equal(t, "ua", cfg.UserAgent)
+
+	// --server and --token alone, without any file: no guess needed.
+	t.Setenv("HOME", filepath.Join(dir, "empty"))
+	t.Setenv("KUBECONFIG", "")
+	f = Flags{}
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f.AddFlags(fs, "30s", true)
+	require.NoError(t, fs.Parse([]string{"--server", "https://other:6443", "--token", "secret"}))
+	cfg, gotNS, err = FromFlags(&f, "")
+	require.NoError(t, err)
+	require.Equal(t, "https://other:6443", cfg.Host)
+	require.Equal(t, "default", gotNS)
+	require.Equal(t, 30*time.Second, cfg.Timeout, "the default --request-timeout")
+	require.Nil(t, fs.Lookup("password"), "no basic auth")
+}
+
+// A kubeconfig error names the file it read or looked for.
+func TestErrorsNameTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	writeKubeconfig(t, path, "https://h:6443")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+
+	_, err := Load(path, "nope", "")
+	require.ErrorContains(t, err, path+": ")
+	require.ErrorContains(t, err, `context "nope" does not exist`)
+
+	t.Setenv("KUBECONFIG", path)
+	_, err = Load("", "nope", "")
+	require.ErrorContains(t, err, path+" ($KUBECONFIG): ")
+
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("HOME", filepath.Join(dir, "home"))
+	_, err = Load("", "", "")
+	require.ErrorContains(t, err, "no kubeconfig at "+filepath.Join(dir, "home", ".kube", "config")+" and not in a pod")
+
+	bad := filepath.Join(dir, "bad")
+	require.NoError(t, os.WriteFile(bad, []byte("{not yaml"), 0o600))
+	_, err = Load(bad, "", "")
+	require.ErrorContains(t, err, bad)
 }
