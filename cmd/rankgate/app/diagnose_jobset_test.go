@@ -1,3 +1,5 @@
+//go:build !rankgate_node
+
 package app
 
 import (

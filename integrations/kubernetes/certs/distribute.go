@@ -55,8 +55,9 @@ type Distributor struct {
 	// labelled rankgate.io/gate=enabled.
 	OptedIn func(context.Context) (map[string]bool, error)
 	// Publish, if set, records that every copy holds the bundle of that
-	// fingerprint (Rotator.MarkPublished: its next CA waits for it).
-	Publish func(ctx context.Context, hash string) error
+	// fingerprint (Rotator.MarkPublished: its next CA waits for it), and
+	// says whether the record now stands.
+	Publish func(ctx context.Context, hash string) (bool, error)
 
 	confirmed atomic.Pointer[string]
 }
@@ -202,7 +203,7 @@ func (r *Distributor) confirm(ctx context.Context, want map[string]bool, hash st
 			}
 		}
 	}
-	if err := r.Publish(ctx, hash); err != nil {
+	if ok, err := r.Publish(ctx, hash); err != nil || !ok {
 		return err
 	}
 	r.Log.V(1).Info("certificates: every CA ConfigMap holds the bundle", "namespaces", len(want))

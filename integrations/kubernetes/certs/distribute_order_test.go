@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,4 +15,15 @@ func TestToWriteMissingFirst(t *testing.T) {
 	kept := map[string]string{"a": "old", "b": "cur", "c": "old", "d": "", "own": "old", "gone": "old"}
 	require.Equal(t, []string{"new", "own", "a", "c", "d"}, toWrite(want, kept, "cur", "own"))
 	require.Empty(t, toWrite(map[string]bool{"b": true}, kept, "cur", "own"))
+}
+
+// A confirmation the record did not take (another replica's write came
+// first) is tried again on the next pass; one that took is not repeated.
+func TestConfirmRetriesUntilRecorded(t *testing.T) {
+	calls := 0
+	d := &Distributor{Publish: func(context.Context, string) (bool, error) { calls++; return calls > 1, nil }}
+	for range 3 {
+		require.NoError(t, d.confirm(context.Background(), map[string]bool{}, "h", true))
+	}
+	require.Equal(t, 2, calls)
 }

@@ -65,26 +65,33 @@ func (r *Rotator) Changed() <-chan struct{} { return r.changed }
 
 // MarkPublished records in the Secret (contract.AnnotationCAPublished)
 // that every distributed copy holds the bundle of fingerprint hash: Renew
-// lets the next CA sign only once it names the bundle holding it. A
-// Secret that moved on meanwhile is left alone: the next pass confirms
-// its bundle.
-func (r *Rotator) MarkPublished(ctx context.Context, hash string) error {
+// lets the next CA sign only once it names the bundle holding it. It
+// reports whether the Secret now says so: false when the Secret moved on
+// to another bundle meanwhile, or another replica's write came first (the
+// next pass tries again).
+func (r *Rotator) MarkPublished(ctx context.Context, hash string) (bool, error) {
 	key := types.NamespacedName{Namespace: r.Namespace, Name: r.SecretName}
 	sec := &corev1.Secret{}
 	if err := r.Client.Get(ctx, key, sec); err != nil {
-		return fmt.Errorf("reading Secret %s: %w", key, err)
+		return false, fmt.Errorf("reading Secret %s: %w", key, err)
 	}
-	if sec.Annotations[contract.AnnotationCAPublished] == hash || CAHash(sec.Data[KeyCACert]) != hash {
-		return nil
+	if sec.Annotations[contract.AnnotationCAPublished] == hash {
+		return true, nil
+	}
+	if CAHash(sec.Data[KeyCACert]) != hash {
+		return false, nil
 	}
 	if sec.Annotations == nil {
 		sec.Annotations = map[string]string{}
 	}
 	sec.Annotations[contract.AnnotationCAPublished] = hash
-	if err := r.Client.Update(ctx, sec); err != nil && !apierrors.IsConflict(err) {
-		return fmt.Errorf("recording the published CA bundle in Secret %s: %w", key, err)
+	if err := r.Client.Update(ctx, sec); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("recording the published CA bundle in Secret %s: %w", key, err)
 	}
-	return nil
+	return true, nil
 }
 
 func (r *Rotator) defaults() {

@@ -164,7 +164,7 @@ func (c *Controller) setupFileCA(mgr manager.Manager, cl client.Client) error {
 
 // addDistributor adds the one writer of the CA ConfigMaps; its pass over
 // every opted-in namespace runs on the leader.
-func (c *Controller) addDistributor(mgr manager.Manager, cl client.Client, src certs.CASource, publish func(context.Context, string) error) error {
+func (c *Controller) addDistributor(mgr manager.Manager, cl client.Client, src certs.CASource, publish func(context.Context, string) (bool, error)) error {
 	c.caDist = &certs.Distributor{Client: cl, Namespace: c.opts.Namespace, Source: src, Interval: c.opts.CertInterval,
 		Log: c.log.WithName("certs"), OptedIn: c.caNamespaces, Publish: publish}
 	return mgr.Add(manager.RunnableFunc(c.caDist.DistributeCA))

@@ -216,12 +216,14 @@ func TestE2EPendingTimeout(t *testing.T) {
 	busyNode(t, ns, "pend-busy-2", "nvidia.com/gpu")
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	start := time.Now()
-	job, _ := pendingJob(t, ns, "timeout", map[string]string{contract.AnnotationPendingGrace: "0s", contract.AnnotationPendingTimeout: "4s"}, "nvidia.com/gpu", 4, onNode("pend-busy-2"))
-	require.Eventually(t, func() bool { return isSuspended(t, job) }, 20*time.Second, 100*time.Millisecond, c.logs.String())
-	require.GreaterOrEqual(t, time.Since(start), 3*time.Second, "failed before the timeout")
+	// 8 s: on a loaded machine a controller that starts next to many
+	// objects must still see the job waiting before its timeout.
+	job, _ := pendingJob(t, ns, "timeout", map[string]string{contract.AnnotationPendingGrace: "0s", contract.AnnotationPendingTimeout: "8s"}, "nvidia.com/gpu", 4, onNode("pend-busy-2"))
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
+	require.GreaterOrEqual(t, time.Since(start), 7*time.Second, "failed before the timeout")
 	a := appliedVerdict(t, job)
 	require.Equal(t, verdict.RulePendingTimeout+","+verdict.RuleWaitCapacity, a[contract.AnnotationRules])
-	require.Contains(t, a[contract.AnnotationReason], "past its pending timeout of 4s")
+	require.Contains(t, a[contract.AnnotationReason], "past its pending timeout of 8s")
 	require.Contains(t, a[contract.AnnotationReason], "It was waiting: WAIT_CAPACITY")
 	require.Contains(t, a[contract.AnnotationReason], "pend-busy-2")
 	ev := jobEvents(t, job)
