@@ -1,0 +1,265 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/rankgate/rankgate/preflight/schedule"
+)
+
+// describe records the requests of a claim for messages.
+func (d *podDemand) describe(c *resourcev1.ResourceClaim, from string) {
+	for i := range c.Spec.Devices.Requests {
+		r := &c.Spec.Devices.Requests[i]
+		d.descs = append(d.descs, reqDesc{text: from + " request " + r.Name + ": " + requestText(r), req: r})
+	}
+}
+
+// requestText: "1 device of DeviceClass mig.nvidia.com where <cel>".
+func requestText(r *resourcev1.DeviceRequest) string {
+	if r.Exactly != nil {
+		return exactText(r.Exactly)
+	}
+	var alts []string
+	for i := range r.FirstAvailable {
+		s := &r.FirstAvailable[i]
+		alts = append(alts, s.Name+": "+exactText(&resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, AllocationMode: s.AllocationMode, Count: s.Count, Capacity: s.Capacity}))
+	}
+	return "first available of " + strings.Join(alts, " | ")
+}
+
+func exactText(e *resourcev1.ExactDeviceRequest) string {
+	n := fmt.Sprintf("%d", e.Count)
+	if e.AllocationMode == resourcev1.DeviceAllocationModeAll {
+		n = "all"
+	} else if e.Count == 0 {
+		n = "1"
+	}
+	s := n + " device(s) of DeviceClass " + e.DeviceClassName
+	var sel []string
+	for _, x := range e.Selectors {
+		if x.CEL != nil {
+			sel = append(sel, strings.TrimSpace(x.CEL.Expression))
+		}
+	}
+	if len(sel) > 0 {
+		s += " where " + strings.Join(sel, " && ")
+	}
+	if e.Capacity != nil && len(e.Capacity.Requests) > 0 {
+		var caps []string
+		for k, v := range e.Capacity.Requests {
+			caps = append(caps, string(k)+" >= "+v.String())
+		}
+		sort.Strings(caps)
+		s += " with capacity " + strings.Join(caps, ", ")
+	}
+	return s
+}
+
+// judge allocates n pods' claims on an empty cluster and now; empty and
+// now are the devices taken in each, which the pods' allocations join.
+func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
+	if n > maxDRAPods {
+		n = maxDRAPods
+	}
+	f := &schedule.DRAFacts{}
+	matched := sets.New[structured.DeviceID]()
+	for _, rd := range d.descs {
+		m, near := j.match(rd.req)
+		matched = matched.Union(m)
+		f.Requests = append(f.Requests, schedule.DRARequest{Desc: rd.text, Matching: m.Len(), Nearest: near})
+	}
+	var err error
+	if f.FitEmpty, err = j.place(d, n, empty); err != nil {
+		return nil, err
+	}
+	if f.FitNow, err = j.place(d, n, now); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.FitEmpty == 0 && n > 0 && j.fitsAlone(d):
+		f.Outcome = schedule.DRAGangTooLarge
+	case f.FitEmpty == 0 && n > 0:
+		f.Outcome = schedule.DRANoDevice
+	case f.FitEmpty < n:
+		f.Outcome = schedule.DRAGangTooLarge
+	case f.FitNow < n:
+		f.Outcome = schedule.DRAWaits
+		f.Holders = j.holders(matched)
+	}
+	return f, nil
+}
+
+// fitsAlone: one pod's claims fit the published devices when no other
+// pod of the job takes any.
+func (j *draJudge) fitsAlone(d *podDemand) bool {
+	n, err := j.place(d, 1, sets.New[structured.DeviceID]())
+	return err == nil && n == 1
+}
+
+// place allocates the claims of up to n pods, one pod after the other,
+// each on the first node where all its claims fit, with the devices in
+// allocated taken; it returns how many pods got their devices.
+func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID]) (int, error) {
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		claims := make([]*resourcev1.ResourceClaim, 0, len(d.perPod)+len(d.shared))
+		for _, c := range d.perPod {
+			cc := c.DeepCopy()
+			cc.Name = fmt.Sprintf("%s-%d", c.Name, i)
+			claims = append(claims, cc)
+		}
+		if i == 0 {
+			claims = append(claims, d.shared...)
+		}
+		state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+		alloc, err := structured.NewAllocator(ctx, draFeatures, state, j.lister, j.b.dra.slices, j.cache)
+		if err != nil {
+			return i, fmt.Errorf("dra allocator: %w", err)
+		}
+		placed := false
+		for _, node := range j.nodes {
+			res, err := alloc.Allocate(ctx, node, claims)
+			if err != nil {
+				return i, fmt.Errorf("allocate on node %s: %w", node.Name, err)
+			}
+			if res == nil {
+				continue
+			}
+			for _, r := range res {
+				for _, dr := range r.Devices.Results {
+					allocated.Insert(structured.MakeDeviceID(dr.Driver, dr.Pool, dr.Device))
+				}
+			}
+			placed = true
+			break
+		}
+		if !placed {
+			return i, nil
+		}
+	}
+	return n, nil
+}
+
+// match returns the published devices that satisfy a request on their
+// own (class, selectors, capacity), and when there are none, the nearest
+// ones: those that fail the fewest of the class's and the request's
+// conditions (the class's counting as more), grouped by shape.
+func (j *draJudge) match(r *resourcev1.DeviceRequest) (sets.Set[structured.DeviceID], []schedule.DRADevice) {
+	alts := []resourcev1.ExactDeviceRequest{}
+	if r.Exactly != nil {
+		alts = append(alts, *r.Exactly)
+	}
+	for _, s := range r.FirstAvailable {
+		alts = append(alts, resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, Capacity: s.Capacity})
+	}
+	out := sets.New[structured.DeviceID]()
+	best := -1
+	var nearest []*draDevice
+	for i := range j.devices {
+		dev := &j.devices[i]
+		score := -1
+		for k := range alts {
+			if s := j.misses(&alts[k], dev); score < 0 || s < score {
+				score = s
+			}
+		}
+		switch {
+		case score == 0:
+			out.Insert(dev.id)
+		case best < 0 || score < best:
+			best, nearest = score, []*draDevice{dev}
+		case score == best:
+			nearest = append(nearest, dev)
+		}
+	}
+	if out.Len() > 0 {
+		return out, nil
+	}
+	return out, groupDevices(nearest, 5)
+}
+
+// misses counts the conditions a device fails: 100 per failed class
+// selector (or a missing class), 1 per failed request selector or
+// capacity. A selector that does not compile or evaluate fails.
+func (j *draJudge) misses(e *resourcev1.ExactDeviceRequest, dev *draDevice) int {
+	n := 0
+	input := cel.Device{Driver: dev.slice.Spec.Driver, Attributes: dev.device.Attributes, Capacity: dev.device.Capacity}
+	if class, ok := j.lister[e.DeviceClassName]; ok {
+		n += 100 * j.failedSelectors(class.Spec.Selectors, input)
+	} else {
+		n += 100
+	}
+	n += j.failedSelectors(e.Selectors, input)
+	if e.Capacity != nil {
+		for name, want := range e.Capacity.Requests {
+			have, ok := capacityOf(dev, name)
+			if !ok || have.Cmp(want) < 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (j *draJudge) failedSelectors(sel []resourcev1.DeviceSelector, dev cel.Device) int {
+	n := 0
+	for _, s := range sel {
+		if s.CEL == nil {
+			continue
+		}
+		prog := j.cache.GetOrCompile(s.CEL.Expression)
+		if prog.Error != nil {
+			n++
+			continue
+		}
+		ok, _, err := prog.DeviceMatches(context.Background(), dev)
+		if err != nil || !ok {
+			n++
+		}
+	}
+	return n
+}
+
+func capacityOf(dev *draDevice, name resourcev1.QualifiedName) (quantity, bool) {
+	short := resourcev1.QualifiedName(strings.TrimPrefix(string(name), dev.slice.Spec.Driver+"/"))
+	for _, k := range []resourcev1.QualifiedName{name, short} {
+		if c, ok := dev.device.Capacity[k]; ok {
+			return c.Value, true
+		}
+	}
+	return quantity{}, false
+}
+
+// holders names the allocated claims that hold matching devices.
+func (j *draJudge) holders(matched sets.Set[structured.DeviceID]) []string {
+	ids := matched.UnsortedList()
+	sort.Slice(ids, func(a, b int) bool { return ids[a].String() < ids[b].String() })
+	var out []string
+	for _, id := range ids {
+		c, ok := j.held[id]
+		if !ok {
+			continue
+		}
+		s := fmt.Sprintf("ResourceClaim %s/%s", c.Namespace, c.Name)
+		var pods []string
+		for _, r := range c.Status.ReservedFor {
+			if r.Resource == "pods" {
+				pods = append(pods, c.Namespace+"/"+r.Name)
+			}
+		}
+		if len(pods) > 0 {
+			s += " (pod " + strings.Join(pods, ", ") + ")"
+		}
+		s += " holds " + j.byID[id].facts().String()
+		out = append(out, strings.TrimSpace(s))
+	}
+	return out
+}

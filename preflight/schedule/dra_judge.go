@@ -1,0 +1,252 @@
+package schedule
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// DRAOutcome is what trying a pod set's DRA requests against the
+// published devices (ResourceSlices) found.
+type DRAOutcome int
+
+const (
+	// DRAFits: every pending pod of the set gets its devices now.
+	DRAFits DRAOutcome = iota
+	// DRAWaits: the devices exist and would serve every pod on an empty
+	// cluster, but other allocated claims hold some of them.
+	DRAWaits
+	// DRANoDevice: not one pod's requests can be served by the published
+	// devices, even with every device free.
+	DRANoDevice
+	// DRAGangTooLarge: one pod's requests can be served, but not all of
+	// the set's pods at once, even with every device free.
+	DRAGangTooLarge
+)
+
+// DRADevice is a published device as messages show it: the NVIDIA DRA
+// driver's attributes (type, productName, profile, uuid, parentUUID,
+// driverVersion) and capacities (memory, multiprocessors). Count > 1
+// stands for that many devices of the same shape, Name being one of them.
+type DRADevice struct {
+	Driver, Pool, Name, Node string
+	Type, Product, Profile   string
+	UUID, ParentUUID         string
+	DriverVersion            string
+	Memory                   string
+	Multiprocessors          int64
+	Count                    int
+}
+
+// DRARequest is one request of one pod, with the published devices it
+// matches (none when Nearest is set: the devices closest to it).
+type DRARequest struct {
+	// Desc says what is asked: "claim template ns/gpu-tmpl request gpu:
+	// 1 device of DeviceClass mig.nvidia.com where <selector>".
+	Desc string
+	// Matching counts the published devices that satisfy the request on
+	// their own (class, selectors, capacity), free or not.
+	Matching int
+	// Nearest, when Matching is 0: the devices that come closest (pass
+	// the class and the most of the request's selectors and capacity).
+	Nearest []DRADevice
+}
+
+// DRAFacts is what the cluster layer found for a pod set whose devices
+// come through DRA, using the scheduler's own allocator and CEL.
+type DRAFacts struct {
+	Outcome  DRAOutcome
+	Requests []DRARequest
+	// FitEmpty and FitNow: how many of the set's pending pods get all
+	// their devices on an empty cluster and now.
+	FitEmpty, FitNow int
+	// Holders name the allocated claims holding devices that match the
+	// set's requests: "ResourceClaim ns/name (pod ns/p) holds gpu-0 on
+	// node-a".
+	Holders []string
+}
+
+// judgeDRA judges a workload whose DRA pod sets all carry DRAFacts: the
+// pods' other requests (cpu, memory, device-plugin resources) by the
+// engine as usual, the DRA devices from the facts. ok is false when a DRA
+// pod set has no facts (standDown answers then).
+func (e *Engine) judgeDRA(c *Cluster, w *Workload) (Result, bool) {
+	judged := false
+	for i := range w.PodSets {
+		ps := &w.PodSets[i]
+		if ps.Count <= 0 || ps.DRA == "" {
+			continue
+		}
+		if ps.DRAFacts == nil {
+			return Result{}, false
+		}
+		judged = true
+	}
+	if !judged {
+		return Result{}, false
+	}
+	rest := *w
+	rest.PodSets = make([]PodSet, len(w.PodSets))
+	var out []verdict.Finding
+	for i, ps := range w.PodSets {
+		if ps.DRA != "" && ps.Count > 0 {
+			out = append(out, draFinding(w, &ps))
+		}
+		ps.DRA, ps.DRAFacts = "", nil
+		rest.PodSets[i] = ps
+	}
+	res := e.Diagnose(c, rest)
+	return mergeDRA(w, res, out), true
+}
+
+// mergeDRA puts the DRA findings before the engine's and sets the
+// primary rule: a DRA device no one can serve makes the job hopeless;
+// held devices make a schedulable job wait.
+func mergeDRA(w *Workload, res Result, dra []verdict.Finding) Result {
+	// The engine's "fits now" speaks of the pods' other requests: it
+	// stays only when the DRA devices fit now too.
+	devicesFit := true
+	for _, f := range dra {
+		devicesFit = devicesFit && f.Rule == verdict.RuleSchedulable
+	}
+	findings := append([]verdict.Finding(nil), dra...)
+	for _, f := range res.Report.Findings {
+		if devicesFit || f.Rule != verdict.RuleSchedulable {
+			findings = append(findings, f)
+		}
+	}
+	out := Result{Report: verdict.NewReport(w.Subject(), findings), Rule: res.Rule, Hopeless: res.Hopeless, Placement: res.Placement}
+	for _, f := range dra {
+		switch {
+		case f.Severity == verdict.SeverityFail && !out.Hopeless:
+			out.Rule, out.Hopeless, out.Placement = f.Rule, true, nil
+		case f.Rule == verdict.RuleWaitCapacity && !out.Hopeless:
+			out.Placement = nil
+			if out.Rule == verdict.RuleSchedulable {
+				out.Rule = f.Rule
+			}
+		}
+	}
+	return out
+}
+
+// draFinding says what the published devices mean for one pod set.
+func draFinding(w *Workload, ps *PodSet) verdict.Finding {
+	f := ps.DRAFacts
+	set := fmt.Sprintf("%s (%s)", ps.Name, plural(ps.Count, "pod"))
+	pending := ps.Pending()
+	var rule string
+	var sev verdict.Severity
+	var msg string
+	switch f.Outcome {
+	case DRANoDevice:
+		rule, sev = verdict.RuleShapeMismatch, verdict.SeverityFail
+		msg = fmt.Sprintf("%s: no device published in any ResourceSlice can serve one pod's DRA requests (%s), even with every device free. %s",
+			set, ps.DRA, describeGaps(f.Requests))
+	case DRAGangTooLarge:
+		rule, sev = verdict.RuleGangTooLarge, verdict.SeverityFail
+		msg = fmt.Sprintf("%s: the published devices serve %s of the %d pending pods' DRA requests (%s) at once, even with every device free. %s",
+			set, plural(f.FitEmpty, "pod"), pending, ps.DRA, describeMatches(f.Requests))
+	case DRAWaits:
+		rule, sev = verdict.RuleWaitCapacity, verdict.SeverityWarn
+		msg = fmt.Sprintf("%s: the published devices serve all %d pending pods' DRA requests (%s) on an empty cluster, but only %d now: other allocated claims hold the matching devices. %s Holding them: %s.",
+			set, pending, ps.DRA, f.FitNow, describeMatches(f.Requests), strings.Join(limit(f.Holders, 10), "; "))
+	default:
+		rule, sev = verdict.RuleSchedulable, verdict.SeverityInfo
+		msg = fmt.Sprintf("%s: the published devices serve all %d pending pods' DRA requests (%s) now. %s",
+			set, pending, ps.DRA, describeMatches(f.Requests))
+	}
+	r, _ := verdict.Lookup(rule)
+	fix := r.Remediation
+	if f.Outcome == DRANoDevice {
+		fix = "change the request's DeviceClass, selectors or capacity to a device the cluster publishes (the finding names the nearest ones), or publish such a device"
+	}
+	return verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Pods: limit(ps.Pods, 50)}
+}
+
+func describeGaps(reqs []DRARequest) string {
+	var parts []string
+	for _, r := range reqs {
+		if r.Matching > 0 {
+			parts = append(parts, fmt.Sprintf("%s: %s match on their own", r.Desc, plural(r.Matching, "device")))
+			continue
+		}
+		s := r.Desc + ": no device matches"
+		if len(r.Nearest) > 0 {
+			var near []string
+			for _, d := range r.Nearest {
+				near = append(near, d.String())
+			}
+			s += "; nearest: " + strings.Join(near, "; ")
+		}
+		parts = append(parts, s)
+	}
+	out := strings.Join(parts, ". ") + "."
+	if allMatch(reqs) {
+		out += " Each request matches devices on its own, but no node holds all of one pod's requests together (counts, constraints such as matchAttribute, or devices on different nodes)."
+	}
+	return out
+}
+
+func allMatch(reqs []DRARequest) bool {
+	for _, r := range reqs {
+		if r.Matching == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func describeMatches(reqs []DRARequest) string {
+	var parts []string
+	for _, r := range reqs {
+		parts = append(parts, fmt.Sprintf("%s: %s match", r.Desc, plural(r.Matching, "published device")))
+	}
+	return strings.Join(parts, ". ") + "."
+}
+
+// String: "2 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9856Mi) on
+// node-a, e.g. gpu-0-mig-1g.10gb-0 (driver 580.126.20)".
+func (d DRADevice) String() string {
+	var b strings.Builder
+	if d.Count > 1 {
+		fmt.Fprintf(&b, "%d x ", d.Count)
+	}
+	switch {
+	case d.Profile != "":
+		fmt.Fprintf(&b, "MIG %s of %s", d.Profile, orUnknown(d.Product))
+	case d.Product != "":
+		b.WriteString(d.Product)
+	default:
+		fmt.Fprintf(&b, "%s device", orUnknown(d.Type))
+	}
+	var facts []string
+	if d.Multiprocessors > 0 {
+		facts = append(facts, fmt.Sprintf("%d SMs", d.Multiprocessors))
+	}
+	if d.Memory != "" {
+		facts = append(facts, d.Memory)
+	}
+	if len(facts) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(facts, ", "))
+	}
+	if d.Node != "" {
+		fmt.Fprintf(&b, " on %s", d.Node)
+	}
+	if d.Count > 1 {
+		b.WriteString(", e.g.")
+	}
+	fmt.Fprintf(&b, " %s", d.Name)
+	if d.DriverVersion != "" {
+		fmt.Fprintf(&b, " (driver %s)", d.DriverVersion)
+	}
+	return b.String()
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown product"
+	}
+	return s
+}
