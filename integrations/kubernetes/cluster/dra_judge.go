@@ -182,6 +182,12 @@ func (j *draJudge) podClaims(ns string, refs []corev1.PodResourceClaim, req sche
 			d.rest[r] = req[r]
 			continue
 		}
+		if j.b.advertised(r) {
+			// The scheduler may serve it from the device plugin too:
+			// judging DRA devices alone could call a job hopeless that
+			// runs.
+			return nil, fmt.Errorf("%s: nodes advertise it and DeviceClass %s maps it", r, class)
+		}
 		exact := &resourcev1.ExactDeviceRequest{DeviceClassName: class, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: req[r]}
 		c := &resourcev1.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "extended-" + class},
 			Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "extended", Exactly: exact}}}}}
@@ -215,4 +221,15 @@ func defaultMode(m resourcev1.DeviceAllocationMode, n int64) (resourcev1.DeviceA
 		n = 1
 	}
 	return m, n
+}
+
+// advertised: some node advertises resource r in its allocatable (a
+// device plugin serves it there).
+func (b *Builder) advertised(r string) bool {
+	for i := range b.nodes {
+		if b.nodes[i].Allocatable[r] > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -136,3 +136,23 @@ func TestDRAWithoutSlicesStaysUnjudged(t *testing.T) {
 	res := e.Diagnose(e.NewCluster(b.Nodes()), ws[0])
 	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
 }
+
+// Where a node also advertises nvidia.com/gpu from the device plugin,
+// the scheduler may serve the request from either: the job is not judged
+// on the DRA devices alone (here none would be free).
+func TestDRAMappedResourceAlsoAdvertisedStaysUnjudged(t *testing.T) {
+	plugin := `---
+apiVersion: v1
+kind: Node
+metadata:
+  name: plugin-a100-0
+status:
+  allocatable:
+    cpu: "64"
+    memory: 512Gi
+    pods: "110"
+    nvidia.com/gpu: "8"
+`
+	res := judgeDRAFile(t, "03-devices-held.yaml", plugin)
+	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
+}
