@@ -2,6 +2,7 @@ package schedule
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/rankgate/rankgate/verdict"
@@ -88,16 +89,60 @@ func (e *Engine) judgeDRA(c *Cluster, w *Workload) (Result, bool) {
 	}
 	rest := *w
 	rest.PodSets = make([]PodSet, len(w.PodSets))
-	var out []verdict.Finding
+	var groups []*draGroup
 	for i, ps := range w.PodSets {
 		if ps.DRA != "" && ps.Count > 0 {
-			out = append(out, draFinding(w, &ps))
+			groups = addDRAGroup(groups, &w.PodSets[i])
 		}
 		ps.DRA, ps.DRAFacts = "", nil
 		rest.PodSets[i] = ps
 	}
+	var out []verdict.Finding
+	for _, g := range groups {
+		out = append(out, g.finding())
+	}
 	res := e.Diagnose(c, rest)
 	return mergeDRA(w, res, out), true
+}
+
+// draGroup gathers pod sets with the same DRA requests and outcome (a
+// Master and its Workers, usually) into one finding.
+type draGroup struct {
+	key                    string
+	labels, pods, holders  []string
+	count, pending, fitNow int
+	fitEmpty               int
+	first                  *PodSet
+}
+
+func addDRAGroup(groups []*draGroup, ps *PodSet) []*draGroup {
+	f := ps.DRAFacts
+	key := fmt.Sprintf("%d|%s", f.Outcome, ps.DRA)
+	for _, r := range f.Requests {
+		key += "|" + r.Desc
+	}
+	var g *draGroup
+	for _, x := range groups {
+		if x.key == key {
+			g = x
+		}
+	}
+	if g == nil {
+		g = &draGroup{key: key, first: ps}
+		groups = append(groups, g)
+	}
+	g.labels = append(g.labels, fmt.Sprintf("%s (%s)", ps.Name, plural(ps.Count, "pod")))
+	g.pods = append(g.pods, ps.Pods...)
+	g.count += ps.Count
+	g.pending += ps.Pending()
+	g.fitNow += f.FitNow
+	g.fitEmpty += f.FitEmpty
+	for _, h := range f.Holders {
+		if !slices.Contains(g.holders, h) {
+			g.holders = append(g.holders, h)
+		}
+	}
+	return groups
 }
 
 // mergeDRA puts the DRA findings before the engine's and sets the
@@ -131,38 +176,41 @@ func mergeDRA(w *Workload, res Result, dra []verdict.Finding) Result {
 	return out
 }
 
-// draFinding says what the published devices mean for one pod set.
-func draFinding(w *Workload, ps *PodSet) verdict.Finding {
-	f := ps.DRAFacts
-	set := fmt.Sprintf("%s (%s)", ps.Name, plural(ps.Count, "pod"))
-	pending := ps.Pending()
-	var rule string
-	var sev verdict.Severity
-	var msg string
+// finding says what the published devices mean for a group of pod sets.
+func (g *draGroup) finding() verdict.Finding {
+	f := g.first.DRAFacts
+	set := strings.Join(g.labels, " + ")
+	pending := plural(g.pending, "pending pod")
+	via := g.first.DRA
+	var rule, msg string
+	sev := verdict.SeverityWarn
 	switch f.Outcome {
 	case DRANoDevice:
 		rule, sev = verdict.RuleShapeMismatch, verdict.SeverityFail
-		msg = fmt.Sprintf("%s: no device published in any ResourceSlice can serve one pod's DRA requests (%s), even with every device free. %s",
-			set, ps.DRA, describeGaps(f.Requests))
+		msg = fmt.Sprintf("%s: no device published in any ResourceSlice can serve a pod's DRA requests (%s), even with every device free. %s",
+			set, via, describeGaps(f.Requests))
 	case DRAGangTooLarge:
 		rule, sev = verdict.RuleGangTooLarge, verdict.SeverityFail
-		msg = fmt.Sprintf("%s: the published devices serve %s of the %d pending pods' DRA requests (%s) at once, even with every device free. %s",
-			set, plural(f.FitEmpty, "pod"), pending, ps.DRA, describeMatches(f.Requests))
+		msg = fmt.Sprintf("%s: even with every device free, the published devices serve the DRA requests (%s) of %d of the %s at once. %s",
+			set, via, g.fitEmpty, pending, describeMatches(f.Requests))
 	case DRAWaits:
-		rule, sev = verdict.RuleWaitCapacity, verdict.SeverityWarn
-		msg = fmt.Sprintf("%s: the published devices serve all %d pending pods' DRA requests (%s) on an empty cluster, but only %d now: other allocated claims hold the matching devices. %s Holding them: %s.",
-			set, pending, ps.DRA, f.FitNow, describeMatches(f.Requests), strings.Join(limit(f.Holders, 10), "; "))
+		rule = verdict.RuleWaitCapacity
+		msg = fmt.Sprintf("%s: the published devices serve the DRA requests (%s) of all %s on an empty cluster, but of %d now: other allocated claims hold the matching devices. %s Holding them: %s.",
+			set, via, pending, g.fitNow, describeMatches(f.Requests), strings.Join(limit(g.holders, 10), "; "))
 	default:
 		rule, sev = verdict.RuleSchedulable, verdict.SeverityInfo
-		msg = fmt.Sprintf("%s: the published devices serve all %d pending pods' DRA requests (%s) now. %s",
-			set, pending, ps.DRA, describeMatches(f.Requests))
+		msg = fmt.Sprintf("%s: the published devices serve the DRA requests (%s) of all %s now. %s",
+			set, via, pending, describeMatches(f.Requests))
 	}
 	r, _ := verdict.Lookup(rule)
 	fix := r.Remediation
-	if f.Outcome == DRANoDevice {
+	switch f.Outcome {
+	case DRANoDevice:
 		fix = "change the request's DeviceClass, selectors or capacity to a device the cluster publishes (the finding names the nearest ones), or publish such a device"
+	case DRAWaits:
+		fix = "wait, or free the devices those claims hold"
 	}
-	return verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Pods: limit(ps.Pods, 50)}
+	return verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Pods: limit(g.pods, 50)}
 }
 
 func describeGaps(reqs []DRARequest) string {
@@ -206,20 +254,19 @@ func describeMatches(reqs []DRARequest) string {
 	return strings.Join(parts, ". ") + "."
 }
 
-// String: "2 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9856Mi) on
-// node-a, e.g. gpu-0-mig-1g.10gb-0 (driver 580.126.20)".
+// String: "gpu-0: NVIDIA H100 80GB HBM3 (81559Mi, driver 580.126.20) on
+// dgx-h100-0", or for a group "7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3
+// (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1, e.g.
+// gpu-0-mig-1g.10gb-0".
 func (d DRADevice) String() string {
-	var b strings.Builder
-	if d.Count > 1 {
-		fmt.Fprintf(&b, "%d x ", d.Count)
-	}
+	var shape string
 	switch {
 	case d.Profile != "":
-		fmt.Fprintf(&b, "MIG %s of %s", d.Profile, orUnknown(d.Product))
+		shape = fmt.Sprintf("MIG %s of %s", d.Profile, orUnknown(d.Product))
 	case d.Product != "":
-		b.WriteString(d.Product)
+		shape = d.Product
 	default:
-		fmt.Fprintf(&b, "%s device", orUnknown(d.Type))
+		shape = orUnknown(d.Type) + " device"
 	}
 	var facts []string
 	if d.Multiprocessors > 0 {
@@ -228,20 +275,19 @@ func (d DRADevice) String() string {
 	if d.Memory != "" {
 		facts = append(facts, d.Memory)
 	}
+	if d.DriverVersion != "" {
+		facts = append(facts, "driver "+d.DriverVersion)
+	}
 	if len(facts) > 0 {
-		fmt.Fprintf(&b, " (%s)", strings.Join(facts, ", "))
+		shape += " (" + strings.Join(facts, ", ") + ")"
 	}
 	if d.Node != "" {
-		fmt.Fprintf(&b, " on %s", d.Node)
+		shape += " on " + d.Node
 	}
 	if d.Count > 1 {
-		b.WriteString(", e.g.")
+		return fmt.Sprintf("%d x %s, e.g. %s", d.Count, shape, d.Name)
 	}
-	fmt.Fprintf(&b, " %s", d.Name)
-	if d.DriverVersion != "" {
-		fmt.Fprintf(&b, " (driver %s)", d.DriverVersion)
-	}
-	return b.String()
+	return d.Name + ": " + shape
 }
 
 func orUnknown(s string) string {

@@ -54,10 +54,11 @@ func TestDRAJudgedOnPublishedDevices(t *testing.T) {
 		require.Equal(t, verdict.RuleShapeMismatch, res.Rule)
 		require.True(t, res.Hopeless)
 		fs := findingsOf(res, verdict.RuleShapeMismatch)
-		require.Len(t, fs, 2) // Master and Worker
+		require.Len(t, fs, 1)
 		msg := fs[0].Message
+		require.Contains(t, msg, "Master (1 pod) + Worker (1 pod)")
 		require.Contains(t, msg, "profile == '7g.80gb': no device matches")
-		require.Contains(t, msg, "nearest: 7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi) on dgx-h100-1")
+		require.Contains(t, msg, "nearest: 7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1, e.g. gpu-0-mig-1g.10gb-0")
 		require.Equal(t, 1, res.ExitCode())
 	})
 	t.Run("every matching device held by other claims waits, naming them", func(t *testing.T) {
@@ -66,8 +67,9 @@ func TestDRAJudgedOnPublishedDevices(t *testing.T) {
 		require.False(t, res.Hopeless)
 		require.Empty(t, res.Placement)
 		fs := findingsOf(res, verdict.RuleWaitCapacity)
-		require.NotEmpty(t, fs)
-		require.Contains(t, fs[0].Message, "ResourceClaim research/notebook-a-gpu-x2k9q (pod research/notebook-a-0) holds NVIDIA H100 80GB HBM3 (81559Mi) on dgx-h100-0 gpu-0")
+		require.Len(t, fs, 1)
+		require.Contains(t, fs[0].Message, "of all 2 pending pods on an empty cluster, but of 0 now")
+		require.Contains(t, fs[0].Message, "ResourceClaim research/notebook-a-gpu-x2k9q (pod research/notebook-a-0) holds gpu-0: NVIDIA H100 80GB HBM3 (81559Mi, driver 580.126.20) on dgx-h100-0")
 		require.Contains(t, fs[0].Message, "ResourceClaim research/notebook-b-gpu-m4t7z (pod research/notebook-b-0) holds")
 		// The engine's "fits now" speaks of cpu and memory only: it is
 		// dropped while the devices wait.
