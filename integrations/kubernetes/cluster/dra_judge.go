@@ -29,8 +29,9 @@ var draFeatures = structured.Features{
 	AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true,
 }
 
-// maxDRAPods bounds the pods of one set that are allocated one by one.
-const maxDRAPods = 1024
+// maxDRAPods bounds the pods of one set that are allocated one by one;
+// a larger set stays unjudged (DRA_NOT_JUDGED).
+const maxDRAPods = 4096
 
 // draDevice is a published device and where it is.
 type draDevice struct {
@@ -57,15 +58,28 @@ func (b *Builder) draJudge() *draJudge {
 	}
 	j := &draJudge{b: b, byID: map[structured.DeviceID]*draDevice{}, held: map[structured.DeviceID]*resourcev1.ResourceClaim{},
 		cache: cel.NewCache(256, cel.Features{}), lister: classLister(b.dra.classObjs)}
+	// Nodes the allocator tries: where only node-local slices exist
+	// (spec.nodeName), the nodes they name; with slices for many nodes
+	// (nodeSelector, allNodes), every node.
 	known := map[string]bool{}
-	for _, n := range b.nodes {
-		known[n.Name] = true
-		j.nodes = append(j.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}})
+	everyNode := false
+	for _, s := range b.dra.slices {
+		everyNode = everyNode || s.Spec.NodeName == nil || *s.Spec.NodeName == ""
+	}
+	if everyNode {
+		for _, n := range b.nodes {
+			known[n.Name] = true
+			j.nodes = append(j.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}})
+		}
 	}
 	for _, s := range b.dra.slices {
 		if n := s.Spec.NodeName; n != nil && *n != "" && !known[*n] {
 			known[*n] = true
-			j.nodes = append(j.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *n}})
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *n}}
+			if i, ok := b.nodeIdx[*n]; ok {
+				node.Labels = b.nodes[i].Labels
+			}
+			j.nodes = append(j.nodes, node)
 		}
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -67,7 +68,7 @@ func exactText(e *resourcev1.ExactDeviceRequest) string {
 // now are the devices taken in each, which the pods' allocations join.
 func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
 	if n > maxDRAPods {
-		n = maxDRAPods
+		return nil, fmt.Errorf("%d pending pods: more than the %d judged on DRA devices", n, maxDRAPods)
 	}
 	f := &schedule.DRAFacts{}
 	matched := sets.New[structured.DeviceID]()
@@ -106,9 +107,12 @@ func (j *draJudge) fitsAlone(d *podDemand) bool {
 
 // place allocates the claims of up to n pods, one pod after the other,
 // each on the first node where all its claims fit, with the devices in
-// allocated taken; it returns how many pods got their devices.
+// allocated taken; it returns how many pods got their devices. The pods
+// are alike and allocated only grows, so a node that failed one pod is
+// not tried for the next. Each allocation is bounded by allocTimeout, as
+// the scheduler bounds its own.
 func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID]) (int, error) {
-	ctx := context.Background()
+	failed := make([]bool, len(j.nodes))
 	for i := 0; i < n; i++ {
 		claims := make([]*resourcev1.ResourceClaim, 0, len(d.perPod)+len(d.shared))
 		for _, c := range d.perPod {
@@ -119,33 +123,47 @@ func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.Devi
 		if i == 0 {
 			claims = append(claims, d.shared...)
 		}
-		state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
-		alloc, err := structured.NewAllocator(ctx, draFeatures, state, j.lister, j.b.dra.slices, j.cache)
-		if err != nil {
-			return i, fmt.Errorf("dra allocator: %w", err)
-		}
-		placed := false
-		for _, node := range j.nodes {
-			res, err := alloc.Allocate(ctx, node, claims)
-			if err != nil {
-				return i, fmt.Errorf("allocate on node %s: %w", node.Name, err)
-			}
-			if res == nil {
-				continue
-			}
-			for _, r := range res {
-				for _, dr := range r.Devices.Results {
-					allocated.Insert(structured.MakeDeviceID(dr.Driver, dr.Pool, dr.Device))
-				}
-			}
-			placed = true
-			break
-		}
-		if !placed {
-			return i, nil
+		ok, err := j.placeOne(claims, allocated, failed)
+		if err != nil || !ok {
+			return i, err
 		}
 	}
 	return n, nil
+}
+
+// allocTimeout bounds one pod's allocation on one node.
+const allocTimeout = 2 * time.Second
+
+// placeOne allocates one pod's claims on the first node not failed yet
+// where they fit, and takes the devices.
+func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.Set[structured.DeviceID], failed []bool) (bool, error) {
+	state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.b.dra.slices, j.cache)
+	if err != nil {
+		return false, fmt.Errorf("dra allocator: %w", err)
+	}
+	for k, node := range j.nodes {
+		if failed[k] {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), allocTimeout)
+		res, err := alloc.Allocate(ctx, node, claims)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("allocate on node %s: %w", node.Name, err)
+		}
+		if res == nil {
+			failed[k] = true
+			continue
+		}
+		for _, r := range res {
+			for _, dr := range r.Devices.Results {
+				allocated.Insert(structured.MakeDeviceID(dr.Driver, dr.Pool, dr.Device))
+			}
+		}
+		return true, nil
+	}
+	return false, nil
 }
 
 // match returns the published devices that satisfy a request on their
