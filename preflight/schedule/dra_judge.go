@@ -52,6 +52,10 @@ type DRARequest struct {
 	// Nearest, when Matching is 0: the devices that come closest (pass
 	// the class and the most of the request's selectors and capacity).
 	Nearest []DRADevice
+	// Tainted: matching devices with a NoSchedule or NoExecute device
+	// taint the request does not tolerate ("gpu-0 on node-a
+	// (gpu.nvidia.com/xid=79:NoSchedule)"); the allocator skips them.
+	Tainted []string
 }
 
 // DRAFacts is what the cluster layer found for a pod set whose devices
@@ -217,7 +221,11 @@ func describeGaps(reqs []DRARequest) string {
 	var parts []string
 	for _, r := range reqs {
 		if r.Matching > 0 {
-			parts = append(parts, fmt.Sprintf("%s: %s match on their own", r.Desc, plural(r.Matching, "device")))
+			s := fmt.Sprintf("%s: %s match on their own", r.Desc, plural(r.Matching, "device"))
+			if len(r.Tainted) > 0 {
+				s += fmt.Sprintf(", %d of them with a device taint the request does not tolerate: %s", len(r.Tainted), strings.Join(limit(r.Tainted, 10), "; "))
+			}
+			parts = append(parts, s)
 			continue
 		}
 		s := r.Desc + ": no device matches"
@@ -232,7 +240,7 @@ func describeGaps(reqs []DRARequest) string {
 	}
 	out := strings.Join(parts, ". ") + "."
 	if allMatch(reqs) {
-		out += " Each request matches devices on its own, but no node holds all of one pod's requests together (counts, constraints such as matchAttribute, or devices on different nodes)."
+		out += " Each request matches devices on its own, but no node holds all of one pod's requests together among the untainted ones (counts, constraints such as matchAttribute, devices on different nodes, device taints)."
 	}
 	return out
 }

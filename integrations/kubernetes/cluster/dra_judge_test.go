@@ -158,3 +158,24 @@ status:
 	res := judgeDRAFile(t, "03-devices-held.yaml", plugin)
 	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
 }
+
+// Devices the driver tainted (an XID error) are skipped by the allocator:
+// with both H100s tainted, no device serves the job, and the finding says
+// the matching devices carry taints the request does not tolerate.
+func TestDRATaintedDevicesNamed(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "dra", "01-extended-resource-h100.yaml"))
+	require.NoError(t, err)
+	taint := "    taints:\n    - key: gpu.nvidia.com/xid\n      value: \"79\"\n      effect: NoSchedule\n"
+	in := strings.ReplaceAll(string(data), "  - name: gpu-0\n", "  - name: gpu-0\n"+taint)
+	in = strings.ReplaceAll(in, "  - name: gpu-1\n", "  - name: gpu-1\n"+taint)
+	b := NewBuilder()
+	require.NoError(t, Load(b, "tainted.yaml", strings.NewReader(in), nil))
+	ws, err := b.Workloads()
+	require.NoError(t, err)
+	e := schedule.New()
+	res := e.Diagnose(e.NewCluster(b.Nodes()), ws[0])
+	require.Equal(t, verdict.RuleShapeMismatch, res.Rule, res.Report.Reason(0))
+	fs := findingsOf(res, verdict.RuleShapeMismatch)
+	require.Len(t, fs, 1)
+	require.Contains(t, fs[0].Message, "2 devices match on their own, 2 of them with a device taint the request does not tolerate: gpu-0 on dgx-h100-0 (gpu.nvidia.com/xid=79:NoSchedule)")
+}

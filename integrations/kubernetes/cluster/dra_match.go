@@ -10,6 +10,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -73,9 +74,9 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.Dev
 	f := &schedule.DRAFacts{}
 	matched := sets.New[structured.DeviceID]()
 	for _, rd := range d.descs {
-		m, near := j.match(rd.req)
+		m, near, tainted := j.match(rd.req)
 		matched = matched.Union(m)
-		f.Requests = append(f.Requests, schedule.DRARequest{Desc: rd.text, Matching: m.Len(), Nearest: near})
+		f.Requests = append(f.Requests, schedule.DRARequest{Desc: rd.text, Matching: m.Len(), Nearest: near, Tainted: tainted})
 	}
 	var err error
 	if f.FitEmpty, err = j.place(d, n, empty); err != nil {
@@ -169,39 +170,66 @@ func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.S
 // match returns the published devices that satisfy a request on their
 // own (class, selectors, capacity), and when there are none, the nearest
 // ones: those that fail the fewest of the class's and the request's
-// conditions (the class's counting as more), grouped by shape.
-func (j *draJudge) match(r *resourcev1.DeviceRequest) (sets.Set[structured.DeviceID], []schedule.DRADevice) {
+// conditions (the class's counting as more), grouped by shape. tainted
+// names the matching devices whose taints the request does not tolerate
+// (the allocator skips them).
+func (j *draJudge) match(r *resourcev1.DeviceRequest) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, tainted []string) {
 	alts := []resourcev1.ExactDeviceRequest{}
 	if r.Exactly != nil {
 		alts = append(alts, *r.Exactly)
 	}
 	for _, s := range r.FirstAvailable {
-		alts = append(alts, resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, Capacity: s.Capacity})
+		alts = append(alts, resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, Capacity: s.Capacity, Tolerations: s.Tolerations})
 	}
-	out := sets.New[structured.DeviceID]()
+	out = sets.New[structured.DeviceID]()
 	best := -1
-	var nearest []*draDevice
+	var near []*draDevice
 	for i := range j.devices {
 		dev := &j.devices[i]
-		score := -1
+		score, alt := -1, 0
 		for k := range alts {
 			if s := j.misses(&alts[k], dev); score < 0 || s < score {
-				score = s
+				score, alt = s, k
 			}
 		}
 		switch {
 		case score == 0:
 			out.Insert(dev.id)
+			if t := untolerated(dev.device.Taints, alts[alt].Tolerations); t != "" {
+				tainted = append(tainted, dev.facts().Name+" on "+dev.facts().Node+" ("+t+")")
+			}
 		case best < 0 || score < best:
-			best, nearest = score, []*draDevice{dev}
+			best, near = score, []*draDevice{dev}
 		case score == best:
-			nearest = append(nearest, dev)
+			near = append(near, dev)
 		}
 	}
 	if out.Len() > 0 {
-		return out, nil
+		return out, nil, tainted
 	}
-	return out, groupDevices(nearest, 5)
+	return out, groupDevices(near, 5), nil
+}
+
+// untolerated describes the first NoSchedule or NoExecute taint of a
+// device that none of the tolerations tolerates, or returns "".
+func untolerated(taints []resourcev1.DeviceTaint, tols []resourcev1.DeviceToleration) string {
+	for _, t := range taints {
+		if t.Effect != resourcev1.DeviceTaintEffectNoSchedule && t.Effect != resourcev1.DeviceTaintEffectNoExecute {
+			continue
+		}
+		ok := false
+		for _, tol := range tols {
+			ok = ok || resourceclaim.ToleratesTaint(tol, t)
+		}
+		if !ok {
+			s := t.Key
+			if t.Value != "" {
+				s += "=" + t.Value
+			}
+			return s + ":" + string(t.Effect)
+		}
+	}
+	return ""
 }
 
 // misses counts the conditions a device fails: 100 per failed class
