@@ -47,7 +47,8 @@ type DRARequest struct {
 	// 1 device of DeviceClass mig.nvidia.com where <selector>".
 	Desc string
 	// Matching counts the published devices that satisfy the request on
-	// their own (class, selectors, capacity), free or not.
+	// their own (class, selectors, capacity), free or not; -1 when not
+	// counted (the request is served, or waits for held devices).
 	Matching int
 	// Nearest, when Matching is 0: the devices that come closest (pass
 	// the class and the most of the request's selectors and capacity).
@@ -254,12 +255,25 @@ func allMatch(reqs []DRARequest) bool {
 	return true
 }
 
+// describeMatches lists a pod's requests, with the published devices
+// that match each where they were counted.
 func describeMatches(reqs []DRARequest) string {
-	var parts []string
+	var asked, counted []string
 	for _, r := range reqs {
-		parts = append(parts, fmt.Sprintf("%s: %s match", r.Desc, plural(r.Matching, "published device")))
+		if r.Matching < 0 {
+			asked = append(asked, r.Desc)
+			continue
+		}
+		counted = append(counted, fmt.Sprintf("%s: %s match", r.Desc, plural(r.Matching, "published device")))
 	}
-	return strings.Join(parts, ". ") + "."
+	var out []string
+	if len(asked) > 0 {
+		out = append(out, "Each pod asks "+strings.Join(asked, "; ")+".")
+	}
+	if len(counted) > 0 {
+		out = append(out, strings.Join(counted, ". ")+".")
+	}
+	return strings.Join(out, " ")
 }
 
 // String: "gpu-0: NVIDIA H100 80GB HBM3 (81559Mi, driver 580.126.20) on

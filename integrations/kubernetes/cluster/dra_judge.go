@@ -45,11 +45,26 @@ type draJudge struct {
 	b       *Builder
 	nodes   []*corev1.Node
 	devices []draDevice
-	byID    map[structured.DeviceID]*draDevice
+	all     []*draDevice // every published device
+	// heldDevs: published devices that allocated claims hold.
+	heldDevs []*draDevice
+	byID     map[structured.DeviceID]*draDevice
 	// held: devices of allocated claims, with the claim holding them.
 	held   map[structured.DeviceID]*resourcev1.ResourceClaim
 	cache  *cel.Cache
 	lister classLister
+	// byNode: the node-local slices of each node; shared: the slices for
+	// many nodes (nodeSelector, allNodes, perDeviceNodeSelection).
+	byNode map[string][]*resourcev1.ResourceSlice
+	shared []*resourcev1.ResourceSlice
+}
+
+// slicesFor are the slices whose devices a node may get.
+func (j *draJudge) slicesFor(node string) []*resourcev1.ResourceSlice {
+	if len(j.shared) == 0 {
+		return j.byNode[node]
+	}
+	return append(append([]*resourcev1.ResourceSlice(nil), j.byNode[node]...), j.shared...)
 }
 
 func (b *Builder) draJudge() *draJudge {
@@ -72,7 +87,13 @@ func (b *Builder) draJudge() *draJudge {
 			j.nodes = append(j.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}})
 		}
 	}
+	j.byNode = map[string][]*resourcev1.ResourceSlice{}
 	for _, s := range b.dra.slices {
+		if n := s.Spec.NodeName; n != nil && *n != "" {
+			j.byNode[*n] = append(j.byNode[*n], s)
+		} else {
+			j.shared = append(j.shared, s)
+		}
 		if n := s.Spec.NodeName; n != nil && *n != "" && !known[*n] {
 			known[*n] = true
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *n}}
@@ -88,6 +109,7 @@ func (b *Builder) draJudge() *draJudge {
 	}
 	for i := range j.devices {
 		j.byID[j.devices[i].id] = &j.devices[i]
+		j.all = append(j.all, &j.devices[i])
 	}
 	keys := make([]string, 0, len(b.dra.claims))
 	for k := range b.dra.claims {
@@ -100,7 +122,11 @@ func (b *Builder) draJudge() *draJudge {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			j.held[structured.MakeDeviceID(r.Driver, r.Pool, r.Device)] = c
+			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+			j.held[id] = c
+			if d, ok := j.byID[id]; ok {
+				j.heldDevs = append(j.heldDevs, d)
+			}
 		}
 	}
 	b.draJ = j

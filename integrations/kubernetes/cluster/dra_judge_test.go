@@ -46,7 +46,7 @@ func TestDRAJudgedOnPublishedDevices(t *testing.T) {
 		require.Empty(t, findingsOf(res, verdict.RuleDRANotJudged))
 		fits := findingsOf(res, verdict.RuleSchedulable)
 		require.NotEmpty(t, fits)
-		require.Contains(t, fits[0].Message, "nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com: 2 published devices match")
+		require.Contains(t, fits[0].Message, "Master (1 pod) + Worker (1 pod): the published devices serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of all 2 pending pods now. Each pod asks nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com.")
 		require.Equal(t, 0, res.ExitCode())
 	})
 	t.Run("a claim template asking 7g.80gb on 1g.10gb devices is a shape mismatch naming the nearest", func(t *testing.T) {

@@ -72,12 +72,6 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.Dev
 		return nil, fmt.Errorf("%d pending pods: more than the %d judged on DRA devices", n, maxDRAPods)
 	}
 	f := &schedule.DRAFacts{}
-	matched := sets.New[structured.DeviceID]()
-	for _, rd := range d.descs {
-		m, near, tainted := j.match(rd.req)
-		matched = matched.Union(m)
-		f.Requests = append(f.Requests, schedule.DRARequest{Desc: rd.text, Matching: m.Len(), Nearest: near, Tainted: tainted})
-	}
 	var err error
 	if f.FitEmpty, err = j.place(d, n, empty); err != nil {
 		return nil, err
@@ -94,6 +88,31 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.Dev
 		f.Outcome = schedule.DRAGangTooLarge
 	case f.FitNow < n:
 		f.Outcome = schedule.DRAWaits
+	}
+	// Which devices match each request is worked out only where the
+	// message needs it (CEL over every published device is the costly
+	// part): all devices when the job cannot be served, the held ones
+	// when it waits, none when it fits.
+	var devs []*draDevice
+	switch f.Outcome {
+	case schedule.DRANoDevice, schedule.DRAGangTooLarge:
+		devs = j.all
+	case schedule.DRAWaits:
+		devs = j.heldDevs
+	}
+	matched := sets.New[structured.DeviceID]()
+	for _, rd := range d.descs {
+		r := schedule.DRARequest{Desc: rd.text, Matching: -1}
+		if devs != nil {
+			m, near, tainted := j.match(rd.req, devs)
+			matched = matched.Union(m)
+			if f.Outcome != schedule.DRAWaits {
+				r.Matching, r.Nearest, r.Tainted = m.Len(), near, tainted
+			}
+		}
+		f.Requests = append(f.Requests, r)
+	}
+	if f.Outcome == schedule.DRAWaits {
 		f.Holders = j.holders(matched)
 	}
 	return f, nil
@@ -139,13 +158,15 @@ const allocTimeout = 2 * time.Second
 // where they fit, and takes the devices.
 func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.Set[structured.DeviceID], failed []bool) (bool, error) {
 	state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
-	alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.b.dra.slices, j.cache)
-	if err != nil {
-		return false, fmt.Errorf("dra allocator: %w", err)
-	}
 	for k, node := range j.nodes {
 		if failed[k] {
 			continue
+		}
+		// The node's own slices and those for many nodes: the allocator
+		// gathers its pools from the slices it is given, for every call.
+		alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.slicesFor(node.Name), j.cache)
+		if err != nil {
+			return false, fmt.Errorf("dra allocator: %w", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), allocTimeout)
 		res, err := alloc.Allocate(ctx, node, claims)
@@ -173,7 +194,7 @@ func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.S
 // conditions (the class's counting as more), grouped by shape. tainted
 // names the matching devices whose taints the request does not tolerate
 // (the allocator skips them).
-func (j *draJudge) match(r *resourcev1.DeviceRequest) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, tainted []string) {
+func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, tainted []string) {
 	alts := []resourcev1.ExactDeviceRequest{}
 	if r.Exactly != nil {
 		alts = append(alts, *r.Exactly)
@@ -184,8 +205,7 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest) (out sets.Set[structured.D
 	out = sets.New[structured.DeviceID]()
 	best := -1
 	var near []*draDevice
-	for i := range j.devices {
-		dev := &j.devices[i]
+	for _, dev := range devs {
 		score, alt := -1, 0
 		for k := range alts {
 			if s := j.misses(&alts[k], dev); score < 0 || s < score {
