@@ -166,13 +166,14 @@ func mergeDRA(w *Workload, res Result, dra []verdict.Finding) Result {
 			findings = append(findings, f)
 		}
 	}
-	out := Result{Report: verdict.NewReport(w.Subject(), findings), Rule: res.Rule, Hopeless: res.Hopeless, Placement: res.Placement}
+	// No placement: the engine's placed the pods' other requests only,
+	// not where the DRA devices are.
+	out := Result{Report: verdict.NewReport(w.Subject(), findings), Rule: res.Rule, Hopeless: res.Hopeless}
 	for _, f := range dra {
 		switch {
 		case f.Severity == verdict.SeverityFail && !out.Hopeless:
-			out.Rule, out.Hopeless, out.Placement = f.Rule, true, nil
+			out.Rule, out.Hopeless = f.Rule, true
 		case f.Rule == verdict.RuleWaitCapacity && !out.Hopeless:
-			out.Placement = nil
 			if out.Rule == verdict.RuleSchedulable {
 				out.Rule = f.Rule
 			}
