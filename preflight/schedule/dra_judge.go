@@ -280,7 +280,7 @@ func describeMatches(reqs []DRARequest) string {
 // String: "gpu-0: NVIDIA H100 80GB HBM3 (81559Mi, driver 580.126.20) on
 // dgx-h100-0", or for a group "7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3
 // (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1, e.g.
-// gpu-0-mig-1g.10gb-0".
+// gpu-0-mig-1g10gb-19-0".
 func (d DRADevice) String() string {
 	var shape string
 	switch {

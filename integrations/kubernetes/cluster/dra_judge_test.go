@@ -58,7 +58,7 @@ func TestDRAJudgedOnPublishedDevices(t *testing.T) {
 		msg := fs[0].Message
 		require.Contains(t, msg, "Master (1 pod) + Worker (1 pod)")
 		require.Contains(t, msg, "profile == '7g.80gb': no device matches")
-		require.Contains(t, msg, "nearest: 7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1, e.g. gpu-0-mig-1g.10gb-0")
+		require.Contains(t, msg, "nearest: 7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1, e.g. gpu-0-mig-1g10gb-19-0")
 		require.Equal(t, 1, res.ExitCode())
 	})
 	t.Run("every matching device held by other claims waits, naming them", func(t *testing.T) {
