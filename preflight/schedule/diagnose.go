@@ -69,8 +69,12 @@ type setState struct {
 }
 
 // Diagnose judges one workload against a prepared cluster. A workload
-// whose devices come through DRA is not judged (standDown).
+// whose devices come through DRA is judged on the published devices
+// (judgeDRA), or not at all when they are unknown (standDown).
 func (e *Engine) Diagnose(c *Cluster, w Workload) Result {
+	if res, ok := e.judgeDRA(c, &w); ok {
+		return res
+	}
 	if res, ok := standDown(&w); ok {
 		return res
 	}

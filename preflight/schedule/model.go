@@ -149,8 +149,11 @@ type PodSet struct {
 	// Resource Allocation ("nvidia.com/gpu from DeviceClass
 	// gpu.nvidia.com", "resource claims gpu"). Node allocatable says
 	// nothing about such devices: a workload with such a set is not
-	// judged (DRA_NOT_JUDGED).
-	DRA string
+	// judged (DRA_NOT_JUDGED) unless DRAFacts says what the published
+	// devices (ResourceSlices) offer it; Requests then leave out the
+	// extended resources DRA serves.
+	DRA      string
+	DRAFacts *DRAFacts
 }
 
 // Pending is the number of pods that still need a node.

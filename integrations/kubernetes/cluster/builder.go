@@ -34,6 +34,9 @@ type Builder struct {
 	// runningDRA counts those that run (dra.go).
 	boundDRA   []BoundDRAPod
 	runningDRA int
+	// dra: slices, claims, templates and classes (dra_objects.go).
+	dra  draObjects
+	draJ *draJudge
 }
 
 type podRecord struct {
@@ -47,8 +50,10 @@ type podRecord struct {
 	constraints  schedule.Constraints
 	schedMsg     string
 	gpu          bool
-	// claims names the pod's resource claims (DRA).
-	claims []string
+	// claims names the pod's resource claims (DRA); claimRefs are
+	// those entries.
+	claims    []string
+	claimRefs []corev1.PodResourceClaim
 }
 
 // NewBuilder returns an empty Builder.
@@ -133,6 +138,7 @@ func (b *Builder) AddNode(n *corev1.Node) error {
 }
 
 func (b *Builder) addNode(sn schedule.Node) error {
+	b.draJ = nil
 	if _, dup := b.nodeIdx[sn.Name]; dup {
 		return fmt.Errorf("node %s appears twice", sn.Name)
 	}
@@ -196,6 +202,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		replica:  replicaLabelsOf(p),
 		requests: req, constraints: ConstraintsOf(&p.Spec),
 		schedMsg: schedulerMessage(p), gpu: hasGPU(req), claims: claimNames(&p.Spec),
+		claimRefs: p.Spec.ResourceClaims,
 	})
 	return nil
 }
@@ -303,6 +310,7 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	w := schedule.Workload{Kind: j.Kind(), Namespace: j.Namespace(), Name: j.Name(), Suspended: j.Suspended()}
 	typer := newReplicaTyper(j)
+	var refs [][]corev1.PodResourceClaim
 	for _, rs := range j.ReplicaSpecs() {
 		ps := schedule.PodSet{Name: rs.Type, Count: int(rs.Replicas)}
 		for k, n := range b.boundJob {
@@ -338,8 +346,13 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 		if ps.Bound > ps.Count {
 			ps.Bound = ps.Count
 		}
+		refs = append(refs, rs.Template.Spec.ResourceClaims)
+		if sample != nil {
+			refs[len(refs)-1] = sample.claimRefs
+		}
 		w.PodSets = append(w.PodSets, ps)
 	}
+	b.judgeDRA(&w, refs)
 	return w, nil
 }
 
@@ -423,6 +436,7 @@ func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workl
 	}
 	namer := newSetNamer(kind)
 	sets := map[string]*schedule.PodSet{}
+	refs := map[string][]corev1.PodResourceClaim{}
 	var order []string
 	judge := false
 	for _, r := range rs {
@@ -439,6 +453,7 @@ func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workl
 		if ps.Requests == nil {
 			ps.Requests, ps.Constraints = r.requests, r.constraints
 			ps.DRA = b.viaDRA(r)
+			refs[set] = r.claimRefs
 		}
 		if ps.SchedulerMessage == "" {
 			ps.SchedulerMessage = r.schedMsg
@@ -455,9 +470,12 @@ func (b *Builder) workloadFromPods(kind string, rs []*podRecord) (schedule.Workl
 			ps.Count += n
 		}
 	}
+	var setRefs [][]corev1.PodResourceClaim
 	for _, k := range order {
 		w.PodSets = append(w.PodSets, *sets[k])
+		setRefs = append(setRefs, refs[k])
 	}
+	b.judgeDRA(&w, setRefs)
 	return w, judge
 }
 
@@ -508,10 +526,13 @@ func (b *Builder) PodWorkload(namespace, name string) (schedule.Workload, bool) 
 }
 
 func (b *Builder) podWorkload(r *podRecord) schedule.Workload {
-	return schedule.Workload{Kind: "Pod", Namespace: r.namespace, Name: r.name, PodSets: []schedule.PodSet{{
+	ps := schedule.PodSet{
 		Name: r.name, Count: 1, Requests: r.requests, Constraints: r.constraints,
 		Pods: []string{r.namespace + "/" + r.name}, SchedulerMessage: r.schedMsg, DRA: b.viaDRA(r),
-	}}}
+	}
+	w := schedule.Workload{Kind: "Pod", Namespace: r.namespace, Name: r.name, PodSets: []schedule.PodSet{ps}}
+	b.judgeDRA(&w, [][]corev1.PodResourceClaim{r.claimRefs})
+	return w
 }
 
 // viaDRA says how an unbound pod gets devices through DRA ("" if not).

@@ -55,6 +55,8 @@ func (b *Builder) AddDeviceClass(dc *resourcev1.DeviceClass) error {
 		b.classes = DeviceClasses{}
 	}
 	b.classes.add(dc)
+	b.dra.addClass(dc)
+	b.draJ = nil
 	return nil
 }
 

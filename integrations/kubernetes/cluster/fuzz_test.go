@@ -33,6 +33,8 @@ func FuzzLoad(f *testing.F) {
 	inputs, _ := filepath.Glob(filepath.Join("testdata", "inputs", "*.*"))
 	fixtures, _ := filepath.Glob(filepath.Join("..", "..", "..", "testdata", "fixtures", "kubernetes", "*"))
 	files = append(append(files, inputs...), fixtures...)
+	dra, _ := filepath.Glob(filepath.Join("testdata", "dra", "*.yaml"))
+	files = append(files, dra...)
 	for _, p := range files {
 		data, err := os.ReadFile(p)
 		if err == nil {

@@ -85,10 +85,13 @@ func (l *Live) pageSize() int64 {
 	return 500
 }
 
-// LoadCluster adds every node, every unfinished pod and every DeviceClass
-// to b.
+// LoadCluster adds every node, every unfinished pod, every DeviceClass
+// and the DRA slices, claims and claim templates to b.
 func (l *Live) LoadCluster(ctx context.Context, b *Builder) error {
 	if err := l.loadDeviceClasses(ctx, b); err != nil {
+		return err
+	}
+	if err := l.loadDRA(ctx, b); err != nil {
 		return err
 	}
 	opts := metav1.ListOptions{Limit: l.pageSize()}

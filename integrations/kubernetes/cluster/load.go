@@ -230,6 +230,9 @@ func listKind(apiVersion, kind string) bool {
 			return true
 		}
 	}
+	if apiVersion == draVersion && draKinds[strings.TrimSuffix(kind, "List")] {
+		return true
+	}
 	return kind == "DeviceClassList" && deviceClassVersion(apiVersion)
 }
 
@@ -266,6 +269,9 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 			return err
 		}
 		return addJob(b, j)
+	}
+	if tm.APIVersion == draVersion && draKinds[tm.Kind] {
+		return loadDRA(b, tm.Kind, raw)
 	}
 	if tm.Kind == "DeviceClass" && deviceClassVersion(tm.APIVersion) {
 		var dc resourcev1.DeviceClass

@@ -316,14 +316,11 @@ func scenarios() []scenario {
 		},
 		{
 			file:  "14-dra-not-judged.yaml",
-			about: "GPUs through DRA (NVIDIA DRA driver v0.4.1): DeviceClass gpu.nvidia.com serves nvidia.com/gpu, a ResourceSlice holds two H100s, no node advertises nvidia.com/gpu; a PyTorchJob of 2 pods asks nvidia.com/gpu: 1",
+			about: "GPUs through DRA (NVIDIA DRA driver v0.4.1): DeviceClass gpu.nvidia.com serves nvidia.com/gpu, the dump holds no ResourceSlice (the devices are unknown), no node advertises nvidia.com/gpu; a PyTorchJob of 2 pods asks nvidia.com/gpu: 1. With the slices dumped too, the job is judged on them (testdata/dra)",
 			objects: func(t *testing.T) []runtime.Object {
 				n := clustertest.MakeNode("dra-h100-0").Label("nvidia.com/gpu.present", "true")
-				slice := clustertest.GPUSlice("dra-h100-0",
-					clustertest.DRAGPU{UUID: "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80},
-					clustertest.DRAGPU{UUID: "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80})
 				job := kubeflowtest.MakePyTorchJob("llm", "ml").Master().Workers(1).Request("nvidia.com/gpu", "1").Obj()
-				objs := []runtime.Object{clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), slice, n.Obj(), job}
+				objs := []runtime.Object{clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), n.Obj(), job}
 				return append(objs, jobPods(asJob(t, job), "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")...)
 			},
 			rule: verdict.RuleDRANotJudged, exit: 0,

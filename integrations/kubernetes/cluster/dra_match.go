@@ -1,0 +1,331 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+
+	"github.com/rankgate/rankgate/preflight/schedule"
+)
+
+// describe records the requests of a claim for messages.
+func (d *podDemand) describe(c *resourcev1.ResourceClaim, from string) {
+	for i := range c.Spec.Devices.Requests {
+		r := &c.Spec.Devices.Requests[i]
+		d.descs = append(d.descs, reqDesc{text: from + " request " + r.Name + ": " + requestText(r), req: r})
+	}
+}
+
+// requestText: "1 device of DeviceClass mig.nvidia.com where <cel>".
+func requestText(r *resourcev1.DeviceRequest) string {
+	if r.Exactly != nil {
+		return exactText(r.Exactly)
+	}
+	var alts []string
+	for i := range r.FirstAvailable {
+		s := &r.FirstAvailable[i]
+		alts = append(alts, s.Name+": "+exactText(&resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, AllocationMode: s.AllocationMode, Count: s.Count, Capacity: s.Capacity}))
+	}
+	return "first available of " + strings.Join(alts, " | ")
+}
+
+func exactText(e *resourcev1.ExactDeviceRequest) string {
+	n := fmt.Sprintf("%d", e.Count)
+	if e.AllocationMode == resourcev1.DeviceAllocationModeAll {
+		n = "all"
+	} else if e.Count == 0 {
+		n = "1"
+	}
+	s := n + " device(s) of DeviceClass " + e.DeviceClassName
+	var sel []string
+	for _, x := range e.Selectors {
+		if x.CEL != nil {
+			sel = append(sel, strings.TrimSpace(x.CEL.Expression))
+		}
+	}
+	if len(sel) > 0 {
+		s += " where " + strings.Join(sel, " && ")
+	}
+	if e.Capacity != nil && len(e.Capacity.Requests) > 0 {
+		var caps []string
+		for k, v := range e.Capacity.Requests {
+			caps = append(caps, string(k)+" >= "+v.String())
+		}
+		sort.Strings(caps)
+		s += " with capacity " + strings.Join(caps, ", ")
+	}
+	return s
+}
+
+// judge allocates n pods' claims on an empty cluster and now; empty and
+// now are the devices taken in each, which the pods' allocations join.
+func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
+	if n > maxDRAPods {
+		return nil, fmt.Errorf("%d pending pods: more than the %d judged on DRA devices", n, maxDRAPods)
+	}
+	f := &schedule.DRAFacts{}
+	var err error
+	if f.FitEmpty, err = j.place(d, n, empty); err != nil {
+		return nil, err
+	}
+	if f.FitNow, err = j.place(d, n, now); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.FitEmpty == 0 && n > 0 && j.fitsAlone(d):
+		f.Outcome = schedule.DRAGangTooLarge
+	case f.FitEmpty == 0 && n > 0:
+		f.Outcome = schedule.DRANoDevice
+	case f.FitEmpty < n:
+		f.Outcome = schedule.DRAGangTooLarge
+	case f.FitNow < n:
+		f.Outcome = schedule.DRAWaits
+	}
+	// Which devices match each request is worked out only where the
+	// message needs it (CEL over every published device is the costly
+	// part): all devices when the job cannot be served, the held ones
+	// when it waits, none when it fits.
+	var devs []*draDevice
+	switch f.Outcome {
+	case schedule.DRANoDevice, schedule.DRAGangTooLarge:
+		devs = j.all
+	case schedule.DRAWaits:
+		devs = j.heldDevs
+	}
+	matched := sets.New[structured.DeviceID]()
+	for _, rd := range d.descs {
+		r := schedule.DRARequest{Desc: rd.text, Matching: -1}
+		if devs != nil {
+			m, near, tainted := j.match(rd.req, devs)
+			matched = matched.Union(m)
+			if f.Outcome != schedule.DRAWaits {
+				r.Matching, r.Nearest, r.Tainted = m.Len(), near, tainted
+			}
+		}
+		f.Requests = append(f.Requests, r)
+	}
+	if f.Outcome == schedule.DRAWaits {
+		f.Holders = j.holders(matched)
+	}
+	return f, nil
+}
+
+// fitsAlone: one pod's claims fit the published devices when no other
+// pod of the job takes any.
+func (j *draJudge) fitsAlone(d *podDemand) bool {
+	n, err := j.place(d, 1, sets.New[structured.DeviceID]())
+	return err == nil && n == 1
+}
+
+// place allocates the claims of up to n pods, one pod after the other,
+// each on the first node where all its claims fit, with the devices in
+// allocated taken; it returns how many pods got their devices. The pods
+// are alike and allocated only grows, so a node that failed one pod is
+// not tried for the next. Each allocation is bounded by allocTimeout, as
+// the scheduler bounds its own.
+func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID]) (int, error) {
+	failed := make([]bool, len(j.nodes))
+	for i := 0; i < n; i++ {
+		claims := make([]*resourcev1.ResourceClaim, 0, len(d.perPod)+len(d.shared))
+		for _, c := range d.perPod {
+			cc := c.DeepCopy()
+			cc.Name = fmt.Sprintf("%s-%d", c.Name, i)
+			claims = append(claims, cc)
+		}
+		if i == 0 {
+			claims = append(claims, d.shared...)
+		}
+		ok, err := j.placeOne(claims, allocated, failed)
+		if err != nil || !ok {
+			return i, err
+		}
+	}
+	return n, nil
+}
+
+// allocTimeout bounds one pod's allocation on one node.
+const allocTimeout = 2 * time.Second
+
+// placeOne allocates one pod's claims on the first node not failed yet
+// where they fit, and takes the devices.
+func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.Set[structured.DeviceID], failed []bool) (bool, error) {
+	state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
+	for k, node := range j.nodes {
+		if failed[k] {
+			continue
+		}
+		// The node's own slices and those for many nodes: the allocator
+		// gathers its pools from the slices it is given, for every call.
+		alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.slicesFor(node.Name), j.cache)
+		if err != nil {
+			return false, fmt.Errorf("dra allocator: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), allocTimeout)
+		res, err := alloc.Allocate(ctx, node, claims)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("allocate on node %s: %w", node.Name, err)
+		}
+		if res == nil {
+			failed[k] = true
+			continue
+		}
+		for _, r := range res {
+			for _, dr := range r.Devices.Results {
+				allocated.Insert(structured.MakeDeviceID(dr.Driver, dr.Pool, dr.Device))
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+// match returns the published devices that satisfy a request on their
+// own (class, selectors, capacity), and when there are none, the nearest
+// ones: those that fail the fewest of the class's and the request's
+// conditions (the class's counting as more), grouped by shape. tainted
+// names the matching devices whose taints the request does not tolerate
+// (the allocator skips them).
+func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, tainted []string) {
+	alts := []resourcev1.ExactDeviceRequest{}
+	if r.Exactly != nil {
+		alts = append(alts, *r.Exactly)
+	}
+	for _, s := range r.FirstAvailable {
+		alts = append(alts, resourcev1.ExactDeviceRequest{DeviceClassName: s.DeviceClassName, Selectors: s.Selectors, Capacity: s.Capacity, Tolerations: s.Tolerations})
+	}
+	out = sets.New[structured.DeviceID]()
+	best := -1
+	var near []*draDevice
+	for _, dev := range devs {
+		score, alt := -1, 0
+		for k := range alts {
+			if s := j.misses(&alts[k], dev); score < 0 || s < score {
+				score, alt = s, k
+			}
+		}
+		switch {
+		case score == 0:
+			out.Insert(dev.id)
+			if t := untolerated(dev.device.Taints, alts[alt].Tolerations); t != "" {
+				tainted = append(tainted, dev.facts().Name+" on "+dev.facts().Node+" ("+t+")")
+			}
+		case best < 0 || score < best:
+			best, near = score, []*draDevice{dev}
+		case score == best:
+			near = append(near, dev)
+		}
+	}
+	if out.Len() > 0 {
+		return out, nil, tainted
+	}
+	return out, groupDevices(near, 5), nil
+}
+
+// untolerated describes the first NoSchedule or NoExecute taint of a
+// device that none of the tolerations tolerates, or returns "".
+func untolerated(taints []resourcev1.DeviceTaint, tols []resourcev1.DeviceToleration) string {
+	for _, t := range taints {
+		if t.Effect != resourcev1.DeviceTaintEffectNoSchedule && t.Effect != resourcev1.DeviceTaintEffectNoExecute {
+			continue
+		}
+		ok := false
+		for _, tol := range tols {
+			ok = ok || resourceclaim.ToleratesTaint(tol, t)
+		}
+		if !ok {
+			s := t.Key
+			if t.Value != "" {
+				s += "=" + t.Value
+			}
+			return s + ":" + string(t.Effect)
+		}
+	}
+	return ""
+}
+
+// misses counts the conditions a device fails: 100 per failed class
+// selector (or a missing class), 1 per failed request selector or
+// capacity. A selector that does not compile or evaluate fails.
+func (j *draJudge) misses(e *resourcev1.ExactDeviceRequest, dev *draDevice) int {
+	n := 0
+	input := cel.Device{Driver: dev.slice.Spec.Driver, Attributes: dev.device.Attributes, Capacity: dev.device.Capacity}
+	if class, ok := j.lister[e.DeviceClassName]; ok {
+		n += 100 * j.failedSelectors(class.Spec.Selectors, input)
+	} else {
+		n += 100
+	}
+	n += j.failedSelectors(e.Selectors, input)
+	if e.Capacity != nil {
+		for name, want := range e.Capacity.Requests {
+			have, ok := capacityOf(dev, name)
+			if !ok || have.Cmp(want) < 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (j *draJudge) failedSelectors(sel []resourcev1.DeviceSelector, dev cel.Device) int {
+	n := 0
+	for _, s := range sel {
+		if s.CEL == nil {
+			continue
+		}
+		prog := j.cache.GetOrCompile(s.CEL.Expression)
+		if prog.Error != nil {
+			n++
+			continue
+		}
+		ok, _, err := prog.DeviceMatches(context.Background(), dev)
+		if err != nil || !ok {
+			n++
+		}
+	}
+	return n
+}
+
+func capacityOf(dev *draDevice, name resourcev1.QualifiedName) (quantity, bool) {
+	short := resourcev1.QualifiedName(strings.TrimPrefix(string(name), dev.slice.Spec.Driver+"/"))
+	for _, k := range []resourcev1.QualifiedName{name, short} {
+		if c, ok := dev.device.Capacity[k]; ok {
+			return c.Value, true
+		}
+	}
+	return quantity{}, false
+}
+
+// holders names the allocated claims that hold matching devices.
+func (j *draJudge) holders(matched sets.Set[structured.DeviceID]) []string {
+	ids := matched.UnsortedList()
+	sort.Slice(ids, func(a, b int) bool { return ids[a].String() < ids[b].String() })
+	var out []string
+	for _, id := range ids {
+		c, ok := j.held[id]
+		if !ok {
+			continue
+		}
+		s := fmt.Sprintf("ResourceClaim %s/%s", c.Namespace, c.Name)
+		var pods []string
+		for _, r := range c.Status.ReservedFor {
+			if r.Resource == "pods" {
+				pods = append(pods, c.Namespace+"/"+r.Name)
+			}
+		}
+		if len(pods) > 0 {
+			s += " (pod " + strings.Join(pods, ", ") + ")"
+		}
+		s += " holds " + j.byID[id].facts().String()
+		out = append(out, strings.TrimSpace(s))
+	}
+	return out
+}

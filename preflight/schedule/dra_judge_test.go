@@ -1,0 +1,66 @@
+package schedule
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// A DRA pod set with facts is judged on them; its other requests by the
+// engine, and the primary rule is the worse of the two.
+func TestJudgeDRAMergesWithTheEngine(t *testing.T) {
+	node := Node{Name: "n0", Allocatable: Resources{ResourceCPU: 16000, ResourceMem: 64 << 30, ResourcePods: 110}}
+	h100 := DRADevice{Name: "gpu-0", Node: "n0", Type: "gpu", Product: "NVIDIA H100 80GB HBM3", Memory: "81559Mi", Count: 1}
+	cases := []struct {
+		name     string
+		cpu      int64
+		facts    DRAFacts
+		rule     string
+		hopeless bool
+	}{
+		{"devices fit, cpu fits", 8000, DRAFacts{Outcome: DRAFits, FitEmpty: 2, FitNow: 2}, verdict.RuleSchedulable, false},
+		{"devices held", 8000, DRAFacts{Outcome: DRAWaits, FitEmpty: 2, Holders: []string{"ResourceClaim a/b holds " + h100.String()}}, verdict.RuleWaitCapacity, false},
+		{"no device", 8000, DRAFacts{Outcome: DRANoDevice, Requests: []DRARequest{{Desc: "r", Nearest: []DRADevice{h100}}}}, verdict.RuleShapeMismatch, true},
+		{"gang larger than the devices", 8000, DRAFacts{Outcome: DRAGangTooLarge, FitEmpty: 1}, verdict.RuleGangTooLarge, true},
+		// cpu no node has decides, whatever the devices say (rule "": the
+		// engine's own).
+		{"devices held, cpu nowhere", 32000, DRAFacts{Outcome: DRAWaits, FitEmpty: 2}, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			facts := tc.facts
+			w := Workload{Kind: "PyTorchJob", Namespace: "ml", Name: "j", PodSets: []PodSet{{
+				Name: "Worker", Count: 2, Requests: Resources{ResourceCPU: tc.cpu, ResourcePods: 1},
+				DRA: "nvidia.com/gpu from DeviceClass gpu.nvidia.com", DRAFacts: &facts,
+			}}}
+			e := New()
+			res := e.Diagnose(e.NewCluster([]Node{node}), w)
+			if tc.rule == "" {
+				require.True(t, res.Hopeless)
+				require.NotEqual(t, verdict.RuleWaitCapacity, res.Rule)
+				return
+			}
+			require.Equal(t, tc.rule, res.Rule, res.Report.Reason(0))
+			require.Equal(t, tc.hopeless, res.Hopeless)
+			// The engine's placement ignores where the devices are.
+			require.Empty(t, res.Placement)
+			var dra int
+			for _, f := range res.Report.Findings {
+				require.NotEqual(t, verdict.RuleDRANotJudged, f.Rule)
+				if f.Rule == tc.rule {
+					dra++
+				}
+			}
+			require.Positive(t, dra)
+		})
+	}
+}
+
+func TestJudgeDRAWithoutFactsStandsDown(t *testing.T) {
+	w := Workload{Kind: "Pod", Namespace: "ml", Name: "p", PodSets: []PodSet{{Name: "p", Count: 1, DRA: "resource claims gpu"}}}
+	e := New()
+	res := e.Diagnose(e.NewCluster(nil), w)
+	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
+}
