@@ -170,7 +170,11 @@ func (r *Distributor) distributeOnce(ctx context.Context) error {
 			checked = time.Now()
 			errs = append(errs, r.writeNew(ctx, want)...)
 		}
-		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		if err := r.EnsureCAConfigMap(ctx, ns); unwritable(err) {
+			// Gone, or terminating: no rank pod will read its copy, and
+			// the confirmation does not wait for it.
+			delete(want, ns)
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
 		}
 	}
@@ -228,11 +232,19 @@ func (r *Distributor) writeNew(ctx context.Context, want map[string]bool) []erro
 			continue
 		}
 		want[ns] = true
-		if err := r.EnsureCAConfigMap(ctx, ns); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) {
+		if err := r.EnsureCAConfigMap(ctx, ns); unwritable(err) {
+			delete(want, ns)
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns, err))
 		}
 	}
 	return errs
+}
+
+// unwritable: the namespace is gone (NotFound) or refuses new objects
+// (Forbidden: it is terminating).
+func unwritable(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
 }
 
 // toWrite lists the namespaces of want whose CA ConfigMap is not the
