@@ -18,7 +18,7 @@ import (
 
 type fixedCA []byte
 
-func (f fixedCA) CABundle() []byte         { return f }
+func (f fixedCA) CABundle() []byte       { return f }
 func (fixedCA) Changed() <-chan struct{} { return nil }
 
 // A pass writes every opted-in namespace's copy and then confirms the
@@ -30,13 +30,13 @@ func TestPassConfirmsPastATerminatingNamespace(t *testing.T) {
 	cl := fake.NewClientBuilder().WithObjects(old).
 		WithIndex(&corev1.ConfigMap{}, "metadata.name", func(o client.Object) []string { return []string{o.GetName()} }).
 		WithInterceptorFuncs(interceptor.Funcs{
-		Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
-			if o.GetNamespace() == "stuck" {
-				return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, o.GetName(), errTerminating)
-			}
-			return c.Update(ctx, o, opts...)
-		},
-	}).Build()
+			Update: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.UpdateOption) error {
+				if o.GetNamespace() == "stuck" {
+					return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, o.GetName(), errTerminating)
+				}
+				return c.Update(ctx, o, opts...)
+			},
+		}).Build()
 	var published []string
 	d := &Distributor{Client: cl, Namespace: "rankgate-system", Source: fixedCA("new-bundle"),
 		OptedIn: func(context.Context) (map[string]bool, error) { return map[string]bool{"ml": true, "stuck": true}, nil },
