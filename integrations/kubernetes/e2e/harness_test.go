@@ -290,7 +290,7 @@ func startController(t testing.TB, o controller.Options) *ctrl {
 		o.Config = restCfg
 	}
 	if o.CertDir == "" {
-		o.CertDir = certs.Dir
+		o.CertDir = servingOnlyDir(t)
 	}
 	if o.GateAddr == "" && o.GateListener == nil {
 		o.GateAddr = "127.0.0.1:0"
@@ -598,4 +598,20 @@ func setupEnv() (func(), error) {
 		return nil, fmt.Errorf("building rankgate: %v\n%s", err, out)
 	}
 	return stopAll, nil
+}
+
+// servingOnlyDir holds the suite's serving certificate and key without its
+// ca.crt: a controller given a certificate directory with a CA distributes
+// that CA to every opted-in namespace of the shared API server, and
+// controllers of different tests would overwrite each other's copies.
+// Tests of that distribution give their own directory.
+func servingOnlyDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		b, err := os.ReadFile(filepath.Join(certs.Dir, f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o600))
+	}
+	return dir
 }
