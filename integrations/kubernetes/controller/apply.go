@@ -18,87 +18,53 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
-// The writes that follow a verdict (job patch, Event) are paced: when many
-// gangs complete together, these writes, which no rank waits for, would
-// otherwise crowd the API server and slow the verdict writes that ranks
-// do wait for. Pass and warn verdicts are applied at most applyRate per
-// second, at most maxConcurrentApplies at once (a burst of 200 gangs is on
-// its jobs within about 5 s). Fail verdicts skip the rate and have slots
-// of their own, so that they never queue behind passing ones: their
-// action frees the GPUs the other ranks hold.
-const (
-	maxConcurrentApplies = 2
-	applyRate            = 40
-	applyBurst           = 10
-)
-
-// An apply (and a progress write, and the Applied condition) also waits,
-// up to maxApplyYield, while verdicts are being recorded and until none
-// has started for recordQuiet (quietGate): ranks wait for those, nobody
-// waits for the apply. When many gangs complete together the verdict
-// writes come back to back; the writes nobody waits for go into the gaps
-// after them, not between them. Under a steady stream of verdicts with no
-// such gap, each apply waits its longest in its slot and then goes.
-const (
-	maxApplyYield = 2 * time.Second
-	recordQuiet   = 250 * time.Millisecond
-)
-
-// yieldToRecords waits while verdicts are being recorded (quietGate), at
-// most maxApplyYield.
-func (c *Controller) yieldToRecords(ctx context.Context) {
-	c.quiet.wait(ctx, maxApplyYield)
-}
-
-// applyUntilDone applies d to its job, retrying with backoff until it is
-// done or this replica stops leading (the next leader's sweep then
-// finishes it).
-func (c *Controller) applyUntilDone(ctx context.Context, t target, d *decision) {
-	backoff := retryBackoff(200*time.Millisecond, 30*time.Second)
-	for {
-		slots := c.failSlots
-		if !d.Report.Failed() {
-			if err := c.applyPace.Wait(ctx); err != nil {
-				return // stopped leading
-			}
-			slots = c.applySlots
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		// Holding the slot: at most maxConcurrentApplies wait here, and
-		// the rest queue behind them, so that a long burst of verdicts
-		// is not followed by a rush of every apply that waited.
-		c.yieldToRecords(ctx)
-		err := c.apply(ctx, t, d)
-		<-slots
-		if err == nil {
-			c.clearPending(t.uid)
-			if *c.opts.AppliedDelay == 0 {
-				c.markApplied(ctx, t, d)
-				return
-			}
-			// Later, off the moment many gangs complete together: until
-			// then the Gang reads Decided, and a new leader's sweep finds
-			// the job carrying the verdict (nothing to do) and marks it.
-			c.afterFunc(*c.opts.AppliedDelay, func() {
-				if ctx.Err() == nil {
-					c.markApplied(ctx, t, d)
-				}
-			})
-			return
+// applyStep puts r's recorded verdict on its job (apply), once per pass
+// of the writes (writes.go): after a failure the job's UID is retried
+// with the queue's backoff. It says whether r's writes are done for this
+// pass. Once the job carries the verdict, the Gang is marked Applied
+// AppliedDelay later (markStep): until then it reads Decided, and a new
+// leader's sweep finds the job carrying the verdict (nothing to do) and
+// marks it.
+func (c *Controller) applyStep(ctx context.Context, r *gangRes) bool {
+	d, t := r.unapplied()
+	if d == nil {
+		return false
+	}
+	if err := c.apply(ctx, t, d); err != nil {
+		if ctx.Err() != nil {
+			return true // stopped leading: the next leader's sweep applies it
 		}
 		metricAPIErrors.WithLabelValues("verdict").Inc()
-		delay := backoff.Step()
-		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key(), "in", delay.String())
-		select {
-		case <-ctx.Done():
-			return
-		case <-c.clock().After(delay):
-		}
+		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key())
+		c.retryLater(t.uid, applyPriority(d))
+		return true
 	}
+	if q := c.writeQ.Load(); q != nil {
+		(*q).Forget(t.uid)
+	}
+	r.mu.Lock()
+	r.onJobAt = c.now()
+	r.mu.Unlock()
+	c.countUnapplied()
+	return false
+}
+
+// markStep marks r's Gang Applied once AppliedDelay has passed since its
+// job carried the verdict (requeued for then), and forgets r. It says
+// whether r's writes are done for this pass.
+func (c *Controller) markStep(ctx context.Context, r *gangRes) bool {
+	r.mu.Lock()
+	d, t, at := r.recorded, r.t, r.onJobAt
+	r.mu.Unlock()
+	if d == nil || at.IsZero() {
+		return false
+	}
+	if left := *c.opts.AppliedDelay - c.since(at); left > 0 {
+		c.enqueue(t.uid, prioBook, left)
+		return true
+	}
+	c.markApplied(ctx, t, d)
+	return true
 }
 
 // apply writes the recorded verdict d onto its job (annotations, and
@@ -283,15 +249,6 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		r = &gangRes{t: t}
 	}
 	defer c.dropRes(t.key(), &t)
-	// Bounded as the applies are (slots of their own, so that they do not
-	// slow the applies): the marks of a burst of verdicts come 5 s later,
-	// in a burst of their own.
-	select {
-	case c.markSlots <- struct{}{}:
-		defer func() { <-c.markSlots }()
-	case <-ctx.Done():
-		return
-	}
 	obj := r.current()
 	reason, msg := "VerdictOnJob", "the job carries the verdict"
 	if d.Report.Failed() {
@@ -319,9 +276,6 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		}
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: contract.ConditionApplied, Status: metav1.ConditionTrue,
 			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
-		// Nobody waits for this write: it waits for the verdict writes
-		// ranks wait for, as the job patch did.
-		c.yieldToRecords(ctx)
 		err := c.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):

@@ -92,7 +92,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	}
 	c.log.V(1).Info("rank reported", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
 	if decide {
-		go c.decide(g, why, nil)
+		c.askDecide(g, ask{why: why})
 	}
 	g.wait(ctx, c.clock(), wait)
 	return g.response(r.rank), nil
@@ -272,7 +272,7 @@ func (c *Controller) ensureGang(j job) *gang {
 }
 
 // startClock sets the gang's first-report time (the earliest known) and
-// arms the deadline. The Gang's progress write records the time (within
+// its deadline. The Gang's progress write records the time (within
 // progressEvery), so that a restarted controller keeps the same deadline.
 func (c *Controller) startClock(g *gang, at time.Time) {
 	g.mu.Lock()
@@ -293,10 +293,8 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 		}
 	}
 	g.deadline = deadline
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	g.timer = c.afterFunc(c.until(deadline), func() { c.decide(g, trigDeadline, nil) })
+	// The deadline is a requeue of the gang's writes (writes.go).
+	c.armDeadline(g.uid, deadline)
 }
 
 // forget drops a gang (job deleted, opted out, or re-gated).
@@ -313,10 +311,5 @@ func (c *Controller) forget(key string) {
 	if g == nil {
 		return
 	}
-	g.mu.Lock()
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	g.mu.Unlock()
 	g.close()
 }

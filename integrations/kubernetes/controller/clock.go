@@ -32,10 +32,3 @@ func clockOr(clk clock.WithTickerAndDelayedExecution) clock.WithTickerAndDelayed
 	}
 	return clk
 }
-
-// afterFunc calls f on its own goroutine once d has passed on the
-// controller's clock, as time.AfterFunc does (a fake clock calls its
-// functions inline, holding its lock).
-func (c *Controller) afterFunc(d time.Duration, f func()) clock.Timer {
-	return c.clock().AfterFunc(d, func() { go f() })
-}

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,7 +37,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -283,21 +281,14 @@ type Controller struct {
 	recovered   atomic.Bool            // verdicts earlier leaders recorded loaded (sweep)
 	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
 	leaderSince atomic.Int64           // unix nanos
-	leadCtx     atomic.Pointer[context.Context]
 
-	mu      sync.Mutex
-	gangs   map[types.UID]*gang
-	byName  map[string]types.UID    // namespace/kind/name -> the job's UID
-	pending map[types.UID]*decision // recorded, not yet applied to the job (by job UID)
-	res     map[types.UID]*gangRes  // the Gangs of the jobs being gated (by job UID)
+	mu     sync.Mutex
+	gangs  map[types.UID]*gang
+	byName map[string]types.UID   // namespace/kind/name -> the job's UID
+	res    map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
 
-	applySlots   chan struct{}                               // bounds concurrent pass/warn applies (maxConcurrentApplies)
-	failSlots    chan struct{}                               // bounds concurrent fail applies (maxConcurrentApplies)
-	markSlots    chan struct{}                               // bounds concurrent Applied marks (maxConcurrentApplies)
-	applyPace    *rate.Limiter                               // paces pass/warn applies (applyRate)
-	quiet        *quietGate                                  // verdict writes (applies and progress writes yield to them)
-	progress     workqueue.TypedDelayingInterface[types.UID] // Gangs whose progress is to be written (progress.go)
-	progressPace *rate.Limiter                               // paces progress writes (progressRate)
+	// writeQ: the leader's writes (writes.go), nil while not leading.
+	writeQ atomic.Pointer[writeQueue]
 
 	decisions atomic.Int64
 }
@@ -354,9 +345,8 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 // newController is a replica's in-memory state for opts (defaulted),
 // without its clients: New adds them, unit tests add fakes.
 func newController(opts Options) *Controller {
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{}, pending: map[types.UID]*decision{},
-		res: map[types.UID]*gangRes{}, engine: schedule.New(), applySlots: make(chan struct{}, maxConcurrentApplies), failSlots: make(chan struct{}, maxConcurrentApplies), markSlots: make(chan struct{}, maxConcurrentApplies), quiet: newQuietGate(recordQuiet, opts.Clock), applyPace: rate.NewLimiter(applyRate, applyBurst),
-		progress: newProgressQueue(opts.Clock), progressPace: rate.NewLimiter(progressRate, progressBurst)}
+	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{},
+		res: map[types.UID]*gangRes{}, engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	return c
 }
@@ -520,28 +510,18 @@ func (c *Controller) watchSync(ctx context.Context) error {
 // watchLeadership runs on the leader only (manager.RunnableFunc needs the
 // lease): it marks this replica leader, then loads the verdicts an
 // earlier leader recorded and did not apply (sweep) before the gate
-// answers ranks, and writes the Gangs' progress.
+// answers ranks, and works the leader's writes (writes.go).
 func (c *Controller) watchLeadership(ctx context.Context) error {
-	c.leadCtx.Store(&ctx)
 	c.leaderSince.Store(c.now().UnixNano())
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
+	c.runWriters(ctx, nil)
 	go c.sweep(ctx)
 	published := c.publishGateEndpoint(ctx) // the gate Service routes to this replica
-	c.runProgress(ctx)
 	<-ctx.Done()
 	c.leader.Store(false)
 	published() // withdrawn before the lease is released
 	return nil
-}
-
-// leadContext ends when this replica stops leading (Background before it
-// leads: only the leader decides).
-func (c *Controller) leadContext() context.Context {
-	if p := c.leadCtx.Load(); p != nil {
-		return *p
-	}
-	return context.Background()
 }
 
 // installedKinds keeps the job kinds whose CRDs the API server serves.

@@ -229,22 +229,27 @@ func TestTrimPod(t *testing.T) {
 	require.EqualValues(t, 8, req["nvidia.com/gpu"])
 }
 
-// The unapplied-verdicts gauge follows the pending verdicts.
+// The unapplied-verdicts gauge counts the verdicts recorded and not yet
+// on their jobs.
 func TestUnappliedGauge(t *testing.T) {
-	c := &Controller{pending: map[types.UID]*decision{}}
+	c := &Controller{res: map[types.UID]*gangRes{}}
+	r1 := &gangRes{t: target{ns: "ml", uid: "u1"}}
+	r2 := &gangRes{t: target{ns: "ml", uid: "u2"}}
+	c.res["u1"], c.res["u2"] = r1, r2
 	d := &decision{Report: verdict.NewReport("", nil)}
-	c.setPending(target{ns: "ml", uid: "u1"}, d)
-	c.setPending(target{ns: "ml", uid: "u2"}, d)
-	c.setPending(target{ns: "ml", uid: "u2"}, d)
+	c.setPending(r1, d)
+	c.setPending(r2, d)
+	c.setPending(r2, d)
 	require.Equal(t, 2.0, testutil.ToFloat64(metricUnapplied))
 	got, ok := c.pendingDecision("u1")
 	require.True(t, ok)
 	require.Same(t, d, got)
-	c.clearPending("u1")
-	c.clearPending("u1")
+	r1.onJobAt = t0
+	c.countUnapplied()
 	require.Equal(t, 1.0, testutil.ToFloat64(metricUnapplied))
 	_, ok = c.pendingDecision("u1")
 	require.False(t, ok)
-	c.clearPending("u2")
+	c.dropRes("ml//", nil)
+	c.countUnapplied()
 	require.Zero(t, testutil.ToFloat64(metricUnapplied))
 }

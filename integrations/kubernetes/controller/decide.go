@@ -21,35 +21,42 @@ import (
 // after that the verdict is served from the job's annotations.
 const decidedGangTTL = 10 * time.Minute
 
-// decide runs the gang rules once, records the verdict (record.go: in the
-// job attempt's Gang, where only the first writer's verdict stands), answers
-// every waiting rank, then applies the verdict to the job (annotations,
-// fail action, Event). It is safe to call concurrently and repeatedly: only
-// the first call decides, and a verdict already recorded (by an earlier
-// leader) is adopted, never decided again.
-func (c *Controller) decide(g *gang, why trigger, missing map[int]preflight.MissingRank) {
-	c.decideWith(g, why, missing, nil)
-}
+// decideOutcome is what one decideWith did.
+type decideOutcome int
 
-// decideWith is decide with the report already made (pre, the Pending
-// watchdog's verdict) instead of the gang rules'.
-func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.MissingRank, pre *verdict.Report) {
+const (
+	decideDone    decideOutcome = iota // a verdict stands (recorded, adopted, or answered)
+	decideWaiting                      // a partial view that no longer fails: keep waiting
+	decideRetry                        // recording failed: ask again later
+)
+
+// decideWith runs the gang rules once (or takes the Pending watchdog's
+// report, a.pre), records the verdict (record.go: in the job attempt's
+// Gang, where only the first writer's verdict stands) and answers every
+// waiting rank. It runs in the leader's writes (writes.go), never twice at
+// once for one gang; a verdict already recorded (by an earlier leader) is
+// adopted, never decided again. Applying it to the job is the next write.
+func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
 	g.mu.Lock()
-	if g.deciding || g.verdict != nil || g.closed {
+	if g.verdict != nil || g.closed {
 		g.mu.Unlock()
-		return
+		return decideDone
 	}
 	g.deciding = true
 	held := g.heldLocked()
 	expected, first, last := g.expected, g.firstAt, g.lastAt
 	g.mu.Unlock()
 	ranks := unpackAll(held)
+	undecided := func() {
+		g.mu.Lock()
+		g.deciding = false
+		g.mu.Unlock()
+	}
 
-	ctx := c.leadContext()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink}
-	switch why {
+	switch a.why {
 	case trigComplete:
 		in.Expected = expected
 	case trigDeadline:
@@ -57,68 +64,46 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		in.Missing = c.missingRanks(rctx, g, ranks, false)
 		last = time.Time{}
 	case trigUnplaceable:
-		in.Missing = missing
+		in.Missing = a.missing
 		last = time.Time{}
 	case trigEarlyFail, trigPending:
 		last = time.Time{}
 	}
 	var report verdict.Report
-	if pre != nil {
-		report = *pre
+	if a.pre != nil {
+		report = *a.pre
 	} else {
 		in.NCCL = c.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
 		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
 	}
-	if why != trigComplete && why != trigDeadline && !report.Failed() {
+	if a.why != trigComplete && a.why != trigDeadline && !report.Failed() {
 		// A partial view that no longer fails (a rank re-sent a passing
 		// report): keep waiting.
-		g.mu.Lock()
-		g.deciding = false
-		g.mu.Unlock()
-		return
+		undecided()
+		return decideWaiting
 	}
 	d := &decision{Report: report, DecidedAt: c.now(), DecidedBy: c.opts.Identity}
 	recStart := c.now()
-	c.quiet.begin()
 	rec, wrote, err := c.record(rctx, g, d)
-	c.quiet.end()
 	recTook := c.since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
-		if apierrors.IsForbidden(err) {
-			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
-		} else if isNoGangKind(err) {
+		if apierrors.IsForbidden(err) || isNoGangKind(err) {
 			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
 		}
 		c.log.Error(err, "recording verdict; retrying", "job", g.key)
-		g.mu.Lock()
-		g.deciding = false
-		g.mu.Unlock()
-		if ctx.Err() == nil {
-			c.afterFunc(time.Second, func() { c.decideWith(g, why, missing, pre) })
-		}
-		return
+		undecided()
+		return decideRetry
 	}
-	g.mu.Lock()
-	g.verdict = rec
-	g.deciding = false
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	close(g.done) // every waiting rank is answered now
-	g.mu.Unlock()
-	g.close()
-	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	g.answer(rec, c.now())
 
-	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", why.String())
+	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", a.why.String())
 	switch {
 	case rec.unrecorded:
 		log.Info("job deleted or replaced; verdict answered, not recorded")
-		return
 	case rec.applied:
 		log.Info("verdict already recorded on the job; adopted")
-		return
 	case !wrote:
 		log.Info("verdict recorded by an earlier leader; adopted")
 	default:
@@ -127,7 +112,26 @@ func (c *Controller) decideWith(g *gang, why trigger, missing map[int]preflight.
 		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", strings.Join(rec.Report.RuleIDs(), ","),
 			"sinceLastReport", c.sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	}
-	c.applyUntilDone(ctx, g.target(), rec)
+	return decideDone
+}
+
+// answer closes g with d: every waiting rank is answered with it now.
+func (g *gang) answer(d *decision, now time.Time) {
+	g.mu.Lock()
+	g.verdict = d
+	g.deciding = false
+	g.ask = nil
+	g.answeredAt = now
+	close(g.done)
+	g.mu.Unlock()
+	g.close()
+}
+
+// decidedLocal is when g was answered, on this replica's clock.
+func (g *gang) decidedLocal() time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.answeredAt
 }
 
 func (c *Controller) sinceOrZero(t time.Time) string {
@@ -149,23 +153,17 @@ func (c *Controller) forgetGang(g *gang) {
 
 // adoptVerdict closes the open gang g with d, a verdict another replica
 // recorded in its Gang (one that led before this one): the waiting ranks
-// are answered with it, and it is applied.
+// are answered with it, and it is applied (the next write).
 func (c *Controller) adoptVerdict(g *gang, d *decision) {
 	g.mu.Lock()
-	if g.deciding || g.verdict != nil || g.closed {
-		g.mu.Unlock()
+	open := !g.deciding && g.verdict == nil && !g.closed
+	g.mu.Unlock()
+	if !open {
 		return
 	}
-	g.verdict = d
-	if g.timer != nil {
-		g.timer.Stop()
-	}
-	close(g.done)
-	g.mu.Unlock()
-	g.close()
-	c.afterFunc(decidedGangTTL, func() { c.forgetGang(g) })
+	g.answer(d, c.now())
 	c.log.Info("verdict recorded by another replica; adopted", "job", g.key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
-	c.applyUntilDone(c.leadContext(), g.target(), d)
+	c.enqueue(g.uid, applyPriority(d), 0)
 }
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.

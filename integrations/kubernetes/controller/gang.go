@@ -38,10 +38,13 @@ type gang struct {
 	firstAt  time.Time // the gang's first report, possibly from an earlier leader
 	lastAt   time.Time // the report that completed the gang, or the latest one
 	deadline time.Time
-	timer    clock.Timer
+	// ask: a decision asked for (writes.go), until the gang is decided.
+	ask      *ask
 	deciding bool
 	verdict  *decision
 	done     chan struct{}
+	// answeredAt: when this replica answered with verdict.
+	answeredAt time.Time
 	// attempt: the job's gated attempt (rankgate.io/attempt), its Gang's.
 	attempt int32
 	// firstAdopted: the recorded first report (the Gang's, or the job's

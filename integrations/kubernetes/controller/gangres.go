@@ -46,6 +46,25 @@ type gangRes struct {
 	obj     *v1alpha1.Gang // as last read or written (nil: not yet)
 	waiting string         // what the Pending watchdog says the job waits for
 	decided bool           // its verdict is recorded: no more progress writes
+	// The writes' state (writes.go): recorded is the verdict recorded in
+	// the Gang (by this replica or an earlier leader); onJobAt when the job
+	// was found carrying it (zero: not yet applied); dirty says progress
+	// is to be written, progressAt when it last was.
+	recorded   *decision
+	onJobAt    time.Time
+	dirty      bool
+	progressAt time.Time
+}
+
+// unapplied is r's recorded verdict while its job does not carry it yet
+// (nil once it does), and r's target.
+func (r *gangRes) unapplied() (*decision, target) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.recorded != nil && r.onJobAt.IsZero() {
+		return r.recorded, r.t
+	}
+	return nil, r.t
 }
 
 func (r *gangRes) set(obj *v1alpha1.Gang) {

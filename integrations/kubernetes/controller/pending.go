@@ -480,7 +480,7 @@ func (c *Controller) failPending(j job, key string, rep verdict.Report, why stri
 	c.unwatchPending(key)
 	c.log.Info("failing an unschedulable job", "job", key, "why", why, "rules", strings.Join(rep.RuleIDs(), ","))
 	g := c.ensureGang(j)
-	go c.decideWith(g, trigPending, nil, &rep)
+	c.askDecide(g, ask{why: trigPending, pre: &rep})
 }
 
 // judgeLive judges job j with its cached pods as `rankgate diagnose job`

@@ -8,8 +8,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -17,95 +15,74 @@ import (
 
 // Progress writes: what an open gang's Gang shows (ranks reported, the
 // deadline, what the job waits for). Nobody waits for them, and a burst of
-// reports must not multiply API writes: a report only marks its gang
-// dirty, and a small pool of writers writes each dirty gang at most once
-// per progressEvery, paced overall (progressRate) and yielding while
-// verdicts are being recorded. A gang that completes within progressEvery
-// of a report costs no progress write: its verdict write carries the
-// ranks.
+// reports must not multiply API writes: a report only marks its Gang
+// dirty, and the writes (writes.go) write a dirty Gang at most once per
+// progressEvery, at the lowest priority. A gang that completes within
+// progressEvery of a report costs no progress write: its verdict write
+// carries the ranks.
 const (
-	progressEvery   = 2 * time.Second
-	progressWriters = 2
-	progressRate    = 10
-	progressBurst   = 10
-	progressRetry   = 5 * time.Second
+	progressEvery = 2 * time.Second
+	progressRetry = 5 * time.Second
 )
-
-func newProgressQueue(clk clock.WithTickerAndDelayedExecution) workqueue.TypedDelayingInterface[types.UID] {
-	return workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[types.UID]{Clock: clockOr(clk)})
-}
 
 // touchProgress marks job uid's Gang dirty: written within progressEvery,
 // or at once with soon (a Gang that does not exist yet).
 func (c *Controller) touchProgress(uid types.UID, soon bool) {
-	delay := progressEvery
-	if soon {
-		delay = 0
-	}
-	c.progress.AddAfter(uid, delay)
-}
-
-// runProgress runs the writers while this replica leads.
-func (c *Controller) runProgress(ctx context.Context) {
-	go func() {
-		<-ctx.Done()
-		c.progress.ShutDown()
-	}()
-	for i := 0; i < progressWriters; i++ {
-		go func() {
-			for {
-				uid, shut := c.progress.Get()
-				if shut {
-					return
-				}
-				c.flushProgress(ctx, uid)
-				c.progress.Done(uid)
-			}
-		}()
-	}
-}
-
-// flushProgress writes job uid's Gang: created if needed, with the
-// gang's progress. A gang being decided is left to its verdict write.
-func (c *Controller) flushProgress(ctx context.Context, uid types.UID) {
 	r := c.lookupRes(uid)
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
-	done := r.decided
+	r.dirty = true
 	r.mu.Unlock()
-	if done {
+	delay := progressEvery
+	if soon {
+		delay = 0
+	}
+	c.enqueue(uid, prioBook, delay)
+}
+
+// progressStep writes r's Gang (created if needed) with its gang g's
+// progress, if it is dirty and not written within progressEvery (then it
+// is requeued for that time). A gang being decided is left to its
+// verdict write.
+func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
+	r.mu.Lock()
+	dirty, done, last := r.dirty, r.decided, r.progressAt
+	r.mu.Unlock()
+	if !dirty || done {
 		return
 	}
-	c.mu.Lock()
-	g := c.gangs[uid]
-	c.mu.Unlock()
+	if g != nil && !g.open() {
+		return // decided: its verdict write carried the ranks
+	}
+	if left := progressEvery - c.since(last); !last.IsZero() && left > 0 {
+		c.enqueue(r.t.uid, prioBook, left)
+		return
+	}
 	snap := gangSnapshot{expected: int(r.expected)}
 	if g != nil {
-		g.mu.Lock()
-		busy := g.deciding || g.verdict != nil
-		g.mu.Unlock()
-		if busy {
-			return
-		}
 		snap = g.snapshot()
 	}
-	c.yieldToRecords(ctx)
-	if g != nil && !g.open() {
-		return // decided while this write waited: its verdict write carried the ranks
-	}
+	r.mu.Lock()
+	r.dirty = false
+	r.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.writeProgress(wctx, r, g, snap); err != nil && ctx.Err() == nil {
-		metricAPIErrors.WithLabelValues("gang-progress").Inc()
-		msg := err.Error()
-		if apierrors.IsForbidden(err) || isNoGangKind(err) {
-			msg += " (" + c.gangsRBACHint("create and update") + ")"
-		}
-		c.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
-		c.progress.AddAfter(uid, progressRetry)
+	err := c.writeProgress(wctx, r, g, snap)
+	if err == nil || ctx.Err() != nil {
+		return
 	}
+	metricAPIErrors.WithLabelValues("gang-progress").Inc()
+	msg := err.Error()
+	if apierrors.IsForbidden(err) || isNoGangKind(err) {
+		msg += " (" + c.gangsRBACHint("create and update") + ")"
+	}
+	c.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
+	r.mu.Lock()
+	r.dirty = true
+	r.mu.Unlock()
+	c.enqueue(r.t.uid, prioBook, progressRetry)
 }
 
 // writeProgress writes snap into r's Gang unless it holds a verdict (then
@@ -128,8 +105,8 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			// verdict (decided while this write waited) is being applied
 			// or applied already, and must not be marked pending again.
 			if g != nil && g.open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
-				c.setPending(r.t, d)
-				go c.adoptVerdict(g, d)
+				c.setPending(r, d)
+				c.adoptVerdict(g, d)
 			}
 			return nil
 		}
@@ -141,10 +118,6 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 		if equality.Semantic.DeepEqual(before, &obj.Status) {
 			return nil
 		}
-		if err := c.progressPace.Wait(ctx); err != nil {
-			return err
-		}
-		c.yieldToRecords(ctx)
 		// The response is decoded into obj, into these very lists: a copy.
 		sent := make([]v1alpha1.RankStatus, len(obj.Status.Ranks))
 		for i := range sent {
@@ -155,6 +128,9 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 		case err == nil:
 			shareRanks(obj.Status.Ranks, sent)
 			r.set(obj)
+			r.mu.Lock()
+			r.progressAt = c.now()
+			r.mu.Unlock()
 			return nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			if _, err := c.refresh(ctx, r); err != nil {
@@ -202,5 +178,5 @@ func shareRanks(echoed, sent []v1alpha1.RankStatus) {
 func (g *gang) open() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.verdict == nil && !g.deciding
+	return g.verdict == nil && !g.deciding && !g.closed
 }

@@ -183,7 +183,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	g.mu.Unlock()
 	if open {
 		if m := c.missingRanks(ctx, g, ranks, true); len(m) > 0 {
-			go c.decide(g, trigUnplaceable, m)
+			c.askDecide(g, ask{why: trigUnplaceable, missing: m})
 		}
 	}
 	return reconcile.Result{RequeueAfter: again}, nil

@@ -52,12 +52,6 @@ type target struct {
 
 func (t target) key() string { return t.ns + "/" + t.kind + "/" + t.name }
 
-func (g *gang) target() target {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return target{kind: g.kind, ns: g.ns, name: g.name, uid: g.uid, attempt: g.attempt}
-}
-
 // record makes d the gang's verdict unless one exists: the job's own
 // (recorded and applied earlier) or its Gang's. It returns the verdict
 // that stands; wrote says this call recorded it. A job that is gone or
@@ -95,7 +89,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		}
 		if old, ok := gangDecision(cur); ok {
 			if !meta.IsStatusConditionTrue(cur.Status.Conditions, contract.ConditionApplied) {
-				c.setPending(r.t, old)
+				c.setPending(r, old)
 				return old, false, nil
 			}
 			// The job carried this verdict and no longer does: a person
@@ -112,7 +106,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		switch {
 		case err == nil:
 			r.set(cur)
-			c.setPending(r.t, d)
+			c.setPending(r, d)
 			return d, true, nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			// Written meanwhile (progress, or another replica's verdict),
@@ -144,27 +138,39 @@ func (c *Controller) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind,
 	}
 }
 
-// setPending remembers a recorded verdict until it is applied to its job.
-func (c *Controller) setPending(t target, d *decision) {
-	c.mu.Lock()
-	c.pending[t.uid] = d
-	metricUnapplied.Set(float64(len(c.pending)))
-	c.mu.Unlock()
+// setPending remembers a recorded verdict in r until it is on its job,
+// and has it applied (writes.go).
+func (c *Controller) setPending(r *gangRes, d *decision) {
+	r.mu.Lock()
+	r.recorded, r.onJobAt = d, time.Time{}
+	r.mu.Unlock()
+	c.countUnapplied()
+	c.enqueue(r.t.uid, applyPriority(d), 0)
 }
 
-// clearPending forgets a verdict once its job carries it.
-func (c *Controller) clearPending(uid types.UID) {
+// countUnapplied sets the gauge of verdicts recorded and not yet on
+// their jobs.
+func (c *Controller) countUnapplied() {
 	c.mu.Lock()
-	delete(c.pending, uid)
-	metricUnapplied.Set(float64(len(c.pending)))
+	n := 0
+	for _, r := range c.res {
+		if d, _ := r.unapplied(); d != nil {
+			n++
+		}
+	}
 	c.mu.Unlock()
+	metricUnapplied.Set(float64(n))
 }
 
+// pendingDecision is job uid's verdict that is recorded and not yet on
+// the job.
 func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
-	c.mu.Lock()
-	d, ok := c.pending[uid]
-	c.mu.Unlock()
-	return d, ok
+	r := c.lookupRes(uid)
+	if r == nil {
+		return nil, false
+	}
+	d, _ := r.unapplied()
+	return d, d != nil
 }
 
 // nextAttempt counts one more attempt on job g (rankgate.io/attempt) whose
@@ -222,8 +228,8 @@ func (c *Controller) sweep(ctx context.Context) bool {
 			if len(left) > 0 {
 				c.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
 			}
-			for _, f := range left {
-				go c.applyUntilDone(ctx, f.t, f.d)
+			for _, r := range left {
+				c.enqueue(r.t.uid, prioFail, 0) // applied by the writes (writes.go)
 			}
 			return true
 		}
@@ -242,21 +248,16 @@ func (c *Controller) sweep(ctx context.Context) bool {
 	}
 }
 
-type foundRecord struct {
-	t target
-	d *decision
-}
-
 // sweepPage bounds what one list of Gangs holds in memory.
 const sweepPage = 200
 
 // loadGangs lists every Gang, page by page. It keeps the decided and
 // unapplied ones of existing opted-in jobs (marked pending), and
 // remembers the open ones (their first report keeps the gang's deadline).
-func (c *Controller) loadGangs(ctx context.Context) ([]foundRecord, error) {
+func (c *Controller) loadGangs(ctx context.Context) ([]*gangRes, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var left []foundRecord
+	var left []*gangRes
 	cont := ""
 	for {
 		list := &v1alpha1.GangList{}
@@ -269,7 +270,7 @@ func (c *Controller) loadGangs(ctx context.Context) ([]foundRecord, error) {
 				return nil, err
 			}
 			if f != nil {
-				left = append(left, *f)
+				left = append(left, f)
 			}
 		}
 		if cont = list.Continue; cont == "" {
@@ -280,7 +281,7 @@ func (c *Controller) loadGangs(ctx context.Context) ([]foundRecord, error) {
 
 // loadGang takes in one listed Gang: a verdict to apply (returned), an
 // open gang to remember, or nothing.
-func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*foundRecord, error) {
+func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*gangRes, error) {
 	if meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied) {
 		return nil, nil
 	}
@@ -313,11 +314,12 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*foundReco
 		return nil, nil
 	}
 	r.set(g)
+	r.recorded = d
 	c.mu.Lock()
 	c.res[t.uid] = r
 	c.mu.Unlock()
-	c.setPending(t, d)
-	return &foundRecord{t, d}, nil
+	c.countUnapplied()
+	return r, nil
 }
 
 // recordStale says why a recorded verdict's job must not be acted on (""

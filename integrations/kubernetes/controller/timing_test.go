@@ -97,7 +97,7 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.usage.addSource(func() bool { return true })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c.leadCtx.Store(&ctx)
+	c.runWriters(ctx, newClockQueue(clk))
 	c.leader.Store(true)
 	c.synced.Store(true)
 	c.recovered.Store(true)
@@ -256,7 +256,6 @@ func TestGangFailsAtItsDeadline(t *testing.T) {
 	require.NotNil(t, g)
 	require.Equal(t, string(verdict.VerdictFail), g.Status.Verdict, "recorded in the Gang")
 	require.Contains(t, g.Status.Rules, verdict.RuleGangIncomplete)
-	l.clk.Step(recordQuiet) // the job's patch yields to verdict writes
 	require.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick, "the fail action")
 	require.Equal(t, string(verdict.VerdictFail), l.job(t).Annotations[contract.AnnotationVerdict])
 }
@@ -276,7 +275,6 @@ func TestGangDecidedWhenTheLastRankReports(t *testing.T) {
 	require.Equal(t, verdict.VerdictPass, got.Verdict.Verdict)
 	require.Equal(t, t0, *got.DecidedAt, "no time passed")
 	require.Equal(t, string(verdict.VerdictPass), l.gangObj(t).Status.Verdict)
-	l.clk.Step(recordQuiet) // the job's patch yields to verdict writes
 	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationVerdict] == string(verdict.VerdictPass) }, eventually, tick)
 
 	// Past the deadline nothing is decided again: its timer was stopped.
@@ -287,7 +285,7 @@ func TestGangDecidedWhenTheLastRankReports(t *testing.T) {
 }
 
 // A verdict goes onto its job (annotations, the fail action, the Event)
-// once no verdict write has started for recordQuiet, and its Gang is
+// right after it is recorded, with no time passing, and its Gang is
 // marked Applied AppliedDelay after that, not before.
 func TestVerdictAppliedThenMarkedAfterTheDelay(t *testing.T) {
 	pj, pods := gangJob(t, 2)
@@ -301,10 +299,6 @@ func TestVerdictAppliedThenMarkedAfterTheDelay(t *testing.T) {
 	require.True(t, meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionDecided))
 	require.Contains(t, g.Status.Rules, verdict.RuleRankFailed)
 
-	// The job's patch waits for a gap after the verdict writes ranks wait for.
-	l.armed(t, recordQuiet)
-	require.Never(t, func() bool { return suspended(l.job(t)) }, 100*time.Millisecond, tick, "applied before the verdict writes went quiet")
-	l.clk.Step(recordQuiet)
 	require.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick)
 	a := l.job(t).Annotations
 	require.Equal(t, string(verdict.VerdictFail), a[contract.AnnotationVerdict])
@@ -367,11 +361,10 @@ func (w *statusWrites) count() int {
 	return w.n
 }
 
-// openGang starts l's progress writers and has the reconciler note the
-// opted-in job pj without a verdict: its Gang is created at once, 0/N.
+// openGang has the reconciler note the opted-in job pj without a
+// verdict: its Gang is created at once, 0/N.
 func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
-	l.runProgress(l.ctx)
 	k, _ := kubeflow.ByName("PyTorchJob")
 	l.noteUndecided("ml/PyTorchJob/j", k, pj)
 	// Written with its progress, and known as written: a report before
@@ -476,7 +469,6 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
 	require.Equal(t, t0.Add(grace), d.DecidedAt)
 	require.True(t, pendingReport(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
-	l.clk.Step(recordQuiet)
 	require.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick)
 	require.Contains(t, <-l.rec.Events, contract.ReasonPendingFailed)
 }
@@ -528,7 +520,10 @@ func TestTakeoverAppliesARecordedVerdict(t *testing.T) {
 	a.report(t, pods, 0, verdict.VerdictPass)
 	a.report(t, pods, 1, verdict.VerdictFail)
 	require.Eventually(t, func() bool { return a.answer(t, pods, 0).State == gate.StateDecided }, eventually, tick)
-	a.clk.Step(recordQuiet) // its apply fails, and retries until it stops leading
+	// Its apply fails, and is retried (after 200 ms, doubling) until it
+	// stops leading.
+	a.armed(t, 200*time.Millisecond)
+	a.clk.Step(200 * time.Millisecond)
 	require.Never(t, func() bool { return suspended(a.job(t)) }, 100*time.Millisecond, tick)
 	a.stop()
 	g := a.gangObj(t)
