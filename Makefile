@@ -39,7 +39,7 @@ HELM_SYMLINK_NOTE := found symbolic link in path
 API_DIR := ./integrations/kubernetes/api/...
 CRD_DIR := configs/deploy/crds
 
-.PHONY: release cross generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 fuzz image e2e demo device-smoke clean
+.PHONY: release cross generate verify-generated manifests help build build-node test test-unit lint bench bench-gang-16 bench-compare fuzz image e2e demo device-smoke clean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -136,6 +136,9 @@ bench: ## benchmarks of every package, then peak RSS of a preflight (numbers: do
 
 bench-gang-16: ## 1,000 jobs x 8 ranks gang latency with kube-apiserver, etcd, controller and rank clients pinned to their own cores (16 cores; results in OUT, hack/bench-gang-16.sh)
 	bash hack/bench-gang-16.sh $(OUT)
+
+bench-compare: ## one real-API-server benchmark (TEST, default TestBenchGangLatency) for BASE and the working tree, in turns, ROUNDS times; a table side by side (hack/bench-compare.sh)
+	bash hack/bench-compare.sh $(BASE) $(OUT)
 
 fuzz: ## run every fuzzer for FUZZTIME each
 	@set -e; for pkg in $$($(GO) list ./...); do \
