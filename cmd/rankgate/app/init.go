@@ -14,6 +14,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/internal/podinfo"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -34,6 +35,8 @@ type initOptions struct {
 	Poll         time.Duration
 	// BypassFile is the pod's annotations from a downward API volume.
 	BypassFile string
+	// Sysfs is where the node's RDMA devices are listed (class/infiniband).
+	Sysfs string
 	progressOptions
 }
 
@@ -80,6 +83,8 @@ devices), or nothing when no verdict came (the reason is on stderr).`,
 	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
 	f.StringVar(&o.BypassFile, "bypass-file", "", "the pod's annotations file (downward API volume, fieldRef metadata.annotations): once it holds "+contract.AnnotationBypass+"=REASON, stop waiting for the gate and exit 0 after this rank's own checks (break-glass when the controller is down)")
+	f.StringVar(&o.Sysfs, "sysfs", sysfs, "sysfs mount whose class/infiniband lists the node's RDMA devices")
+	_ = f.MarkHidden("sysfs")
 	o.progressOptions.addFlags(f)
 	return cmd
 }
@@ -135,7 +140,8 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 		}
 	}
 	stop := hb.start(gateCtx)
-	resp, err := rank.Report(gateCtx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
+	resp, err := rank.Report(gateCtx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r,
+		Net: rankNet(o.Sysfs, log), NCCLVersion: ncclenv.VersionFromEnv(ownEnv())})
 	stop()
 	if why := bypassed(); why != "" && err != nil && !r.Failed() {
 		fmt.Fprintf(a.Streams.Err, "rankgate init: the gate was bypassed (pod annotation %s: %q): this rank starts without a gang verdict; its own checks passed\n", contract.AnnotationBypass, why)
