@@ -49,7 +49,9 @@ func (a *App) newInitCommand() *cobra.Command {
 or MPIJob. It checks this rank's devices (the same rules as preflight),
 sends its report to the rankgate controller's gate over HTTPS, authenticated
 by a projected service-account token with audience rankgate, and waits for
-the verdict on the whole job. While the gate is unreachable it retries with
+the verdict on the whole job. The report also carries the pod's network
+interfaces and the node's RDMA devices, so that the gang verdict judges
+NCCL_SOCKET_IFNAME and NCCL_IB_HCA on every rank. While the gate is unreachable it retries with
 backoff until --timeout. While it waits it prints a progress line to stderr
 at most every 10s: the job, ranks reported of expected, the time left until
 the gang's deadline (--quiet turns these lines off).
