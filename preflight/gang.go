@@ -21,6 +21,11 @@ type RankReport struct {
 	DriverVersion     string         `json:"driverVersion,omitempty"`
 	CUDADriverVersion string         `json:"cudaDriverVersion,omitempty"`
 	Report            verdict.Report `json:"report"`
+	// Net is the rank's network as NCCL sees it (interfaces, RDMA
+	// devices); nil when the rank did not report it (unknown, not none).
+	Net *ncclenv.Net `json:"net,omitempty"`
+	// NCCLVersion is the NCCL version the rank reported, if any.
+	NCCLVersion string `json:"ncclVersion,omitempty"`
 }
 
 // GangInput is a whole job's reports.
@@ -41,7 +46,9 @@ type GangInput struct {
 	ExpectMultiNodeNVLink bool
 	// NCCL is the settings each rank runs with (its replica type's pod
 	// template: env, image), by rank; nil: the NCCL settings rules are
-	// not run. See gangNCCLSettings.
+	// not run. The rules judge them against what each rank reported:
+	// its devices, its network (RankReport.Net) and NCCL version. See
+	// gangNCCLSettings.
 	NCCL map[int]ncclenv.Rank
 }
 

@@ -11,9 +11,11 @@ import (
 // ranks of one pod on one GPU without NCCL_MULTI_RANK_GPU_ENABLE=1,
 // NCCL_NVLS_ENABLE=1 on MIG, NCCL_MNNVL_ENABLE=1 across NVLink domains,
 // CUDA_VISIBLE_DEVICES naming devices a rank was not given, settings
-// that differ between ranks, ... Ranks that have not reported are not
-// judged; a rank whose settings are unknown is judged on its devices
-// alone.
+// that differ between ranks, NCCL_SOCKET_IFNAME or NCCL_IB_HCA naming
+// what a rank's node lacks, NCCL_IGNORE_NET_MISMATCH=1 with NIC sets that
+// differ, ... Ranks that have not reported are not judged; a rank whose
+// settings are unknown is judged on its devices alone; the network rules
+// judge only the ranks that reported their network.
 func gangNCCLSettings(g *gang) []verdict.Finding {
 	if g.in.NCCL == nil {
 		return nil
@@ -26,6 +28,10 @@ func gangNCCLSettings(g *gang) []verdict.Finding {
 		}
 		nr.Rank, nr.Name, nr.Pod, nr.Node, nr.Replicas = r.Rank, "", r.Pod, r.Node, 1
 		nr.DevicesKnown = true
+		nr.Net = r.Net
+		if r.NCCLVersion != "" {
+			nr.NCCLVersion = r.NCCLVersion
+		}
 		nr.Devices = make([]ncclenv.Device, 0, len(r.Report.Devices))
 		for _, d := range r.Report.Devices {
 			nr.Devices = append(nr.Devices, ncclenv.Device{

@@ -57,3 +57,70 @@ func TestGangNCCLSettings(t *testing.T) {
 		})
 	}
 }
+
+// withNet is r with the network it reported.
+func withNet(r RankReport, ifs []string, hcas ...string) RankReport {
+	r.Net = &ncclenv.Net{Interfaces: ifs, HCAs: hcas, HCAsKnown: true}
+	return r
+}
+
+// The NIC rules run at the gang verdict on the network every rank
+// reported, with the job's settings: a rank whose node lacks the
+// interface or HCA named fails or warns with the rule of launch and
+// preflight; NCCL_IGNORE_NET_MISMATCH=1 fails when the ranks' NIC sets
+// differ. A rank that did not report its network is not judged by them.
+func TestGangNCCLNetRules(t *testing.T) {
+	eth := []string{"eth0", "lo"}
+	multus := []string{"eth0", "lo", "net1"}
+	two := func(a, b RankReport) []RankReport { return []RankReport{a, b} }
+	r0, r1 := rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2"))
+	for _, tc := range []struct {
+		name  string
+		ranks []RankReport
+		nccl  map[int]ncclenv.Rank
+		want  []string
+	}{
+		{"NCCL_SOCKET_IFNAME names an interface rank 1's node lacks",
+			two(withNet(r0, multus), withNet(r1, eth)), settings(2, "NCCL_SOCKET_IFNAME", "net1"),
+			[]string{"NCCL_SOCKET_IFNAME_MISSING/fail"}},
+		{"NCCL_SOCKET_IFNAME matches on every rank", two(withNet(r0, multus), withNet(r1, multus)), settings(2, "NCCL_SOCKET_IFNAME", "net"), nil},
+		{"NCCL_SOCKET_IFNAME with ranks that did not report their network", two(r0, r1), settings(2, "NCCL_SOCKET_IFNAME", "net1"), nil},
+		{"NCCL_IB_HCA names an HCA rank 0's node lacks",
+			two(withNet(r0, eth, "mlx5_0"), withNet(r1, eth, "mlx5_2", "mlx5_3")), settings(2, "NCCL_IB_HCA", "=mlx5_2:1"),
+			[]string{"NCCL_IB_HCA_MISSING/warn"}},
+		{"NCCL_IB_HCA matches on every rank", two(withNet(r0, eth, "mlx5_0", "mlx5_1"), withNet(r1, eth, "mlx5_0", "mlx5_1")), settings(2, "NCCL_IB_HCA", "mlx5"), nil},
+		{"NCCL_IGNORE_NET_MISMATCH=1 with NIC sets that differ",
+			two(withNet(r0, eth, "mlx5_0", "mlx5_1"), withNet(r1, eth, "mlx5_0")), settings(2, "NCCL_IGNORE_NET_MISMATCH", "1"),
+			[]string{"NCCL_NET_MISMATCH_IGNORED/fail"}},
+		{"NCCL_IGNORE_NET_MISMATCH=1 with the same NICs everywhere",
+			two(withNet(r0, eth, "mlx5_0", "mlx5_1"), withNet(r1, eth, "mlx5_0", "mlx5_1")), settings(2, "NCCL_IGNORE_NET_MISMATCH", "1"), nil},
+		{"NCCL_IGNORE_NET_MISMATCH=1 where a rank's NICs are unknown",
+			two(withNet(r0, eth, "mlx5_0"), r1), settings(2, "NCCL_IGNORE_NET_MISMATCH", "1"), []string{"NCCL_NET_MISMATCH_IGNORED/warn"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := GangRules(GangInput{Job: "ml/j", Expected: len(tc.ranks), Ranks: tc.ranks, NCCL: tc.nccl})
+			require.NoError(t, verdict.CheckRegistered(r))
+			require.ElementsMatch(t, tc.want, rules(r))
+		})
+	}
+	// The finding names the rank whose node lacks the interface.
+	r := GangRules(GangInput{Job: "ml/j", Expected: 2, Ranks: two(withNet(r0, multus), withNet(r1, eth)), NCCL: settings(2, "NCCL_SOCKET_IFNAME", "net1")})
+	require.Len(t, r.Findings, 1)
+	require.Equal(t, []int{1}, r.Findings[0].Ranks)
+	require.Equal(t, []string{"n2"}, r.Findings[0].Nodes)
+	require.Contains(t, r.Findings[0].Message, "eth0, lo")
+}
+
+// A rank's reported NCCL version takes part in the MIG version rule: MIG
+// ranks reporting an NCCL older than 2.31 fail the gang.
+func TestGangNCCLReportedVersion(t *testing.T) {
+	mig := rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.35gb", 26))
+	old := mig
+	old.NCCLVersion = "2.27.3"
+	r := GangRules(GangInput{Job: "ml/j", Expected: 1, Ranks: []RankReport{old}, NCCL: settings(1)})
+	require.Equal(t, []string{"NCCL_MIG_VERSION/fail"}, rules(r))
+	fresh := mig
+	fresh.NCCLVersion = "2.31.2"
+	r = GangRules(GangInput{Job: "ml/j", Expected: 1, Ranks: []RankReport{fresh}, NCCL: settings(1)})
+	require.Empty(t, r.Findings)
+}

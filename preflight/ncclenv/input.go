@@ -75,14 +75,15 @@ type Device struct {
 	NVLinkPeers bool
 }
 
-// Net is a node's network as the rank sees it.
+// Net is a node's network as the rank sees it. The rules only read it;
+// ranks with the same network may share one.
 type Net struct {
 	// Interfaces are IP interface names (eth0, ib0, ...).
-	Interfaces []string
+	Interfaces []string `json:"interfaces,omitempty"`
 	// HCAs are RDMA devices (mlx5_0, ...); nil with HCAsKnown false when
 	// not read.
-	HCAs      []string
-	HCAsKnown bool
+	HCAs      []string `json:"hcas,omitempty"`
+	HCAsKnown bool     `json:"hcasKnown,omitempty"`
 }
 
 func (r Rank) label() string {

@@ -1,8 +1,12 @@
 package ncclenv
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -46,18 +50,25 @@ func LocalRank(env *Env, r verdict.Report, inv *topology.Inventory, nw *Net) Ran
 // ReadLocalNet reads this host's network as NCCL would see it: IP
 // interface names, and RDMA devices under sysfs/class/infiniband (sysfs
 // is normally /sys). An unreadable interface list is an unknown network
-// (nil).
-func ReadLocalNet(sysfs string) *Net {
-	ifs, err := net.Interfaces()
+// (nil); an unreadable RDMA device list leaves the HCAs unknown
+// (HCAsKnown false). The error says what could not be read.
+func ReadLocalNet(sysfs string) (*Net, error) {
+	return readNet(sysfs, net.Interfaces)
+}
+
+// readNet is ReadLocalNet with the interface list injected.
+func readNet(sysfs string, interfaces func() ([]net.Interface, error)) (*Net, error) {
+	ifs, err := interfaces()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing network interfaces: %w", err)
 	}
-	n := &Net{}
+	n := &Net{Interfaces: make([]string, 0, len(ifs))}
 	for _, i := range ifs {
 		n.Interfaces = append(n.Interfaces, i.Name)
 	}
 	sort.Strings(n.Interfaces)
-	entries, err := os.ReadDir(sysfs + "/class/infiniband")
+	dir := filepath.Join(sysfs, "class", "infiniband")
+	entries, err := os.ReadDir(dir)
 	switch {
 	case err == nil:
 		for _, e := range entries {
@@ -65,8 +76,10 @@ func ReadLocalNet(sysfs string) *Net {
 		}
 		sort.Strings(n.HCAs)
 		n.HCAsKnown = true
-	case os.IsNotExist(err):
+	case errors.Is(err, fs.ErrNotExist):
 		n.HCAsKnown = true // no RDMA stack: no HCAs
+	default:
+		return n, fmt.Errorf("listing RDMA devices in %s: %w", dir, err)
 	}
-	return n
+	return n, nil
 }

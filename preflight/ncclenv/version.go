@@ -90,6 +90,21 @@ func versionOf(r Rank) ncclVersion {
 	return ncclVersion{}
 }
 
+// VersionFromEnv is the NCCL version that e's NCCL_VERSION names (NGC and
+// CUDA images set it; NCCL itself ignores it), as "2.x.y"; "" when it is
+// unset, unreadable, or not an NCCL 2 version.
+func VersionFromEnv(e *Env) string {
+	s, set, known := e.String("NCCL_VERSION")
+	if !set || !known {
+		return ""
+	}
+	v, ok := parseVersion(s)
+	if !ok {
+		return ""
+	}
+	return v.String()
+}
+
 // ngcRelease reads YY.MM from nvcr.io/nvidia/<framework>:YY.MM-... .
 func ngcRelease(image string) (yy, mm int, ok bool) {
 	name, tag, found := strings.Cut(image, ":")

@@ -14,6 +14,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/internal/podinfo"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/topology/sources"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -34,6 +35,8 @@ type initOptions struct {
 	Poll         time.Duration
 	// BypassFile is the pod's annotations from a downward API volume.
 	BypassFile string
+	// Sysfs is where the node's RDMA devices are listed (class/infiniband).
+	Sysfs string
 	progressOptions
 }
 
@@ -46,7 +49,9 @@ func (a *App) newInitCommand() *cobra.Command {
 or MPIJob. It checks this rank's devices (the same rules as preflight),
 sends its report to the rankgate controller's gate over HTTPS, authenticated
 by a projected service-account token with audience rankgate, and waits for
-the verdict on the whole job. While the gate is unreachable it retries with
+the verdict on the whole job. The report also carries the pod's network
+interfaces and the node's RDMA devices, so that the gang verdict judges
+NCCL_SOCKET_IFNAME and NCCL_IB_HCA on every rank. While the gate is unreachable it retries with
 backoff until --timeout. While it waits it prints a progress line to stderr
 at most every 10s: the job, ranks reported of expected, the time left until
 the gang's deadline (--quiet turns these lines off).
@@ -80,6 +85,8 @@ devices), or nothing when no verdict came (the reason is on stderr).`,
 	f.DurationVar(&o.Poll, "poll", 30*time.Second, "long-poll wait of each request to the gate")
 	_ = f.MarkHidden("poll")
 	f.StringVar(&o.BypassFile, "bypass-file", "", "the pod's annotations file (downward API volume, fieldRef metadata.annotations): once it holds "+contract.AnnotationBypass+"=REASON, stop waiting for the gate and exit 0 after this rank's own checks (break-glass when the controller is down)")
+	f.StringVar(&o.Sysfs, "sysfs", sysfs, "sysfs mount whose class/infiniband lists the node's RDMA devices")
+	_ = f.MarkHidden("sysfs")
 	o.progressOptions.addFlags(f)
 	return cmd
 }
@@ -135,7 +142,8 @@ func (a *App) runInit(ctx context.Context, o *initOptions) error {
 		}
 	}
 	stop := hb.start(gateCtx)
-	resp, err := rank.Report(gateCtx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r})
+	resp, err := rank.Report(gateCtx, &gate.ReportRequest{Node: inv.Hostname, DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: r,
+		Net: rankNet(o.Sysfs, log), NCCLVersion: ncclenv.VersionFromEnv(ownEnv())})
 	stop()
 	if why := bypassed(); why != "" && err != nil && !r.Failed() {
 		fmt.Fprintf(a.Streams.Err, "rankgate init: the gate was bypassed (pod annotation %s: %q): this rank starts without a gang verdict; its own checks passed\n", contract.AnnotationBypass, why)

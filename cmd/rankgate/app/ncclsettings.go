@@ -21,7 +21,7 @@ const sysfs = "/sys"
 func judgeNCCLSettings(env *ncclenv.Env, r verdict.Report, inv *topology.Inventory, offline bool) verdict.Report {
 	var nw *ncclenv.Net
 	if !offline {
-		nw = ncclenv.ReadLocalNet(sysfs)
+		nw, _ = ncclenv.ReadLocalNet(sysfs) // what it could not read stays unknown
 	}
 	rank := ncclenv.LocalRank(env, r, inv, nw)
 	return ncclenv.Merge(r, ncclenv.Check(ncclenv.Input{Scope: ncclenv.ScopeLocal, Ranks: []ncclenv.Rank{rank}}))

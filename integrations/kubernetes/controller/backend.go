@@ -79,6 +79,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	rr := preflight.RankReport{
 		Rank: r.rank, Pod: r.pod.Name, Node: node,
 		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
+		Net: rankNet(req.Net), NCCLVersion: req.NCCLVersion,
 	}
 	now := c.now()
 	c.startClock(g, now)

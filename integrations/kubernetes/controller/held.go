@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unique"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -24,7 +26,10 @@ import (
 // (preflight.GangCheck), both sharing the report's strings. A gang of more
 // than packMaxRanks ranks holds its reports as they are: unpacking
 // thousands would delay its verdict (about 27 µs each), and its ranks'
-// connections cost far more memory than their reports.
+// connections cost far more memory than their reports. The rank's
+// network (interfaces, RDMA devices) is held apart from the report as one
+// interned string: the ranks of a job, and of every job on like nodes,
+// share it.
 type heldReport struct {
 	pod, node string
 	verdict   verdict.Verdict
@@ -32,6 +37,7 @@ type heldReport struct {
 	devices   []string // the first MaxRankDevices device IDs
 	packed    []byte
 	plain     *preflight.RankReport // instead of packed
+	net       heldNet
 }
 
 // packMaxRanks: the largest gang whose reports are packed.
@@ -48,12 +54,13 @@ var unpackers sync.Pool // of io.ReadCloser that are flate.Resetter
 // gang is larger than packMaxRanks. Encoding it cannot fail (strings,
 // numbers and lists into memory).
 func holdReport(rr preflight.RankReport, expected int) heldReport {
+	h := summarize(rr)
+	h.net, rr.Net = holdNet(rr.Net), nil
+	rr.NCCLVersion = intern(rr.NCCLVersion)
 	if expected > packMaxRanks {
-		h := summarize(rr)
 		h.plain = &rr
 		return h
 	}
-	h := summarize(rr)
 	var buf bytes.Buffer
 	w := packers.Get().(*flate.Writer)
 	defer packers.Put(w)
@@ -125,6 +132,13 @@ type heldRank struct {
 // report unpacks the held report. It fails only if the bytes this process
 // packed were damaged.
 func (h heldReport) report() preflight.RankReport {
+	rr := h.unpack()
+	rr.Net = h.net.net()
+	return rr
+}
+
+// unpack is the held report without its network.
+func (h heldReport) unpack() preflight.RankReport {
 	if h.plain != nil {
 		return *h.plain
 	}
@@ -141,4 +155,35 @@ func (h heldReport) report() preflight.RankReport {
 		panic(fmt.Sprintf("rankgate: a held rank report does not unpack: %v", err))
 	}
 	return rr
+}
+
+// heldNet is a held rank's network: its JSON, interned (unique), so that
+// ranks with the same interfaces and RDMA devices hold one copy; the zero
+// value is an unknown network.
+type heldNet struct {
+	h unique.Handle[string]
+}
+
+// holdNet interns n; nil (unknown) stays unknown.
+func holdNet(n *ncclenv.Net) heldNet {
+	if n == nil {
+		return heldNet{}
+	}
+	b, err := json.Marshal(n)
+	if err != nil {
+		panic(fmt.Sprintf("rankgate: encoding a rank's network: %v", err)) // string lists and a bool always encode
+	}
+	return heldNet{h: unique.Make(string(b))}
+}
+
+// net decodes the held network; nil when unknown.
+func (h heldNet) net() *ncclenv.Net {
+	if h.h == (unique.Handle[string]{}) {
+		return nil
+	}
+	var n ncclenv.Net
+	if err := json.Unmarshal([]byte(h.h.Value()), &n); err != nil {
+		panic(fmt.Sprintf("rankgate: a held rank network does not decode: %v", err))
+	}
+	return &n
 }

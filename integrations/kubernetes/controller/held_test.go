@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -82,4 +83,40 @@ func TestHeldSummaryShowsAsReport(t *testing.T) {
 	require.Equal(t, want, got)
 	require.Equal(t, wantOmitted, omitted)
 	require.Equal(t, []string{"B_RULE", "C_FAIL"}, got[2].Rules)
+}
+
+// A held report keeps the rank's network and NCCL version, packed or
+// plain; ranks with the same network hold one interned copy of it, and a
+// rank that reported none (an older rankgate init) stays unknown.
+func TestHeldReportNet(t *testing.T) {
+	nw := func() *ncclenv.Net {
+		return &ncclenv.Net{Interfaces: []string{"eth0", "lo", "net1"}, HCAs: []string{"mlx5_0", "mlx5_1"}, HCAsKnown: true}
+	}
+	rr := preflight.RankReport{Rank: 2, Pod: "p2", Node: "n2", Report: verdict.NewReport("node n2", nil), Net: nw(), NCCLVersion: "2.27.3"}
+	for _, expected := range []int{8, packMaxRanks + 1} {
+		h := holdReport(rr, expected)
+		require.Equal(t, rr, h.report(), "gang of %d", expected)
+		require.Equal(t, expected > packMaxRanks, h.plain != nil)
+		if h.plain != nil {
+			require.Nil(t, h.plain.Net, "held apart from the report")
+		} else {
+			require.NotContains(t, string(h.packed), "mlx5", "held apart from the packed report")
+		}
+		other := rr
+		other.Rank, other.Pod, other.Net = 3, "p3", nw() // equal, not the same lists
+		require.Equal(t, h.net, holdReport(other, expected).net, "one interned copy")
+
+		unknown := rr
+		unknown.Net, unknown.NCCLVersion = nil, ""
+		require.Nil(t, holdReport(unknown, expected).report().Net)
+		none := rr
+		none.Net = &ncclenv.Net{Interfaces: []string{"lo"}, HCAsKnown: true}
+		require.Equal(t, none.Net, holdReport(none, expected).report().Net, "no HCAs is not unknown HCAs")
+		require.NotEqual(t, holdReport(none, expected).net, h.net)
+	}
+	// The gang's held ranks unpack with their networks.
+	held := []heldRank{{rank: 0, h: holdReport(rr, 8)}, {rank: 1, h: holdReport(preflight.RankReport{Rank: 1}, 8)}}
+	got := unpackAll(held)
+	require.Equal(t, nw(), got[0].Net)
+	require.Nil(t, got[1].Net)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight/ncclenv"
 )
 
@@ -29,4 +30,13 @@ func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.
 		return nil
 	}
 	return ncclsettings.ByRank(wrap(obj))
+}
+
+// rankNet is the network a rank reported, for the gang verdict's NIC
+// rules; nil (unknown) when it reported none.
+func rankNet(n *gate.RankNet) *ncclenv.Net {
+	if n == nil {
+		return nil
+	}
+	return &ncclenv.Net{Interfaces: n.Interfaces, HCAs: n.HCAs, HCAsKnown: n.HCAsKnown || len(n.HCAs) > 0}
 }

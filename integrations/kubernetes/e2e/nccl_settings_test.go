@@ -74,3 +74,50 @@ func TestE2EGangNCCLSettings(t *testing.T) {
 		})
 	}
 }
+
+// The gang verdict judges NCCL_SOCKET_IFNAME against the interfaces each
+// rank reports (rankgate init reads its pod's network): a Worker template
+// naming an interface its rank's node lacks fails the gang with
+// NCCL_SOCKET_IFNAME_MISSING on that rank; an interface every rank has
+// (lo, in every network namespace) passes.
+func TestE2EGangNCCLSocketIfname(t *testing.T) {
+	ns := newNamespace(t, "e2e-nccl-nics", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	lo := []corev1.EnvVar{{Name: "NCCL_SOCKET_IFNAME", Value: "=lo"}}
+	for _, tc := range []struct {
+		name   string
+		worker []corev1.EnvVar
+		want   verdict.Verdict
+		code   int
+	}{
+		{"missing", []corev1.EnvVar{{Name: "NCCL_SOCKET_IFNAME", Value: "=rgnosuch0"}}, verdict.VerdictFail, verdict.ExitFail},
+		{"present", lo, verdict.VerdictPass, verdict.ExitPass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := pytorchJobEnv(t, ns, "ifname-"+tc.name, lo, tc.worker)
+			var ranks []*rank
+			for _, p := range []*corev1.Pod{rankPod(t, job, "master", 0, "node-a", ""), rankPod(t, job, "worker", 0, "node-b", "")} {
+				ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+			}
+			for _, r := range ranks {
+				require.Equal(t, tc.code, r.wait(t, time.Minute), r.String())
+				v := decodeVerdict(t, r)
+				require.Equal(t, tc.want, v.Verdict, r.String())
+				if tc.want != verdict.VerdictFail {
+					require.NotContains(t, v.RuleIDs(), verdict.RuleNCCLSocketIfnameMissing, r.String())
+					continue
+				}
+				var found []verdict.Finding
+				for _, f := range v.Findings {
+					if f.Rule == verdict.RuleNCCLSocketIfnameMissing {
+						found = append(found, f)
+					}
+				}
+				require.Len(t, found, 1, r.String())
+				require.Equal(t, []int{1}, found[0].Ranks, "the Worker's rank: %s", r.String())
+				require.Equal(t, []string{"node-b"}, found[0].Nodes, r.String())
+				require.Contains(t, found[0].Message, "=rgnosuch0", r.String())
+			}
+		})
+	}
+}

@@ -57,6 +57,14 @@ const (
 	// MaxNameLen bounds every other string (names, versions, device
 	// fields), in bytes. Rule IDs have their own form (verdict.ValidRuleID).
 	MaxNameLen = 512
+	// MaxNetInterfaces bounds net.interfaces: a pod's own network
+	// namespace has a few; a host-network pod sees every veth of the node.
+	MaxNetInterfaces = 256
+	// MaxNetHCAs bounds net.hcas (RDMA devices of one node).
+	MaxNetHCAs = 64
+	// MaxNetNameLen bounds an interface or RDMA device name, in bytes
+	// (Linux allows 15 and 63).
+	MaxNetNameLen = 64
 )
 
 // Paths of the API.
@@ -78,6 +86,50 @@ type ReportRequest struct {
 	DriverVersion     string         `json:"driverVersion,omitempty"`
 	CUDADriverVersion string         `json:"cudaDriverVersion,omitempty"`
 	Report            verdict.Report `json:"report"`
+	// Net is the rank's network as NCCL sees it. Optional: a report
+	// without it (older clients, or a network that could not be read)
+	// leaves the rank's network unknown, never empty.
+	Net *RankNet `json:"net,omitempty"`
+	// NCCLVersion is the rank's NCCL version ("2.27.3") when the client
+	// knows it; optional.
+	NCCLVersion string `json:"ncclVersion,omitempty"`
+}
+
+// RankNet is a rank's network as NCCL sees it: what NCCL_SOCKET_IFNAME
+// and NCCL_IB_HCA select from.
+type RankNet struct {
+	// Interfaces are the IP interface names of the rank's network
+	// namespace (eth0, net1, ib0, lo, ...).
+	Interfaces []string `json:"interfaces"`
+	// HCAs are the node's RDMA devices (/sys/class/infiniband: mlx5_0,
+	// ...), names without ports.
+	HCAs []string `json:"hcas,omitempty"`
+	// HCAsKnown says HCAs is the whole list (empty: the node has none).
+	// HCAs listed imply it.
+	HCAsKnown bool `json:"hcasKnown,omitempty"`
+}
+
+// Check refuses a network beyond the MaxNet* bounds. A client checks it
+// before sending: a report the server refuses fails the rank.
+func (n *RankNet) Check() error {
+	if n == nil {
+		return nil
+	}
+	for _, l := range []struct {
+		field string
+		names []string
+		limit int
+	}{{"net.interfaces", n.Interfaces, MaxNetInterfaces}, {"net.hcas", n.HCAs, MaxNetHCAs}} {
+		if len(l.names) > l.limit {
+			return fmt.Errorf("%s: %d entries exceed the limit of %d", l.field, len(l.names), l.limit)
+		}
+		for i, v := range l.names {
+			if v == "" || len(v) > MaxNetNameLen {
+				return fmt.Errorf("%s[%d]: %d bytes: want 1 to %d", l.field, i, len(v), MaxNetNameLen)
+			}
+		}
+	}
+	return nil
 }
 
 // Validate checks the fields a server needs.
@@ -108,6 +160,14 @@ func (r *ReportRequest) Clean() {
 	r.Node = verdict.CleanText(r.Node)
 	r.DriverVersion = verdict.CleanText(r.DriverVersion)
 	r.CUDADriverVersion = verdict.CleanText(r.CUDADriverVersion)
+	r.NCCLVersion = verdict.CleanText(r.NCCLVersion)
+	if r.Net != nil {
+		for _, l := range [][]string{r.Net.Interfaces, r.Net.HCAs} {
+			for i := range l {
+				l[i] = verdict.CleanText(l[i])
+			}
+		}
+	}
 	r.Report.Clean()
 }
 
@@ -134,6 +194,10 @@ func (r *ReportRequest) checkBounds() error {
 	name("node", r.Node)
 	name("driverVersion", r.DriverVersion)
 	name("cudaDriverVersion", r.CUDADriverVersion)
+	name("ncclVersion", r.NCCLVersion)
+	if err == nil {
+		err = r.Net.Check()
+	}
 	name("report.subject", r.Report.Subject)
 	count("report.findings", len(r.Report.Findings), MaxReportFindings)
 	count("report.devices", len(r.Report.Devices), MaxReportDevices)

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/rankgate/rankgate/verdict"
@@ -37,4 +38,44 @@ func TestValidate(t *testing.T) {
 	require.Error(t, err)
 	_, err = NewClient(ClientOptions{URL: "https://x:1"})
 	require.ErrorContains(t, err, "token")
+}
+
+// The report's network is optional and bounded: absent it is unknown
+// (nil), present it may list at most MaxNetInterfaces interfaces and
+// MaxNetHCAs HCAs of 1 to MaxNetNameLen bytes.
+func TestValidateNet(t *testing.T) {
+	names := func(n, size int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = strings.Repeat("x", size-1) + string(rune('a'+i%26))
+		}
+		return out
+	}
+	base := ReportRequest{APIVersion: APIVersion, Namespace: "ml", Pod: "p", Report: verdict.NewReport("", nil)}
+	require.NoError(t, base.Validate(), "no net: unknown, accepted")
+	for _, tc := range []struct {
+		name string
+		net  *RankNet
+		ncv  string
+		want string
+	}{
+		{"at the bounds", &RankNet{Interfaces: names(MaxNetInterfaces, MaxNetNameLen), HCAs: names(MaxNetHCAs, MaxNetNameLen), HCAsKnown: true}, "2.27.3", ""},
+		{"no interfaces, HCAs unknown", &RankNet{}, "", ""},
+		{"too many interfaces", &RankNet{Interfaces: names(MaxNetInterfaces+1, 4)}, "", "net.interfaces: 257 entries exceed the limit of 256"},
+		{"too many HCAs", &RankNet{Interfaces: []string{"eth0"}, HCAs: names(MaxNetHCAs+1, 6)}, "", "net.hcas: 65 entries exceed the limit of 64"},
+		{"interface name too long", &RankNet{Interfaces: names(1, MaxNetNameLen+1)}, "", "net.interfaces[0]: 65 bytes"},
+		{"empty HCA name", &RankNet{Interfaces: []string{"eth0"}, HCAs: []string{""}}, "", "net.hcas[0]: 0 bytes"},
+		{"NCCL version too long", nil, strings.Repeat("2", MaxNameLen+1), "ncclVersion"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := base
+			r.Net, r.NCCLVersion = tc.net, tc.ncv
+			err := r.Validate()
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }
