@@ -88,15 +88,14 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		return nil, err
 	}
 	if isNew {
-		metricWaiting.Inc()
-		c.touchProgress(g.uid, false)
+		c.touchProgress(g.UID(), false)
 	}
-	c.log.V(1).Info("rank reported", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
+	c.log.V(1).Info("rank reported", "job", g.Key(), "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
 	if decide {
 		c.askDecide(g, ask{why: why})
 	}
-	g.wait(ctx, c.clock(), wait)
-	return g.response(r.rank), nil
+	g.Wait(ctx, c.clock(), wait)
+	return response(g, r.rank), nil
 }
 
 // Verdict implements gateserver.Backend. Besides the ranks, the launcher
@@ -111,8 +110,8 @@ func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait t
 		return c.answerDecided(r, d), nil
 	}
 	g := c.ensureGang(r.job)
-	g.wait(ctx, c.clock(), wait)
-	return g.response(r.rank), nil
+	g.Wait(ctx, c.clock(), wait)
+	return response(g, r.rank), nil
 }
 
 func (c *Controller) answerDecided(r rankOf, d *decision) *gate.Response {
@@ -124,14 +123,8 @@ func (c *Controller) answerDecided(r rankOf, d *decision) *gate.Response {
 // decided returns the job's verdict: the in-memory gang's, else the one
 // recorded on the job (by this or an earlier leader).
 func (c *Controller) decided(j job) (*decision, bool) {
-	c.mu.Lock()
-	g := c.gangs[j.Object().GetUID()]
-	c.mu.Unlock()
-	if g != nil {
-		g.mu.Lock()
-		d := g.verdict
-		g.mu.Unlock()
-		if d != nil {
+	if g := c.gangs.Get(j.Object().GetUID()); g != nil {
+		if d := g.Verdict(); d != nil {
 			return d, true
 		}
 	}
@@ -251,22 +244,19 @@ func (c *Controller) optedIn(ctx context.Context, o client.Object) (bool, error)
 // when the job records a first report) if needed.
 func (c *Controller) ensureGang(j job) *gang {
 	o := j.Object()
-	c.mu.Lock()
-	g := c.gangs[o.GetUID()]
+	g := c.gangs.Get(o.GetUID())
 	if g == nil {
 		timeout, err := jobTimeout(o, c.opts.GangTimeout)
 		if err != nil {
 			c.log.Info("ignoring bad annotation", "job", jobKey(j), "error", err.Error())
 		}
-		g = newGang(j, timeout)
-		c.gangs[g.uid] = g
-		c.byName[g.key] = g.uid
-		metricGangs.Inc()
-		defer c.warnGateBound(j, g.expected)
+		var created bool
+		if g, created = c.gangs.Ensure(gangSpec(j, timeout)); created {
+			c.warnGateBound(j, g.Expected())
+		}
 	}
-	c.mu.Unlock()
 	if r := c.resFor(o, j.Kind()); r.current() == nil {
-		c.touchProgress(g.uid, true) // its Gang, before the verdict needs it
+		c.touchProgress(g.UID(), true) // its Gang, before the verdict needs it
 	}
 	c.adoptFirstReport(g, o)
 	return g
@@ -276,41 +266,17 @@ func (c *Controller) ensureGang(j job) *gang {
 // its deadline. The Gang's progress write records the time (within
 // progressEvery), so that a restarted controller keeps the same deadline.
 func (c *Controller) startClock(g *gang, at time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.verdict != nil {
-		return
-	}
-	if !g.firstAt.IsZero() && !at.Before(g.firstAt) {
-		return
-	}
-	g.firstAt = at
-	deadline := at.Add(g.timeout)
 	// After a restart, give waiting ranks time to re-send before missing
 	// ranks are declared missing.
+	var grace time.Time
 	if since := c.leaderSince.Load(); since > 0 {
-		if grace := time.Unix(0, since).Add(c.opts.ResendGrace); deadline.Before(grace) {
-			deadline = grace
-		}
+		grace = time.Unix(0, since).Add(c.opts.ResendGrace)
 	}
-	g.deadline = deadline
 	// The deadline is a requeue of the gang's writes (writes.go).
-	c.armDeadline(g.uid, deadline)
+	if deadline := g.Start(at, grace); !deadline.IsZero() {
+		c.armDeadline(g.UID(), deadline)
+	}
 }
 
 // forget drops a gang (job deleted, opted out, or re-gated).
-func (c *Controller) forget(key string) {
-	c.mu.Lock()
-	uid, ok := c.byName[key]
-	var g *gang
-	if ok {
-		g = c.gangs[uid]
-		delete(c.gangs, uid)
-		delete(c.byName, key)
-	}
-	c.mu.Unlock()
-	if g == nil {
-		return
-	}
-	g.close()
-}
+func (c *Controller) forget(key string) { c.gangs.Forget(key) }

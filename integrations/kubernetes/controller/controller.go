@@ -47,6 +47,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -282,10 +283,9 @@ type Controller struct {
 	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
 	leaderSince atomic.Int64           // unix nanos
 
-	mu     sync.Mutex
-	gangs  map[types.UID]*gang
-	byName map[string]types.UID   // namespace/kind/name -> the job's UID
-	res    map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
+	gangs *gangstore.Store[decision] // the open gangs (reports in, answers out)
+	mu    sync.Mutex
+	res   map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
 
 	// writeQ: the leader's writes (writes.go), nil while not leading.
 	writeQ atomic.Pointer[writeQueue]
@@ -345,7 +345,7 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 // newController is a replica's in-memory state for opts (defaulted),
 // without its clients: New adds them, unit tests add fakes.
 func newController(opts Options) *Controller {
-	c := &Controller{opts: opts, log: opts.Log, gangs: map[types.UID]*gang{}, byName: map[string]types.UID{},
+	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
 		res: map[types.UID]*gangRes{}, engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	return c

@@ -37,25 +37,16 @@ const (
 // once for one gang; a verdict already recorded (by an earlier leader) is
 // adopted, never decided again. Applying it to the job is the next write.
 func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
-	g.mu.Lock()
-	if g.verdict != nil || g.closed {
-		g.mu.Unlock()
+	taken, ok := g.Begin()
+	if !ok {
 		return decideDone
 	}
-	g.deciding = true
-	held := g.heldLocked()
-	expected, first, last := g.expected, g.firstAt, g.lastAt
-	g.mu.Unlock()
-	ranks := unpackAll(held)
-	undecided := func() {
-		g.mu.Lock()
-		g.deciding = false
-		g.mu.Unlock()
-	}
+	ranks, expected, first, last := taken.Ranks, taken.Expected, taken.First, taken.Last
+	undecided := g.Abort
 
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	in := preflight.GangInput{Job: g.key, Ranks: ranks, ExpectMultiNodeNVLink: g.multiNodeNVLink}
+	in := preflight.GangInput{Job: g.Key(), Ranks: ranks, ExpectMultiNodeNVLink: taken.MultiNodeNVLink}
 	switch a.why {
 	case trigComplete:
 		in.Expected = expected
@@ -75,7 +66,7 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 	} else {
 		in.NCCL = c.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
-		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.key, len(ranks), expected)
+		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.Key(), len(ranks), expected)
 	}
 	if a.why != trigComplete && a.why != trigDeadline && !report.Failed() {
 		// A partial view that no longer fails (a rank re-sent a passing
@@ -92,13 +83,13 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 		if apierrors.IsForbidden(err) || isNoGangKind(err) {
 			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
 		}
-		c.log.Error(err, "recording verdict; retrying", "job", g.key)
+		c.log.Error(err, "recording verdict; retrying", "job", g.Key())
 		undecided()
 		return decideRetry
 	}
-	g.answer(rec, c.now())
+	g.Answer(rec, c.now())
 
-	log := c.log.WithValues("job", g.key, "verdict", rec.Report.Verdict, "trigger", a.why.String())
+	log := c.log.WithValues("job", g.Key(), "verdict", rec.Report.Verdict, "trigger", a.why.String())
 	switch {
 	case rec.unrecorded:
 		log.Info("job deleted or replaced; verdict answered, not recorded")
@@ -115,25 +106,6 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 	return decideDone
 }
 
-// answer closes g with d: every waiting rank is answered with it now.
-func (g *gang) answer(d *decision, now time.Time) {
-	g.mu.Lock()
-	g.verdict = d
-	g.deciding = false
-	g.ask = nil
-	g.answeredAt = now
-	close(g.done)
-	g.mu.Unlock()
-	g.close()
-}
-
-// decidedLocal is when g was answered, on this replica's clock.
-func (g *gang) decidedLocal() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.answeredAt
-}
-
 func (c *Controller) sinceOrZero(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -141,29 +113,16 @@ func (c *Controller) sinceOrZero(t time.Time) string {
 	return c.since(t).Round(time.Microsecond).String()
 }
 
-// forgetGang drops g if it is still the registered gang of its job.
-func (c *Controller) forgetGang(g *gang) {
-	c.mu.Lock()
-	cur := c.gangs[g.uid]
-	c.mu.Unlock()
-	if cur == g {
-		c.forget(g.key)
-	}
-}
-
 // adoptVerdict closes the open gang g with d, a verdict another replica
 // recorded in its Gang (one that led before this one): the waiting ranks
 // are answered with it, and it is applied (the next write).
 func (c *Controller) adoptVerdict(g *gang, d *decision) {
-	g.mu.Lock()
-	open := !g.deciding && g.verdict == nil && !g.closed
-	g.mu.Unlock()
-	if !open {
+	if !g.Open() {
 		return
 	}
-	g.answer(d, c.now())
-	c.log.Info("verdict recorded by another replica; adopted", "job", g.key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
-	c.enqueue(g.uid, applyPriority(d), 0)
+	g.Answer(d, c.now())
+	c.log.Info("verdict recorded by another replica; adopted", "job", g.Key(), "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+	c.enqueue(g.UID(), applyPriority(d), 0)
 }
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.
@@ -217,9 +176,9 @@ func ptrUID(u types.UID) *types.UID { return &u }
 // missingRanks describes the pods of the ranks that have not reported. With
 // onlyUnplaceable it returns only ranks whose pods can never be placed.
 func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank {
-	k, _ := kubeflow.ByName(g.kind)
+	k, _ := kubeflow.ByName(g.Kind())
 	obj := k.New()
-	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}, obj); err != nil || obj.GetUID() != g.UID() {
 		return nil
 	}
 	j := wrap(obj)
@@ -228,15 +187,15 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 		have[r.Rank] = true
 	}
 	pods := &corev1.PodList{}
-	if err := c.listJobPods(ctx, pods, g.ns, g.name); err != nil {
-		c.log.Error(err, "listing pods of missing ranks", "job", g.key)
+	if err := c.listJobPods(ctx, pods, g.Namespace(), g.Name()); err != nil {
+		c.log.Error(err, "listing pods of missing ranks", "job", g.Key())
 	}
 	out := map[int]preflight.MissingRank{}
 	var jobPods, waiting []*corev1.Pod
 	waitingRank := map[*corev1.Pod]int{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid || podFits(j, p) != nil {
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.UID() || podFits(j, p) != nil {
 			continue
 		}
 		jobPods = append(jobPods, p)
@@ -271,7 +230,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 		}
 		return out
 	}
-	for i := 0; i < g.expected; i++ {
+	for i := 0; i < g.Expected(); i++ {
 		if _, ok := out[i]; !ok && !have[i] {
 			out[i] = preflight.MissingRank{State: "no pod: the operator has not created it (quota, admission, or the job is suspended)"}
 		}

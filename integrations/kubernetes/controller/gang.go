@@ -3,81 +3,32 @@ package controller
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
 )
 
-// gang is one job's ranks as the leader sees them, until its verdict.
-type gang struct {
-	uid  types.UID
-	key  string // namespace/kind/name
-	kind string
-	ns   string
-	name string
+// gang is one job's ranks as the leader holds them until its verdict
+// (package gangstore: reports in, answers out).
+type gang = gangstore.Gang[decision]
 
-	mu       sync.Mutex
-	expected int
-	timeout  time.Duration
-	reports  map[int]heldReport
-	// check holds what the reports contribute to the early-fail check.
-	check    *preflight.GangCheck
-	podUIDs  map[int]string
-	firstAt  time.Time // the gang's first report, possibly from an earlier leader
-	lastAt   time.Time // the report that completed the gang, or the latest one
-	deadline time.Time
-	// ask: a decision asked for (writes.go), until the gang is decided.
-	ask      *ask
-	deciding bool
-	verdict  *decision
-	done     chan struct{}
-	// answeredAt: when this replica answered with verdict.
-	answeredAt time.Time
-	// attempt: the job's gated attempt (rankgate.io/attempt), its Gang's.
-	attempt int32
-	// firstAdopted: the recorded first report (the Gang's, or the job's
-	// rankgate.io/first-report-at) last adopted.
-	firstAdopted string
-	// closed: decided or forgotten, no longer counted as open.
-	closed bool
-	// refused: pods refused for a rank another pod holds (one Event each).
-	refused map[types.UID]bool
-	// multiNodeNVLink: the job says it expects multi-node NVLink.
-	multiNodeNVLink bool
-}
-
-// close takes the gang out of the open-gang and waiting-rank gauges, once.
-func (g *gang) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return
-	}
-	g.closed = true
-	metricWaiting.Sub(float64(len(g.reports)))
-	metricGangs.Dec()
-}
-
-func newGang(j job, timeout time.Duration) *gang {
+// gangSpec is what job j's gang is for.
+func gangSpec(j job, timeout time.Duration) gangstore.Spec {
 	o := j.Object()
-	multi := enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink]))
-	return &gang{
-		uid: o.GetUID(), key: jobKey(j), kind: j.Kind(), ns: o.GetNamespace(), name: o.GetName(), attempt: jobAttempt(o),
-		expected: kubeflow.RankPods(j), timeout: timeout, multiNodeNVLink: multi,
-		reports: map[int]heldReport{}, check: preflight.NewGangCheck(multi),
-		podUIDs: map[int]string{}, done: make(chan struct{}),
+	return gangstore.Spec{
+		UID: o.GetUID(), Key: jobKey(j), Kind: j.Kind(), Namespace: o.GetNamespace(), Name: o.GetName(), Attempt: jobAttempt(o),
+		Expected: kubeflow.RankPods(j), Timeout: timeout,
+		MultiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink])),
 	}
 }
 
@@ -96,44 +47,6 @@ func (t trigger) String() string {
 	return [...]string{"complete", "early-fail", "deadline", "unplaceable", "pending"}[t]
 }
 
-// add records a rank's report. It says whether the rank is new to the gang
-// and whether the gang should now be decided. A rank is held by the first
-// pod that reported it: a report from another pod is not added, and
-// heldBy names the holder (see Controller.addReport).
-func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew bool, decide bool, why trigger, heldBy *holder) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.verdict != nil || g.deciding || g.closed {
-		return false, false, 0, nil
-	}
-	if uid, ok := g.podUIDs[rr.Rank]; ok && uid != podUID {
-		return false, false, 0, &holder{pod: g.reports[rr.Rank].pod, uid: uid}
-	}
-	_, had := g.reports[rr.Rank]
-	g.reports[rr.Rank] = holdReport(rr, g.expected)
-	g.check.Add(rr)
-	g.podUIDs[rr.Rank] = podUID
-	if !had {
-		g.lastAt = now
-	}
-	if len(g.reports) >= g.expected {
-		return !had, true, trigComplete, nil
-	}
-	if rr.Report.Failed() {
-		return !had, true, trigEarlyFail, nil
-	}
-	// Gang rules that fail on a subset fail on the whole gang too (mixed
-	// kinds, MIG on several GPUs, shape mismatch, duplicate devices, an
-	// NVLink domain split): decide now and free the GPUs the other ranks
-	// hold. The check keeps up with each report (its cost is that rank's
-	// devices, not the gang's) and answers as the gang rules would over
-	// the ranks so far; decide runs the rules themselves.
-	if len(g.reports) > 1 && g.check.Failed() {
-		return !had, true, trigEarlyFail, nil
-	}
-	return !had, false, 0, nil
-}
-
 // adoptFirstReport starts g's clock at the first report its Gang records
 // (status.firstReportAt, written by an earlier leader), or that the job
 // records (rankgate.io/first-report-at, written by earlier releases), but
@@ -142,12 +55,10 @@ func (g *gang) add(rr preflight.RankReport, podUID string, now time.Time) (isNew
 // fail the gang at once.
 func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	s := o.GetAnnotations()[contract.AnnotationFirstReport]
-	g.mu.Lock()
-	started := !g.firstAt.IsZero()
-	g.mu.Unlock()
+	started := g.Started()
 	// A Gang's first report is an earlier leader's, loaded when this one
 	// took the lead: it matters before this leader's own first report.
-	if r := c.lookupRes(g.uid); s == "" && r != nil && !started {
+	if r := c.lookupRes(g.UID()); s == "" && r != nil && !started {
 		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
 			// Stored to the second: the report came within the second
 			// after it. The end of that second never shortens the gang's
@@ -159,11 +70,7 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	if err != nil {
 		return
 	}
-	g.mu.Lock()
-	seen := g.firstAdopted == s
-	g.firstAdopted = s
-	g.mu.Unlock()
-	if seen {
+	if !g.AdoptFirst(s) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -171,13 +78,13 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	oldest, err := c.oldestRankPod(ctx, g)
 	switch {
 	case err != nil:
-		c.log.Error(err, "listing the gang's pods; its clock starts now", "job", g.key)
+		c.log.Error(err, "listing the gang's pods; its clock starts now", "job", g.Key())
 		oldest = c.now()
 	case oldest.IsZero():
 		oldest = c.now() // no rank pod yet: no rank can have reported
 	}
 	if at.Before(oldest) {
-		c.log.Info("the job's first-report time is older than its oldest rank pod; using the pod's creation", "job", g.key, "firstReportAt", s, "oldestPod", oldest.UTC().Format(time.RFC3339))
+		c.log.Info("the job's first-report time is older than its oldest rank pod; using the pod's creation", "job", g.Key(), "firstReportAt", s, "oldestPod", oldest.UTC().Format(time.RFC3339))
 		at = oldest
 	}
 	c.startClock(g, at)
@@ -187,13 +94,13 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 // it has none).
 func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, error) {
 	pods := &corev1.PodList{}
-	if err := c.listJobPods(ctx, pods, g.ns, g.name); err != nil {
+	if err := c.listJobPods(ctx, pods, g.Namespace(), g.Name()); err != nil {
 		return time.Time{}, err
 	}
 	var oldest time.Time
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.uid {
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != g.UID() {
 			continue
 		}
 		if t := p.CreationTimestamp.Time; oldest.IsZero() || t.Before(oldest) {
@@ -201,38 +108,6 @@ func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, err
 		}
 	}
 	return oldest, nil
-}
-
-// holder is the pod that holds a rank.
-type holder struct{ pod, uid string }
-
-// release drops rank's report if pod uid still holds it (the holder is
-// gone); it says whether it did.
-func (g *gang) release(rank int, uid string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.verdict != nil || g.deciding || g.closed || g.podUIDs[rank] != uid {
-		return false
-	}
-	delete(g.reports, rank)
-	g.check.Remove(rank)
-	delete(g.podUIDs, rank)
-	metricWaiting.Dec()
-	return true
-}
-
-// firstRefusal says whether pod uid is refused for the first time.
-func (g *gang) firstRefusal(uid types.UID) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.refused[uid] {
-		return false
-	}
-	if g.refused == nil {
-		g.refused = map[types.UID]bool{}
-	}
-	g.refused[uid] = true
-	return true
 }
 
 // addReport adds r's report to g unless another pod that still exists
@@ -245,28 +120,33 @@ func (g *gang) firstRefusal(uid types.UID) bool {
 // re-created).
 func (c *Controller) addReport(ctx context.Context, g *gang, r rankOf, rr preflight.RankReport, now time.Time) (isNew, decide bool, why trigger, err error) {
 	for attempt := 0; ; attempt++ {
-		var h *holder
-		isNew, decide, why, h = g.add(rr, string(r.pod.UID), now)
+		isNew, ready, h := g.Add(rr, string(r.pod.UID), now)
 		if h == nil {
-			return isNew, decide, why, nil
+			switch ready {
+			case gangstore.Complete:
+				return isNew, true, trigComplete, nil
+			case gangstore.EarlyFail:
+				return isNew, true, trigEarlyFail, nil
+			}
+			return isNew, false, 0, nil
 		}
-		alive, err := c.podRuns(ctx, r.pod.Namespace, h.pod, h.uid)
+		alive, err := c.podRuns(ctx, r.pod.Namespace, h.Pod, h.UID)
 		if err != nil {
-			return false, false, 0, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s, holder of rank %d: %v", r.pod.Namespace, h.pod, r.rank, err)
+			return false, false, 0, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s, holder of rank %d: %v", r.pod.Namespace, h.Pod, r.rank, err)
 		}
 		if alive || attempt >= 2 {
 			return false, false, 0, c.refuseClaim(g, r, h)
 		}
-		g.release(r.rank, h.uid)
+		g.Release(r.rank, h.UID)
 	}
 }
 
 // refuseClaim is the answer to a pod claiming a rank another pod holds.
-func (c *Controller) refuseClaim(g *gang, r rankOf, h *holder) error {
+func (c *Controller) refuseClaim(g *gang, r rankOf, h *gangstore.Holder) error {
 	msg := fmt.Sprintf("rank %d of %s is held by pod %s (uid %s), which reported it first and still runs; pod %s (uid %s) claims the same rank and is refused: a pod the job's operator did not create, or one that replaces a pod still running",
-		r.rank, g.key, h.pod, h.uid, r.pod.Name, r.pod.UID)
-	if g.firstRefusal(r.pod.UID) {
-		c.log.Info("refused a second pod for a rank another pod holds", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "holder", h.pod, "holderUID", h.uid)
+		r.rank, g.Key(), h.Pod, h.UID, r.pod.Name, r.pod.UID)
+	if g.FirstRefusal(r.pod.UID) {
+		c.log.Info("refused a second pod for a rank another pod holds", "job", g.Key(), "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "holder", h.Pod, "holderUID", h.UID)
 		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonRankClaimedTwice, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)
@@ -287,67 +167,15 @@ func (c *Controller) podRuns(ctx context.Context, ns, name, uid string) (bool, e
 	return string(p.UID) == uid && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed, nil
 }
 
-// heldLocked lists the reports held, in rank order, still packed: the
-// caller unpacks them (unpackAll) without holding the gang's lock.
-func (g *gang) heldLocked() []heldRank {
-	out := make([]heldRank, 0, len(g.reports))
-	for rank, h := range g.reports {
-		out = append(out, heldRank{rank, h})
+// response is the gate's answer for rank of gang g.
+func response(g *gang, rank int) *gate.Response {
+	reported, deadline, d := g.Progress()
+	r := &gate.Response{Job: g.Key(), Rank: rank, Expected: g.Expected(), Reported: reported, State: gate.StateWaiting}
+	if !deadline.IsZero() {
+		r.Deadline = &deadline
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].rank < out[j].rank })
-	return out
-}
-
-// rankListLocked unpacks the reports held, in rank order.
-func (g *gang) rankListLocked() []preflight.RankReport { return unpackAll(g.heldLocked()) }
-
-// summariesLocked lists the ranks as a Gang shows them (heldReport.summary),
-// in rank order.
-func (g *gang) summariesLocked() []preflight.RankReport {
-	out := make([]preflight.RankReport, 0, len(g.reports))
-	for rank, h := range g.reports {
-		out = append(out, h.summary(rank))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
-	return out
-}
-
-// reportedLocked lists the ranks that reported and their pods, without
-// their reports.
-func (g *gang) reportedLocked() []preflight.RankReport {
-	out := make([]preflight.RankReport, 0, len(g.reports))
-	for rank, r := range g.reports {
-		out = append(out, preflight.RankReport{Rank: rank, Pod: r.pod})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Rank < out[j].Rank })
-	return out
-}
-
-// wait blocks until the verdict, ctx's end, or d on clk.
-func (g *gang) wait(ctx context.Context, clk clock.Clock, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := clk.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-g.done:
-	case <-ctx.Done():
-	case <-t.C():
-	}
-}
-
-// response is the gate's answer for rank.
-func (g *gang) response(rank int) *gate.Response {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r := &gate.Response{Job: g.key, Rank: rank, Expected: g.expected, Reported: len(g.reports), State: gate.StateWaiting}
-	if !g.deadline.IsZero() {
-		d := g.deadline
-		r.Deadline = &d
-	}
-	if g.verdict != nil {
-		fillDecided(r, g.verdict)
+	if d != nil {
+		fillDecided(r, d)
 	}
 	return r
 }

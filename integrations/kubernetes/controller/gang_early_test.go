@@ -89,13 +89,11 @@ func TestGangEarlyFailIncremental(t *testing.T) {
 	for job := 0; job < 300; job++ {
 		n := 2 + rng.IntN(30)
 		odd := []float64{0.001, 0.005, 0.02}[job%3]
-		g := newGang(wrap(ptJob(true, int32(n-1))), time.Minute)
-		g.multiNodeNVLink = job%4 == 0
-		g.check = preflight.NewGangCheck(g.multiNodeNVLink)
-		ref := &quadraticGang{key: g.key, expected: n, multi: g.multiNodeNVLink, reports: map[int]preflight.RankReport{}}
+		g := newTestGang(wrap(ptJob(true, int32(n-1))), time.Minute, job%4 == 0)
+		ref := &quadraticGang{key: g.Key(), expected: n, multi: g.MultiNodeNVLink(), reports: map[int]preflight.RankReport{}}
 		for _, i := range rng.Perm(n) {
 			rr := gangRank(rng, i, odd)
-			isNew, decide, why, h := g.add(rr, fmt.Sprintf("uid-%d", i), time.Now())
+			isNew, decide, why, h := addRank(g, rr, fmt.Sprintf("uid-%d", i), time.Now())
 			require.Nil(t, h)
 			require.True(t, isNew)
 			wantDecide, wantWhy := ref.add(rr)
@@ -119,20 +117,20 @@ func TestGangEarlyFailIncremental(t *testing.T) {
 // early-fail check: a rank that re-sends a report on other devices fails
 // the gang at once; once that rank's pod is gone, the others do not.
 func TestGangEarlyFailReplacedAndReleased(t *testing.T) {
-	g := newGang(wrap(ptJob(true, 3)), time.Minute)
+	g := newTestGang(wrap(ptJob(true, 3)), time.Minute, false)
 	for i := 0; i < 2; i++ {
-		_, decide, _, _ := g.add(gangRank(nil, i, 0), fmt.Sprintf("uid-%d", i), time.Now())
+		_, decide, _, _ := addRank(g, gangRank(nil, i, 0), fmt.Sprintf("uid-%d", i), time.Now())
 		require.False(t, decide)
 	}
 	// Rank 1 re-sends: now on another rank's GPU.
 	dup := gangRank(nil, 1, 0)
 	dup.Node, dup.Report.Devices[0].ID = "node-0000", "GPU-node-0000-0"
-	isNew, decide, why, _ := g.add(dup, "uid-1", time.Now())
+	isNew, decide, why, _ := addRank(g, dup, "uid-1", time.Now())
 	require.False(t, isNew)
 	require.True(t, decide)
 	require.Equal(t, trigEarlyFail, why)
-	require.True(t, g.release(1, "uid-1"))
-	_, decide, _, _ = g.add(gangRank(nil, 2, 0), "uid-2", time.Now())
+	require.True(t, g.Release(1, "uid-1"))
+	_, decide, _, _ = addRank(g, gangRank(nil, 2, 0), "uid-2", time.Now())
 	require.False(t, decide, "the released rank's devices still count")
 }
 
@@ -160,17 +158,14 @@ func BenchmarkGangAdd(b *testing.B) {
 		b.Run(fmt.Sprintf("incremental/ranks=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for k := 0; k < b.N; k++ {
-				g := newGang(wrap(ptJob(true, int32(n-1))), time.Minute)
+				g := newTestGang(wrap(ptJob(true, int32(n-1))), time.Minute, false)
 				now := time.Now()
 				for i, rr := range ranks {
-					if _, decide, why, _ := g.add(rr, uids[i], now); decide != (i == n-1) || (decide && why != trigComplete) {
+					if _, decide, why, _ := addRank(g, rr, uids[i], now); decide != (i == n-1) || (decide && why != trigComplete) {
 						b.Fatalf("rank %d: decide %v (%s)", i, decide, why)
 					}
 				}
-				g.mu.Lock()
-				rs := g.rankListLocked()
-				g.mu.Unlock()
-				decideAll(rs)
+				decideAll(g.Ranks())
 			}
 		})
 		b.Run(fmt.Sprintf("quadratic/ranks=%d", n), func(b *testing.B) {

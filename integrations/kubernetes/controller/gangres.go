@@ -21,6 +21,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -50,6 +51,7 @@ type gangRes struct {
 	// the Gang (by this replica or an earlier leader); onJobAt when the job
 	// was found carrying it (zero: not yet applied); dirty says progress
 	// is to be written, progressAt when it last was.
+	ask        *ask // a decision asked for, until it is made
 	recorded   *decision
 	onJobAt    time.Time
 	dirty      bool
@@ -218,17 +220,7 @@ func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, e
 }
 
 // gangSnapshot is an open gang's progress.
-type gangSnapshot struct {
-	expected          int
-	ranks             []preflight.RankReport
-	firstAt, deadline time.Time
-}
-
-func (g *gang) snapshot() gangSnapshot {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return gangSnapshot{expected: g.expected, ranks: g.summariesLocked(), firstAt: g.firstAt, deadline: g.deadline}
-}
+type gangSnapshot = gangstore.Snapshot
 
 // rankStatuses lists ranks for a Gang's status, bounded by the limits of
 // the API: at most MaxRankEntries, the failing ranks first when there are
@@ -251,7 +243,7 @@ func rankStatuses(ranks []preflight.RankReport) (out []v1alpha1.RankStatus, omit
 	}
 	out = make([]v1alpha1.RankStatus, 0, len(keep))
 	for _, rr := range keep {
-		s := v1alpha1.RankStatus{Rank: int32(rr.Rank), Pod: rr.Pod, Node: rr.Node, Verdict: string(rr.Report.Verdict), Rules: ruleIDs(rr.Report, maxRankRules)}
+		s := v1alpha1.RankStatus{Rank: int32(rr.Rank), Pod: rr.Pod, Node: rr.Node, Verdict: string(rr.Report.Verdict), Rules: gangstore.RuleIDs(rr.Report, gangstore.MaxRankRules)}
 		if s.Verdict == "" {
 			s.Verdict = string(verdict.VerdictPass)
 		}
@@ -266,35 +258,21 @@ func rankStatuses(ranks []preflight.RankReport) (out []v1alpha1.RankStatus, omit
 	return out, omitted
 }
 
-// ruleIDs are the rule IDs of rep's fail and warn findings, each once, at
-// most n.
-func ruleIDs(rep verdict.Report, n int) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, f := range rep.Findings {
-		if f.Severity != verdict.SeverityInfo && !seen[f.Rule] && len(out) < n {
-			seen[f.Rule] = true
-			out = append(out, f.Rule)
-		}
-	}
-	return out
-}
-
 // setProgress writes an open gang's progress into st: phase, ranks
 // reported of expected, the ranks, the first report and the deadline.
 // The first report never moves later than what st already holds.
 func setProgress(st *v1alpha1.GangStatus, s gangSnapshot, waiting string) {
-	st.ReportedRanks = int32(len(s.ranks))
-	st.Progress = strconv.Itoa(len(s.ranks)) + "/" + strconv.Itoa(s.expected)
-	st.Ranks, st.RanksOmitted = rankStatuses(s.ranks)
+	st.ReportedRanks = int32(len(s.Ranks))
+	st.Progress = strconv.Itoa(len(s.Ranks)) + "/" + strconv.Itoa(s.Expected)
+	st.Ranks, st.RanksOmitted = rankStatuses(s.Ranks)
 	// As the API server stores them (to the second), so that an unchanged
 	// status compares equal.
-	if !s.firstAt.IsZero() && (st.FirstReportAt == nil || s.firstAt.Before(st.FirstReportAt.Time)) {
-		t := metav1.NewTime(s.firstAt).Rfc3339Copy()
+	if !s.FirstAt.IsZero() && (st.FirstReportAt == nil || s.FirstAt.Before(st.FirstReportAt.Time)) {
+		t := metav1.NewTime(s.FirstAt).Rfc3339Copy()
 		st.FirstReportAt = &t
 	}
-	if !s.deadline.IsZero() {
-		t := metav1.NewTime(s.deadline).Rfc3339Copy()
+	if !s.Deadline.IsZero() {
+		t := metav1.NewTime(s.Deadline).Rfc3339Copy()
 		st.Deadline = &t
 	}
 	if st.Verdict != "" {
@@ -305,11 +283,11 @@ func setProgress(st *v1alpha1.GangStatus, s gangSnapshot, waiting string) {
 	case waiting != "":
 		st.Phase = v1alpha1.PhaseWaitingForPlacement
 		st.Reason = oneLine(waiting)
-	case len(s.ranks) == 0:
+	case len(s.Ranks) == 0:
 		st.Phase, st.Reason = v1alpha1.PhaseWaitingForRanks, "no rank has reported yet"
 	default:
 		st.Phase = v1alpha1.PhaseWaitingForRanks
-		st.Reason = fmt.Sprintf("waiting for %d more of %d ranks", max(s.expected-len(s.ranks), 0), s.expected)
+		st.Reason = fmt.Sprintf("waiting for %d more of %d ranks", max(s.Expected-len(s.Ranks), 0), s.Expected)
 	}
 }
 
@@ -325,7 +303,7 @@ func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation
 	setProgress(st, s, "")
 	st.WaitingFor = ""
 	st.Verdict = string(d.Report.Verdict)
-	st.Rules = ruleIDs(d.Report, 64)
+	st.Rules = gangstore.RuleIDs(d.Report, 64)
 	st.Report = compactReport(d.Report, maxReportLen)
 	st.DecidedAt = &metav1.Time{Time: d.DecidedAt}
 	st.DecidedBy = verdict.Truncate(d.DecidedBy, 256)
@@ -339,10 +317,10 @@ func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation
 	st.Reason = oneLine(msg)
 	st.MissingRanks, st.MissingCount = nil, 0
 	have := map[int]bool{}
-	for _, r := range s.ranks {
+	for _, r := range s.Ranks {
 		have[r.Rank] = true
 	}
-	for i := 0; i < s.expected; i++ {
+	for i := 0; i < s.Expected; i++ {
 		if !have[i] {
 			st.MissingCount++
 			if len(st.MissingRanks) < v1alpha1.MaxMissingEntries {

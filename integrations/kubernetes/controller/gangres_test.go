@@ -120,8 +120,8 @@ func TestRankStatusesBounded(t *testing.T) {
 // Decided condition, and read back as the decision.
 func TestGangStatusProgressAndVerdict(t *testing.T) {
 	first := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	snap := gangSnapshot{expected: 8, ranks: []preflight.RankReport{rankReport(0, verdict.VerdictPass, 1), rankReport(1, verdict.VerdictPass, 1), rankReport(5, verdict.VerdictPass, 1)},
-		firstAt: first, deadline: first.Add(10 * time.Minute)}
+	snap := gangSnapshot{Expected: 8, Ranks: []preflight.RankReport{rankReport(0, verdict.VerdictPass, 1), rankReport(1, verdict.VerdictPass, 1), rankReport(5, verdict.VerdictPass, 1)},
+		FirstAt: first, Deadline: first.Add(10 * time.Minute)}
 	var st v1alpha1.GangStatus
 	setProgress(&st, snap, "")
 	require.Equal(t, v1alpha1.PhaseWaitingForRanks, st.Phase)
@@ -134,7 +134,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 
 	// A later first report (a new leader's) does not move it.
 	later := snap
-	later.firstAt = first.Add(time.Minute)
+	later.FirstAt = first.Add(time.Minute)
 	setProgress(&st, later, "WAIT_CAPACITY: 2 of 4 nodes busy\nsecond line")
 	require.True(t, st.FirstReportAt.Time.Equal(first))
 	require.Equal(t, v1alpha1.PhaseWaitingForPlacement, st.Phase)
@@ -175,7 +175,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 
 	pass := &decision{Report: verdict.NewReport("ok", nil), DecidedAt: first, DecidedBy: "r"}
 	var ps v1alpha1.GangStatus
-	snap.ranks = append(snap.ranks, rankReport(2, verdict.VerdictPass, 1), rankReport(3, verdict.VerdictPass, 1), rankReport(4, verdict.VerdictPass, 1),
+	snap.Ranks = append(snap.Ranks, rankReport(2, verdict.VerdictPass, 1), rankReport(3, verdict.VerdictPass, 1), rankReport(4, verdict.VerdictPass, 1),
 		rankReport(6, verdict.VerdictPass, 1), rankReport(7, verdict.VerdictPass, 1))
 	setVerdict(&ps, snap, pass, 1)
 	require.Equal(t, v1alpha1.PhasePassed, ps.Phase)
@@ -183,4 +183,33 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 	require.Equal(t, "all ranks passed", ps.Reason)
 	require.Empty(t, ps.Action)
 	require.Zero(t, ps.MissingCount)
+}
+
+// What a Gang shows of a held rank (its summary) is what it shows of the
+// full report: verdict, the rules of fail and warn findings (each once, in
+// order), the first devices.
+func TestHeldSummaryShowsAsReport(t *testing.T) {
+	g := newTestGang(wrap(ptJob(true, 7)), time.Minute, false)
+	var ranks, sums []preflight.RankReport
+	for rank := 0; rank < 3; rank++ {
+		var devs []verdict.DeviceSummary
+		for i := 0; i < 4+4*rank; i++ { // up to 12 MIG devices: more than a Gang shows
+			devs = append(devs, verdict.DeviceSummary{ID: fmt.Sprintf("MIG-%d-%d", rank, i), Kind: "mig", Profile: "1g.10gb"})
+		}
+		findings := []verdict.Finding{
+			{Rule: "B_RULE", Severity: verdict.SeverityWarn}, {Rule: "A_INFO", Severity: verdict.SeverityInfo},
+			{Rule: "C_FAIL", Severity: verdict.SeverityFail}, {Rule: "B_RULE", Severity: verdict.SeverityFail},
+		}[:rank*2]
+		rep := verdict.NewReport("node n", findings)
+		rep.Devices = devs
+		rr := preflight.RankReport{Rank: rank, Pod: fmt.Sprintf("p%d", rank), Node: "n", Report: rep}
+		ranks = append(ranks, rr)
+		g.Add(rr, fmt.Sprint("uid-", rank), time.Now())
+	}
+	sums = g.Snapshot().Ranks
+	want, wantOmitted := rankStatuses(ranks)
+	got, omitted := rankStatuses(sums)
+	require.Equal(t, want, got)
+	require.Equal(t, wantOmitted, omitted)
+	require.Equal(t, []string{"B_RULE", "C_FAIL"}, got[2].Rules)
 }

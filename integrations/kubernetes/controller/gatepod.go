@@ -103,19 +103,12 @@ func (c *Controller) refuseUnexpected(g *gang, r rankOf) error {
 	if why == nil {
 		return nil
 	}
-	g.mu.Lock()
-	uid, held := g.podUIDs[r.rank]
-	var h *holder
-	if held && uid != string(r.pod.UID) {
-		h = &holder{pod: g.reports[r.rank].pod, uid: uid}
+	if h, held := g.HolderOf(r.rank); held && h.UID != string(r.pod.UID) {
+		return c.refuseClaim(g, r, &h)
 	}
-	g.mu.Unlock()
-	if h != nil {
-		return c.refuseClaim(g, r, h)
-	}
-	msg := fmt.Sprintf("pod %s (uid %s) claims rank %d of %s but is not a pod its operator creates (%v): its report is refused", r.pod.Name, r.pod.UID, r.rank, g.key, why)
+	msg := fmt.Sprintf("pod %s (uid %s) claims rank %d of %s but is not a pod its operator creates (%v): its report is refused", r.pod.Name, r.pod.UID, r.rank, g.Key(), why)
 	if c.unexpected.first(r.pod.UID) {
-		c.log.Info("refused the report of a pod that is not one of the job's", "job", g.key, "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "why", why.Error())
+		c.log.Info("refused the report of a pod that is not one of the job's", "job", g.Key(), "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "why", why.Error())
 		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate", "%s", msg)
 	}
 	return gate.Errorf(gate.CodeForbidden, "%s", msg)

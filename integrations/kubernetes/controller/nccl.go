@@ -18,14 +18,14 @@ import (
 // no API call. nil when it cannot be read or is another job
 // of the same name: the rules are then not run.
 func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank {
-	k, ok := kubeflow.ByName(g.kind)
+	k, ok := kubeflow.ByName(g.Kind())
 	if !ok {
 		return nil
 	}
 	obj := k.New()
-	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.ns, Name: g.name}, obj); err != nil || obj.GetUID() != g.uid {
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}, obj); err != nil || obj.GetUID() != g.UID() {
 		if err != nil {
-			c.log.V(1).Info("job not read: NCCL settings not judged", "job", g.key, "error", err.Error())
+			c.log.V(1).Info("job not read: NCCL settings not judged", "job", g.Key(), "error", err.Error())
 		}
 		return nil
 	}

@@ -53,16 +53,16 @@ func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	if !dirty || done {
 		return
 	}
-	if g != nil && !g.open() {
+	if g != nil && !g.Open() {
 		return // decided: its verdict write carried the ranks
 	}
 	if left := progressEvery - c.since(last); !last.IsZero() && left > 0 {
 		c.enqueue(r.t.uid, prioBook, left)
 		return
 	}
-	snap := gangSnapshot{expected: int(r.expected)}
+	snap := gangSnapshot{Expected: int(r.expected)}
 	if g != nil {
-		snap = g.snapshot()
+		snap = g.Snapshot()
 	}
 	r.mu.Lock()
 	r.dirty = false
@@ -104,7 +104,7 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			// Only a gang still open here adopts it: this replica's own
 			// verdict (decided while this write waited) is being applied
 			// or applied already, and must not be marked pending again.
-			if g != nil && g.open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
+			if g != nil && g.Open() && !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
 				c.setPending(r, d)
 				c.adoptVerdict(g, d)
 			}
@@ -172,11 +172,4 @@ func shareRanks(echoed, sent []v1alpha1.RankStatus) {
 			echoed[i] = sent[i]
 		}
 	}
-}
-
-// open says the gang is neither decided nor being decided.
-func (g *gang) open() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.verdict == nil && !g.deciding && !g.closed
 }

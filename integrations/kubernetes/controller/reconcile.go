@@ -112,13 +112,9 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 		return reconcile.Result{}, nil
 	}
 	c.ensureJobCA(ctx, obj)
-	c.mu.Lock()
-	if uid, ok := c.byName[key]; ok && uid != obj.GetUID() {
-		c.mu.Unlock()
+	if uid, ok := c.gangs.UIDOf(key); ok && uid != obj.GetUID() {
 		c.forget(key) // the job was deleted and created again
 		c.dropRes(key, nil)
-	} else {
-		c.mu.Unlock()
 	}
 	if !c.recovered.Load() {
 		// The verdicts an earlier leader recorded are not loaded yet: what
@@ -167,9 +163,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	if failed {
 		return reconcile.Result{}, nil
 	}
-	c.mu.Lock()
-	uid, tracked := c.byName[key]
-	c.mu.Unlock()
+	uid, tracked := c.gangs.UIDOf(key)
 	if !c.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
 		return reconcile.Result{RequeueAfter: again}, nil
 	}
@@ -177,12 +171,8 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	// its deadline is armed, and fail it now if a missing rank can never
 	// be placed.
 	g := c.ensureGang(j)
-	g.mu.Lock()
-	open := g.verdict == nil && !g.deciding
-	ranks := g.reportedLocked()
-	g.mu.Unlock()
-	if open {
-		if m := c.missingRanks(ctx, g, ranks, true); len(m) > 0 {
+	if g.Open() {
+		if m := c.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
 			c.askDecide(g, ask{why: trigUnplaceable, missing: m})
 		}
 	}
@@ -243,14 +233,8 @@ func (c *Controller) firstReported(o client.Object) bool {
 // person removed from the job is forgotten (the next verdict write starts
 // a new attempt).
 func (c *Controller) noteUndecided(key string, k kubeflow.Kind, obj client.Object) {
-	c.mu.Lock()
-	g := c.gangs[obj.GetUID()]
-	c.mu.Unlock()
-	if g != nil {
-		g.mu.Lock()
-		removed := g.verdict != nil && !g.verdict.unrecorded
-		g.mu.Unlock()
-		if removed {
+	if g := c.gangs.Get(obj.GetUID()); g != nil {
+		if d := g.Verdict(); d != nil && !d.unrecorded {
 			c.forget(key)
 			c.dropRes(key, nil)
 		}

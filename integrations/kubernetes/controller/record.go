@@ -58,11 +58,11 @@ func (t target) key() string { return t.ns + "/" + t.kind + "/" + t.name }
 // replaced gets its verdict answered, not recorded (nil error, wrote
 // false, and rec.unrecorded set).
 func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *decision, wrote bool, err error) {
-	k, _ := kubeflow.ByName(g.kind)
-	key := types.NamespacedName{Namespace: g.ns, Name: g.name}
+	k, _ := kubeflow.ByName(g.Kind())
+	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
-	err = c.getFresh(ctx, key, obj, string(g.uid))
-	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.uid) {
+	err = c.getFresh(ctx, key, obj, string(g.UID()))
+	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
 		d.unrecorded = true
 		return d, false, nil
 	}
@@ -74,11 +74,9 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		return old, false, nil
 	}
 	c.chooseAction(ctx, g, k, obj, d)
-	r := c.resFor(obj, g.kind)
-	g.mu.Lock()
-	g.attempt = r.t.attempt
-	g.mu.Unlock()
-	snap := g.snapshot()
+	r := c.resFor(obj, g.Kind())
+	g.SetAttempt(r.t.attempt)
+	snap := g.Snapshot()
 	for attempt := 0; attempt < 5; attempt++ {
 		cur, err := c.ensureObject(ctx, r)
 		if err != nil {
@@ -134,7 +132,7 @@ func (c *Controller) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind,
 	}
 	if why := c.deleteRefused(ctx, k, obj); why != "" {
 		d.Action, d.deleteRefused = ActionSuspend, why
-		c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.key, "why", why)
+		c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.Key(), "why", why)
 	}
 }
 
@@ -182,26 +180,24 @@ func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types
 	if err := c.api.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
 	}
-	if obj.GetUID() != g.uid {
-		return nil, nil, fmt.Errorf("job %s was replaced", g.key)
+	if obj.GetUID() != g.UID() {
+		return nil, nil, fmt.Errorf("job %s was replaced", g.Key())
 	}
 	if d, ok := recordedDecision(obj); ok {
 		d.applied = true
 		return nil, d, nil
 	}
 	if a := jobAttempt(obj); a > r.t.attempt {
-		return c.resFor(obj, g.kind), nil, nil
+		return c.resFor(obj, g.Kind()), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
-	c.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.key, "attempt", jobAttempt(obj))
-	c.dropRes(g.key, nil)
-	next = c.resFor(obj, g.kind)
-	g.mu.Lock()
-	g.attempt = next.t.attempt
-	g.mu.Unlock()
+	c.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", jobAttempt(obj))
+	c.dropRes(g.Key(), nil)
+	next = c.resFor(obj, g.Kind())
+	g.SetAttempt(next.t.attempt)
 	return next, nil, nil
 }
 

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 // reported of expected and the gang's deadline (none before the first
 // report starts the clock).
 func TestWaitingAnswerCarriesProgress(t *testing.T) {
-	g := &gang{key: "ml/PyTorchJob/train", expected: 8, reports: map[int]heldReport{}, done: make(chan struct{})}
-	r := g.response(2)
+	j := wrap(ptJob(true, 7))
+	j.Object().SetName("train")
+	g := newTestGang(j, 10*time.Minute, false)
+	r := response(g, 2)
 	require.Equal(t, gate.StateWaiting, r.State)
 	require.Equal(t, 8, r.Expected)
 	require.Zero(t, r.Reported)
@@ -23,9 +26,9 @@ func TestWaitingAnswerCarriesProgress(t *testing.T) {
 
 	deadline := time.Date(2026, 11, 30, 12, 10, 0, 0, time.UTC)
 	for _, rank := range []int{0, 2, 5} {
-		g.reports[rank] = holdReport(preflight.RankReport{Rank: rank}, 8)
+		g.Add(preflight.RankReport{Rank: rank}, fmt.Sprint("uid-", rank), deadline)
 	}
-	g.deadline = deadline
-	r = g.response(2)
+	require.Equal(t, deadline, g.Start(deadline.Add(-10*time.Minute), time.Time{}))
+	r = response(g, 2)
 	require.Equal(t, gate.Response{State: gate.StateWaiting, Job: "ml/PyTorchJob/train", Rank: 2, Expected: 8, Reported: 3, Deadline: &deadline}, *r)
 }

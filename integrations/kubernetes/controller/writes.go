@@ -121,16 +121,16 @@ type ask struct {
 // the watchdog's report) ahead of every other write. A complete gang's
 // ask replaces an earlier one (it sees every rank), except the watchdog's.
 func (c *Controller) askDecide(g *gang, a ask) {
-	g.mu.Lock()
-	if g.verdict != nil || g.closed {
-		g.mu.Unlock()
-		return
+	r := c.lookupRes(g.UID())
+	if r == nil || !g.Open() {
+		return // ensureGang made r; none: the job is no longer gated
 	}
-	if g.ask == nil || (a.why == trigComplete && g.ask.why != trigPending) {
-		g.ask = &a
+	r.mu.Lock()
+	if r.ask == nil || (a.why == trigComplete && r.ask.why != trigPending) {
+		r.ask = &a
 	}
-	g.mu.Unlock()
-	c.enqueue(g.uid, prioDecide, 0)
+	r.mu.Unlock()
+	c.enqueue(g.UID(), prioDecide, 0)
 }
 
 // reconcileWrites does what job uid's gang and Gang need now, in order of
@@ -140,9 +140,7 @@ func (c *Controller) reconcileWrites(ctx context.Context, uid types.UID) {
 	if ctx.Err() != nil {
 		return
 	}
-	c.mu.Lock()
-	g := c.gangs[uid]
-	c.mu.Unlock()
+	g := c.gangs.Get(uid)
 	if g != nil {
 		// A decided gang is forgotten later (requeued for then; an
 		// earlier requeue keeps its time).
@@ -167,42 +165,49 @@ func (c *Controller) reconcileWrites(ctx context.Context, uid types.UID) {
 // requeues g for its deadline otherwise. It says whether g's writes are
 // done for this pass (the queue has it again).
 func (c *Controller) decideStep(ctx context.Context, g *gang) bool {
-	g.mu.Lock()
-	open := g.verdict == nil && !g.closed
-	a := g.ask
-	deadline := g.deadline
-	g.mu.Unlock()
-	if !open {
+	if g.Verdict() != nil {
 		return false
 	}
+	var a *ask
+	r := c.lookupRes(g.UID())
+	if r != nil {
+		r.mu.Lock()
+		a = r.ask
+		r.mu.Unlock()
+	}
+	deadline := g.Deadline()
 	if a == nil && !deadline.IsZero() && !c.now().Before(deadline) {
 		a = &ask{why: trigDeadline}
 	}
 	if a == nil {
-		c.armDeadline(g.uid, deadline)
+		c.armDeadline(g.UID(), deadline)
 		return false
 	}
-	switch c.decideWith(ctx, g, *a) {
-	case decideRetry:
-		c.retryLater(g.uid, prioDecide)
+	out := c.decideWith(ctx, g, *a)
+	if out == decideRetry {
+		c.retryLater(g.UID(), prioDecide)
 		return true
-	case decideWaiting:
-		g.mu.Lock()
-		if g.ask == a {
-			g.ask = nil
+	}
+	if r != nil {
+		r.mu.Lock()
+		if r.ask == a {
+			r.ask = nil
 		}
-		g.mu.Unlock()
-		c.armDeadline(g.uid, deadline)
+		r.mu.Unlock()
+	}
+	if out == decideWaiting {
+		c.armDeadline(g.UID(), deadline)
 		return false
 	}
 	if q := c.writeQ.Load(); q != nil {
-		(*q).Forget(g.uid)
+		(*q).Forget(g.UID())
 	}
 	// Its job's writes go through the queue at their own priority, behind
-	// the verdicts other gangs' ranks wait for.
-	if r := c.lookupRes(g.uid); r != nil {
+	// the verdicts other gangs' ranks wait for (record made a new r when
+	// it started a new attempt).
+	if r := c.lookupRes(g.UID()); r != nil {
 		if d, _ := r.unapplied(); d != nil {
-			c.enqueue(g.uid, applyPriority(d), 0)
+			c.enqueue(g.UID(), applyPriority(d), 0)
 			return true
 		}
 	}
@@ -234,15 +239,12 @@ func (c *Controller) armDeadline(uid types.UID, deadline time.Time) {
 // polls are answered from it until then, from the job after), and
 // requeues it for then.
 func (c *Controller) forgetStep(g *gang) {
-	g.mu.Lock()
-	d := g.verdict
-	g.mu.Unlock()
-	if d == nil {
+	if g.Verdict() == nil {
 		return
 	}
-	if left := decidedGangTTL - c.since(g.decidedLocal()); left > 0 {
-		c.enqueue(g.uid, prioBook, left)
+	if left := decidedGangTTL - c.since(g.AnsweredAt()); left > 0 {
+		c.enqueue(g.UID(), prioBook, left)
 		return
 	}
-	c.forgetGang(g)
+	c.gangs.ForgetGang(g)
 }

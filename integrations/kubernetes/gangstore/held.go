@@ -1,4 +1,4 @@
-package controller
+package gangstore
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // verdict: JSON, compressed (an 8-GPU report with two findings, 2.0 KB of
 // JSON and about 2 KB once decoded, packs into about 0.5 KB). 1,000 open
 // gangs of 8 hold 7,000 and more of them; they are unpacked only when the
-// gang is decided. What the Gang's ranks show (rankStatuses) is kept
+// gang is decided. What the Gang's ranks show is kept
 // unpacked, and the early-fail check keeps its own keys
 // (preflight.GangCheck), both sharing the report's strings. A gang of more
 // than packMaxRanks ranks holds its reports as they are: unpacking
@@ -56,7 +56,7 @@ var unpackers sync.Pool // of io.ReadCloser that are flate.Resetter
 func holdReport(rr preflight.RankReport, expected int) heldReport {
 	h := summarize(rr)
 	h.net, rr.Net = holdNet(rr.Net), nil
-	rr.NCCLVersion = intern(rr.NCCLVersion)
+	rr.NCCLVersion = unique.Make(rr.NCCLVersion).Value()
 	if expected > packMaxRanks {
 		h.plain = &rr
 		return h
@@ -76,9 +76,9 @@ func holdReport(rr preflight.RankReport, expected int) heldReport {
 	return h
 }
 
-// summarize keeps what rankStatuses reads of rr.
+// summarize keeps what a Gang's status shows of rr.
 func summarize(rr preflight.RankReport) heldReport {
-	h := heldReport{pod: rr.Pod, node: rr.Node, verdict: rr.Report.Verdict, rules: ruleIDs(rr.Report, maxRankRules)}
+	h := heldReport{pod: rr.Pod, node: rr.Node, verdict: rr.Report.Verdict, rules: RuleIDs(rr.Report, MaxRankRules)}
 	for i := range rr.Report.Devices {
 		if i == v1alpha1.MaxRankDevices {
 			break
@@ -88,10 +88,24 @@ func summarize(rr preflight.RankReport) heldReport {
 	return h
 }
 
-// maxRankRules: the rule IDs a Gang shows per rank.
-const maxRankRules = 32
+// MaxRankRules: the rule IDs a Gang shows per rank.
+const MaxRankRules = 32
 
-// summary is the rank's report as far as rankStatuses reads it: verdict,
+// RuleIDs are the rule IDs of rep's fail and warn findings, each once, at
+// most n.
+func RuleIDs(rep verdict.Report, n int) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range rep.Findings {
+		if f.Severity != verdict.SeverityInfo && !seen[f.Rule] && len(out) < n {
+			seen[f.Rule] = true
+			out = append(out, f.Rule)
+		}
+	}
+	return out
+}
+
+// summary is the rank's report as far as a Gang's status shows it: verdict,
 // the rules of its fail and warn findings, its first devices.
 func (h heldReport) summary(rank int) preflight.RankReport {
 	rr := preflight.RankReport{Rank: rank, Pod: h.pod, Node: h.node, Report: verdict.Report{Verdict: h.verdict}}

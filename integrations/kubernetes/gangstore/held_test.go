@@ -1,4 +1,4 @@
-package controller
+package gangstore
 
 import (
 	"encoding/json"
@@ -56,33 +56,6 @@ func TestHeldReportRoundTrip(t *testing.T) {
 	require.Equal(t, h.summary(3), big.summary(3))
 	empty := preflight.RankReport{Rank: 1}
 	require.Equal(t, empty, holdReport(empty, 8).report())
-}
-
-// What a Gang shows of a held rank (its summary) is what it shows of the
-// full report: verdict, the rules of fail and warn findings (each once, in
-// order), the first devices.
-func TestHeldSummaryShowsAsReport(t *testing.T) {
-	var ranks, sums []preflight.RankReport
-	for rank := 0; rank < 3; rank++ {
-		var devs []verdict.DeviceSummary
-		for i := 0; i < 4+4*rank; i++ { // up to 12 MIG devices: more than a Gang shows
-			devs = append(devs, verdict.DeviceSummary{ID: fmt.Sprintf("MIG-%d-%d", rank, i), Kind: "mig", Profile: "1g.10gb"})
-		}
-		findings := []verdict.Finding{
-			{Rule: "B_RULE", Severity: verdict.SeverityWarn}, {Rule: "A_INFO", Severity: verdict.SeverityInfo},
-			{Rule: "C_FAIL", Severity: verdict.SeverityFail}, {Rule: "B_RULE", Severity: verdict.SeverityFail},
-		}[:rank*2]
-		rep := verdict.NewReport("node n", findings)
-		rep.Devices = devs
-		rr := preflight.RankReport{Rank: rank, Pod: fmt.Sprintf("p%d", rank), Node: "n", Report: rep}
-		ranks = append(ranks, rr)
-		sums = append(sums, holdReport(rr, 8).summary(rank))
-	}
-	want, wantOmitted := rankStatuses(ranks)
-	got, omitted := rankStatuses(sums)
-	require.Equal(t, want, got)
-	require.Equal(t, wantOmitted, omitted)
-	require.Equal(t, []string{"B_RULE", "C_FAIL"}, got[2].Rules)
 }
 
 // A held report keeps the rank's network and NCCL version, packed or

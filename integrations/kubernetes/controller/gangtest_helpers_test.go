@@ -1,0 +1,28 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
+	"github.com/rankgate/rankgate/preflight"
+)
+
+// newTestGang is job j's gang in a store of its own.
+func newTestGang(j job, timeout time.Duration, multiNodeNVLink bool) *gang {
+	spec := gangSpec(j, timeout)
+	spec.MultiNodeNVLink = multiNodeNVLink
+	g, _ := gangstore.New[decision](gangstore.Gauges{}).Ensure(spec)
+	return g
+}
+
+// addRank adds rr to g as the gate does, and says why g is to be decided.
+func addRank(g *gang, rr preflight.RankReport, podUID string, now time.Time) (isNew, decide bool, why trigger, h *gangstore.Holder) {
+	isNew, ready, h := g.Add(rr, podUID, now)
+	switch ready {
+	case gangstore.Complete:
+		return isNew, true, trigComplete, h
+	case gangstore.EarlyFail:
+		return isNew, true, trigEarlyFail, h
+	}
+	return isNew, false, 0, h
+}
