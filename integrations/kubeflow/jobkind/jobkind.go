@@ -173,6 +173,15 @@ type Job interface {
 	NprocPerNode() *string
 }
 
+// Restarter is a Kind whose pods are re-created, all of them, when the
+// job restarts, each carrying the restart's number (a JobSet's
+// jobset.sigs.k8s.io/restart-attempt): the ranks of a restart are a new
+// gang. RestartAttempt reads it from a pod's labels; ok is false when the
+// pod carries none (or not a number).
+type Restarter interface {
+	RestartAttempt(labels map[string]string) (attempt int32, ok bool)
+}
+
 // LabelPropagator is a Job whose pod templates are held by another
 // object that it creates (a TrainJob's JobSet, made from its runtime),
 // which carries the labels the Job asks for. PropagateLabels says how to

@@ -59,6 +59,25 @@ var podLabels = []string{LabelJobSetName, LabelReplicatedJob, LabelJobIndex, Lab
 // Kind is the JobSet kind.
 var Kind jobkind.Kind = kind{}
 
+// RestartAttempt implements jobkind.Restarter: the JobSet controller
+// labels every pod of a restart with its number, from 0.
+func (kind) RestartAttempt(labels map[string]string) (int32, bool) {
+	return RestartAttempt(labels)
+}
+
+// RestartAttempt reads a JobSet pod's restart attempt label.
+func RestartAttempt(labels map[string]string) (int32, bool) {
+	v, ok := labels[LabelRestartAttempt]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 32)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	return int32(n), true
+}
+
 type kind struct{}
 
 func (kind) GVK() schema.GroupVersionKind        { return GVK }

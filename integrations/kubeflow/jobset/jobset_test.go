@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 )
 
@@ -258,4 +259,26 @@ func keys[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A pod's restart attempt is its label's number; a pod without one, or
+// with a label that is no number, has none.
+func TestRestartAttempt(t *testing.T) {
+	for _, c := range []struct {
+		labels map[string]string
+		want   int32
+		ok     bool
+	}{
+		{map[string]string{jobset.LabelRestartAttempt: "0"}, 0, true},
+		{map[string]string{jobset.LabelRestartAttempt: "3"}, 3, true},
+		{map[string]string{}, 0, false},
+		{map[string]string{jobset.LabelRestartAttempt: "-1"}, 0, false},
+		{map[string]string{jobset.LabelRestartAttempt: "x"}, 0, false},
+		{map[string]string{jobset.LabelRestartAttempt: "99999999999"}, 0, false},
+	} {
+		got, ok := jobset.Kind.(jobkind.Restarter).RestartAttempt(c.labels)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%v: got %d %v, want %d %v", c.labels, got, ok, c.want, c.ok)
+		}
+	}
 }

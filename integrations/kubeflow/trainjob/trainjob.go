@@ -75,6 +75,12 @@ func (kind) Wrap(o jobkind.Object) (jobkind.Job, error) {
 	return &job{tj}, nil
 }
 
+// RestartAttempt implements jobkind.Restarter: a TrainJob's pods are its
+// JobSet's.
+func (kind) RestartAttempt(labels map[string]string) (int32, bool) {
+	return jobset.RestartAttempt(labels)
+}
+
 type job struct{ o *TrainJob }
 
 var _ jobkind.Job = (*job)(nil)

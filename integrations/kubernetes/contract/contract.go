@@ -94,6 +94,12 @@ const (
 	// AnnotationPreviousVerdict keeps "<verdict> <decided-at> <rules>" of
 	// the attempt before a re-gate; the controller writes it.
 	AnnotationPreviousVerdict = "rankgate.io/previous-verdict"
+	// AnnotationRestartAttempt is the restart attempt of a JobSet (or a
+	// TrainJob's JobSet) whose pods the job's gated attempt judges: its
+	// pods' jobset.sigs.k8s.io/restart-attempt (0 when absent). Pods of a
+	// later restart open the job's next attempt; pods of an earlier one
+	// are refused.
+	AnnotationRestartAttempt = "rankgate.io/restart-attempt"
 	// AnnotationWaitingFor says what an unschedulable job waits for,
 	// "<RULE>: <message>"; the Pending watchdog writes and removes it.
 	AnnotationWaitingFor = "rankgate.io/waiting-for"

@@ -65,6 +65,9 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	if err != nil {
 		return nil, err
 	}
+	if err := c.checkRestart(r); err != nil {
+		return nil, err
+	}
 	if d, ok := c.decided(r.job); ok {
 		return c.answerDecided(r, d), nil
 	}
@@ -104,6 +107,9 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 func (c *Controller) Verdict(ctx context.Context, id gateserver.Identity, wait time.Duration) (*gate.Response, error) {
 	r, err := c.resolve(ctx, id, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.checkRestart(r); err != nil {
 		return nil, err
 	}
 	if d, ok := c.decided(r.job); ok {

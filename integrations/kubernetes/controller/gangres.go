@@ -51,7 +51,8 @@ type gangRes struct {
 	// the Gang (by this replica or an earlier leader); onJobAt when the job
 	// was found carrying it (zero: not yet applied); dirty says progress
 	// is to be written, progressAt when it last was.
-	ask        *ask // a decision asked for, until it is made
+	ask        *ask  // a decision asked for, until it is made
+	restart    int32 // a later restart a rank reported from (restart.go)
 	recorded   *decision
 	onJobAt    time.Time
 	dirty      bool

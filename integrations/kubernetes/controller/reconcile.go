@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -188,12 +189,44 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 // again: the job changed meanwhile (the patch's resourceVersion is
 // stale); look at it again.
 func (c *Controller) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
+	again, err = c.regateFor(ctx, obj, true, nil)
+	if again || err != nil {
+		return again, err
+	}
+	c.forget(key)
+	c.dropRes(key, nil)
 	a := obj.GetAnnotations()
-	prev := fmt.Sprintf("%s %s %s", a[contract.AnnotationVerdict], a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
-	next := strconv.Itoa(int(jobAttempt(obj)) + 1)
-	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:null,%q:%q,%q:%q}}}`,
-		obj.GetResourceVersion(), contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt, contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport, contract.AnnotationPreviousVerdict, prev, contract.AnnotationAttempt, next)
-	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
+	return false, nil
+}
+
+// regateFor clears the verdict annotations from obj in one patch guarded
+// by its resourceVersion, keeping the old verdict in
+// rankgate.io/previous-verdict; with bump it counts one more attempt
+// (rankgate.io/attempt), with restart it records the restart the new
+// attempt judges (rankgate.io/restart-attempt, restart.go). again: the
+// job changed meanwhile; a job that is gone needs nothing.
+func (c *Controller) regateFor(ctx context.Context, obj client.Object, bump bool, restart *int32) (again bool, err error) {
+	a := obj.GetAnnotations()
+	set := map[string]any{}
+	for _, k := range []string{contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt,
+		contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport} {
+		set[k] = nil
+	}
+	if v := a[contract.AnnotationVerdict]; v != "" {
+		set[contract.AnnotationPreviousVerdict] = fmt.Sprintf("%s %s %s", v, a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
+	}
+	if bump {
+		set[contract.AnnotationAttempt] = strconv.Itoa(int(jobAttempt(obj)) + 1)
+	}
+	if restart != nil {
+		set[contract.AnnotationRestartAttempt] = strconv.Itoa(int(*restart))
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": set}})
+	if err != nil {
+		return false, err
+	}
+	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
 			return true, nil
@@ -202,9 +235,6 @@ func (c *Controller) regate(ctx context.Context, key string, obj client.Object) 
 		}
 		return false, err
 	}
-	c.forget(key)
-	c.dropRes(key, nil)
-	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", prev, "attempt", next)
 	return false, nil
 }
 

@@ -140,6 +140,9 @@ func (c *Controller) reconcileWrites(ctx context.Context, uid types.UID) {
 	if ctx.Err() != nil {
 		return
 	}
+	if c.restartStep(ctx, uid) {
+		return // the job's next attempt: the old gang is gone
+	}
 	g := c.gangs.Get(uid)
 	if g != nil {
 		// A decided gang is forgotten later (requeued for then; an

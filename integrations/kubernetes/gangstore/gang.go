@@ -13,6 +13,7 @@ import (
 	"context"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,7 @@ func (g Gauges) add(gangs, waiting float64) {
 // Store is the open gangs by job UID and by job key.
 type Store[D any] struct {
 	gauges Gauges
+	open   atomic.Int64
 
 	mu     sync.Mutex
 	gangs  map[types.UID]*Gang[D]
@@ -70,6 +72,10 @@ func (s *Store[D]) Get(uid types.UID) *Gang[D] {
 	return s.gangs[uid]
 }
 
+// Open is how many of the store's gangs are open (neither answered nor
+// forgotten).
+func (s *Store[D]) Open() int { return int(s.open.Load()) }
+
 // UIDOf is the UID of the job whose gang is held under key.
 func (s *Store[D]) UIDOf(key string) (types.UID, bool) {
 	s.mu.Lock()
@@ -86,7 +92,8 @@ func (s *Store[D]) Ensure(spec Spec) (g *Gang[D], created bool) {
 	if g := s.gangs[spec.UID]; g != nil {
 		return g, false
 	}
-	g = &Gang[D]{spec: spec, attempt: spec.Attempt, gauges: s.gauges,
+	s.open.Add(1)
+	g = &Gang[D]{spec: spec, attempt: spec.Attempt, gauges: s.gauges, open: &s.open,
 		reports: map[int]heldReport{}, check: preflight.NewGangCheck(spec.MultiNodeNVLink),
 		podUIDs: map[int]string{}, done: make(chan struct{})}
 	s.gangs[spec.UID] = g
@@ -123,6 +130,7 @@ func (s *Store[D]) ForgetGang(g *Gang[D]) {
 type Gang[D any] struct {
 	spec   Spec
 	gauges Gauges
+	open   *atomic.Int64 // the store's count of open gangs
 
 	mu      sync.Mutex
 	attempt int32
@@ -183,6 +191,7 @@ func (g *Gang[D]) closeLocked() {
 		return
 	}
 	g.closed = true
+	g.open.Add(-1)
 	g.gauges.add(-1, -float64(len(g.reports)))
 }
 

@@ -42,6 +42,7 @@ func TestStoreGauges(t *testing.T) {
 	require.False(t, created)
 	require.Same(t, g, again)
 	require.Equal(t, 1.0, testutil.ToFloat64(gangs))
+	require.Equal(t, 1, s.Open())
 
 	g.Add(rank(0, verdict.VerdictPass), "a", t0)
 	g.Add(rank(0, verdict.VerdictPass), "a", t0) // re-sent: not new
@@ -52,9 +53,11 @@ func TestStoreGauges(t *testing.T) {
 
 	g.Answer(&answer{"pass"}, t0)
 	require.Zero(t, testutil.ToFloat64(gangs))
+	require.Zero(t, s.Open())
 	require.Zero(t, testutil.ToFloat64(waiting))
 	s.Forget(g.Key()) // answered already: counted once
 	require.Zero(t, testutil.ToFloat64(gangs))
+	require.Zero(t, s.Open())
 	require.Nil(t, s.Get("uid-1"))
 	_, ok := s.UIDOf(g.Key())
 	require.False(t, ok)
