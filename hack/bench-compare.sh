@@ -10,7 +10,8 @@
 #
 # Every run's JSON summary (RANKGATE_BENCH_OUT) and log go to DIR (default
 # ./bench-compare-out); the last lines printed are one table, a row per
-# run: build, round, p50, p90, p99, max and the load average before it.
+# run: build, round, p50, p90, p99, max and the load average before it
+# (for a summary without latencies, such as the memory check's, the summary).
 # Other RANKGATE_BENCH_* settings pass through (JOBS, WINDOW, ...).
 #
 # Exit status: 0 when every run finished (a run that misses its goal is
@@ -63,8 +64,11 @@ for i in $(seq 1 "$rounds"); do
     python3 - "$f" "$b" "$i" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
-load = d.get("loadAvgBefore", "")
-print("%-5s %-5s %-10s %-10s %-10s %-10s %s" % (sys.argv[2], sys.argv[3], d.get("p50", "-"), d.get("p90", "-"), d.get("p99", "-"), d.get("max", "-"), load))
+if "p99" not in d:  # not a latency summary (memory, ...): the summary itself
+    print("%-5s %-5s %s" % (sys.argv[2], sys.argv[3], json.dumps(d, sort_keys=True)))
+    sys.exit(0)
+load = d.get("loadAvgBefore", d.get("loadAvg", ""))
+print("%-5s %-5s %-10s %-10s %-10s %-10s %s" % (sys.argv[2], sys.argv[3], d.get("p50", "-"), d.get("p90", "-"), d.get("p99", "-"), d.get("max", d.get("allRanksHeld", "-")), load))
 EOF
   done
 done
