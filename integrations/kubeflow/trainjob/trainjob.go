@@ -147,8 +147,9 @@ func (j *job) Validate() error {
 
 // RankSlots: node pod c (completion index) is rank c; the initializers
 // and the MPI launcher are no rank.
-func (j *job) RankSlots() ([]jobkind.RankSlot, error) {
-	n := j.numNodes()
+func (j *job) RankSlots() ([]jobkind.RankSlot, error) { return rankSlots(j.numNodes()) }
+
+func rankSlots(n *int32) ([]jobkind.RankSlot, error) {
 	if n == nil {
 		return nil, errNoNumNodes
 	}

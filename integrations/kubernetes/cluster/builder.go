@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
@@ -37,6 +38,10 @@ type Builder struct {
 	// dra: slices, claims, templates and classes (dra_objects.go).
 	dra  draObjects
 	draJ *draJudge
+	// runtimes: the Trainer runtimes TrainJobs are resolved with
+	// (runtimes.go).
+	runtimes map[trainjob.RuntimeKey]*trainjob.Runtime
+	live     bool // the runtimes come from an API server
 }
 
 type podRecord struct {
@@ -235,7 +240,13 @@ func (b *Builder) AddJob(j kubeflow.Job) error {
 	if j.Name() == "" {
 		return fmt.Errorf("metadata.name is empty")
 	}
-	if err := j.Validate(); err != nil {
+	if _, ok, err := trainjob.RuntimeOf(j); ok {
+		// Validated once resolved with its runtime (Resolve), which may
+		// give its node count; the runtime may come later in the input.
+		if err != nil {
+			return err
+		}
+	} else if err := j.Validate(); err != nil {
 		return err
 	}
 	b.jobs = append(b.jobs, j)
@@ -309,6 +320,10 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 // include what admission webhooks added); otherwise the template's.
 func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	w := schedule.Workload{Kind: j.Kind(), Namespace: j.Namespace(), Name: j.Name(), Suspended: j.Suspended()}
+	j, err := b.Resolve(j)
+	if err != nil {
+		return w, err
+	}
 	typer := newReplicaTyper(j)
 	var refs [][]corev1.PodResourceClaim
 	for _, rs := range j.ReplicaSpecs() {

@@ -1,0 +1,115 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// A TrainJob holds no pod templates: its pods come from its
+// (Cluster)TrainingRuntime. Offline the runtimes are read from the files
+// (AddRuntime), live from the API server (Live.LoadRuntime); both then
+// judge the pods trainjob.Derive makes, whether or not the JobSet exists.
+
+// RuntimeMissingError: a TrainJob's runtime is not in the input. diagnose
+// exits 2 on it (bad input), saying what to add.
+type RuntimeMissingError struct {
+	Job     string // TrainJob namespace/name
+	Runtime trainjob.RuntimeKey
+	Live    bool
+}
+
+func (e *RuntimeMissingError) Error() string {
+	get := "kubectl get clustertrainingruntime " + e.Runtime.Name + " -o yaml"
+	if e.Runtime.Kind == trainjob.KindTrainingRuntime {
+		get = "kubectl get trainingruntime " + e.Runtime.Name + " -n " + e.Runtime.Namespace + " -o yaml"
+	}
+	if e.Live {
+		return fmt.Sprintf("TrainJob %s: its runtime %s does not exist (or its CRD is not installed): the Trainer creates no pods for it either; create the runtime, or point spec.runtimeRef at one (%s)", e.Job, e.Runtime, get)
+	}
+	return fmt.Sprintf("TrainJob %s: its runtime %s is not in the files: a TrainJob's pods are made from it; add its dump (%s, or kubectl get trainjobs,trainingruntimes,clustertrainingruntimes -A -o yaml)", e.Job, e.Runtime, get)
+}
+
+// ExitCode: a missing input is exit 2.
+func (e *RuntimeMissingError) ExitCode() int { return verdict.ExitUsage }
+
+// AddRuntime adds a TrainingRuntime or ClusterTrainingRuntime; a second
+// one of the same kind and name is an error.
+func (b *Builder) AddRuntime(rt *trainjob.Runtime) error {
+	if b.runtimes == nil {
+		b.runtimes = map[trainjob.RuntimeKey]*trainjob.Runtime{}
+	}
+	k := rt.Key()
+	if _, ok := b.runtimes[k]; ok {
+		return fmt.Errorf("%s is in the input twice", k)
+	}
+	b.runtimes[k] = rt
+	return nil
+}
+
+// Resolve returns j with its pods as its operator makes them: a TrainJob
+// resolved with its runtime (trainjob.Resolve), any other job as it is.
+func (b *Builder) Resolve(j kubeflow.Job) (kubeflow.Job, error) {
+	key, ok, err := trainjob.RuntimeOf(j)
+	if !ok {
+		return j, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("TrainJob %s/%s: %w", j.Namespace(), j.Name(), err)
+	}
+	rt := b.runtimes[key]
+	if rt == nil {
+		return nil, &RuntimeMissingError{Job: j.Namespace() + "/" + j.Name(), Runtime: key, Live: b.live}
+	}
+	r, err := trainjob.Resolve(j, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("TrainJob %s/%s: %w", j.Namespace(), j.Name(), err)
+	}
+	return r, nil
+}
+
+// loadRuntime decodes one runtime of a dump.
+func loadRuntime(b *Builder, raw json.RawMessage) error {
+	rt, err := trainjob.DecodeRuntime(raw)
+	if err != nil {
+		return err
+	}
+	return b.AddRuntime(rt)
+}
+
+// LoadRuntime adds the runtime of a TrainJob to b (nothing for another
+// kind). A runtime that does not exist is a RuntimeMissingError.
+func (l *Live) LoadRuntime(ctx context.Context, b *Builder, j kubeflow.Job) error {
+	b.live = true
+	key, ok, err := trainjob.RuntimeOf(j)
+	if !ok || err != nil {
+		return err // an invalid runtimeRef is Resolve's to report
+	}
+	res := l.Dynamic.Resource(key.GVR())
+	u, err := res.Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return &RuntimeMissingError{Job: j.Namespace() + "/" + j.Name(), Runtime: key, Live: true}
+	case err != nil:
+		return apiErrorf("get %s: %w", key, err)
+	}
+	raw, err := u.MarshalJSON()
+	if err != nil {
+		return apiErrorf("%s: %w", key, err)
+	}
+	rt, err := trainjob.DecodeRuntime(raw)
+	if err != nil {
+		return &APIError{Err: fmt.Errorf("%s: %w", key, err)}
+	}
+	return b.AddRuntime(rt)
+}
