@@ -440,9 +440,10 @@ func offlineWorkloads(b *cluster.Builder, ref *jobRef, o *diagnoseOptions) ([]sc
 		}
 		return nil, usagef("no job %s in the files (they hold %d job(s)): dump it with the rest (kubectl get KIND NAME -n NAMESPACE -o yaml)", what, len(b.Jobs()))
 	case 1:
-		w, err := b.WorkloadFor(found[0])
+		j := found[0]
+		w, err := b.WorkloadFor(j)
 		if err != nil {
-			return nil, verdict.Exitf(verdict.ExitUsage, "%v", err)
+			return nil, verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
 		return []schedule.Workload{w}, nil
 	}

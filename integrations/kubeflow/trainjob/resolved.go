@@ -37,11 +37,11 @@ func Resolve(j jobkind.Job, rt *Runtime) (jobkind.Job, error) {
 	}
 	spec, err := Derive(tj.o, rt)
 	if err != nil {
-		return nil, fmt.Errorf("TrainJob %s/%s from %s: %w", tj.o.Namespace, tj.o.Name, rt.Key(), err)
+		return nil, fmt.Errorf("its pods from %s: %w", rt.Key(), err)
 	}
 	r := &resolved{job: tj, spec: spec}
 	if r.rj(Node) == nil {
-		return nil, fmt.Errorf("TrainJob %s/%s: %s has no ReplicatedJob %q (the trainer's node step)", tj.o.Namespace, tj.o.Name, rt.Key(), Node)
+		return nil, fmt.Errorf("%s has no ReplicatedJob %q (the trainer's node step)", rt.Key(), Node)
 	}
 	return r, nil
 }
@@ -96,6 +96,12 @@ func (r *resolved) RankSlots() ([]jobkind.RankSlot, error) {
 }
 
 func (r *resolved) Validate() error {
+	for i := range r.spec.ReplicatedJobs {
+		rj := &r.spec.ReplicatedJobs[i]
+		if n := int64(rj.Replicas) * int64(ptr.Deref(rj.Template.Spec.Parallelism, 1)); n < 0 || n > jobkind.MaxReplicas {
+			return fmt.Errorf("ReplicatedJob %s would run %d pods: want 0..%d", rj.Name, n, jobkind.MaxReplicas)
+		}
+	}
 	_, err := r.RankSlots()
 	return err
 }

@@ -19,9 +19,9 @@ import (
 // judge the pods trainjob.Derive makes, whether or not the JobSet exists.
 
 // RuntimeMissingError: a TrainJob's runtime is not in the input. diagnose
-// exits 2 on it (bad input), saying what to add.
+// exits 2 on it (bad input), saying what to add. Its text does not name
+// the TrainJob: the callers' context does.
 type RuntimeMissingError struct {
-	Job     string // TrainJob namespace/name
 	Runtime trainjob.RuntimeKey
 	Live    bool
 }
@@ -32,9 +32,9 @@ func (e *RuntimeMissingError) Error() string {
 		get = "kubectl get trainingruntime " + e.Runtime.Name + " -n " + e.Runtime.Namespace + " -o yaml"
 	}
 	if e.Live {
-		return fmt.Sprintf("TrainJob %s: its runtime %s does not exist (or its CRD is not installed): the Trainer creates no pods for it either; create the runtime, or point spec.runtimeRef at one (%s)", e.Job, e.Runtime, get)
+		return fmt.Sprintf("its runtime %s does not exist (or its CRD is not installed): the Trainer creates no pods for it either; create the runtime, or point spec.runtimeRef at one (%s)", e.Runtime, get)
 	}
-	return fmt.Sprintf("TrainJob %s: its runtime %s is not in the files: a TrainJob's pods are made from it; add its dump (%s, or kubectl get trainjobs,trainingruntimes,clustertrainingruntimes -A -o yaml)", e.Job, e.Runtime, get)
+	return fmt.Sprintf("its runtime %s is not in the files: a TrainJob's pods are made from it; add its dump (%s, or kubectl get trainjobs,trainingruntimes,clustertrainingruntimes -A -o yaml)", e.Runtime, get)
 }
 
 // ExitCode: a missing input is exit 2.
@@ -56,24 +56,25 @@ func (b *Builder) AddRuntime(rt *trainjob.Runtime) error {
 
 // Resolve returns j with its pods as its operator makes them: a TrainJob
 // resolved with its runtime (trainjob.Resolve), any other job as it is.
+// Its errors do not name j (callers do).
 func (b *Builder) Resolve(j kubeflow.Job) (kubeflow.Job, error) {
 	key, ok, err := trainjob.RuntimeOf(j)
 	if !ok {
 		return j, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("TrainJob %s/%s: %w", j.Namespace(), j.Name(), err)
+		return nil, err
 	}
 	rt := b.runtimes[key]
 	if rt == nil {
-		return nil, &RuntimeMissingError{Job: j.Namespace() + "/" + j.Name(), Runtime: key, Live: b.live}
+		return nil, &RuntimeMissingError{Runtime: key, Live: b.live}
 	}
 	r, err := trainjob.Resolve(j, rt)
 	if err != nil {
 		return nil, err
 	}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("TrainJob %s/%s: %w", j.Namespace(), j.Name(), err)
+		return nil, err
 	}
 	return r, nil
 }
@@ -99,7 +100,7 @@ func (l *Live) LoadRuntime(ctx context.Context, b *Builder, j kubeflow.Job) erro
 	u, err := res.Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return &RuntimeMissingError{Job: j.Namespace() + "/" + j.Name(), Runtime: key, Live: true}
+		return fmt.Errorf("TrainJob %s/%s: %w", j.Namespace(), j.Name(), &RuntimeMissingError{Runtime: key, Live: true})
 	case err != nil:
 		return apiErrorf("get %s: %w", key, err)
 	}
