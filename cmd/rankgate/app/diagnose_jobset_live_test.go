@@ -44,7 +44,31 @@ spec:
   trainer: {numNodes: 1, resourcesPerNode: {limits: {nvidia.com/gpu: "4"}}}
 `), &tj.Object))
 	objs = append(objs, tj, clustertest.MakeNode("h100-1").Allocatable("nvidia.com/gpu", "4").Obj())
+	// Without its runtime the TrainJob's pods are unknown: exit 2.
 	l, _ := fakeLive(t, objs...)
+	useLive(t, l)
+	code, out, errOut := run(t, nil, "diagnose", "job", "trainjob/fine-tune", "-n", "ml")
+	require.Equal(t, verdict.ExitUsage, code, out)
+	require.Contains(t, errOut, "TrainJob ml/fine-tune: its runtime ClusterTrainingRuntime torch-distributed does not exist")
+
+	rt := &unstructured.Unstructured{}
+	require.NoError(t, yaml.Unmarshal([]byte(`apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: torch-distributed}
+spec:
+  mlPolicy: {numNodes: 1, torch: {numProcPerNode: auto}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              spec:
+                containers: [{name: node, image: pytorch}]
+`), &rt.Object))
+	l, _ = fakeLive(t, append(objs, rt)...)
 	useLive(t, l)
 
 	for _, args := range [][]string{{"jobset", "train", "-n", "ml"}, {"jobset/train", "-n", "ml"}, {"jobsets.jobset.x-k8s.io/train", "-n", "ml"}, {"ml/train"}} {
@@ -56,7 +80,7 @@ spec:
 			require.Equal(t, []string{"GANG_TOO_LARGE"}, rep.RuleIDs())
 		})
 	}
-	code, out, errOut := run(t, nil, "diagnose", "job", "trainjob/fine-tune", "-n", "ml", "-o", "json")
+	code, out, errOut = run(t, nil, "diagnose", "job", "trainjob/fine-tune", "-n", "ml", "-o", "json")
 	require.Equal(t, verdict.ExitPass, code, errOut)
 	require.Equal(t, "TrainJob ml/fine-tune", decodeReport(t, out).Subject)
 }
