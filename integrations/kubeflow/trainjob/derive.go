@@ -39,23 +39,11 @@ func Derive(tj *TrainJob, rt *Runtime) (*jobsetapi.JobSetSpec, error) {
 	if tj.Spec.Trainer != nil {
 		tr = *tj.Spec.Trainer
 	}
-	pol := rt.Spec.MLPolicy
-	mpi := pol != nil && pol.MPI != nil
-	launcherAsNode := mpi && ptr.Deref(pol.MPI.RunLauncherAsNode, false)
+	p := newPolicy(rt.Spec.MLPolicy)
 	for i := range spec.ReplicatedJobs {
 		rj := &spec.ReplicatedJobs[i]
 		trainer := rj.Template.Labels[jobset.LabelTrainJobAncestor] == jobset.AncestorTrainer
-		count := ptr.Deref(rj.Template.Spec.Parallelism, 1)
-		if trainer && pol != nil {
-			count = ptr.Deref(pol.NumNodes, 1)
-		}
-		switch {
-		case tr.NumNodes == nil:
-		case mpi && rj.Name == Node && launcherAsNode:
-			count = max(*tr.NumNodes-1, 1)
-		case mpi && rj.Name == Node, !mpi && trainer:
-			count = *tr.NumNodes
-		}
+		count := p.count(rj, trainer, tr.NumNodes)
 		if count < 0 {
 			return nil, fmt.Errorf("ReplicatedJob %s would run %d pods: want 0 or more", rj.Name, count)
 		}
@@ -67,29 +55,69 @@ func Derive(tj *TrainJob, rt *Runtime) (*jobsetapi.JobSetSpec, error) {
 		if trainer {
 			rj.Replicas = 1
 		}
-		node := nodeContainer(&rj.Template.Spec.Template.Spec)
-		if node == nil {
-			continue
-		}
-		if tr.ResourcesPerNode != nil && ((trainer && pol != nil) || (launcherAsNode && rj.Name == Node)) {
-			node.Resources = mergeResources(node.Resources, *tr.ResourcesPerNode)
-		}
-		if trainer {
-			if tr.Image != nil {
-				node.Image = *tr.Image
-			}
-			if tr.Command != nil {
-				node.Command = slices.Clone(tr.Command)
-			}
-			if tr.Args != nil {
-				node.Args = slices.Clone(tr.Args)
-			}
-		}
-		if trainer || (launcherAsNode && rj.Name == Node) {
-			node.Env = upsertEnv(node.Env, tr.Env)
+		if node := nodeContainer(&rj.Template.Spec.Template.Spec); node != nil {
+			p.applyTrainer(node, &tr, rj.Name, trainer)
 		}
 	}
 	return spec, nil
+}
+
+// policy is what the runtime's ML policy changes in the steps.
+type policy struct {
+	set, mpi, launcherAsNode bool
+	numNodes                 *int32
+}
+
+func newPolicy(pol *MLPolicy) policy {
+	if pol == nil {
+		return policy{}
+	}
+	mpi := pol.MPI != nil
+	return policy{set: true, mpi: mpi, launcherAsNode: mpi && ptr.Deref(pol.MPI.RunLauncherAsNode, false), numNodes: pol.NumNodes}
+}
+
+// count is the pods of one Job of rj: its parallelism, the runtime's
+// numNodes on the trainer step, then the TrainJob's numNodes on the
+// trainer step, or with MPI on the node step (less the launcher when it
+// runs as a node).
+func (p policy) count(rj *jobsetapi.ReplicatedJob, trainer bool, numNodes *int32) int32 {
+	count := ptr.Deref(rj.Template.Spec.Parallelism, 1)
+	if trainer && p.set {
+		count = ptr.Deref(p.numNodes, 1)
+	}
+	switch {
+	case numNodes == nil:
+	case p.mpi && rj.Name == Node && p.launcherAsNode:
+		count = max(*numNodes-1, 1)
+	case p.mpi && rj.Name == Node, !p.mpi && trainer:
+		count = *numNodes
+	}
+	return count
+}
+
+// applyTrainer writes the TrainJob's trainer settings on the node
+// container of step name: resources on the trainer step (and with MPI's
+// launcher as a node, on the node step), image, command and args on the
+// trainer step, env on both.
+func (p policy) applyTrainer(node *corev1.Container, tr *Trainer, name string, trainer bool) {
+	nodeAsNode := p.launcherAsNode && name == Node
+	if tr.ResourcesPerNode != nil && ((trainer && p.set) || nodeAsNode) {
+		node.Resources = mergeResources(node.Resources, *tr.ResourcesPerNode)
+	}
+	if trainer {
+		if tr.Image != nil {
+			node.Image = *tr.Image
+		}
+		if tr.Command != nil {
+			node.Command = slices.Clone(tr.Command)
+		}
+		if tr.Args != nil {
+			node.Args = slices.Clone(tr.Args)
+		}
+	}
+	if trainer || nodeAsNode {
+		node.Env = upsertEnv(node.Env, tr.Env)
+	}
 }
 
 // applyPatches applies each runtime patch's JobSet spec in turn.
