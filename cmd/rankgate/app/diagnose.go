@@ -373,6 +373,11 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 		if err := b.AddJob(j); err != nil {
 			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		j = rj
 		if w, err = b.WorkloadFor(j); err != nil {
 			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
@@ -385,9 +390,6 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 	res := e.Diagnose(c, w)
 	r := withSuspended(res.Report, w)
 	if j != nil {
-		if rj, err := b.Resolve(j); err == nil {
-			j = rj
-		}
 		r = ncclenv.Merge(r, ncclsettings.Judge(j))
 	}
 	if err := a.printReport(r, o.Output); err != nil {
@@ -441,7 +443,11 @@ func offlineWorkloads(b *cluster.Builder, ref *jobRef, o *diagnoseOptions) ([]sc
 		return nil, usagef("no job %s in the files (they hold %d job(s)): dump it with the rest (kubectl get KIND NAME -n NAMESPACE -o yaml)", what, len(b.Jobs()))
 	case 1:
 		j := found[0]
-		w, err := b.WorkloadFor(j)
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return nil, verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		w, err := b.WorkloadFor(rj)
 		if err != nil {
 			return nil, verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}

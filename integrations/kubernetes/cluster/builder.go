@@ -315,15 +315,13 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 }
 
 // WorkloadFor builds the workload of a job: one pod set per replica type,
+// as j says them (a TrainJob alone: its numNodes x resourcesPerNode; see
+// Resolve for its runtime's pods),
 // counting the job's pods that are already bound. Where an unbound pod of a
 // replica type exists, its own requests and constraints are used (they
 // include what admission webhooks added); otherwise the template's.
 func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	w := schedule.Workload{Kind: j.Kind(), Namespace: j.Namespace(), Name: j.Name(), Suspended: j.Suspended()}
-	j, err := b.Resolve(j)
-	if err != nil {
-		return w, err
-	}
 	typer := newReplicaTyper(j)
 	var refs [][]corev1.PodResourceClaim
 	for _, rs := range j.ReplicaSpecs() {
@@ -371,13 +369,18 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	return w, nil
 }
 
-// Workloads returns what offline diagnose judges: every job added, every
+// Workloads returns what offline diagnose judges: every job added (a
+// TrainJob resolved with its runtime, which must be in the input), every
 // group of unbound GPU (or DRA) pods of a job that is not in the input
 // (judged from the pods), and every other unbound GPU (or DRA) pod alone.
 func (b *Builder) Workloads() ([]schedule.Workload, error) {
 	var out []schedule.Workload
 	for _, j := range b.jobs {
-		w, err := b.WorkloadFor(j)
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		w, err := b.WorkloadFor(rj)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s/%s: %w", j.Kind(), j.Namespace(), j.Name(), err)
 		}
