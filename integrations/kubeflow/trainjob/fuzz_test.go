@@ -1,6 +1,7 @@
 package trainjob_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,8 +13,10 @@ import (
 
 // FuzzDecodeRuntime: a runtime from a dump, then the pods of a TrainJob
 // with a runtime patch derived from it, never panic; what decodes
-// derives or says why not.
+// derives or says why not. The input is the runtime's JSON, a NUL byte,
+// and the patch's JSON.
 func FuzzDecodeRuntime(f *testing.F) {
+	patch := []byte(`{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"nodeSelector":{"a":"b"}}}}}}]}`)
 	for _, name := range []string{"torch-distributed.yaml", "deepspeed-distributed.yaml"} {
 		raw, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
@@ -23,10 +26,11 @@ func FuzzDecodeRuntime(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(js, []byte(`{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"nodeSelector":{"a":"b"}}}}}}]}`))
+		f.Add(append(append(js, 0), patch...))
 	}
-	f.Add([]byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"ClusterTrainingRuntime","metadata":{"name":"x"},"spec":{"template":{"spec":{"replicatedJobs":[{"name":"node"}]}}}}`), []byte(`{"replicatedJobs":null}`))
-	f.Fuzz(func(t *testing.T, raw, patch []byte) {
+	f.Add([]byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"ClusterTrainingRuntime","metadata":{"name":"x"},"spec":{"template":{"spec":{"replicatedJobs":[{"name":"node"}]}}}}` + "\x00" + `{"replicatedJobs":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw, patch, _ := bytes.Cut(data, []byte{0})
 		rt, err := trainjob.DecodeRuntime(raw)
 		if err != nil {
 			return
