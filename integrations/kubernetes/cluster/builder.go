@@ -40,8 +40,9 @@ type Builder struct {
 	draJ *draJudge
 	// runtimes: the Trainer runtimes TrainJobs are resolved with
 	// (runtimes.go).
-	runtimes map[trainjob.RuntimeKey]*trainjob.Runtime
-	live     bool // the runtimes come from an API server
+	runtimes  map[trainjob.RuntimeKey]*trainjob.Runtime
+	snapshots map[string]trainjob.Snapshot // by the TrainJob's namespace/name
+	live      bool                         // the runtimes come from an API server
 }
 
 type podRecord struct {

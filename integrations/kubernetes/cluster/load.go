@@ -266,6 +266,17 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 			return err
 		}
 		return b.AddPod(&p)
+	case "v1 ConfigMap":
+		// The Trainer's runtime snapshots; other ConfigMaps are skipped.
+		var cm corev1.ConfigMap
+		if err := json.Unmarshal(raw, &cm); err != nil {
+			return err
+		}
+		if added, err := b.AddRuntimeSnapshot(&cm); added || err != nil {
+			return err
+		}
+		stats.skip(tm.APIVersion, tm.Kind)
+		return nil
 	}
 	if k, ok := jobKind(tm.APIVersion, tm.Kind); ok {
 		j := k.New()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -54,9 +55,24 @@ func (b *Builder) AddRuntime(rt *trainjob.Runtime) error {
 	return nil
 }
 
+// AddRuntimeSnapshot adds a ConfigMap if it is a runtime snapshot
+// (trainjob.SnapshotOf); added tells whether it was.
+func (b *Builder) AddRuntimeSnapshot(cm *corev1.ConfigMap) (added bool, err error) {
+	s, ok, err := trainjob.SnapshotOf(cm)
+	if !ok || err != nil {
+		return ok, err
+	}
+	if b.snapshots == nil {
+		b.snapshots = map[string]trainjob.Snapshot{}
+	}
+	b.snapshots[cm.Namespace+"/"+s.Job] = s
+	return true, nil
+}
+
 // Resolve returns j with its pods as its operator makes them: a TrainJob
 // resolved with its runtime (trainjob.Resolve), any other job as it is.
-// Its errors do not name j (callers do).
+// As the Trainer, it takes the TrainJob's runtime snapshot when there is
+// one, else the runtime itself. Its errors do not name j (callers do).
 func (b *Builder) Resolve(j kubeflow.Job) (kubeflow.Job, error) {
 	key, ok, err := trainjob.RuntimeOf(j)
 	if !ok {
@@ -66,6 +82,9 @@ func (b *Builder) Resolve(j kubeflow.Job) (kubeflow.Job, error) {
 		return nil, err
 	}
 	rt := b.runtimes[key]
+	if s, found := b.snapshots[j.Namespace()+"/"+j.Name()]; found && s.For(j.Object().(*trainjob.TrainJob), key) {
+		rt = s.Runtime
+	}
 	if rt == nil {
 		return nil, &RuntimeMissingError{Runtime: key, Live: b.live}
 	}
@@ -96,6 +115,9 @@ func (l *Live) LoadRuntime(ctx context.Context, b *Builder, j kubeflow.Job) erro
 	if !ok || err != nil {
 		return err // an invalid runtimeRef is Resolve's to report
 	}
+	if found, err := l.loadSnapshot(ctx, b, j, key); found || err != nil {
+		return err
+	}
 	res := l.Dynamic.Resource(key.GVR())
 	u, err := res.Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
 	switch {
@@ -113,4 +135,26 @@ func (l *Live) LoadRuntime(ctx context.Context, b *Builder, j kubeflow.Job) erro
 		return &APIError{Err: fmt.Errorf("%s: %w", key, err)}
 	}
 	return b.AddRuntime(rt)
+}
+
+// loadSnapshot adds the TrainJob's runtime snapshot ConfigMap, if it has
+// one; found tells whether it was. A user who may not read ConfigMaps is
+// told the runtime stands in for it.
+func (l *Live) loadSnapshot(ctx context.Context, b *Builder, j kubeflow.Job, key trainjob.RuntimeKey) (found bool, err error) {
+	name := trainjob.SnapshotName(j.Name())
+	cm, err := l.Core.CoreV1().ConfigMaps(j.Namespace()).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case apierrors.IsForbidden(err):
+		l.Notes = append(l.Notes, fmt.Sprintf("cannot read ConfigMap %s/%s, the Trainer's snapshot of the runtime TrainJob %s was made from: its pods are judged from the runtime as it is now", j.Namespace(), name, j.Name()))
+		return false, nil
+	case err != nil:
+		return false, apiErrorf("get ConfigMap %s/%s: %w", j.Namespace(), name, err)
+	}
+	if _, err := b.AddRuntimeSnapshot(cm); err != nil {
+		return false, &APIError{Err: err}
+	}
+	s, ok := b.snapshots[j.Namespace()+"/"+j.Name()]
+	return ok && s.For(j.Object().(*trainjob.TrainJob), key), nil
 }
