@@ -49,7 +49,7 @@ type diagnoseOptions struct {
 func (a *App) newDiagnoseCommand() *cobra.Command {
 	o := &diagnoseOptions{}
 	cmd := &cobra.Command{
-		Use:   "diagnose (JOB | job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE...",
+		Use:   "diagnose (JOB | job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE... [JOB]",
 		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
 		Long: `diagnose decides whether a PyTorchJob, MPIJob or GPU pod can ever be placed,
 all its pods at once, and says why not: the GPU or MIG shape it asks for
