@@ -169,3 +169,19 @@ func TestRuntimeErrors(t *testing.T) {
 	_, err = trainjob.Resolve(j, rt)
 	require.ErrorContains(t, err, `ClusterTrainingRuntime torch-distributed has no ReplicatedJob "node"`)
 }
+
+// A runtime written by hand may leave replicas out: one Job, as the
+// API server's default makes it; an explicit 0 stays 0.
+func TestDecodeRuntimeDefaultsReplicas(t *testing.T) {
+	rt, err := trainjob.DecodeRuntime([]byte(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"ClusterTrainingRuntime","metadata":{"name":"mpi"},
+"spec":{"mlPolicy":{"mpi":{}},"template":{"spec":{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"containers":[{"name":"node","image":"i"}]}}}}},
+ {"name":"spare","replicas":0}]}}}}`))
+	require.NoError(t, err)
+	require.Equal(t, int32(1), rt.Spec.Template.Spec.ReplicatedJobs[0].Replicas)
+	require.Equal(t, int32(0), rt.Spec.Template.Spec.ReplicatedJobs[1].Replicas)
+	j, err := kubeflow.FromObject(trainJob(t, `{metadata: {name: x, namespace: ml}, spec: {runtimeRef: {name: mpi}, trainer: {numNodes: 3}}}`))
+	require.NoError(t, err)
+	r, err := trainjob.Resolve(j, rt)
+	require.NoError(t, err)
+	require.Equal(t, int32(3), r.ReplicaSpecs()[0].Replicas, "the MPI node step, not labelled as the trainer, runs numNodes pods")
+}

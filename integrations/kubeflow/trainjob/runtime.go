@@ -126,7 +126,32 @@ func DecodeRuntime(raw []byte) (*Runtime, error) {
 	if rt.Kind == KindClusterTrainingRuntime {
 		rt.Namespace = ""
 	}
+	defaultReplicas(raw, rt)
 	return rt, nil
+}
+
+// defaultReplicas sets replicas to 1 on the ReplicatedJobs that leave it
+// out, as the API server's schema default does (a runtime written by
+// hand rather than read back).
+func defaultReplicas(raw []byte, rt *Runtime) {
+	var shape struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					ReplicatedJobs []map[string]json.RawMessage `json:"replicatedJobs"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if json.Unmarshal(raw, &shape) != nil {
+		return
+	}
+	rjs := rt.Spec.Template.Spec.ReplicatedJobs
+	for i, rj := range shape.Spec.Template.Spec.ReplicatedJobs {
+		if _, set := rj["replicas"]; !set && i < len(rjs) {
+			rjs[i].Replicas = 1
+		}
+	}
 }
 
 // Key names the runtime.
