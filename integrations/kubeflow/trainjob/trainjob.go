@@ -115,7 +115,8 @@ func (j *job) NprocPerNode() *string {
 
 // nodeTemplate is the part of a node pod the TrainJob itself decides:
 // the trainer container `node` with spec.trainer.resourcesPerNode, which
-// the Trainer writes over the runtime's (v2.3.0, newRuntimeInfo).
+// the Trainer merges into the runtime's (v2.3.0, newRuntimeInfo). The
+// pods from the runtime itself: Resolve.
 func (j *job) nodeTemplate() *corev1.PodTemplateSpec {
 	c := corev1.Container{Name: Node}
 	if t := j.o.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
