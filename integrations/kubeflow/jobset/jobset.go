@@ -3,7 +3,8 @@
 // run as replicas batch Jobs of completions pods; the JobSet controls the
 // Jobs, the Jobs the pods. A Kubeflow Trainer v2 TrainJob creates a JobSet
 // of its own name and controls it: then the TrainJob stands for it
-// (ControlledBy), and only its trainer step runs ranks.
+// (ControlledBy), and only its trainer step runs ranks (with an MPI
+// runtime, the node step its launcher starts mpirun over).
 package jobset
 
 import (
