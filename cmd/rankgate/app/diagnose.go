@@ -49,7 +49,7 @@ type diagnoseOptions struct {
 func (a *App) newDiagnoseCommand() *cobra.Command {
 	o := &diagnoseOptions{}
 	cmd := &cobra.Command{
-		Use:   "diagnose (JOB | job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE...",
+		Use:   "diagnose (JOB | job JOB | pod [NAMESPACE/]NAME) [-n NAMESPACE] | diagnose --offline -f FILE... [JOB]",
 		Short: "Explain why a GPU job or pod is Pending: wrong shape, busy GPUs, or something else",
 		Long: `diagnose decides whether a PyTorchJob, MPIJob or GPU pod can ever be placed,
 all its pods at once, and says why not: the GPU or MIG shape it asks for
@@ -65,8 +65,9 @@ JOB is ` + jobRefForms + `, as status takes it ('diagnose JOB' and
 'diagnose job JOB' are the same); the namespace comes from -n or
 NAMESPACE/NAME, else from the kubeconfig context.
 Offline, it reads 'kubectl get -o yaml' or '-o json' dumps (single objects,
-Lists, multi-document YAML) and judges every PyTorchJob and MPIJob in them
-and every GPU pod not yet bound.
+Lists, multi-document YAML) and judges every job in them and every GPU pod
+not yet bound, or only the JOB named. A TrainJob's pods are made from its
+(Cluster)TrainingRuntime: dump the runtimes with it.
 
 Exit 0: schedulable now or waiting; 1: hopeless as it is; 2: bad input or
 usage; 3: the API server could not be reached.`,
@@ -76,7 +77,9 @@ usage; 3: the API server could not be reached.`,
   rankgate diagnose pod research/notebook-3g -o json
   kubectl get nodes,pods,pytorchjobs -A -o yaml > dump.yaml
   rankgate diagnose --offline -f dump.yaml
-  rankgate diagnose --offline -f nodes.json -f job.yaml`,
+  rankgate diagnose --offline -f nodes.json -f job.yaml
+  kubectl get nodes,pods,trainjobs,trainingruntimes,clustertrainingruntimes,jobsets -A -o yaml > dump.yaml
+  rankgate diagnose --offline -f dump.yaml trainjob/fine-tune -n ml`,
 		Args:              cobra.MaximumNArgs(2),
 		ValidArgsFunction: completeJobArgs,
 	}
@@ -92,9 +95,13 @@ usage; 3: the API server could not be reached.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		switch {
 		case o.Offline && len(args) > 0:
-			return usagef("--offline judges the objects in -f files: drop %q, or --offline to read the cluster", strings.Join(args, " "))
+			ref, err := parseJobRef(args)
+			if err != nil {
+				return err
+			}
+			return a.diagnoseOffline(cmd.Context(), o, &ref)
 		case o.Offline:
-			return a.diagnoseOffline(cmd.Context(), o)
+			return a.diagnoseOffline(cmd.Context(), o, nil)
 		case len(args) == 0:
 			return usagef("diagnose needs a job (JOB or 'job JOB': %s), 'pod [NAMESPACE/]NAME' or --offline -f FILE", jobRefForms)
 		}
@@ -163,7 +170,9 @@ func (a *App) diagnoseEngine(ctx context.Context, o *diagnoseOptions) (*schedule
 	return schedule.New(schedule.WithCatalog(cat), schedule.WithDriverTable(drivers)), nil
 }
 
-func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
+// diagnoseOffline judges what the files hold: every job and unbound GPU
+// pod, or with ref the one job it names.
+func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions, ref *jobRef) error {
 	format := o.Output
 	if err := checkFormat(format); err != nil {
 		return err
@@ -193,9 +202,9 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 	if len(c.LabelErrors) > 0 {
 		return verdict.Exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
 	}
-	ws, err := b.Workloads()
+	ws, err := offlineWorkloads(b, ref, o)
 	if err != nil {
-		return verdict.Exitf(verdict.ExitUsage, "%v", err)
+		return err
 	}
 	if len(ws) == 0 && len(b.BoundDRAPods()) > 0 {
 		reports := make([]verdict.Report, 0, len(b.BoundDRAPods()))
@@ -223,7 +232,11 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions) error {
 		res := e.Diagnose(c, w)
 		r := withSuspended(res.Report, w)
 		if j := jobOf(b.Jobs(), w); j != nil {
-			// The job's NCCL settings against what its templates ask for.
+			// The job's NCCL settings against what its templates ask
+			// for (a TrainJob's: its runtime's, resolved).
+			if rj, err := b.Resolve(j); err == nil {
+				j = rj
+			}
 			r = ncclenv.Merge(r, ncclsettings.Judge(j))
 		}
 		reports = append(reports, r)
@@ -354,9 +367,17 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 	}
 	var w schedule.Workload
 	if j != nil {
+		if err := l.LoadRuntime(ctx, b, j); err != nil {
+			return err
+		}
 		if err := b.AddJob(j); err != nil {
 			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		j = rj
 		if w, err = b.WorkloadFor(j); err != nil {
 			return verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
 		}
@@ -387,4 +408,54 @@ func sortedCountKeys(m map[string]int) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// offlineWorkloads: every workload of the files, or the one job ref
+// names (its namespace from ref or -n; any namespace when neither says).
+func offlineWorkloads(b *cluster.Builder, ref *jobRef, o *diagnoseOptions) ([]schedule.Workload, error) {
+	if ref == nil {
+		ws, err := b.Workloads()
+		if err != nil {
+			return nil, verdict.Exitf(verdict.ExitUsage, "%v", err)
+		}
+		return ws, nil
+	}
+	kind, err := jobKind(*ref, o.Kind)
+	if err != nil {
+		return nil, err
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = o.namespaceFlag()
+	}
+	var found []kubeflow.Job
+	for _, j := range b.Jobs() {
+		if j.Name() == ref.Name && (ns == "" || j.Namespace() == ns) && (kind == "" || j.Kind() == kind) {
+			found = append(found, j)
+		}
+	}
+	switch len(found) {
+	case 0:
+		what := ref.String()
+		if ns != "" {
+			what += " in namespace " + ns
+		}
+		return nil, usagef("no job %s in the files (they hold %d job(s)): dump it with the rest (kubectl get KIND NAME -n NAMESPACE -o yaml)", what, len(b.Jobs()))
+	case 1:
+		j := found[0]
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return nil, verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		w, err := b.WorkloadFor(rj)
+		if err != nil {
+			return nil, verdict.Exitf(verdict.ExitUsage, "%s %s/%s: %v", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		return []schedule.Workload{w}, nil
+	}
+	names := make([]string, len(found))
+	for i, j := range found {
+		names[i] = j.Kind() + " " + j.Namespace() + "/" + j.Name()
+	}
+	return nil, usagef("%s names %d jobs in the files (%s): give the kind (KIND/NAME) or the namespace (-n)", ref.String(), len(found), strings.Join(names, ", "))
 }

@@ -67,7 +67,7 @@ func TestDiagnoseJobForms(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"ml/llm", "--offline"}, `--offline judges the objects in -f files: drop "ml/llm"`},
+		{[]string{"ml/llm", "--offline"}, "--offline needs at least one -f FILE"},
 		{[]string{"ml/llm", "-f", "dump.yaml"}, "-f FILE is read with --offline only"},
 		{[]string{"a", "b", "c"}, "accepts at most 2 arg(s)"},
 	} {

@@ -5,17 +5,18 @@ package app
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
-// A JobSet and a TrainJob from `kubectl get -o yaml` dumps are judged
-// offline against the nodes like any job: the JobSet's rank step from its
-// template, the TrainJob's node pods from its trainer settings
-// (numNodes, resourcesPerNode); a Trainer JobSet's initializer is not
-// counted as a rank.
-func TestDiagnoseOfflineJobSetAndTrainJob(t *testing.T) {
+// A JobSet from a `kubectl get -o yaml` dump is judged offline against
+// the nodes like any job: its rank step from its template; a Trainer
+// JobSet's initializer is not counted as a rank.
+func TestDiagnoseOfflineJobSet(t *testing.T) {
 	dir := t.TempDir()
 	nodes := filepath.Join(dir, "nodes.yaml")
 	require.NoError(t, os.WriteFile(nodes, []byte(`apiVersion: v1
@@ -58,7 +59,43 @@ spec:
 	require.Contains(t, out, "verdict: PASS  JobSet ml/train")
 	require.Contains(t, out, "node (2 pods)")
 
-	tj := filepath.Join(dir, "trainjob.yaml")
+}
+
+// A TrainJob queued by Kueue (suspended, no JobSet yet) is judged offline
+// by the pods its TrainingRuntime makes: numNodes x resourcesPerNode on
+// the runtime's node template, with Kueue's node selector from its
+// runtime patch. On an H100 in the all-1g.10gb layout both node pods fit;
+// where the layout offers 3g.40gb only, 1g.10gb is SHAPE_MISMATCH.
+func TestDiagnoseOfflineQueuedTrainJob(t *testing.T) {
+	dump := filepath.Join("testdata", "trainjob-queued.yaml")
+	code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", filepath.Join("testdata", "nodes-h100-1g.yaml"), "-f", dump, "trainjob/fine-tune", "-n", "ml")
+	require.Equal(t, 0, code, out+errOut)
+	require.Contains(t, out, "TrainJob ml/fine-tune (suspended: judged as if resumed)")
+	require.Contains(t, out, "SCHEDULABLE")
+	require.Contains(t, out, "node (2 pods)")
+
+	code, out, errOut = run(t, nil, "diagnose", "--offline", "-f", filepath.Join("testdata", "nodes-h100-3g.yaml"), "-f", dump, "ml/fine-tune")
+	require.Equal(t, 1, code, out+errOut)
+	require.Contains(t, out, "verdict: FAIL  TrainJob ml/fine-tune")
+	require.Contains(t, out, "SHAPE_MISMATCH")
+	require.Contains(t, out, "nvidia.com/mig-1g.10gb")
+
+	// Kueue's flavor selector is the runtime patch's: a node outside the
+	// pool is no place for the node pods, however well it fits.
+	nodes := filepath.Join(t.TempDir(), "nodes.yaml")
+	raw, err := os.ReadFile(filepath.Join("testdata", "nodes-h100-1g.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(nodes, []byte(strings.Replace(string(raw), "pool: h100-mig", "pool: a100", 1)), 0o644))
+	code, out, errOut = run(t, nil, "diagnose", "--offline", "-f", nodes, "-f", dump, "trainjob/fine-tune")
+	require.Equal(t, 1, code, out+errOut)
+	require.Contains(t, out, "NODE_CONSTRAINTS")
+}
+
+// A TrainJob whose runtime is not in the files cannot be judged: exit 2,
+// naming the runtime and the command that dumps it; so is a job the
+// files do not hold.
+func TestDiagnoseOfflineTrainJobRuntimeMissing(t *testing.T) {
+	tj := filepath.Join(t.TempDir(), "trainjob.yaml")
 	require.NoError(t, os.WriteFile(tj, []byte(`apiVersion: trainer.kubeflow.org/v1alpha1
 kind: TrainJob
 metadata: {name: fine-tune, namespace: ml}
@@ -68,11 +105,17 @@ spec:
     numNodes: 2
     resourcesPerNode: {limits: {nvidia.com/mig-3g.40gb: "1"}}
 `), 0o644))
-	code, out, errOut = run(t, nil, "diagnose", "--offline", "-f", nodes, "-f", tj)
-	require.Equal(t, 1, code, out+errOut)
-	require.Contains(t, out, "TrainJob ml/fine-tune")
-	require.Contains(t, out, "node (2 pods)")
-	require.Contains(t, out, "SHAPE_MISMATCH")
+	nodes := filepath.Join("testdata", "nodes-h100-1g.yaml")
+	for _, args := range [][]string{{}, {"trainjob/fine-tune"}} {
+		code, out, errOut := run(t, nil, append([]string{"diagnose", "--offline", "-f", nodes, "-f", tj}, args...)...)
+		require.Equal(t, verdict.ExitUsage, code, out)
+		require.Empty(t, out)
+		require.Contains(t, errOut, "TrainJob ml/fine-tune: its runtime ClusterTrainingRuntime torch-distributed is not in the files")
+		require.Contains(t, errOut, "kubectl get clustertrainingruntime torch-distributed -o yaml")
+	}
+	code, _, errOut := run(t, nil, "diagnose", "--offline", "-f", nodes, "-f", tj, "pytorchjob/fine-tune")
+	require.Equal(t, verdict.ExitUsage, code)
+	require.Contains(t, errOut, "no job pytorchjob/fine-tune in the files (they hold 1 job(s))")
 }
 
 // A JobSet's pods, controlled by batch Jobs and labelled by the JobSet

@@ -191,6 +191,16 @@ type LabelPropagator interface {
 	PropagateLabels(manager string, labels map[string]string) (path []string, n int, item any, needed bool)
 }
 
+// LauncherHolder is a Job whose launcher (a pod that starts the ranks
+// without running one) is told by the object, not by its kind alone: a
+// JobSet made from a Trainer MPI runtime. The webhook's launcher gate
+// applies to it as to Kind.Launcher's.
+type LauncherHolder interface {
+	// LauncherTemplate is the launcher's replica type and pod template
+	// (the object's own), "" and nil when this job has none.
+	LauncherTemplate() (typ string, t *corev1.PodTemplateSpec)
+}
+
 // ReplicaSpec is one replica type of a job.
 type ReplicaSpec struct {
 	// Type as in the job spec: Master, Worker, Launcher.

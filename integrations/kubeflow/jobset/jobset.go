@@ -3,7 +3,8 @@
 // run as replicas batch Jobs of completions pods; the JobSet controls the
 // Jobs, the Jobs the pods. A Kubeflow Trainer v2 TrainJob creates a JobSet
 // of its own name and controls it: then the TrainJob stands for it
-// (ControlledBy), and only its trainer step runs ranks.
+// (ControlledBy), and only its trainer step runs ranks (with an MPI
+// runtime, the node step its launcher starts mpirun over).
 package jobset
 
 import (
@@ -49,6 +50,14 @@ const (
 const (
 	LabelTrainJobAncestor = "trainer.kubeflow.org/trainjob-ancestor-step"
 	AncestorTrainer       = "trainer"
+)
+
+// The ReplicatedJobs of a Trainer MPI runtime (v2.3.0, pkg/constants):
+// the launcher runs mpirun (and carries the trainer label), the node
+// step runs the MPI ranks (sshd).
+const (
+	TrainerNode     = "node"
+	TrainerLauncher = "launcher"
 )
 
 // TrainJobKind is the kind that creates and controls JobSets of its name.
@@ -143,10 +152,36 @@ func (j *job) fromTrainer() bool {
 	return false
 }
 
+// mpiTrainer: the JobSet was made from a Trainer MPI runtime, whose
+// launcher starts the ranks of its node step.
+func (j *job) mpiTrainer() bool {
+	return j.fromTrainer() && j.replicatedJob(TrainerLauncher) != nil && j.replicatedJob(TrainerNode) != nil
+}
+
 // runsRanks: in a JobSet made from a Trainer runtime only the trainer
-// step runs ranks; in any other JobSet every ReplicatedJob does.
+// step runs ranks, and with an MPI runtime its node step (the launcher,
+// labelled as the trainer step, runs mpirun); in any other JobSet every
+// ReplicatedJob does. A launcher that runs as a node
+// (runLauncherAsNode) is not told apart here: it is taken for a launcher.
 func (j *job) runsRanks(rj *jobsetapi.ReplicatedJob) bool {
-	return !j.fromTrainer() || rj.Template.Labels[LabelTrainJobAncestor] == AncestorTrainer
+	switch {
+	case !j.fromTrainer():
+		return true
+	case j.mpiTrainer():
+		return rj.Name == TrainerNode
+	}
+	return rj.Template.Labels[LabelTrainJobAncestor] == AncestorTrainer
+}
+
+var _ jobkind.LauncherHolder = (*job)(nil)
+
+// LauncherTemplate: the launcher of a JobSet made from a Trainer MPI
+// runtime.
+func (j *job) LauncherTemplate() (string, *corev1.PodTemplateSpec) {
+	if !j.mpiTrainer() {
+		return "", nil
+	}
+	return TrainerLauncher, &j.replicatedJob(TrainerLauncher).Template.Spec.Template
 }
 
 // podsPerJob is how many pods one Job of rj runs at once to completion:
@@ -245,8 +280,11 @@ func (j *job) RankSlots() ([]jobkind.RankSlot, error) {
 	for i := range j.o.Spec.ReplicatedJobs {
 		rj := &j.o.Spec.ReplicatedJobs[i]
 		if !j.runsRanks(rj) {
-			out = append(out, jobkind.RankSlot{Type: rj.Name, NoRank: fmt.Errorf(
-				"ReplicatedJob %s is %w: it runs the TrainJob's %q step, not the trainer", rj.Name, jobkind.ErrNoRank, rj.Template.Labels[LabelTrainJobAncestor])})
+			why := fmt.Errorf("ReplicatedJob %s is %w: it runs the TrainJob's %q step, not the trainer", rj.Name, jobkind.ErrNoRank, rj.Template.Labels[LabelTrainJobAncestor])
+			if j.mpiTrainer() && rj.Name == TrainerLauncher {
+				why = fmt.Errorf("ReplicatedJob %s is %w: it starts the MPI ranks of ReplicatedJob %s (mpirun) and runs none itself", rj.Name, jobkind.ErrNoRank, TrainerNode)
+			}
+			out = append(out, jobkind.RankSlot{Type: rj.Name, NoRank: why})
 			continue
 		}
 		path := fmt.Sprintf("spec.replicatedJobs[%d] (%s)", i, rj.Name)

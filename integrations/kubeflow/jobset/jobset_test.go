@@ -282,3 +282,33 @@ func TestRestartAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A JobSet made from a Trainer MPI runtime: the launcher carries the
+// trainer label but runs mpirun; the node step (no label) runs the ranks.
+// The launcher is no rank and is the job's launcher template.
+func TestTrainerMPIJobSetLauncherIsNoRank(t *testing.T) {
+	j := wrap(t, makeJobSet(rj("node", 1, 3, ""), rj("launcher", 1, 1, jobset.AncestorTrainer)))
+	require.NoError(t, j.Validate())
+	require.Equal(t, 3, kubeflow.RankPods(j))
+	for c := 0; c < 3; c++ {
+		r, err := kubeflow.RankOf(j, pod("node", 0, c))
+		require.NoError(t, err)
+		require.Equal(t, c, r)
+	}
+	_, err := kubeflow.RankOf(j, pod("launcher", 0, 0))
+	require.ErrorIs(t, err, kubeflow.ErrNoRank)
+	require.ErrorContains(t, err, "it starts the MPI ranks of ReplicatedJob node (mpirun)")
+	require.Equal(t, []string{"node"}, keys(j.Templates()))
+	typ, tpl := j.(interface {
+		LauncherTemplate() (string, *corev1.PodTemplateSpec)
+	}).LauncherTemplate()
+	require.Equal(t, "launcher", typ)
+	require.Same(t, &j.Object().(*jobsetapi.JobSet).Spec.ReplicatedJobs[1].Template.Spec.Template, tpl)
+
+	// A torch runtime's JobSet has no launcher.
+	typ, tpl = wrap(t, makeJobSet(rj("node", 1, 2, jobset.AncestorTrainer))).(interface {
+		LauncherTemplate() (string, *corev1.PodTemplateSpec)
+	}).LauncherTemplate()
+	require.Empty(t, typ)
+	require.Nil(t, tpl)
+}

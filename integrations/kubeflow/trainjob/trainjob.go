@@ -121,7 +121,8 @@ func (j *job) NprocPerNode() *string {
 
 // nodeTemplate is the part of a node pod the TrainJob itself decides:
 // the trainer container `node` with spec.trainer.resourcesPerNode, which
-// the Trainer writes over the runtime's (v2.3.0, newRuntimeInfo).
+// the Trainer merges into the runtime's (v2.3.0, newRuntimeInfo). The
+// pods from the runtime itself: Resolve.
 func (j *job) nodeTemplate() *corev1.PodTemplateSpec {
 	c := corev1.Container{Name: Node}
 	if t := j.o.Spec.Trainer; t != nil && t.ResourcesPerNode != nil {
@@ -153,8 +154,9 @@ func (j *job) Validate() error {
 
 // RankSlots: node pod c (completion index) is rank c; the initializers
 // and the MPI launcher are no rank.
-func (j *job) RankSlots() ([]jobkind.RankSlot, error) {
-	n := j.numNodes()
+func (j *job) RankSlots() ([]jobkind.RankSlot, error) { return rankSlots(j.numNodes()) }
+
+func rankSlots(n *int32) ([]jobkind.RankSlot, error) {
 	if n == nil {
 		return nil, errNoNumNodes
 	}

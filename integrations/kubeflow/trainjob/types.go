@@ -1,6 +1,9 @@
 package trainjob
 
 import (
+	"bytes"
+	"encoding/json"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -36,13 +39,18 @@ type RuntimeRef struct {
 
 // Trainer is the part of the trainer settings that shapes the node pods.
 type Trainer struct {
+	Image            *string                      `json:"image,omitempty"`
+	Command          []string                     `json:"command,omitempty"`
+	Args             []string                     `json:"args,omitempty"`
+	Env              []corev1.EnvVar              `json:"env,omitempty"`
 	NumNodes         *int32                       `json:"numNodes,omitempty"`
 	NumProcPerNode   *int32                       `json:"numProcPerNode,omitempty"`
 	ResourcesPerNode *corev1.ResourceRequirements `json:"resourcesPerNode,omitempty"`
 }
 
-// RuntimePatch is one manager's patch of the runtime; rankgate reads and
-// writes only the labels it puts on the JobSet.
+// RuntimePatch is one manager's patch of the runtime; rankgate writes
+// only the labels it puts on the JobSet, and reads the rest to derive a
+// TrainJob's pods (Derive).
 type RuntimePatch struct {
 	Manager             string                    `json:"manager,omitempty"`
 	TrainingRuntimeSpec *TrainingRuntimeSpecPatch `json:"trainingRuntimeSpec,omitempty"`
@@ -54,9 +62,12 @@ type TrainingRuntimeSpecPatch struct {
 }
 
 // JobSetTemplatePatch: the Trainer copies metadata.labels onto the JobSet
-// it creates (pkg/runtime/core/trainingruntime.go, newRuntimeInfo).
+// it creates (pkg/runtime/core/trainingruntime.go, newRuntimeInfo), and
+// applies spec to the runtime's JobSet spec as a strategic merge patch
+// (kept as it was written: its fields are the JobSet's).
 type JobSetTemplatePatch struct {
-	Metadata *PatchMetadata `json:"metadata,omitempty"`
+	Metadata *PatchMetadata  `json:"metadata,omitempty"`
+	Spec     json.RawMessage `json:"spec,omitempty"`
 }
 
 // PatchMetadata is the metadata a runtime patch may set.
@@ -85,7 +96,16 @@ func (t *TrainJob) DeepCopy() *TrainJob {
 	s, o := &t.Spec, &out.Spec
 	o.RuntimeRef = RuntimeRef{Name: s.RuntimeRef.Name, APIGroup: copyPtr(s.RuntimeRef.APIGroup), Kind: copyPtr(s.RuntimeRef.Kind)}
 	if s.Trainer != nil {
-		o.Trainer = &Trainer{NumNodes: copyPtr(s.Trainer.NumNodes), NumProcPerNode: copyPtr(s.Trainer.NumProcPerNode)}
+		o.Trainer = &Trainer{
+			Image: copyPtr(s.Trainer.Image), Command: copySlice(s.Trainer.Command), Args: copySlice(s.Trainer.Args),
+			NumNodes: copyPtr(s.Trainer.NumNodes), NumProcPerNode: copyPtr(s.Trainer.NumProcPerNode),
+		}
+		if s.Trainer.Env != nil {
+			o.Trainer.Env = make([]corev1.EnvVar, len(s.Trainer.Env))
+			for i := range s.Trainer.Env {
+				s.Trainer.Env[i].DeepCopyInto(&o.Trainer.Env[i])
+			}
+		}
 		if s.Trainer.ResourcesPerNode != nil {
 			o.Trainer.ResourcesPerNode = s.Trainer.ResourcesPerNode.DeepCopy()
 		}
@@ -107,7 +127,7 @@ func (p RuntimePatch) deepCopy() RuntimePatch {
 	}
 	out.TrainingRuntimeSpec = &TrainingRuntimeSpecPatch{}
 	if t := p.TrainingRuntimeSpec.Template; t != nil {
-		out.TrainingRuntimeSpec.Template = &JobSetTemplatePatch{}
+		out.TrainingRuntimeSpec.Template = &JobSetTemplatePatch{Spec: bytes.Clone(t.Spec)}
 		if m := t.Metadata; m != nil {
 			out.TrainingRuntimeSpec.Template.Metadata = &PatchMetadata{Labels: copyMap(m.Labels), Annotations: copyMap(m.Annotations)}
 		}
@@ -137,6 +157,13 @@ func copyPtr[T any](p *T) *T {
 	}
 	v := *p
 	return &v
+}
+
+func copySlice[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append([]T(nil), s...)
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
@@ -37,6 +38,11 @@ type Builder struct {
 	// dra: slices, claims, templates and classes (dra_objects.go).
 	dra  draObjects
 	draJ *draJudge
+	// runtimes: the Trainer runtimes TrainJobs are resolved with
+	// (runtimes.go).
+	runtimes  map[trainjob.RuntimeKey]*trainjob.Runtime
+	snapshots map[string]trainjob.Snapshot // by the TrainJob's namespace/name
+	live      bool                         // the runtimes come from an API server
 }
 
 type podRecord struct {
@@ -235,7 +241,13 @@ func (b *Builder) AddJob(j kubeflow.Job) error {
 	if j.Name() == "" {
 		return fmt.Errorf("metadata.name is empty")
 	}
-	if err := j.Validate(); err != nil {
+	if _, ok, err := trainjob.RuntimeOf(j); ok {
+		// Validated once resolved with its runtime (Resolve), which may
+		// give its node count; the runtime may come later in the input.
+		if err != nil {
+			return err
+		}
+	} else if err := j.Validate(); err != nil {
 		return err
 	}
 	b.jobs = append(b.jobs, j)
@@ -304,6 +316,8 @@ func (r *podRecord) belongsTo(j kubeflow.Job) bool {
 }
 
 // WorkloadFor builds the workload of a job: one pod set per replica type,
+// as j says them (a TrainJob alone: its numNodes x resourcesPerNode; see
+// Resolve for its runtime's pods),
 // counting the job's pods that are already bound. Where an unbound pod of a
 // replica type exists, its own requests and constraints are used (they
 // include what admission webhooks added); otherwise the template's.
@@ -356,13 +370,18 @@ func (b *Builder) WorkloadFor(j kubeflow.Job) (schedule.Workload, error) {
 	return w, nil
 }
 
-// Workloads returns what offline diagnose judges: every job added, every
+// Workloads returns what offline diagnose judges: every job added (a
+// TrainJob resolved with its runtime, which must be in the input), every
 // group of unbound GPU (or DRA) pods of a job that is not in the input
 // (judged from the pods), and every other unbound GPU (or DRA) pod alone.
 func (b *Builder) Workloads() ([]schedule.Workload, error) {
 	var out []schedule.Workload
 	for _, j := range b.jobs {
-		w, err := b.WorkloadFor(j)
+		rj, err := b.Resolve(j)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s/%s: %w", j.Kind(), j.Namespace(), j.Name(), err)
+		}
+		w, err := b.WorkloadFor(rj)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s/%s: %w", j.Kind(), j.Namespace(), j.Name(), err)
 		}

@@ -24,6 +24,14 @@ func FuzzLoad(f *testing.F) {
 		"labels:\n  nvidia.com/mig.strategy: mixed\n  nvidia.com/mig-1g.10gb.count: 2\n  nvidia.com/gpu.replicas: '0'\n",
 		"Name: n\nRoles: worker\nCapacity:\n  nvidia.com/gpu: 8\n",
 		"  Warning  FailedScheduling  2m  default-scheduler  0/2 nodes are available\n",
+		// A TrainJob with a runtime patch and its runtime.
+		`{"apiVersion":"v1","kind":"List","items":[
+ {"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"},"spec":{"runtimeRef":{"name":"r","kind":"TrainingRuntime"},
+  "trainer":{"numNodes":2,"resourcesPerNode":{"limits":{"nvidia.com/mig-1g.10gb":"1"}}},
+  "runtimePatches":[{"manager":"kueue.x-k8s.io/manager","trainingRuntimeSpec":{"template":{"spec":{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"nodeSelector":{"pool":"a"}}}}}}]}}}}]}},
+ {"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainingRuntime","metadata":{"name":"r","namespace":"ml"},"spec":{"mlPolicy":{"numNodes":1,"mpi":{"runLauncherAsNode":true}},
+  "template":{"spec":{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"containers":[{"name":"node","image":"i"}]}}}}},
+   {"name":"launcher","template":{"metadata":{"labels":{"trainer.kubeflow.org/trainjob-ancestor-step":"trainer"}},"spec":{"template":{"spec":{"containers":[{"name":"node","image":"i"}]}}}}}]}}}}]}`,
 	} {
 		f.Add([]byte(s))
 	}

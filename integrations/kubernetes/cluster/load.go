@@ -16,6 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -89,11 +90,11 @@ func LoadFile(ctx context.Context, b *Builder, path string, stdin io.Reader, sta
 }
 
 // Load reads Kubernetes objects as `kubectl get -o yaml|json` prints them:
-// single objects, Lists (v1 List, NodeList, PodList, PyTorchJobList,
-// MPIJobList, DeviceClassList) and multi-document YAML. Nodes, Pods,
-// PyTorchJobs (kubeflow.org/v1), MPIJobs (kubeflow.org/v2beta1) and
-// DeviceClasses (resource.k8s.io, for the extended resources DRA serves)
-// go into b; other kinds are counted in stats and skipped. A node's label map alone (`kubectl
+// single objects, Lists (v1 List, NodeList, PodList, the job kinds' and
+// runtimes' Lists, DeviceClassList) and multi-document YAML. Nodes, Pods,
+// the jobs of every supported kind, the Trainer's runtimes (a TrainJob's
+// pods are made from them) and DeviceClasses (resource.k8s.io, for the
+// extended resources DRA serves) go into b; other kinds are counted in stats and skipped. A node's label map alone (`kubectl
 // get node NAME -o jsonpath='{.metadata.labels}'`) is a node too
 // (labelsNode). `kubectl describe` output is refused with the command that
 // prints what diagnose reads (ErrDescribe).
@@ -233,6 +234,9 @@ func listKind(apiVersion, kind string) bool {
 	if apiVersion == draVersion && draKinds[strings.TrimSuffix(kind, "List")] {
 		return true
 	}
+	if trainjob.IsRuntime(apiVersion, strings.TrimSuffix(kind, "List")) {
+		return true
+	}
 	return kind == "DeviceClassList" && deviceClassVersion(apiVersion)
 }
 
@@ -262,6 +266,17 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 			return err
 		}
 		return b.AddPod(&p)
+	case "v1 ConfigMap":
+		// The Trainer's runtime snapshots; other ConfigMaps are skipped.
+		var cm corev1.ConfigMap
+		if err := json.Unmarshal(raw, &cm); err != nil {
+			return err
+		}
+		if added, err := b.AddRuntimeSnapshot(&cm); added || err != nil {
+			return err
+		}
+		stats.skip(tm.APIVersion, tm.Kind)
+		return nil
 	}
 	if k, ok := jobKind(tm.APIVersion, tm.Kind); ok {
 		j := k.New()
@@ -272,6 +287,9 @@ func loadOne(b *Builder, tm *typeMeta, raw json.RawMessage, stats *LoadStats) er
 	}
 	if tm.APIVersion == draVersion && draKinds[tm.Kind] {
 		return loadDRA(b, tm.Kind, raw)
+	}
+	if trainjob.IsRuntime(tm.APIVersion, tm.Kind) {
+		return loadRuntime(b, raw)
 	}
 	if tm.Kind == "DeviceClass" && deviceClassVersion(tm.APIVersion) {
 		var dc resourcev1.DeviceClass

@@ -265,22 +265,50 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 		ops = append(ops, add...)
 	}
 	if lp, ok := j.(jobkind.LabelPropagator); ok {
-		path, n, item, needed := lp.PropagateLabels(contract.RuntimePatchManager, map[string]string{contract.KeyGate: "enabled"})
+		labels := map[string]string{contract.KeyGate: "enabled"}
+		if launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
+			// The launcher gate is asked for on the object that holds
+			// the launcher's template (a TrainJob's JobSet).
+			labels[contract.KeyLauncherGate] = "enabled"
+		}
+		path, n, item, needed := lp.PropagateLabels(contract.RuntimePatchManager, labels)
 		if needed {
 			ops = append(ops, appendOps(jsonPointer(path), n, item)...)
 		}
 	}
-	if l := k.Launcher(); l != "" && m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
-		t := templates[l]
-		ptr, field := templatePointer(j, l)
-		if t == nil {
-			return nil, fmt.Errorf("%s: the %s has no %s template to gate", field, k.GVK().Kind, l)
-		}
-		add, err := m.launcherOps(ptr+"/spec", t)
+	if m.o.LauncherGate != nil && launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
+		add, err := m.launcherGateOps(k, j, templates)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+			return nil, err
 		}
 		ops = append(ops, add...)
+	}
+	return ops, nil
+}
+
+// launcherGateOps gates the launcher of j, if it has one: the kind's
+// (an MPIJob's Launcher) or the object's (the launcher of a JobSet made
+// from a Trainer MPI runtime, which also gets the job-name label the
+// controller finds a gate pod's job by, as a rank template does).
+func (m *Mutator) launcherGateOps(k kubeflow.Kind, j kubeflow.Job, templates map[string]*corev1.PodTemplateSpec) ([]jsonpatch.Operation, error) {
+	l := k.Launcher()
+	t := templates[l]
+	if lh, ok := j.(jobkind.LauncherHolder); ok && l == "" {
+		l, t = lh.LauncherTemplate()
+	}
+	if l == "" {
+		return nil, nil
+	}
+	ptr, field := templatePointer(j, l)
+	if t == nil {
+		return nil, fmt.Errorf("%s: the %s has no %s template to gate", field, k.GVK().Kind, l)
+	}
+	ops, err := m.launcherOps(ptr+"/spec", t)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", field, err)
+	}
+	if (len(ops) > 0 || launchergate.Wrapped(t)) && k.PodJobNameLabel() != kubeflow.LabelJobName {
+		ops = append(ops, labelOps(ptr+"/metadata", &t.ObjectMeta, kubeflow.LabelJobName, j.Name())...)
 	}
 	return ops, nil
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 )
 
 // FakeClients splits objs between client-go fakes for unit tests: core
@@ -20,7 +21,8 @@ func FakeClients(t testing.TB, objs ...runtime.Object) (*fake.Clientset, *dynami
 	t.Helper()
 	var core, jobs []runtime.Object
 	for _, o := range objs {
-		if kubeflow.Supported(o.GetObjectKind().GroupVersionKind()) {
+		gvk := o.GetObjectKind().GroupVersionKind()
+		if kubeflow.Supported(gvk) || trainjob.IsRuntime(gvk.GroupVersion().String(), gvk.Kind) {
 			u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 			if err != nil {
 				t.Fatalf("converting %T: %v", o, err)
@@ -34,6 +36,8 @@ func FakeClients(t testing.TB, objs ...runtime.Object) (*fake.Clientset, *dynami
 	for _, k := range kubeflow.All() {
 		listKinds[k.GVR()] = k.GVK().Kind + "List"
 	}
+	listKinds[trainjob.TrainingRuntimeGVR] = trainjob.KindTrainingRuntime + "List"
+	listKinds[trainjob.ClusterTrainingRuntimeGVR] = trainjob.KindClusterTrainingRuntime + "List"
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, jobs...)
 	return fake.NewSimpleClientset(core...), dyn
 }
