@@ -287,7 +287,7 @@ type Controller struct {
 	mu    sync.Mutex
 	res   map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
 
-	// writeQ: the leader's writes (writes.go), nil while not leading.
+	// writeQ: the leader's writes (writes.go).
 	writeQ atomic.Pointer[writeQueue]
 
 	decisions atomic.Int64
@@ -365,6 +365,8 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.kinds = kinds
+	q := newWriteQueue()
+	c.writeQ.Store(&q)
 	c.model = newNodeModel(c.engine)
 	c.usage = newPodUsage()
 

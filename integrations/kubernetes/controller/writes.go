@@ -72,7 +72,7 @@ func newWriteQueue() writeQueue {
 func (c *Controller) enqueue(uid types.UID, prio int, after time.Duration) {
 	q := c.writeQ.Load()
 	if q == nil {
-		return // not leading: the next leader's sweep and reconciles pick it up
+		return // a Controller without writes (unit tests of other parts)
 	}
 	(*q).AddWithOpts(priorityqueue.AddOpts{After: max(after, 0), Priority: ptr.To(prio)}, uid)
 }
@@ -84,16 +84,18 @@ func (c *Controller) retryLater(uid types.UID, prio int) {
 	}
 }
 
-// runWriters works the queue while this replica leads, with q (nil: a new
-// priority queue).
+// runWriters works the queue while this replica leads (q, when given,
+// replaces the one New made). What was queued before, by a reconciler that
+// started first, is worked then. A replica that stops leading shuts its
+// queue down: it exits (controller-runtime gives up a lost lease that way)
+// and the next leader starts from the Gangs and the jobs.
 func (c *Controller) runWriters(ctx context.Context, q writeQueue) {
-	if q == nil {
-		q = newWriteQueue()
+	if q != nil {
+		c.writeQ.Store(&q)
 	}
-	c.writeQ.Store(&q)
+	q = *c.writeQ.Load()
 	go func() {
 		<-ctx.Done()
-		c.writeQ.CompareAndSwap(&q, nil)
 		q.ShutDown()
 	}()
 	for i := 0; i < writers; i++ {
