@@ -39,9 +39,7 @@ func (c *Controller) applyStep(ctx context.Context, r *gangRes) bool {
 		c.retryLater(t.uid, applyPriority(d))
 		return true
 	}
-	if q := c.writeQ.Load(); q != nil {
-		(*q).Forget(t.uid)
-	}
+	c.succeeded(t.uid, applyPriority(d))
 	r.mu.Lock()
 	r.onJobAt = c.now()
 	r.mu.Unlock()

@@ -288,7 +288,7 @@ type Controller struct {
 	res   map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
 
 	// writeQ: the leader's writes (writes.go).
-	writeQ atomic.Pointer[writeQueue]
+	writeQ atomic.Pointer[writeQueues]
 
 	decisions atomic.Int64
 }
@@ -365,8 +365,8 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.kinds = kinds
-	q := newWriteQueue()
-	c.writeQ.Store(&q)
+	qs := newWriteQueues()
+	c.writeQ.Store(&qs)
 	c.model = newNodeModel(c.engine)
 	c.usage = newPodUsage()
 

@@ -97,7 +97,7 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.usage.addSource(func() bool { return true })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c.runWriters(ctx, newClockQueue(clk))
+	c.runWriters(ctx, &writeQueues{decide: newClockQueue(clk), book: newClockQueue(clk)})
 	c.leader.Store(true)
 	c.synced.Store(true)
 	c.recovered.Store(true)

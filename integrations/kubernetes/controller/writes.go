@@ -13,50 +13,56 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// The leader's writes about a gated job go through one work queue, keyed
-// by the job's UID, and one reconcile (reconcileWrites): it is the only
-// code that writes a Gang (create, progress, verdict, Applied) and the
-// only code that puts a verdict on a job (annotations, the fail action,
-// the Event). A job's UID is never worked on by two workers at once, so
-// a Gang has one writer and no write races another of the same replica.
+// The leader's writes about a gated job go through two work queues keyed
+// by the job's UID, one per kind of waiter, worked by one reconcile each:
+// they are the only code that writes a Gang (create, progress, verdict,
+// Applied) and the only code that puts a verdict on a job (annotations,
+// the fail action, the Event).
 //
-// The queue is controller-runtime's priority queue: what a rank waits for
-// goes first. Workers take the most urgent item:
+//   - decisions (reconcileDecide): run the gang rules and record the
+//     verdict in the Gang, then answer the ranks. Every rank of the gang
+//     waits for it. Many workers (deciders): at the end of a burst many
+//     gangs complete within a second, and none may wait for a worker
+//     behind another's write.
+//   - the rest (reconcileBook), through controller-runtime's priority
+//     queue, most urgent first: a fail verdict onto its job (its action
+//     frees the GPUs the other ranks hold), a pass or warn verdict, then
+//     progress and the Applied condition. Nobody waits for these: a few
+//     workers (bookkeepers) write them one after another, so that they
+//     never crowd the API server while it records the verdicts ranks wait
+//     for.
 //
-//	prioDecide  run the gang rules and record the verdict: every rank of
-//	            the gang waits for it
-//	prioFail    put a fail verdict on its job: its action frees the GPUs
-//	            the other ranks hold
-//	prioApply   put a pass or warn verdict on its job
-//	prioBook    progress and the Applied condition: nobody waits for them
+// A job's UID is never worked on by two workers of one queue at once. A
+// decision and a progress write of one Gang may meet at the API server:
+// the Gang's resourceVersion settles it (the verdict write re-reads and
+// writes again; a progress write that finds a verdict stops).
 //
-// Deadlines, delays and retries are the queue's too: a gang's deadline,
-// the Applied delay, the progress interval (these three at the lowest
-// priority, see armDeadline) and a failed write's backoff (at its write's
-// priority) are requeues of the job's UID after that time, and each pass
-// of the reconcile works out from the job's state what is due and when
-// the next thing will be.
+// Deadlines, delays and retries are the queues' too: a gang's deadline, the
+// Applied delay, the progress interval and a failed write's backoff are
+// requeues of the job's UID after that time, and each pass works out from
+// the job's state what is due and when the next thing will be.
 const (
-	prioBook   = 0
-	prioApply  = 10
-	prioFail   = 20
+	prioBook  = 0
+	prioApply = 10
+	prioFail  = 20
+	// prioDecide marks a decision's work (the decisions queue).
 	prioDecide = 30
 )
 
-// writers: how many jobs are worked on at once. A verdict write costs the
-// API server a few milliseconds when it is idle and 50-200 ms when it is
-// loaded, and at the end of a burst many gangs complete within a second:
-// their decisions must not wait for a free worker behind each other's
-// writes. With 4 workers, on a loaded 2-core machine, the gang latency
-// benchmark's last decisions waited 2 s in the queue while each write took
-// 20-200 ms (p99 2.0 s against the earlier build's 0.5 s, side by side).
-// The writes nobody waits for do not crowd the API server for having
-// workers: each comes once per verdict (apply, Applied), or within the
-// progress budget.
-const writers = 32
+// deciders and bookkeepers: the workers of the two queues. With one pool
+// of 4 for everything, on a loaded 2-core machine, the gang latency
+// benchmark's last decisions waited 2 s for a worker while each verdict
+// write took 20-200 ms; with one pool of 32, the writes nobody waits for
+// went to the API server alongside the verdict writes and made each of
+// those several times slower (median 143 ms against 29 ms for the build
+// that held them back, side by side).
+const (
+	deciders    = 32
+	bookkeepers = 2
+)
 
 // writeQueue is the part of priorityqueue.PriorityQueue the writes use
-// (unit tests run the same reconcile on a queue that follows a fake clock).
+// (unit tests run the same reconciles on queues that follow a fake clock).
 type writeQueue interface {
 	AddWithOpts(o priorityqueue.AddOpts, items ...types.UID)
 	GetWithPriority() (item types.UID, priority int, shutdown bool)
@@ -65,58 +71,89 @@ type writeQueue interface {
 	ShutDown()
 }
 
-// newWriteQueue is the leader's queue: a failed write is retried after
+// writeQueues are the leader's two queues.
+type writeQueues struct{ decide, book writeQueue }
+
+// newWriteQueues are the leader's queues: a failed write is retried after
 // 200 ms, doubling up to 30 s.
-func newWriteQueue() writeQueue {
-	return priorityqueue.New("rankgate-writes", func(o *priorityqueue.Opts[types.UID]) {
-		o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](200*time.Millisecond, 30*time.Second)
-	})
+func newWriteQueues() writeQueues {
+	q := func(name string) writeQueue {
+		return priorityqueue.New(name, func(o *priorityqueue.Opts[types.UID]) {
+			o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](200*time.Millisecond, 30*time.Second)
+		})
+	}
+	return writeQueues{decide: q("rankgate-decisions"), book: q("rankgate-writes")}
 }
 
-// enqueue asks for job uid's writes to be looked at after after, with
-// priority prio (the queue keeps the highest priority and the earliest
-// time asked for).
+// queueFor is the queue of work of priority prio (nil: a Controller
+// without writes, in unit tests of other parts).
+func (c *Controller) queueFor(prio int) writeQueue {
+	qs := c.writeQ.Load()
+	if qs == nil {
+		return nil
+	}
+	if prio >= prioDecide {
+		return qs.decide
+	}
+	return qs.book
+}
+
+// enqueue asks for job uid's work of priority prio to be looked at after
+// after (a queue keeps the highest priority and the earliest time asked
+// for).
 func (c *Controller) enqueue(uid types.UID, prio int, after time.Duration) {
-	q := c.writeQ.Load()
-	if q == nil {
-		return // a Controller without writes (unit tests of other parts)
+	if q := c.queueFor(prio); q != nil {
+		q.AddWithOpts(priorityqueue.AddOpts{After: max(after, 0), Priority: ptr.To(prio)}, uid)
 	}
-	(*q).AddWithOpts(priorityqueue.AddOpts{After: max(after, 0), Priority: ptr.To(prio)}, uid)
 }
 
-// retryLater retries job uid's writes with the queue's backoff.
+// retryLater retries job uid's work of priority prio with the queue's
+// backoff; succeeded ends the backoff once the work is done.
 func (c *Controller) retryLater(uid types.UID, prio int) {
-	if q := c.writeQ.Load(); q != nil {
-		(*q).AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: ptr.To(prio)}, uid)
+	if q := c.queueFor(prio); q != nil {
+		q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: ptr.To(prio)}, uid)
 	}
 }
 
-// runWriters works the queue while this replica leads (q, when given,
-// replaces the one New made). What was queued before, by a reconciler that
-// started first, is worked then. A replica that stops leading shuts its
-// queue down: it exits (controller-runtime gives up a lost lease that way)
-// and the next leader starts from the Gangs and the jobs.
-func (c *Controller) runWriters(ctx context.Context, q writeQueue) {
-	if q != nil {
-		c.writeQ.Store(&q)
+func (c *Controller) succeeded(uid types.UID, prio int) {
+	if q := c.queueFor(prio); q != nil {
+		q.Forget(uid)
 	}
-	q = *c.writeQ.Load()
+}
+
+// runWriters works the queues while this replica leads (qs, when given,
+// replaces the ones New made). What was queued before, by a reconciler
+// that started first, is worked then. A replica that stops leading shuts
+// its queues down: it exits (controller-runtime gives up a lost lease that
+// way) and the next leader starts from the Gangs and the jobs.
+func (c *Controller) runWriters(ctx context.Context, qs *writeQueues) {
+	if qs != nil {
+		c.writeQ.Store(qs)
+	}
+	qs = c.writeQ.Load()
 	go func() {
 		<-ctx.Done()
-		q.ShutDown()
+		qs.decide.ShutDown()
+		qs.book.ShutDown()
 	}()
-	for i := 0; i < writers; i++ {
-		go func() {
-			for {
-				uid, _, shut := q.GetWithPriority()
-				if shut {
-					return
+	work := func(q writeQueue, n int, reconcile func(context.Context, types.UID)) {
+		for i := 0; i < n; i++ {
+			go func() {
+				for {
+					uid, _, shut := q.GetWithPriority()
+					if shut {
+						return
+					}
+					if ctx.Err() == nil {
+						reconcile(ctx, uid)
+					}
+					q.Done(uid)
 				}
-				c.reconcileWrites(ctx, uid)
-				q.Done(uid)
-			}
-		}()
+			}()
+		}
 	}
+	work(qs.decide, deciders, c.reconcileDecide)
+	work(qs.book, bookkeepers, c.reconcileBook)
 }
 
 // ask is a request to decide a gang now, and why.
@@ -142,43 +179,47 @@ func (c *Controller) askDecide(g *gang, a ask) {
 	c.enqueue(g.UID(), prioDecide, 0)
 }
 
-// reconcileWrites does what job uid's gang and Gang need now, in order of
-// who waits: decide (a rank waits), put the verdict on the job, mark the
-// Gang Applied, write progress; and requeues uid for what is due later.
-func (c *Controller) reconcileWrites(ctx context.Context, uid types.UID) {
-	if ctx.Err() != nil {
-		return
-	}
+// reconcileDecide decides job uid's gang if it was asked to or its
+// deadline has come (a restart asked for comes first: restart.go), and
+// requeues it for its deadline otherwise.
+func (c *Controller) reconcileDecide(ctx context.Context, uid types.UID) {
 	if c.restartStep(ctx, uid) {
 		return // the job's next attempt: the old gang is gone
 	}
+	if g := c.gangs.Get(uid); g != nil {
+		c.decideStep(ctx, g)
+	}
+}
+
+// reconcileBook does the writes nobody waits for, for job uid: put its
+// verdict on the job, mark the Gang Applied, write progress; forget a
+// decided gang in time; and requeues uid for what is due later.
+func (c *Controller) reconcileBook(ctx context.Context, uid types.UID) {
 	g := c.gangs.Get(uid)
 	if g != nil {
 		// A decided gang is forgotten later (requeued for then; an
 		// earlier requeue keeps its time).
 		defer c.forgetStep(g)
-		if c.decideStep(ctx, g) {
-			return
-		}
 	}
 	r := c.lookupRes(uid)
-	if r != nil {
-		if busy := c.applyStep(ctx, r); busy {
-			return
-		}
-		if busy := c.markStep(ctx, r); busy {
-			return
-		}
-		c.progressStep(ctx, r, g)
+	if r == nil {
+		return
 	}
+	if busy := c.applyStep(ctx, r); busy {
+		return
+	}
+	if busy := c.markStep(ctx, r); busy {
+		return
+	}
+	c.progressStep(ctx, r, g)
 }
 
 // decideStep decides g if it was asked to, or its deadline has come, and
-// requeues g for its deadline otherwise. It says whether g's writes are
-// done for this pass (the queue has it again).
-func (c *Controller) decideStep(ctx context.Context, g *gang) bool {
+// requeues g for its deadline otherwise. A verdict recorded goes to the
+// other queue to be put on its job.
+func (c *Controller) decideStep(ctx context.Context, g *gang) {
 	if g.Verdict() != nil {
-		return false
+		return
 	}
 	var a *ask
 	r := c.lookupRes(g.UID())
@@ -193,12 +234,12 @@ func (c *Controller) decideStep(ctx context.Context, g *gang) bool {
 	}
 	if a == nil {
 		c.armDeadline(g.UID(), deadline)
-		return false
+		return
 	}
 	out := c.decideWith(ctx, g, *a)
 	if out == decideRetry {
 		c.retryLater(g.UID(), prioDecide)
-		return true
+		return
 	}
 	if r != nil {
 		r.mu.Lock()
@@ -209,21 +250,12 @@ func (c *Controller) decideStep(ctx context.Context, g *gang) bool {
 	}
 	if out == decideWaiting {
 		c.armDeadline(g.UID(), deadline)
-		return false
+		return
 	}
-	if q := c.writeQ.Load(); q != nil {
-		(*q).Forget(g.UID())
-	}
-	// Its job's writes go through the queue at their own priority, behind
-	// the verdicts other gangs' ranks wait for (record made a new r when
-	// it started a new attempt).
-	if r := c.lookupRes(g.UID()); r != nil {
-		if d, _ := r.unapplied(); d != nil {
-			c.enqueue(g.UID(), applyPriority(d), 0)
-			return true
-		}
-	}
-	return false
+	c.succeeded(g.UID(), prioDecide)
+	// Put on its job by the other queue (setPending asked for it), and the
+	// gang forgotten in time.
+	c.enqueue(g.UID(), prioBook, decidedGangTTL)
 }
 
 // applyPriority: a fail verdict's action frees GPUs; a pass only says so.
@@ -234,16 +266,11 @@ func applyPriority(d *decision) int {
 	return prioApply
 }
 
-// armDeadline requeues job uid's writes for its gang's deadline (none
-// when zero). At the lowest priority: the queue keeps one entry per job
-// with the highest priority asked for, and an entry waiting for a
-// deadline minutes away must not lift the job's other writes (its
-// progress, its Applied condition) ahead of the verdicts ranks wait for.
-// The deadline's verdict itself is written when its pass comes; its
-// ranks have waited the whole gang timeout.
+// armDeadline requeues job uid's decision for its gang's deadline (none
+// when zero).
 func (c *Controller) armDeadline(uid types.UID, deadline time.Time) {
 	if !deadline.IsZero() {
-		c.enqueue(uid, prioBook, c.until(deadline))
+		c.enqueue(uid, prioDecide, c.until(deadline))
 	}
 }
 
