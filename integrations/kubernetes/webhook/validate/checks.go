@@ -56,8 +56,8 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 // A job whose pods get devices through DRA (resource claims, or an
 // extended resource a DeviceClass maps) is judged on the devices drivers
 // publish in ResourceSlices (the DRA source); it asks for MIG devices when
-// the published devices nearest to a request no device serves are MIG
-// devices. Where the DRA objects are not known, it is not judged (the
+// the published devices nearest to a request no device serves pass the
+// request's DeviceClass and are MIG devices. Where the DRA objects are not known, it is not judged (the
 // engine stands down with DRA_NOT_JUDGED, a warning this check does not
 // keep).
 func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
@@ -181,14 +181,18 @@ func claimsDevices(j kubeflow.Job) bool {
 	return false
 }
 
-// draAsksMIG: a DRA request of w that no published device serves is
-// nearest to MIG devices (they pass its DeviceClass: it asks for MIG).
+// draAsksMIG: a DRA request of w that no published device serves asks
+// for MIG devices: the nearest published devices pass its DeviceClass and
+// are MIG devices.
 func draAsksMIG(w schedule.Workload) bool {
 	for _, ps := range w.PodSets {
 		if ps.DRAFacts == nil || ps.DRAFacts.Outcome != schedule.DRANoDevice {
 			continue
 		}
 		for _, r := range ps.DRAFacts.Requests {
+			if !r.NearestInClass {
+				continue
+			}
 			for _, d := range r.Nearest {
 				if d.Profile != "" || d.ParentUUID != "" {
 					return true
