@@ -3,6 +3,7 @@ package controller
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
@@ -202,6 +204,17 @@ func TestTrimDRAObjects(t *testing.T) {
 	tt := o.(*resourcev1.ResourceClaimTemplate)
 	require.Equal(t, resourcev1.ResourceClaimTemplate{ObjectMeta: want, Spec: resourcev1.ResourceClaimTemplateSpec{
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: spec.Devices.Requests, Constraints: spec.Devices.Constraints}}}}, *tt)
+
+	// The trimmed caches use these transforms.
+	for _, obj := range []client.Object{&resourcev1.ResourceSlice{}, &resourcev1.ResourceClaim{}, &resourcev1.ResourceClaimTemplate{}} {
+		var found bool
+		for o, by := range cacheOptions(nil, true).ByObject {
+			if reflect.TypeOf(o) == reflect.TypeOf(obj) {
+				found = by.Transform != nil
+			}
+		}
+		require.True(t, found, "%T has no transform in the trimmed cache", obj)
+	}
 
 	// A deletion's final state is trimmed too.
 	o, err = trimResourceSlice(toolscache.DeletedFinalStateUnknown{Key: "x", Obj: slice.DeepCopy()})
