@@ -165,6 +165,8 @@ func TestTrimDRAObjects(t *testing.T) {
 	p0, p1 := ts.Spec.Devices[0].Attributes["productName"].StringValue, ts.Spec.Devices[1].Attributes["productName"].StringValue
 	require.Same(t, p0, p1, "equal attribute values share one pointer")
 	require.NotSame(t, ts.Spec.Devices[0].Attributes["uuid"].StringValue, ts.Spec.Devices[1].Attributes["uuid"].StringValue)
+	require.Equal(t, reflect.ValueOf(ts.Spec.Devices[0].Capacity).UnsafePointer(), reflect.ValueOf(ts.Spec.Devices[1].Capacity).UnsafePointer(),
+		"equal capacities share one map")
 
 	req := resourcev1.DeviceRequest{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com",
 		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'"}}}}}
