@@ -39,7 +39,9 @@ func benchSlice(i int) *resourcev1.ResourceSlice {
 	}
 	str := func(v string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{StringValue: ptr.To(v)} }
 	ver := func(v string) resourcev1.DeviceAttribute { return resourcev1.DeviceAttribute{VersionValue: ptr.To(v)} }
-	capa := func(v string) resourcev1.DeviceCapacity { return resourcev1.DeviceCapacity{Value: resource.MustParse(v)} }
+	capa := func(v string) resourcev1.DeviceCapacity {
+		return resourcev1.DeviceCapacity{Value: resource.MustParse(v)}
+	}
 	for g := 0; g < benchGPUsPerNode; g++ {
 		parent := fmt.Sprintf("GPU-%08x-2d7f-3a58-9c41-%012x", i, g)
 		for m := 0; m < benchMIGPerGPU; m++ {
