@@ -15,9 +15,10 @@ import (
 // for a resource claim or for an extended resource that a DeviceClass maps
 // (where nodes with the device plugin still advertise the same name, the
 // scheduler may serve it from either). Judged from allocatable, such a job
-// would look as if its shape existed nowhere; until claims, DeviceClasses
-// and ResourceSlices are modelled, the only honest answer is to say so and
-// judge nothing.
+// would look as if its shape existed nowhere. Where the cluster layer
+// judged the pod sets on the published devices (PodSet.DRAFacts), judgeDRA
+// answers; where it could not (the devices are not known), the only honest
+// answer is to say so and judge nothing.
 func standDown(w *Workload) (Result, bool) {
 	var via, pods []string
 	var schedMsg string
@@ -39,7 +40,7 @@ func standDown(w *Workload) (Result, bool) {
 	if w.Kind == "Pod" {
 		noun = "pod"
 	}
-	msg := fmt.Sprintf("The %s's devices come through DRA (%s): rankgate does not model DRA allocation yet (ResourceSlices, claims and their selectors), and node allocatable does not hold these devices, so the %s is not judged and never failed on those grounds.",
+	msg := fmt.Sprintf("The %s's devices come through DRA (%s), and the devices it may get are not known here (no ResourceSlice was read, a claim or claim template its pods name is missing, or nodes also advertise the resource from the device plugin); node allocatable does not hold these devices, so the %s is not judged and never failed on those grounds.",
 		noun, strings.Join(via, "; "), noun)
 	if schedMsg != "" {
 		msg += fmt.Sprintf(" The scheduler said: %q.", clip(schedMsg, 600))

@@ -53,6 +53,9 @@ type DRARequest struct {
 	// Nearest, when Matching is 0: the devices that come closest (pass
 	// the class and the most of the request's selectors and capacity).
 	Nearest []DRADevice
+	// NearestInClass: the nearest devices pass the request's DeviceClass
+	// (they fail only the request's own selectors or capacity).
+	NearestInClass bool
 	// Tainted: matching devices with a NoSchedule or NoExecute device
 	// taint the request does not tolerate ("gpu-0 on node-a
 	// (gpu.nvidia.com/xid=79:NoSchedule)"); the allocator skips them.

@@ -104,10 +104,10 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.Dev
 	for _, rd := range d.descs {
 		r := schedule.DRARequest{Desc: rd.text, Matching: -1}
 		if devs != nil {
-			m, near, tainted := j.match(rd.req, devs)
+			m, near, inClass, tainted := j.match(rd.req, devs)
 			matched = matched.Union(m)
 			if f.Outcome != schedule.DRAWaits {
-				r.Matching, r.Nearest, r.Tainted = m.Len(), near, tainted
+				r.Matching, r.Nearest, r.NearestInClass, r.Tainted = m.Len(), near, inClass, tainted
 			}
 		}
 		f.Requests = append(f.Requests, r)
@@ -191,10 +191,11 @@ func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.S
 // match returns the published devices that satisfy a request on their
 // own (class, selectors, capacity), and when there are none, the nearest
 // ones: those that fail the fewest of the class's and the request's
-// conditions (the class's counting as more), grouped by shape. tainted
-// names the matching devices whose taints the request does not tolerate
-// (the allocator skips them).
-func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, tainted []string) {
+// conditions (the class's counting as more), grouped by shape; inClass
+// when they pass the request's DeviceClass. tainted names the matching
+// devices whose taints the request does not tolerate (the allocator skips
+// them).
+func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, inClass bool, tainted []string) {
 	alts := []resourcev1.ExactDeviceRequest{}
 	if r.Exactly != nil {
 		alts = append(alts, *r.Exactly)
@@ -225,9 +226,9 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out se
 		}
 	}
 	if out.Len() > 0 {
-		return out, nil, tainted
+		return out, nil, false, tainted
 	}
-	return out, groupDevices(near, 5), nil
+	return out, groupDevices(near, 5), len(near) > 0 && best < classMiss, nil
 }
 
 // untolerated describes the first NoSchedule or NoExecute taint of a
@@ -259,9 +260,9 @@ func (j *draJudge) misses(e *resourcev1.ExactDeviceRequest, dev *draDevice) int 
 	n := 0
 	input := cel.Device{Driver: dev.slice.Spec.Driver, Attributes: dev.device.Attributes, Capacity: dev.device.Capacity}
 	if class, ok := j.lister[e.DeviceClassName]; ok {
-		n += 100 * j.failedSelectors(class.Spec.Selectors, input)
+		n += classMiss * j.failedSelectors(class.Spec.Selectors, input)
 	} else {
-		n += 100
+		n += classMiss
 	}
 	n += j.failedSelectors(e.Selectors, input)
 	if e.Capacity != nil {
@@ -293,6 +294,10 @@ func (j *draJudge) failedSelectors(sel []resourcev1.DeviceSelector, dev cel.Devi
 	}
 	return n
 }
+
+// classMiss is what failing a DeviceClass selector (or a missing class)
+// counts in misses.
+const classMiss = 100
 
 func capacityOf(dev *draDevice, name resourcev1.QualifiedName) (quantity, bool) {
 	short := resourcev1.QualifiedName(strings.TrimPrefix(string(name), dev.slice.Spec.Driver+"/"))

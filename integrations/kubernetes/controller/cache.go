@@ -11,6 +11,7 @@ import (
 	"weak"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -45,6 +46,11 @@ func cacheOptions(kinds []kubeflow.Kind, trim bool) cache.Options {
 		&corev1.Pod{}:       {Label: labels.NewSelector().Add(*hasJob), Transform: trimPod},
 		&corev1.Node{}:      {Transform: trimNode},
 		&corev1.Namespace{}: {Transform: trimNamespace},
+		// DRA objects (cache_dra.go); informers start only where
+		// resource.k8s.io/v1 is served (dra.go).
+		&resourcev1.ResourceSlice{}:         {Transform: trimResourceSlice},
+		&resourcev1.ResourceClaim{}:         {Transform: trimResourceClaim},
+		&resourcev1.ResourceClaimTemplate{}: {Transform: trimResourceClaimTemplate},
 	}
 	for _, k := range kinds {
 		strip := k.Strip

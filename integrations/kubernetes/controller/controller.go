@@ -266,8 +266,8 @@ type Controller struct {
 	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
 	caDist  *certs.Distributor // the one writer of the CA ConfigMaps (nil: no bundle to give)
-	// draServed: the API server serves DeviceClasses (dra.go).
-	draServed bool
+	// dra: the DRA informers, where resource.k8s.io/v1 is served (dra.go).
+	dra draCaches
 	// webhookCert serves the webhook port's certificate (registerWebhooks).
 	webhookCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	jobCA       sync.Map // namespace -> fingerprint (certs.CAHash) of the CA bundle written there (ensureJobCA)

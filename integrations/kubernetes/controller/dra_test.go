@@ -48,9 +48,9 @@ func TestJudgeDRARanks(t *testing.T) {
 		c := &Controller{api: api.Build()}
 		tp, err := c.judgedPods(context.Background(), j, tp)
 		require.NoError(t, err)
-		why, err := judgePlacement(schedule.New(), tn, classes, j, tp)
+		why, err := judgePlacement(schedule.New(), tn, &draState{classes: classes}, j, tp)
 		require.NoError(t, err)
-		res, _, ok, err := judgeJob(schedule.New(), tn, classes, j, tp, false)
+		res, _, ok, err := judgeJob(schedule.New(), tn, &draState{classes: classes}, j, tp, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		return why, res

@@ -129,7 +129,8 @@ type judged struct {
 	sig  string
 }
 
-// signature is everything of w that the engine's hopeless verdict reads:
+// signature is everything of w that the engine's hopeless verdict reads
+// (with what the published DRA devices offer its DRA pod sets):
 // not the names it only quotes, and not what the job's bound pods hold
 // (hopelessness never depends on free capacity; TestModelMatchesFullRebuild
 // checks it with bound pods on changing nodes).
@@ -137,7 +138,7 @@ func signature(w schedule.Workload) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%t|", w.Kind, w.Suspended)
 	for _, ps := range w.PodSets {
-		fmt.Fprintf(&b, "%s|%d|%d|%v|%+v|%d|%q;", ps.Name, ps.Count, ps.Bound, ps.Requests, ps.Constraints, len(ps.Pods), ps.SchedulerMessage)
+		fmt.Fprintf(&b, "%s|%d|%d|%v|%+v|%d|%q|%q|%s;", ps.Name, ps.Count, ps.Bound, ps.Requests, ps.Constraints, len(ps.Pods), ps.SchedulerMessage, ps.DRA, draFactsKey(ps.DRAFacts))
 	}
 	return b.String()
 }
@@ -145,13 +146,13 @@ func signature(w schedule.Workload) string {
 // judge is judgeJob on the model, or over a fresh list of the cached
 // nodes until the model has seen them all.
 func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyUnbound bool) (schedule.Result, schedule.Workload, *judged, bool, error) {
-	classes, err := c.deviceClasses(ctx)
+	dra, err := c.draState(ctx)
 	if err != nil {
 		return schedule.Result{}, schedule.Workload{}, nil, false, err
 	}
 	cl, _, err := c.model.cluster()
 	if err == nil {
-		res, w, used, ok, err := judgeOn(c.engine, cl, classes, j, pods, onlyUnbound)
+		res, w, used, ok, err := judgeOn(c.engine, cl, dra, j, pods, onlyUnbound)
 		return res, w, &judged{w: w, used: used, sig: signature(w)}, ok, err
 	}
 	if !errors.Is(err, errModelNotSynced) {
@@ -161,7 +162,7 @@ func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyU
 	if err := c.client.List(ctx, nodes); err != nil {
 		return schedule.Result{}, schedule.Workload{}, nil, false, fmt.Errorf("listing nodes: %w", err)
 	}
-	res, w, ok, err := judgeJob(c.engine, nodes.Items, classes, j, pods, onlyUnbound)
+	res, w, ok, err := judgeJob(c.engine, nodes.Items, dra, j, pods, onlyUnbound)
 	return res, w, nil, ok, err
 }
 

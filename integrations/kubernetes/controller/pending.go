@@ -497,14 +497,14 @@ func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p
 	if err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
-	// A job whose devices come through DRA is not judged from node
-	// allocatable: the engine answers DRA_NOT_JUDGED, a waiting cause
-	// that is never hopeless.
-	classes, err := c.deviceClasses(ctx)
+	// A job whose devices come through DRA is judged on the published
+	// devices (dra.go); where they are not known, the engine answers
+	// DRA_NOT_JUDGED, a waiting cause that is never hopeless.
+	dra, err := c.draState(ctx)
 	if err != nil {
 		return schedule.Result{}, schedule.Workload{}, err
 	}
-	w, _, err := jobWorkload(newBuilder(classes), j, pods, false)
+	w, _, err := jobWorkload(dra.builder(), dra, true, j, pods, false)
 	if err != nil {
 		return schedule.Result{}, w, err
 	}
@@ -512,7 +512,7 @@ func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p
 	if err != nil {
 		return schedule.Result{}, w, err
 	}
-	key := fmt.Sprintf("%+v", w)
+	key := workloadKey(w)
 	c.pw.mu.Lock()
 	m := p.last
 	c.pw.mu.Unlock()

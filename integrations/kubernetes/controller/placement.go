@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -61,8 +60,8 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 // engine's model refuses, or GPU labels it cannot read, leave nothing
 // judged (an error): without them a pod could look unplaceable that is
 // not. A pod it refuses is left out (its pod set only gets smaller).
-func judgePlacement(e *schedule.Engine, nodes []corev1.Node, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod) (map[string]string, error) {
-	res, w, ok, err := judgeJob(e, nodes, classes, j, pods, true)
+func judgePlacement(e *schedule.Engine, nodes []corev1.Node, dra *draState, j job, pods []*corev1.Pod) (map[string]string, error) {
+	res, w, ok, err := judgeJob(e, nodes, dra, j, pods, true)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -74,16 +73,18 @@ func judgePlacement(e *schedule.Engine, nodes []corev1.Node, classes []resourcev
 // pending.go): it models nodes and the job's pods as diagnose does and
 // judges the job. With onlyUnbound only the pod sets that have unbound
 // pods are judged, each as if all its pods were those (ok is false when
-// there are none). classes are the cluster's DeviceClasses: a job whose
-// devices come through DRA is not judged (DRA_NOT_JUDGED, never hopeless).
-func judgeJob(e *schedule.Engine, nodes []corev1.Node, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, ok bool, err error) {
-	b := newBuilder(classes)
+// there are none). dra is the DRA part of the cluster state (dra.go): a
+// job whose devices come through DRA is judged on the published devices,
+// or, where they are not known, not judged (DRA_NOT_JUDGED, never
+// hopeless).
+func judgeJob(e *schedule.Engine, nodes []corev1.Node, dra *draState, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, ok bool, err error) {
+	b := dra.builder()
 	for i := range nodes {
 		if err := b.AddNode(&nodes[i]); err != nil {
 			return res, w, false, fmt.Errorf("node %s: %w", nodes[i].Name, err)
 		}
 	}
-	w, ok, err = jobWorkload(b, j, pods, onlyUnbound)
+	w, ok, err = jobWorkload(b, dra, false, j, pods, onlyUnbound)
 	if err != nil || !ok {
 		return res, w, false, err
 	}
@@ -97,9 +98,9 @@ func judgeJob(e *schedule.Engine, nodes []corev1.Node, classes []resourcev1.Devi
 // judgeOn is judgeJob against a prepared cluster (the controller's
 // incremental model, model.go): the job's bound pods are added to their
 // nodes' usage as the full rebuild adds them. It returns that usage too.
-func judgeOn(e *schedule.Engine, base *schedule.Cluster, classes []resourcev1.DeviceClass, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, used map[string]schedule.Resources, ok bool, err error) {
-	b := newBuilder(classes)
-	w, ok, err = jobWorkload(b, j, pods, onlyUnbound)
+func judgeOn(e *schedule.Engine, base *schedule.Cluster, dra *draState, j job, pods []*corev1.Pod, onlyUnbound bool) (res schedule.Result, w schedule.Workload, used map[string]schedule.Resources, ok bool, err error) {
+	b := dra.builder()
+	w, ok, err = jobWorkload(b, dra, true, j, pods, onlyUnbound)
 	if err != nil || !ok {
 		return res, w, nil, false, err
 	}
@@ -111,14 +112,27 @@ func judgeOn(e *schedule.Engine, base *schedule.Cluster, classes []resourcev1.De
 }
 
 // jobWorkload adds the job's pods to b and builds its workload (see
-// judgeJob for onlyUnbound).
-func jobWorkload(b *cluster.Builder, j job, pods []*corev1.Pod, onlyUnbound bool) (w schedule.Workload, ok bool, err error) {
+// judgeJob for onlyUnbound). A workload with DRA pod sets is built again
+// with the DRA objects (and the nodes, withNodes: b has none) where they
+// are known, which judges those sets on the published devices.
+func jobWorkload(b *cluster.Builder, dra *draState, withNodes bool, j job, pods []*corev1.Pod, onlyUnbound bool) (w schedule.Workload, ok bool, err error) {
 	for _, p := range pods {
 		_ = b.AddPod(p) // one it refuses is left out: its pod set only gets smaller
 	}
 	w, err = b.WorkloadFor(j)
 	if err != nil {
 		return w, false, err
+	}
+	if dra.judges(w) {
+		known, err := dra.addTo(b, withNodes)
+		if err != nil {
+			return w, false, fmt.Errorf("DRA objects: %w", err)
+		}
+		if known {
+			if w, err = b.WorkloadFor(j); err != nil {
+				return w, false, err
+			}
+		}
 	}
 	if onlyUnbound {
 		// Pod sets without an unbound pod would be judged from the pod

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,6 +32,10 @@ import (
 // missing rank can never be placed, re-gate a job a person resumed after a
 // fail, drop gangs of deleted jobs.
 func (c *Controller) setupReconcilers() error {
+	// Whether DRA objects are served decides the ResourceSlice watch.
+	if err := c.startDRA(context.Background()); err != nil {
+		return err
+	}
 	for _, k := range c.kinds {
 		k := k
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -58,7 +63,7 @@ func (c *Controller) setupReconcilers() error {
 				return ok1 && ok2 && unschedulable(n) != unschedulable(o)
 			},
 		}
-		err := builder.ControllerManagedBy(c.mgr).
+		bld := builder.ControllerManagedBy(c.mgr).
 			Named(k.GVK().Kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
 			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
@@ -72,10 +77,15 @@ func (c *Controller) setupReconcilers() error {
 			// (the Pending watchdog judges jobs that predate the opt-in).
 			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 				return c.jobsIn(ctx, k, o.GetName())
-			}), builder.WithPredicates(optInChanged)).
-			WithOptions(controllerOptions()).
-			Complete(r)
-		if err != nil {
+			}), builder.WithPredicates(optInChanged))
+		if c.dra.served {
+			// A change of the published devices re-judges the jobs with
+			// unschedulable pods whose devices come through DRA (dra.go).
+			bld = bld.Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+				return c.affectedByDevices(k.GVK().Kind)
+			}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+		}
+		if err := bld.WithOptions(controllerOptions()).Complete(r); err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", k.GVK().Kind, err)
 		}
 	}
@@ -89,7 +99,7 @@ func (c *Controller) setupReconcilers() error {
 			return err
 		}
 	}
-	return c.startDeviceClasses(context.Background())
+	return nil
 }
 
 func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {

@@ -157,7 +157,7 @@ func TestUsageMatchesFullRead(t *testing.T) {
 			_, c := cached(p)
 			trimmed = append(trimmed, c)
 		}
-		w, ok, err := jobWorkload(cluster.NewBuilder(), j, trimmed, false)
+		w, ok, err := jobWorkload(cluster.NewBuilder(), nil, false, j, trimmed, false)
 		require.NoError(t, err)
 		require.True(t, ok)
 		live := e.Diagnose(base.WithUsed(used), w)

@@ -519,6 +519,9 @@ func TestBenchControllerMemory(t *testing.T) {
 		return k8s.Status().Update(ctx, n)
 	}))
 	t.Logf("%d nodes in %s", nodes, time.Since(begin).Round(time.Second))
+	if os.Getenv("RANKGATE_BENCH_DRA") == "1" {
+		createBenchDRA(t, ns, nodes, envInt("RANKGATE_BENCH_DRA_CLAIMS", pods)) // bench_dra_test.go
+	}
 	// Pending gated jobs (RANKGATE_BENCH_PENDING_JOBS, default 500) of 4
 	// pods each, counted within the pods: every pod marked unschedulable a
 	// minute ago. Each pod asks 150 cpu and 2 mig-3g.40gb: every node has

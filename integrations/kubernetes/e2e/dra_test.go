@@ -11,23 +11,21 @@ import (
 	admissionregv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 	"github.com/rankgate/rankgate/verdict"
 )
 
 // GPUs through DRA: a DeviceClass whose extendedResourceName is
-// nvidia.com/gpu (KEP-5004), the devices in ResourceSlices as NVIDIA's DRA
-// driver publishes them, and no nvidia.com/gpu in any node's allocatable.
-// Judged from allocatable, a job asking nvidia.com/gpu looks hopeless
-// (SHAPE_MISMATCH: "The cluster offers no NVIDIA GPU resource at all");
-// rankgate must stand down: never refuse, suspend or call it hopeless.
+// nvidia.com/gpu (KEP-5004), and no nvidia.com/gpu in any node's
+// allocatable. Judged from allocatable, a job asking nvidia.com/gpu looks
+// hopeless (SHAPE_MISMATCH: "The cluster offers no NVIDIA GPU resource at
+// all"); rankgate judges it on the devices published in ResourceSlices
+// (dra_pending_test.go), and where it cannot, stands down: never refuse,
+// suspend or call it hopeless.
 
 // draObjects creates cluster-wide objects and deletes them when the test
 // ends (a DeviceClass mapping nvidia.com/gpu changes how the scheduler
@@ -38,40 +36,6 @@ func draObjects(t testing.TB, objs ...client.Object) {
 		require.NoError(t, k8s.Create(context.Background(), o))
 		t.Cleanup(func() { _ = k8s.Delete(context.Background(), o) })
 	}
-}
-
-// The watchdog: an opted-in PyTorchJob of 2 pods asking 4 nvidia.com/gpu
-// each, on a node whose ResourceSlice holds two H100s. The real scheduler
-// marks both pods unschedulable; past the grace the job is never
-// suspended, and rankgate.io/waiting-for says its devices come through DRA.
-func TestE2EPendingDRANotJudged(t *testing.T) {
-	ns := newNamespace(t, "e2e-pending-dra", true)
-	startScheduler(t)
-	node := "pend-dra-h100"
-	gpuNode(t, node, "example.com/none", 0)
-	realNode(t, node, nil, map[string]string{"pending-test": node, "nvidia.com/gpu.present": "true"})
-	draObjects(t, clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), clustertest.GPUSlice(node,
-		clustertest.DRAGPU{UUID: "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80},
-		clustertest.DRAGPU{UUID: "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.95.5", MemoryGiB: 80}))
-	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
-	job, _ := pendingJob(t, ns, "dra", nil, "nvidia.com/gpu", 4, onNode(node))
-
-	var wf string
-	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
-	require.True(t, strings.HasPrefix(wf, verdict.RuleDRANotJudged+": "), wf)
-	require.Contains(t, wf, "nvidia.com/gpu from DeviceClass gpu.nvidia.com")
-	// Judged again on node and job changes and every 30 s: still never
-	// failed.
-	for i := 0; i < 5; i++ {
-		labelNode(t, node, map[string]string{"resync": fmt.Sprint(i)})
-		time.Sleep(time.Second)
-	}
-	require.False(t, isSuspended(t, job), "a DRA job was suspended:\n%s", c.logs.String())
-	a := jobAnnotations(t, job)
-	require.Empty(t, a[contract.AnnotationVerdict])
-	require.True(t, strings.HasPrefix(a[contract.AnnotationWaitingFor], verdict.RuleDRANotJudged+": "))
-	ev := jobEvents(t, job)
-	require.Empty(t, ev["PendingFailed"], "%v", ev)
 }
 
 // The validating webhook on the real API server, over the real

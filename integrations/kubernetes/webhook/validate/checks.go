@@ -50,23 +50,23 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 // engine, as `rankgate diagnose` and the controller do, and keeps its
 // shape verdicts when no valid layout of any node's GPU could give the
 // shape (no RECONFIGURABLE finding): STRATEGY_MISMATCH, and SHAPE_MISMATCH
-// for jobs that ask for MIG resources (a missing full-GPU shape is left to
+// for jobs that ask for MIG devices (a missing full-GPU shape is left to
 // the cluster autoscaler).
 // Without GPU nodes nothing is judged: the cluster may not have any yet.
 // A job whose pods get devices through DRA (resource claims, or an
-// extended resource a DeviceClass maps) is not judged either: the engine
-// stands down (DRA_NOT_JUDGED, a warning this check does not keep).
+// extended resource a DeviceClass maps) is judged on the devices drivers
+// publish in ResourceSlices (the DRA source); it asks for MIG devices when
+// the published devices nearest to a request no device serves pass the
+// request's DeviceClass and are MIG devices. Where the DRA objects are not known, it is not judged (the
+// engine stands down with DRA_NOT_JUDGED, a warning this check does not
+// keep).
 func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
-	if h.nodes == nil || !requestsGPU(j) {
+	if h.nodes == nil {
 		return nil, nil
 	}
-	nodes, err := h.nodes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading nodes: %w", err)
-	}
-	snap, err := h.snapshot(nodes)
-	if err != nil || snap.gpuNodes == 0 {
-		return nil, err
+	gpu := requestsGPU(j)
+	if !gpu && !claimsDevices(j) {
+		return nil, nil
 	}
 	// The templates alone: no pods exist yet.
 	b := cluster.NewBuilder()
@@ -85,17 +85,53 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	if err != nil {
 		return nil, err
 	}
+	dra := usesDRA(w)
+	if !gpu && !dra {
+		return nil, nil
+	}
+	nodes, err := h.nodes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading nodes: %w", err)
+	}
+	snap, err := h.snapshot(nodes)
+	if err != nil || snap.gpuNodes == 0 && !dra {
+		return nil, err
+	}
+	if dra && h.dra != nil {
+		if w, err = h.withDRA(ctx, b, j, nodes); err != nil {
+			return nil, err
+		}
+	}
 	// Judged as if it ran now (a suspended job will be resumed), and only
 	// shape verdicts are kept: free capacity is not the question at
 	// admission.
 	w.Suspended = false
-	cl := snap.cl
-	res := h.engine.Diagnose(cl, w)
+	res := h.engine.Diagnose(snap.cl, w)
+	return keptShapes(res, requestsMIG(j) || draAsksMIG(w), on), nil
+}
+
+// withDRA is the job's workload judged on the published DRA devices, with
+// the nodes they are on; the workload without DRA facts where the DRA
+// objects are not known.
+func (h *handler) withDRA(ctx context.Context, b *cluster.Builder, j kubeflow.Job, nodes []corev1.Node) (schedule.Workload, error) {
+	for i := range nodes {
+		if err := b.AddNode(&nodes[i]); err != nil {
+			return schedule.Workload{}, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+		}
+	}
+	if _, err := h.dra(ctx, b); err != nil {
+		return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
+	}
+	return b.WorkloadFor(j)
+}
+
+// keptShapes are the fail findings of res the placement check keeps (see
+// placement).
+func keptShapes(res schedule.Result, mig bool, on func(string) bool) []verdict.Finding {
 	reconfigurable := false
 	for _, f := range res.Report.Findings {
 		reconfigurable = reconfigurable || f.Rule == verdict.RuleReconfigurable
 	}
-	mig := requestsMIG(j)
 	var out []verdict.Finding
 	for _, f := range res.Report.Findings {
 		if f.Severity != verdict.SeverityFail || !on(f.Rule) {
@@ -111,7 +147,60 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 			out = append(out, f)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// usesDRA: a pod set of w gets devices through DRA.
+func usesDRA(w schedule.Workload) bool {
+	for _, ps := range w.PodSets {
+		if ps.DRA != "" && ps.Count > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// claimsDevices: a replica that runs ranks has resource claims, or asks
+// for an extended resource that is not a GPU resource (a DeviceClass may
+// map it).
+func claimsDevices(j kubeflow.Job) bool {
+	for _, rs := range j.ReplicaSpecs() {
+		if rs.Replicas > 0 && len(rs.Template.Spec.ResourceClaims) > 0 {
+			return true
+		}
+	}
+	for _, c := range rankContainers(j) {
+		for _, rl := range []corev1.ResourceList{c.c.Resources.Limits, c.c.Resources.Requests} {
+			for r := range rl {
+				if strings.Contains(string(r), "/") && !topology.IsGPUResource(string(r)) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// draAsksMIG: a DRA request of w that no published device serves asks
+// for MIG devices: the nearest published devices pass its DeviceClass and
+// are MIG devices.
+func draAsksMIG(w schedule.Workload) bool {
+	for _, ps := range w.PodSets {
+		if ps.DRAFacts == nil || ps.DRAFacts.Outcome != schedule.DRANoDevice {
+			continue
+		}
+		for _, r := range ps.DRAFacts.Requests {
+			if !r.NearestInClass {
+				continue
+			}
+			for _, d := range r.Nearest {
+				if d.Profile != "" || d.ParentUUID != "" {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // snapshot is the engine's prepared cluster for a list of nodes.

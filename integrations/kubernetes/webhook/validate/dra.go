@@ -6,11 +6,14 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 )
 
 // DeviceClassSource returns the cluster's DeviceClasses: the extended
-// resources they map come through DRA, and a job asking for one is not
-// judged from node allocatable (DRA_NOT_JUDGED, never refused).
+// resources they map come through DRA, and a job asking for one is judged
+// on the devices drivers publish (DRASource), never from node
+// allocatable.
 type DeviceClassSource func(ctx context.Context) ([]resourcev1.DeviceClass, error)
 
 // ListDeviceClasses is a DeviceClassSource over a client: with the
@@ -28,3 +31,10 @@ func ListDeviceClasses(c client.Reader) DeviceClassSource {
 		return l.Items, nil
 	}
 }
+
+// DRASource adds the cluster's ResourceSlices, ResourceClaims and
+// ResourceClaimTemplates (resource.k8s.io/v1) to b, as live diagnose adds
+// what it lists; known is false where they are not known (not served, or
+// the caches have not synced): a job whose devices come through DRA is
+// then not judged (DRA_NOT_JUDGED, never refused).
+type DRASource func(ctx context.Context, b *cluster.Builder) (known bool, err error)

@@ -3,17 +3,22 @@ package validate_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 )
@@ -99,6 +104,132 @@ func TestHandleAdmitsDRAJobs(t *testing.T) {
 				require.Contains(t, warnings, s)
 			}
 			if tc.noWarn {
+				require.Empty(t, resp.Warnings)
+			}
+		})
+	}
+}
+
+// draDump is cluster/testdata/dra/02 (an H100 split into seven 1g.10gb
+// MIG devices, published as NVIDIA's DRA driver does; a PyTorchJob whose
+// claim template asks a 7g.80gb device) split into what the webhook's
+// sources give it, with extra claim templates.
+func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceClassSource, validate.DRASource, *kubeflowv1.PyTorchJob) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "cluster", "testdata", "dra", "02-claim-profile-mismatch.yaml"))
+	require.NoError(t, err)
+	var ns []corev1.Node
+	var dcs []*resourcev1.DeviceClass
+	var draDocs []string
+	job := &kubeflowv1.PyTorchJob{}
+	for _, doc := range strings.Split(string(data)+extra, "\n---\n") {
+		switch {
+		case strings.Contains(doc, "\nkind: Node\n"):
+			n := corev1.Node{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &n))
+			ns = append(ns, n)
+		case strings.Contains(doc, "\nkind: DeviceClass\n"):
+			dc := &resourcev1.DeviceClass{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), dc))
+			dcs = append(dcs, dc)
+		case strings.Contains(doc, "\nkind: PyTorchJob\n"):
+			require.NoError(t, yaml.Unmarshal([]byte(doc), job))
+		case strings.Contains(doc, "\nkind: Resource"):
+			draDocs = append(draDocs, doc)
+		}
+	}
+	dra := func(_ context.Context, b *cluster.Builder) (bool, error) {
+		return true, cluster.Load(b, "dra objects", strings.NewReader(strings.Join(draDocs, "\n---\n")), nil)
+	}
+	return nodes(ns...), classes(dcs...), dra, job
+}
+
+// The webhook judges a DRA job's claims on the published devices, as
+// diagnose and the watchdog do: a MIG device no published device is
+// refused with SHAPE_MISMATCH naming the nearest devices (as a MIG
+// resource no node offers is), or warned under the warn policy; a
+// published profile is admitted; a full GPU no published device is is
+// left to the cluster autoscaler (as through the device plugin); where the
+// DRA objects are not known, nothing is judged.
+func TestHandleJudgesDRAClaims(t *testing.T) {
+	const templates = `
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: mig-1g
+  namespace: ml
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: mig.nvidia.com
+          selectors:
+          - cel:
+              expression: device.attributes['gpu.nvidia.com'].profile == '1g.10gb'
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: b200
+  namespace: ml
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          selectors:
+          - cel:
+              expression: device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'
+`
+	ns, dcs, dra, job := draDump(t, templates)
+	using := func(tmpl string) *kubeflowv1.PyTorchJob {
+		j := job.DeepCopy()
+		for _, rs := range j.Spec.PyTorchReplicaSpecs {
+			rs.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To(tmpl)
+		}
+		return j
+	}
+	unknown := func(context.Context, *cluster.Builder) (bool, error) { return false, nil }
+	tests := []struct {
+		name     string
+		obj      runtime.Object
+		dra      validate.DRASource
+		policies map[string]validate.Policy
+		allowed  bool
+		deny     []string
+		warn     []string
+	}{
+		{name: "7g.80gb on 1g.10gb devices: refused", obj: job, dra: dra,
+			deny: []string{"SHAPE_MISMATCH: ", "profile == '7g.80gb': no device matches; nearest: 7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1", "Fix:"}},
+		{name: "the warn policy: admitted with the finding", obj: job, dra: dra, policies: map[string]validate.Policy{"SHAPE_MISMATCH": validate.Warn},
+			allowed: true, warn: []string{"SHAPE_MISMATCH: Master (1 pod) + Worker (1 pod): no device published in any ResourceSlice can serve"}},
+		{name: "a published profile: admitted", obj: using("mig-1g"), dra: dra, allowed: true},
+		{name: "a full GPU no slice publishes: left to the autoscaler", obj: using("b200"), dra: dra, allowed: true},
+		{name: "DRA objects not known: not judged", obj: job, dra: unknown, allowed: true},
+		{name: "no DRA source: not judged", obj: job, allowed: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := validate.NewHandler(validate.Options{Nodes: ns, DeviceClasses: dcs, DRA: tc.dra, Policies: tc.policies})
+			resp := h.Handle(context.Background(), request(t, tc.obj, admissionv1.Create))
+			msg := ""
+			if resp.Result != nil {
+				msg = resp.Result.Message
+			}
+			require.Equal(t, tc.allowed, resp.Allowed, "message %q, warnings %q", msg, resp.Warnings)
+			for _, s := range tc.deny {
+				require.Contains(t, msg, s)
+			}
+			warnings := strings.Join(resp.Warnings, "\n")
+			for _, s := range tc.warn {
+				require.Contains(t, warnings, s)
+			}
+			if len(tc.warn) == 0 {
 				require.Empty(t, resp.Warnings)
 			}
 		})

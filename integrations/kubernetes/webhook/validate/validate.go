@@ -141,6 +141,9 @@ type Options struct {
 	// whose pods use DRA is never refused on placement. Nil: none do
 	// (resource claims are still seen).
 	DeviceClasses DeviceClassSource
+	// DRA adds the published devices and the claims that hold them; a job
+	// whose pods use DRA is judged on them. Nil: such a job is not judged.
+	DRA DRASource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
 	// TrustedUsers are user names whose updates are never judged: the
@@ -154,7 +157,7 @@ type Options struct {
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, dra: opts.DRA, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
 	}
@@ -181,6 +184,7 @@ type handler struct {
 	policy  map[string]Policy
 	nodes   NodeSource
 	classes DeviceClassSource
+	dra     DRASource
 	engine  *schedule.Engine
 	// trusted: user names whose updates are allowed unjudged.
 	trusted []string
