@@ -35,3 +35,19 @@ func TestPreflightEnvFile(t *testing.T) {
 	require.Equal(t, verdict.ExitUsage, code)
 	require.Contains(t, errs, "line 1")
 }
+
+// TestPreflightEnvFileNVLink: NCCL_P2P_DISABLE=1 on two full A100s joined
+// by NVLink (the a100-full sample, NV12 between every pair) warns that
+// NCCL leaves NVLink unused; on one GPU there is no NVLink to lose.
+func TestPreflightEnvFileNVLink(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "p2p.env")
+	require.NoError(t, os.WriteFile(p, []byte("NCCL_P2P_DISABLE=1\n"), 0o600))
+	code, out, errs := run(t, nil, "preflight", "--sample", "a100-full", "--devices", "0,1", "--env-file", p, "-o", "json")
+	require.Equal(t, verdict.ExitPass, code, errs)
+	r := decodeReport(t, out)
+	require.Contains(t, r.RuleIDs(), verdict.RuleNCCLP2PDisabledNVLink, out)
+	require.Equal(t, verdict.VerdictWarn, r.Verdict, out)
+
+	_, out, errs = run(t, nil, "preflight", "--sample", "a100-full", "--devices", "0", "--env-file", p, "-o", "json")
+	require.NotContains(t, decodeReport(t, out).RuleIDs(), verdict.RuleNCCLP2PDisabledNVLink, errs)
+}
