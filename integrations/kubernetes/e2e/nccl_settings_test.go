@@ -37,31 +37,45 @@ func pytorchJobEnv(t *testing.T, ns, name string, master, worker []corev1.EnvVar
 
 // The gang verdict judges the NCCL settings of the job's templates against
 // the devices every rank reports: CUDA_VISIBLE_DEVICES naming 8 GPUs on
-// ranks given 4 fails every rank (VISIBLE_DEVICES_MISMATCH); NCCL_PROTO
-// set differently for Master and Worker passes with a warning
-// (NCCL_SETTINGS_DIFFER); the same settings everywhere pass.
+// ranks given 4 fails every rank (VISIBLE_DEVICES_MISMATCH);
+// NCCL_NVLS_ENABLE=1 on ranks given MIG instances fails (NCCL_NVLS_ON_MIG)
+// and passes without it; NCCL_PROTO set differently for Master and Worker
+// passes with a warning (NCCL_SETTINGS_DIFFER), and so does
+// NCCL_P2P_DISABLE=1 on ranks whose four A100s are joined by NVLink
+// (NCCL_P2P_DISABLED_NVLINK, from the NVLinks each rank reports); the
+// same settings everywhere pass.
 func TestE2EGangNCCLSettings(t *testing.T) {
 	ns := newNamespace(t, "e2e-nccl", true)
 	c := startController(t, controller.Options{GangTimeout: time.Minute})
 	eight := []corev1.EnvVar{{Name: "CUDA_VISIBLE_DEVICES", Value: "0,1,2,3,4,5,6,7"}}
+	nvls := []corev1.EnvVar{{Name: "NCCL_VERSION", Value: "2.31.2"}, {Name: "NCCL_NVLS_ENABLE", Value: "1"}}
+	nccl231 := []corev1.EnvVar{{Name: "NCCL_VERSION", Value: "2.31.2"}}
+	p2pOff := []corev1.EnvVar{{Name: "NCCL_P2P_DISABLE", Value: "1"}}
+	// Two ranks on 1g.10gb instances of GPU 0, one per pod.
+	mig := [2][]string{{"--sample", "h100-mig", "--devices", "0:2"}, {"--sample", "h100-mig", "--devices", "0:3"}}
+	full := [2][]string{fullGPURank, fullGPURank}
 	for _, tc := range []struct {
 		name           string
 		master, worker []corev1.EnvVar
+		devices        [2][]string
 		want           verdict.Verdict
 		rule           string
 		code           int
 	}{
-		{"visible-eight", eight, eight, verdict.VerdictFail, verdict.RuleVisibleDevicesMismatch, verdict.ExitFail},
+		{"visible-eight", eight, eight, full, verdict.VerdictFail, verdict.RuleVisibleDevicesMismatch, verdict.ExitFail},
+		{"nvls-on-mig", nvls, nvls, mig, verdict.VerdictFail, verdict.RuleNCCLNVLSOnMIG, verdict.ExitFail},
+		{"mig-default-nvls", nccl231, nccl231, mig, verdict.VerdictPass, "", verdict.ExitPass},
 		{"proto-differs", []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}}, []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "LL128"}},
-			verdict.VerdictWarn, verdict.RuleNCCLSettingsDiffer, verdict.ExitPass},
+			full, verdict.VerdictWarn, verdict.RuleNCCLSettingsDiffer, verdict.ExitPass},
+		{"p2p-off-nvlink", p2pOff, p2pOff, full, verdict.VerdictWarn, verdict.RuleNCCLP2PDisabledNVLink, verdict.ExitPass},
 		{"same-settings", []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}}, []corev1.EnvVar{{Name: "NCCL_PROTO", Value: "Simple"}},
-			verdict.VerdictPass, "", verdict.ExitPass},
+			full, verdict.VerdictPass, "", verdict.ExitPass},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := pytorchJobEnv(t, ns, tc.name, tc.master, tc.worker)
 			var ranks []*rank
-			for _, p := range []*corev1.Pod{rankPod(t, job, "master", 0, "node-a", ""), rankPod(t, job, "worker", 0, "node-b", "")} {
-				ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), fullGPURank...))
+			for i, p := range []*corev1.Pod{rankPod(t, job, "master", 0, "node-a", ""), rankPod(t, job, "worker", 0, "node-b", "")} {
+				ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), tc.devices[i]...))
 			}
 			for _, r := range ranks {
 				require.Equal(t, tc.code, r.wait(t, time.Minute), r.String())
