@@ -44,10 +44,10 @@ func TestGangNCCLSettings(t *testing.T) {
 			rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2"))},
 			settings(2, "NCCL_MNNVL_ENABLE", "1"), []string{"NCCL_MNNVL_NO_DOMAIN/fail"}},
 		{"NVLS forced on GPUs with no NVSwitch fabric", []RankReport{
-			rank(0, "n1", "ml/j-0", nvswitch(full(0, "n1"), false)), rank(1, "n2", "ml/j-1", nvswitch(full(0, "n2"), false))},
+			rank(0, "n1", "ml/j-0", onNVSwitch(full(0, "n1"), false)), rank(1, "n2", "ml/j-1", onNVSwitch(full(0, "n2"), false))},
 			settings(2, "NCCL_NVLS_ENABLE", "1"), []string{"NCCL_NVLS_NO_NVSWITCH/warn"}},
 		{"NVLS forced on GPUs of an NVSwitch fabric", []RankReport{
-			rank(0, "n1", "ml/j-0", nvswitch(full(0, "n1"), true)), rank(1, "n2", "ml/j-1", nvswitch(full(0, "n2"), true))},
+			rank(0, "n1", "ml/j-0", onNVSwitch(full(0, "n1"), true)), rank(1, "n2", "ml/j-1", onNVSwitch(full(0, "n2"), true))},
 			settings(2, "NCCL_NVLS_ENABLE", "1"), nil},
 		{"P2P disabled on NVLinked GPUs of one pod", []RankReport{
 			rank(0, "n1", "ml/j-0", nvlinked(full(0, "n1")), nvlinked(full(1, "n1"))), rank(1, "n2", "ml/j-1", nvlinked(full(0, "n2")), nvlinked(full(1, "n2")))},
@@ -70,9 +70,9 @@ func TestGangNCCLSettings(t *testing.T) {
 	}
 }
 
-// nvswitch is d on a GPU whose fabric state says whether it is on an
+// onNVSwitch is d on a GPU whose fabric state says whether it is on an
 // NVSwitch fabric.
-func nvswitch(d verdict.DeviceSummary, on bool) verdict.DeviceSummary {
+func onNVSwitch(d verdict.DeviceSummary, on bool) verdict.DeviceSummary {
 	d.NVSwitch = &on
 	return d
 }

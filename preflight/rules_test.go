@@ -189,5 +189,16 @@ func TestReportDevicesNVLinkFacts(t *testing.T) {
 	require.True(t, *byGPU["GPU-2"].NVSwitch)
 	require.NotNil(t, byGPU["GPU-3"].NVSwitch)
 	require.False(t, *byGPU["GPU-3"].NVSwitch)
-	require.Nil(t, byGPU["GPU-4"].NVSwitch, "no fabric state reported: unknown")
+	require.NotNil(t, byGPU["GPU-4"].NVSwitch, "no fabric state, no NVLink, SYS to GPU 2: no NVSwitch")
+	require.False(t, *byGPU["GPU-4"].NVSwitch)
+	require.Nil(t, byGPU["GPU-0"].NVSwitch, "no fabric state and no links known: unknown")
+
+	// Without a fabric state, NVLinks may run to a bridge or a switch.
+	inv.GPUs[2].Fabric, inv.GPUs[3].Fabric = nil, nil
+	r = RankRules(RankInput{Inventory: inv, Allocation: topology.Allocation{From: "--devices", Refs: []string{"2", "3"}},
+		Catalog: topology.DefaultCatalog(), Drivers: DefaultDriverTable()})
+	for _, d := range r.Devices {
+		require.Nil(t, d.NVSwitch, d.ID)
+		require.True(t, d.NVLinkPeer, d.ID)
+	}
 }

@@ -20,14 +20,50 @@ func summaries(inv *topology.Inventory, ds []topology.Device) []verdict.DeviceSu
 		if fb.MultiNode() {
 			out[i].FabricCluster, out[i].FabricClique = fb.ClusterUUID, fb.CliqueID
 		}
-		if fb != nil && fb.State != "" {
-			on := fb.Supported()
-			out[i].NVSwitch = &on
-		}
+		out[i].NVSwitch = nvswitch(inv, d.GPU)
 		out[i].NVLinkPeer = d.Kind != topology.KindMIG && nvlinkPeer(inv, d, ds)
 	}
 	return out
 }
+
+// nvswitch says whether g is on an NVSwitch fabric: what NVML's fabric
+// state says where it reports one; otherwise no when g has no active
+// NVLink and reaches every GPU it has a known link to over PCIe or the
+// CPU (no NVSwitch joins it to them); nil when it cannot be told (NVLinks
+// may run to a bridge or a switch, a GPU alone has no links to judge).
+func nvswitch(inv *topology.Inventory, g *topology.GPU) *bool {
+	if fb := g.Fabric; fb != nil && fb.State != "" {
+		on := fb.Supported()
+		return &on
+	}
+	if inv == nil {
+		return nil
+	}
+	for _, l := range g.NVLinks {
+		if l.Active {
+			return nil
+		}
+	}
+	known := 0
+	for _, l := range inv.Links {
+		if l.A != g.Index && l.B != g.Index {
+			continue
+		}
+		if nvlink(l) {
+			return nil
+		}
+		if l.Level != "" {
+			known++
+		}
+	}
+	if known == 0 {
+		return nil
+	}
+	off := false
+	return &off
+}
+
+func nvlink(l topology.Link) bool { return l.NVLinks > 0 || strings.HasPrefix(l.Level, "NV") }
 
 // nvlinkPeer: d's GPU has an NVLink to the GPU of another full-GPU device
 // of ds.
@@ -39,7 +75,7 @@ func nvlinkPeer(inv *topology.Inventory, d topology.Device, ds []topology.Device
 		if inv == nil {
 			return false
 		}
-		if l, ok := inv.Link(d.GPU.Index, o.GPU.Index); ok && (l.NVLinks > 0 || strings.HasPrefix(l.Level, "NV")) {
+		if l, ok := inv.Link(d.GPU.Index, o.GPU.Index); ok && nvlink(l) {
 			return true
 		}
 	}
