@@ -59,7 +59,9 @@ func TestPreflightEnvFileNVLink(t *testing.T) {
 func TestPreflightEnvFileNVLSWithoutNVSwitch(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "nvls.env")
 	require.NoError(t, os.WriteFile(p, []byte("NCCL_NVLS_ENABLE=1\n"), 0o600))
-	topo := func(name string) string { return filepath.Join("..", "..", "..", "testdata", "fixtures", "nvidia-smi", name) }
+	topo := func(name string) string {
+		return filepath.Join("..", "..", "..", "testdata", "fixtures", "nvidia-smi", name)
+	}
 
 	code, out, errs := run(t, nil, "preflight", "--inventory", topo("07_topo_g6e.12xlarge_4xL40S_pcie-NODE.txt"), "--devices", "0,1", "--env-file", p, "-o", "json")
 	require.Equal(t, verdict.ExitPass, code, errs)
