@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -131,6 +132,55 @@ func TestE2EGangNCCLSocketIfname(t *testing.T) {
 				require.Equal(t, []int{1}, found[0].Ranks, "the Worker's rank: %s", r.String())
 				require.Equal(t, []string{"node-b"}, found[0].Nodes, r.String())
 				require.Contains(t, found[0].Message, "=rgnosuch0", r.String())
+			}
+		})
+	}
+}
+
+// An MPIJob's ranks run with what the Launcher's mpirun exports to them:
+// the gang verdict, reading the controller's cached job, fails two Worker
+// ranks on MIG instances whose Launcher runs `mpirun -x
+// NCCL_NVLS_ENABLE=1` (NCCL_NVLS_ON_MIG), though the Workers' own env
+// leaves NVLS at its default; the same job without the export passes.
+func TestE2EGangNCCLMPIRunExports(t *testing.T) {
+	ns := newNamespace(t, "e2e-nccl-mpi", true)
+	c := startController(t, controller.Options{GangTimeout: time.Minute})
+	for _, tc := range []struct {
+		name string
+		cmd  []string
+		want verdict.Verdict
+		code int
+	}{
+		{"export-nvls", []string{"mpirun", "-np", "2", "-x", "NCCL_NVLS_ENABLE=1", "python", "train.py"}, verdict.VerdictFail, verdict.ExitFail},
+		{"no-export", []string{"mpirun", "-np", "2", "python", "train.py"}, verdict.VerdictPass, verdict.ExitPass},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			launcher := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "mpi", Image: "mpioperator/openmpi", Command: tc.cmd}}}}
+			worker := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "mpi", Image: "mpioperator/openmpi",
+				Env: []corev1.EnvVar{{Name: "NCCL_VERSION", Value: "2.31.2"}}}}}}
+			job := &mpiv2beta1.MPIJob{
+				ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: ns},
+				Spec: mpiv2beta1.MPIJobSpec{RunLauncherAsWorker: ptr.To(false), MPIReplicaSpecs: map[mpiv2beta1.MPIReplicaType]*mpiv2beta1.ReplicaSpec{
+					mpiv2beta1.MPIReplicaTypeLauncher: {Replicas: ptr.To(int32(1)), Template: launcher},
+					mpiv2beta1.MPIReplicaTypeWorker:   {Replicas: ptr.To(int32(2)), Template: worker},
+				}},
+			}
+			require.NoError(t, k8s.Create(context.Background(), job))
+			t.Cleanup(func() { _ = k8s.Delete(context.Background(), job) })
+			var ranks []*rank
+			for i, dev := range []string{"0:2", "0:3"} {
+				p := rankPod(t, job, "worker", i, "h100-node", "nvidia.com/mig-1g.10gb")
+				ranks = append(ranks, startRank(t, c.URL, p, token(t, p, gate.Audience), "--sample", "h100-mig", "--devices", dev))
+			}
+			for _, r := range ranks {
+				require.Equal(t, tc.code, r.wait(t, time.Minute), r.String())
+				v := decodeVerdict(t, r)
+				require.Equal(t, tc.want, v.Verdict, r.String())
+				if tc.want == verdict.VerdictFail {
+					require.Contains(t, v.RuleIDs(), verdict.RuleNCCLNVLSOnMIG, r.String())
+				} else {
+					require.NotContains(t, v.RuleIDs(), verdict.RuleNCCLNVLSOnMIG, r.String())
+				}
 			}
 		})
 	}
