@@ -2,7 +2,6 @@ package preflight
 
 import (
 	"github.com/rankgate/rankgate/preflight/ncclenv"
-	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -32,13 +31,7 @@ func gangNCCLSettings(g *gang) []verdict.Finding {
 		if r.NCCLVersion != "" {
 			nr.NCCLVersion = r.NCCLVersion
 		}
-		nr.Devices = make([]ncclenv.Device, 0, len(r.Report.Devices))
-		for _, d := range r.Report.Devices {
-			nr.Devices = append(nr.Devices, ncclenv.Device{
-				ID: d.ID, MIG: d.Kind == string(topology.KindMIG), GPUUUID: d.GPUUUID,
-				FabricCluster: d.FabricCluster, FabricClique: d.FabricClique,
-			})
-		}
+		nr.Devices = ncclenv.ReportDevices(r.Report)
 		in.Ranks = append(in.Ranks, nr)
 	}
 	return ncclenv.Check(in)

@@ -43,6 +43,18 @@ func TestGangNCCLSettings(t *testing.T) {
 		{"MNNVL forced on GPUs in no NVLink domain", []RankReport{
 			rank(0, "n1", "ml/j-0", full(0, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2"))},
 			settings(2, "NCCL_MNNVL_ENABLE", "1"), []string{"NCCL_MNNVL_NO_DOMAIN/fail"}},
+		{"NVLS forced on GPUs with no NVSwitch fabric", []RankReport{
+			rank(0, "n1", "ml/j-0", onNVSwitch(full(0, "n1"), false)), rank(1, "n2", "ml/j-1", onNVSwitch(full(0, "n2"), false))},
+			settings(2, "NCCL_NVLS_ENABLE", "1"), []string{"NCCL_NVLS_NO_NVSWITCH/warn"}},
+		{"NVLS forced on GPUs of an NVSwitch fabric", []RankReport{
+			rank(0, "n1", "ml/j-0", onNVSwitch(full(0, "n1"), true)), rank(1, "n2", "ml/j-1", onNVSwitch(full(0, "n2"), true))},
+			settings(2, "NCCL_NVLS_ENABLE", "1"), nil},
+		{"P2P disabled on NVLinked GPUs of one pod", []RankReport{
+			rank(0, "n1", "ml/j-0", nvlinked(full(0, "n1")), nvlinked(full(1, "n1"))), rank(1, "n2", "ml/j-1", nvlinked(full(0, "n2")), nvlinked(full(1, "n2")))},
+			settings(2, "NCCL_P2P_DISABLE", "1"), []string{"NCCL_P2P_DISABLED_NVLINK/warn"}},
+		{"P2P disabled on PCIe GPUs of one pod", []RankReport{
+			rank(0, "n1", "ml/j-0", full(0, "n1"), full(1, "n1")), rank(1, "n2", "ml/j-1", full(0, "n2"), full(1, "n2"))},
+			settings(2, "NCCL_P2P_DISABLE", "1"), nil},
 		{"MIG with an NCCL that cannot be told: the gang verdict stays quiet", []RankReport{
 			rank(0, "n1", "ml/j-0", migDev("GPU-a", 0, "1g.35gb", 26))}, settings(1), nil},
 	} {
@@ -56,6 +68,19 @@ func TestGangNCCLSettings(t *testing.T) {
 			require.ElementsMatch(t, tc.want, rules(r))
 		})
 	}
+}
+
+// onNVSwitch is d on a GPU whose fabric state says whether it is on an
+// NVSwitch fabric.
+func onNVSwitch(d verdict.DeviceSummary, on bool) verdict.DeviceSummary {
+	d.NVSwitch = &on
+	return d
+}
+
+// nvlinked is d with an NVLink to another GPU of its rank.
+func nvlinked(d verdict.DeviceSummary) verdict.DeviceSummary {
+	d.NVLinkPeer = true
+	return d
 }
 
 // withNet is r with the network it reported.

@@ -161,7 +161,7 @@ func RankRules(in RankInput) verdict.Report {
 	f = append(f, gapRules(inv)...)
 	r := verdict.NewReport("", f)
 	r.Mode = string(in.Mode)
-	r.Devices = summaries(devs)
+	r.Devices = summaries(inv, devs)
 	return r
 }
 
@@ -425,18 +425,6 @@ func gpuName(g *topology.GPU) string {
 		return fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
 	}
 	return fmt.Sprintf("GPU %d", g.Index)
-}
-
-func summaries(ds []topology.Device) []verdict.DeviceSummary {
-	out := make([]verdict.DeviceSummary, len(ds))
-	for i, d := range ds {
-		out[i] = verdict.DeviceSummary{ID: d.ID(), Kind: string(d.Kind), GPU: d.GPU.Index, GPUUUID: d.GPU.UUID,
-			Profile: d.Profile(), SMs: d.SMs(), MemoryMiB: d.MemoryMiB()}
-		if fb := d.GPU.Fabric; fb.MultiNode() {
-			out[i].FabricCluster, out[i].FabricClique = fb.ClusterUUID, fb.CliqueID
-		}
-	}
-	return out
 }
 
 func orDefault(s, d string) string {

@@ -166,3 +166,39 @@ func TestNotFoundDetailSaysItOnce(t *testing.T) {
 	require.Equal(t, " (MIG device 1:7)", notFoundDetail("1:7", fmt.Errorf("%w: MIG device %d:%d", topology.ErrDeviceNotFound, 1, 7)))
 	require.Equal(t, "", notFoundDetail("x", nil))
 }
+
+// The report's devices carry what the gang verdict's NCCL settings rules
+// need of their GPUs: an NVLink to another full GPU of the rank, and the
+// NVSwitch fabric where NVML reports its state (unknown otherwise).
+func TestReportDevicesNVLinkFacts(t *testing.T) {
+	inv := node()
+	inv.GPUs[2].Fabric = &topology.Fabric{State: topology.FabricCompleted, Status: topology.FabricStatusSuccess}
+	inv.GPUs[3].Fabric = &topology.Fabric{State: topology.FabricNotSupported}
+	r := RankRules(RankInput{Inventory: inv, Allocation: topology.Allocation{From: "--devices", Refs: []string{"2", "3", "4", "0:0"}},
+		Catalog: topology.DefaultCatalog(), Drivers: DefaultDriverTable()})
+	require.Len(t, r.Devices, 4)
+	byGPU := map[string]verdict.DeviceSummary{}
+	for _, d := range r.Devices {
+		byGPU[d.GPUUUID] = d
+	}
+	require.True(t, byGPU["GPU-2"].NVLinkPeer, "NV18 to GPU 3")
+	require.True(t, byGPU["GPU-3"].NVLinkPeer, "NV18 to GPU 2")
+	require.False(t, byGPU["GPU-4"].NVLinkPeer, "SYS to GPU 2")
+	require.False(t, byGPU["GPU-0"].NVLinkPeer, "a MIG instance has no NVLink")
+	require.NotNil(t, byGPU["GPU-2"].NVSwitch)
+	require.True(t, *byGPU["GPU-2"].NVSwitch)
+	require.NotNil(t, byGPU["GPU-3"].NVSwitch)
+	require.False(t, *byGPU["GPU-3"].NVSwitch)
+	require.NotNil(t, byGPU["GPU-4"].NVSwitch, "no fabric state, no NVLink, SYS to GPU 2: no NVSwitch")
+	require.False(t, *byGPU["GPU-4"].NVSwitch)
+	require.Nil(t, byGPU["GPU-0"].NVSwitch, "no fabric state and no links known: unknown")
+
+	// Without a fabric state, NVLinks may run to a bridge or a switch.
+	inv.GPUs[2].Fabric, inv.GPUs[3].Fabric = nil, nil
+	r = RankRules(RankInput{Inventory: inv, Allocation: topology.Allocation{From: "--devices", Refs: []string{"2", "3"}},
+		Catalog: topology.DefaultCatalog(), Drivers: DefaultDriverTable()})
+	for _, d := range r.Devices {
+		require.Nil(t, d.NVSwitch, d.ID)
+		require.True(t, d.NVLinkPeer, d.ID)
+	}
+}

@@ -80,6 +80,12 @@ type DeviceSummary struct {
 	// Empty on other systems.
 	FabricCluster string  `json:"fabricCluster,omitempty"`
 	FabricClique  *uint32 `json:"fabricClique,omitempty"`
+	// NVSwitch says whether the device's GPU sits on an NVSwitch fabric
+	// (NVML's fabric state; NVLink SHARP needs one); nil when unknown.
+	NVSwitch *bool `json:"nvswitch,omitempty"`
+	// NVLinkPeer: the device is a full GPU with an NVLink to another full
+	// GPU of the same report (MIG instances have no NVLink).
+	NVLinkPeer bool `json:"nvlinkPeer,omitempty"`
 }
 
 // NewReport builds a report from findings: the verdict is the heaviest

@@ -207,3 +207,29 @@ func digit(c byte, base uint64) int {
 	}
 	return d
 }
+
+// With is e with o laid over it: o's known values and unresolved names
+// replace e's (a launcher's exports over a container's env). e is not
+// changed; a nil o gives e.
+func (e *Env) With(o *Env) *Env {
+	if o == nil {
+		return e
+	}
+	out := NewEnv(nil)
+	if e != nil {
+		for k, v := range e.Vars {
+			out.Vars[k] = v
+		}
+		for k := range e.Unresolved {
+			out.Unresolved[k] = true
+		}
+		out.Partial = e.Partial
+	}
+	for k, v := range o.Vars {
+		out.Set(k, v)
+	}
+	for k := range o.Unresolved {
+		out.SetUnresolved(k)
+	}
+	return out
+}

@@ -8,41 +8,30 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
 // LocalRank is one process tree's view for ScopeLocal: its environment,
-// the devices its preflight report judged (with what the node's inventory
-// says of their NVSwitch fabric and NVLinks), and the node's network when
-// read (nil: unknown). Rank is 0: the local rank set is one NCCL host.
-func LocalRank(env *Env, r verdict.Report, inv *topology.Inventory, nw *Net) Rank {
-	out := Rank{Rank: 0, Name: "this rank", Env: env, Net: nw, DevicesKnown: true, Replicas: 1}
+// the devices its preflight report judged (with what the report says of
+// their NVSwitch fabric and NVLinks), and the node's network when read
+// (nil: unknown). Rank is 0: the local rank set is one NCCL host.
+func LocalRank(env *Env, r verdict.Report, nw *Net) Rank {
+	return Rank{Rank: 0, Name: "this rank", Env: env, Net: nw, DevicesKnown: true, Replicas: 1, Devices: ReportDevices(r)}
+}
+
+// ReportDevices are the devices of a rank's preflight report as the rules
+// see them: MIG or full GPU, the physical GPU, its NVLink domain, whether
+// it is on an NVSwitch fabric and has an NVLink to another GPU of the rank.
+func ReportDevices(r verdict.Report) []Device {
+	out := make([]Device, 0, len(r.Devices))
 	for _, d := range r.Devices {
-		dev := Device{ID: d.ID, MIG: d.Kind == string(topology.KindMIG), GPUUUID: d.GPUUUID, FabricCluster: d.FabricCluster, FabricClique: d.FabricClique}
-		if inv != nil {
-			if g, ok := inv.GPUByIndex(d.GPU); ok && g.Fabric != nil && g.Fabric.State != "" {
-				on := g.Fabric.Supported()
-				dev.NVSwitch = &on
-			}
-		}
-		out.Devices = append(out.Devices, dev)
-	}
-	if inv == nil {
-		return out
-	}
-	for i := range out.Devices {
-		for j := range out.Devices {
-			a, b := r.Devices[i], r.Devices[j]
-			if i == j || out.Devices[i].MIG || out.Devices[j].MIG || a.GPU == b.GPU {
-				continue
-			}
-			if l, ok := inv.Link(a.GPU, b.GPU); ok && (l.NVLinks > 0 || strings.HasPrefix(l.Level, "NV")) {
-				out.Devices[i].NVLinkPeers = true
-			}
-		}
+		out = append(out, Device{
+			ID: d.ID, MIG: d.Kind == string(topology.KindMIG), GPUUUID: d.GPUUUID,
+			FabricCluster: d.FabricCluster, FabricClique: d.FabricClique,
+			NVSwitch: d.NVSwitch, NVLinkPeers: d.NVLinkPeer,
+		})
 	}
 	return out
 }

@@ -58,6 +58,19 @@ func TestRealOutputs(t *testing.T) {
 			want: []want{{verdict.RuleNCCLSocketIfnameMissing, verdict.SeverityFail}},
 		},
 		{
+			// NVIDIA/nccl#2057: two ranks of one node with P2P and SHM off
+			// fall back to NET/Socket and fail init. MIG ranks on one GPU
+			// have no P2P, so NCCL_SHM_DISABLE=1 alone puts them there.
+			name:    "nccl2057 SHM off where P2P cannot run",
+			fixture: "43_nccl-error_1-node-2-gpu_p2p-and-shm-disabled_net-socket-af-unix_nccl2057.txt",
+			shows:   []string{"NCCL_SHM_DISABLE=1", "neither AF_INET(2) nor AF_INET6(10)", "internal error"},
+			in: Input{Scope: ScopeLocal, Ranks: []Rank{{
+				Rank: 0, Env: env("NCCL_SHM_DISABLE", "1", "NCCL_MULTI_RANK_GPU_ENABLE", "1"), NCCLVersion: "2.31.2", DevicesKnown: true,
+				Devices: []Device{mig("MIG-1", "GPU-0"), mig("MIG-2", "GPU-0")},
+			}}},
+			want: []want{{verdict.RuleNCCLSHMDisabledMIG, verdict.SeverityWarn}},
+		},
+		{
 			// mlcommons/training#442: several MIG instances visible to one
 			// process; set_device(1) fails with invalid device ordinal. With
 			// CUDA_VISIBLE_DEVICES=0,1 over one MIG instance per pod, the

@@ -213,7 +213,7 @@ func ruleSHMDisabledMIG(in Input) []verdict.Finding {
 			continue
 		}
 		out = append(out, finding(verdict.RuleNCCLSHMDisabledMIG, verdict.SeverityWarn, rs,
-			fmt.Sprintf("%s: %s=1 while their MIG instances share one GPU: MIG has no P2P, shared memory is the only fast path between them, and NCCL falls back to the network (sockets or the NIC through the switch)", joinLabels(rs), envSHM),
+			fmt.Sprintf("%s: %s=1 while their MIG instances share one GPU: MIG has no P2P, shared memory is the only fast path between them, and NCCL falls back to the network (sockets or the NIC through the switch), a slow path that with sockets alone can fail init (NVIDIA/nccl#2057)", joinLabels(rs), envSHM),
 			"remove NCCL_SHM_DISABLE from MIG jobs"))
 	}
 	return out

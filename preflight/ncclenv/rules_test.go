@@ -285,3 +285,24 @@ func TestLocalVisibleDevices(t *testing.T) {
 	require.Equal(t, verdict.SeverityFail, fs[0].Severity)
 	require.Empty(t, Check(local(env("NVIDIA_VISIBLE_DEVICES", "GPU-4,GPU-5", "CUDA_VISIBLE_DEVICES", "1,0"))))
 }
+
+// With lays one env over another (a launcher's exports over a rank
+// container's env) without changing either.
+func TestEnvWith(t *testing.T) {
+	base := env("NCCL_NVLS_ENABLE", "0", "NCCL_DEBUG", "INFO")
+	base.SetUnresolved("NCCL_SOCKET_IFNAME")
+	base.Partial = true
+	over := env("NCCL_NVLS_ENABLE", "1", "NCCL_SOCKET_IFNAME", "eth0")
+	over.SetUnresolved("NCCL_DEBUG")
+	got := base.With(over)
+	require.True(t, got.IsOne("NCCL_NVLS_ENABLE"))
+	v, _, known := got.String("NCCL_SOCKET_IFNAME")
+	require.True(t, known)
+	require.Equal(t, "eth0", v)
+	_, _, known = got.String("NCCL_DEBUG")
+	require.False(t, known)
+	require.True(t, got.Partial)
+	require.False(t, base.IsOne("NCCL_NVLS_ENABLE"), "the base is not changed")
+	require.Same(t, base, base.With(nil))
+	require.True(t, (*Env)(nil).With(over).IsOne("NCCL_NVLS_ENABLE"))
+}

@@ -113,10 +113,14 @@ func (s *Source) discoverHealth(c *caller, i int, dev nvml.Device, g *topology.G
 	return nil
 }
 
-// fabric converts NVML's fabric info; a GPU outside any fabric is nil.
+// fabric converts NVML's fabric info. A GPU whose driver answers that it
+// has no fabric (state not supported) says so: it is on no NVSwitch
+// fabric, which NCCL's NVLS needs; an unknown state is nil.
 func fabric(fi nvml.GpuFabricInfo) *topology.Fabric {
 	f := &topology.Fabric{}
 	switch fi.State {
+	case nvml.GPU_FABRIC_STATE_NOT_SUPPORTED:
+		return &topology.Fabric{State: topology.FabricNotSupported}
 	case nvml.GPU_FABRIC_STATE_NOT_STARTED:
 		f.State = topology.FabricNotStarted
 	case nvml.GPU_FABRIC_STATE_IN_PROGRESS:

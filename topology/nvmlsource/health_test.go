@@ -66,6 +66,18 @@ func TestHealthFaults(t *testing.T) {
 	require.False(t, *g(1).Health.RetiredPagesPending)
 }
 
+// A GPU whose driver answers "no fabric" (H100 PCIe and the like) is on
+// no NVSwitch fabric; one whose driver cannot be asked stays unknown.
+func TestHealthFabricNotSupported(t *testing.T) {
+	s := nvmltest.NewServer(t, nvmltest.DGXH100)
+	s.SetFabric(0, nvml.GPU_FABRIC_STATE_NOT_SUPPORTED, nvml.SUCCESS)
+	s.FaultGPU("GetGpuFabricInfo", 1, nvml.ERROR_NOT_SUPPORTED)
+	inv := mustDiscover(t, s)
+	require.Equal(t, &topology.Fabric{State: topology.FabricNotSupported}, inv.GPUs[0].Fabric)
+	require.False(t, inv.GPUs[0].Fabric.Supported())
+	require.Nil(t, inv.GPUs[1].Fabric)
+}
+
 func TestHealthMultiNodeCliques(t *testing.T) {
 	const cluster = "5f1c9a2e-7b1d-4e0a-9c3f-2a6b8d4e1f00"
 	a := mustDiscover(t, nvmltest.NewServer(t, nvmltest.DGXB200, nvmltest.WithFabricCluster(cluster, 1)))

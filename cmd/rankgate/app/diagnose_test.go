@@ -4,6 +4,7 @@ package app
 
 import (
 	"errors"
+	"fmt"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"os"
 	"path/filepath"
@@ -204,4 +205,85 @@ func TestDiagnoseOfflineNCCLSettings(t *testing.T) {
 	require.Equal(t, verdict.SeverityWarn, byRule[verdict.RuleNCCLMultiRankGPU].Severity, out)
 	require.NotContains(t, byRule, verdict.RuleNCCLMIGVersion, "NCCL_VERSION 2.31.2 supports MIG")
 	require.Contains(t, byRule[verdict.RuleNCCLNVLSOnMIG].Message, "Master (container pytorch)")
+}
+
+// pastedJob is a PyTorchJob manifest as a user pastes it: a Master and two
+// Workers, each pod asking for one 1g.10gb MIG instance, with the given
+// image and env.
+func pastedJob(image string, master, worker []string) string {
+	env := func(kv []string) string {
+		if len(kv) == 0 {
+			return ""
+		}
+		s := "            env:\n"
+		for i := 0; i+1 < len(kv); i += 2 {
+			s += fmt.Sprintf("            - name: %s\n              value: %q\n", kv[i], kv[i+1])
+		}
+		return s
+	}
+	replica := func(typ string, n int, kv []string) string {
+		return fmt.Sprintf(`    %s:
+      replicas: %d
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: %s
+%s            resources:
+              limits:
+                nvidia.com/mig-1g.10gb: 1
+`, typ, n, image, env(kv))
+	}
+	return "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: pasted\n  namespace: ml\nspec:\n  pytorchReplicaSpecs:\n" +
+		replica("Master", 1, master) + replica("Worker", 2, worker)
+}
+
+// TestDiagnoseOfflinePastedManifestNCCLSettings: a user pastes a job
+// manifest (stdin) with the cluster's nodes beside it, and `rankgate
+// diagnose --offline` prints each NCCL settings finding a manifest alone
+// can show, in its human output, before anything runs; the same job with
+// the setting fixed has no such finding.
+func TestDiagnoseOfflinePastedManifestNCCLSettings(t *testing.T) {
+	nodes, err := os.ReadFile(filepath.Join("testdata", "nodes-h100-1g.yaml"))
+	require.NoError(t, err)
+	const image = "registry.example.com/train:1"
+	v231 := []string{"NCCL_VERSION", "2.31.2"}
+	with := func(kv ...string) []string { return append(append([]string(nil), v231...), kv...) }
+	for _, tc := range []struct {
+		name           string
+		image          string
+		master, worker []string
+		rule           string
+		sev            verdict.Severity
+	}{
+		{"NVLS forced on MIG", image, with("NCCL_NVLS_ENABLE", "1"), with("NCCL_NVLS_ENABLE", "1"), verdict.RuleNCCLNVLSOnMIG, verdict.SeverityFail},
+		{"NVLS off on MIG", image, with("NCCL_NVLS_ENABLE", "0"), with("NCCL_NVLS_ENABLE", "0"), verdict.RuleNCCLNVLSOnMIG, ""},
+		{"MIG on an NGC image before MIG support", "nvcr.io/nvidia/pytorch:24.05-py3", nil, nil, verdict.RuleNCCLMIGVersion, verdict.SeverityFail},
+		{"MIG on NCCL 2.31", "nvcr.io/nvidia/pytorch:24.05-py3", v231, v231, verdict.RuleNCCLMIGVersion, ""},
+		{"MNNVL forced on MIG", image, with("NCCL_MNNVL_ENABLE", "1"), with("NCCL_MNNVL_ENABLE", "1"), verdict.RuleNCCLMNNVLNoDomain, verdict.SeverityFail},
+		{"CUDA_VISIBLE_DEVICES beyond the one MIG instance", image, with("CUDA_VISIBLE_DEVICES", "0,1"), with("CUDA_VISIBLE_DEVICES", "0,1"), verdict.RuleVisibleDevicesMismatch, verdict.SeverityFail},
+		{"CUDA_VISIBLE_DEVICES naming the one MIG instance", image, with("CUDA_VISIBLE_DEVICES", "0"), with("CUDA_VISIBLE_DEVICES", "0"), verdict.RuleVisibleDevicesMismatch, ""},
+		{"NIC mismatch ignored", image, with("NCCL_IGNORE_NET_MISMATCH", "1"), with("NCCL_IGNORE_NET_MISMATCH", "1"), verdict.RuleNCCLIgnoreNetMismatch, verdict.SeverityWarn},
+		{"algorithms differ between Master and Workers", image, with("NCCL_ALGO", "Ring"), with("NCCL_ALGO", "Tree"), verdict.RuleNCCLSettingsDiffer, verdict.SeverityWarn},
+		{"the same algorithm everywhere", image, with("NCCL_ALGO", "Ring"), with("NCCL_ALGO", "Ring"), verdict.RuleNCCLSettingsDiffer, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := pastedJob(tc.image, tc.master, tc.worker) + "---\n" + string(nodes)
+			var out, errb strings.Builder
+			code := Run(t.Context(), Streams{In: strings.NewReader(in), Out: &out, Err: &errb}, []string{"diagnose", "--offline", "-f", "-"})
+			line := strings.ToUpper(string(tc.sev)) + "  " + tc.rule + "\n"
+			switch tc.sev {
+			case "":
+				require.NotContains(t, out.String(), tc.rule, errb.String())
+				require.Equal(t, verdict.ExitPass, code, "%s%s", out.String(), errb.String())
+			case verdict.SeverityFail:
+				require.Contains(t, out.String(), line, errb.String())
+				require.Equal(t, verdict.ExitFail, code, out.String())
+			default:
+				require.Contains(t, out.String(), line, errb.String())
+				require.Equal(t, verdict.ExitPass, code, "%s%s", out.String(), errb.String())
+			}
+			require.Contains(t, out.String(), "PyTorchJob ml/pasted")
+		})
+	}
 }

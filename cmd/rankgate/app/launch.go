@@ -213,13 +213,13 @@ func (a *App) launch(ctx context.Context, o *launchOptions, opts launcher.Option
 		}
 		opts.Devices = devs
 	} else {
-		r, inv, err := a.rankPreflight(ctx, &o.preflightOptions)
+		r, _, err := a.rankPreflight(ctx, &o.preflightOptions)
 		if err != nil {
 			return err
 		}
 		// CMD inherits this environment: its NCCL settings against the
 		// rank's devices and the node's network.
-		r = judgeNCCLSettings(ownEnv(), r, inv, o.offline())
+		r = judgeNCCLSettings(ownEnv(), r, o.offline())
 		// CMD's stdout stays CMD's: the report goes to stderr.
 		if err := verdict.Write(a.Streams.Err, r, o.Output); err != nil {
 			return err

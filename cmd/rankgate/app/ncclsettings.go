@@ -7,7 +7,6 @@ import (
 
 	"github.com/rankgate/rankgate/internal/fileinput"
 	"github.com/rankgate/rankgate/preflight/ncclenv"
-	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -18,12 +17,12 @@ const sysfs = "/sys"
 // preflight report: env against the devices r judged and, when the node's
 // facts come from the machine itself (not files), its network interfaces
 // and RDMA devices.
-func judgeNCCLSettings(env *ncclenv.Env, r verdict.Report, inv *topology.Inventory, offline bool) verdict.Report {
+func judgeNCCLSettings(env *ncclenv.Env, r verdict.Report, offline bool) verdict.Report {
 	var nw *ncclenv.Net
 	if !offline {
 		nw, _ = ncclenv.ReadLocalNet(sysfs) // what it could not read stays unknown
 	}
-	rank := ncclenv.LocalRank(env, r, inv, nw)
+	rank := ncclenv.LocalRank(env, r, nw)
 	return ncclenv.Merge(r, ncclenv.Check(ncclenv.Input{Scope: ncclenv.ScopeLocal, Ranks: []ncclenv.Rank{rank}}))
 }
 

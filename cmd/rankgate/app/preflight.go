@@ -82,12 +82,12 @@ given, and runs the rank rules. Exit 0 pass (warnings allowed), 1 fail,
 					return err
 				}
 			}
-			r, inv, err := a.rankPreflight(cmd.Context(), o)
+			r, _, err := a.rankPreflight(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
 			if env != nil {
-				r = judgeNCCLSettings(env, r, inv, o.offline())
+				r = judgeNCCLSettings(env, r, o.offline())
 			}
 			if err := a.printReport(r, o.Output); err != nil {
 				return err

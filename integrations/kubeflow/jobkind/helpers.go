@@ -90,7 +90,9 @@ var KubeflowPodLabels = []string{LabelJobName, LabelReplicaType, LabelReplicaIdx
 // the rank container only (the first asking for GPUs, else the first),
 // with its name, image, GPU resources, the launch settings of its
 // environment (NCCL_*, FI_*, UCX_*, CUDA_VISIBLE_DEVICES,
-// NVIDIA_VISIBLE_DEVICES) and whether it takes more from envFrom.
+// NVIDIA_VISIBLE_DEVICES), whether it takes more from envFrom, and the
+// launch settings an mpirun on its command line exports to the ranks
+// (MPIRunExports; the command becomes `mpirun` with those exports only).
 // Everything else (metadata, volumes, other containers, scheduling) goes:
 // the cache holds every job of the cluster.
 func StripTemplate(t *corev1.PodTemplateSpec) {
@@ -116,6 +118,7 @@ func StripTemplate(t *corev1.PodTemplateSpec) {
 	if len(c.EnvFrom) > 0 {
 		keep.EnvFrom = c.EnvFrom[:1:1]
 	}
+	keep.Command = keepExports(append(append([]string(nil), c.Command...), c.Args...))
 	t.Spec.Containers = []corev1.Container{keep}
 }
 

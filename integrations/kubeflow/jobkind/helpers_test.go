@@ -54,3 +54,26 @@ func TestStripTemplateKeepsLaunchSettingsOnly(t *testing.T) {
 	StripTemplate(&empty)
 	require.Empty(t, empty.Spec.Containers)
 }
+
+// A cached MPI Launcher template keeps the launch settings its mpirun
+// exports to the ranks, as an mpirun command line, and nothing else of it.
+func TestStripTemplateKeepsMPIRunExports(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want []string
+	}{
+		{"mpirun words", []string{"mpirun", "-np", "16", "-x", "NCCL_NVLS_ENABLE=1", "-x", "LD_LIBRARY_PATH", "-x", "NCCL_DEBUG", "--mca", "pml", "ob1", "python", "train.py"},
+			[]string{"mpirun", "-x", "NCCL_NVLS_ENABLE=1", "-x", "NCCL_DEBUG"}},
+		{"a shell script with -genv and quotes", []string{"/bin/sh", "-c", `cd /w && mpiexec.hydra -n 2 -genv FI_PROVIDER "efa" -genv HF_TOKEN s -x NCCL_PROTO="Simple" ./a.out`},
+			[]string{"mpirun", "-genv", "FI_PROVIDER", "efa", "-x", "NCCL_PROTO=Simple"}},
+		{"no mpirun", []string{"python", "-x", "NCCL_NVLS_ENABLE=1"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "launcher", Command: tc.argv[:1], Args: tc.argv[1:]}}}}
+			StripTemplate(&tmpl)
+			require.Equal(t, tc.want, tmpl.Spec.Containers[0].Command)
+			require.Empty(t, tmpl.Spec.Containers[0].Args)
+		})
+	}
+}

@@ -1,7 +1,8 @@
 // Package ncclsettings reads a Kubeflow job's NCCL settings from its pod
 // templates for the rules of preflight/ncclenv: each rank-running replica
 // type's container that holds the GPUs (its env, image, and the GPUs and
-// MIG instances it asks for). The webhook, `rankgate diagnose` and the
+// MIG instances it asks for), with what an MPI launcher exports to every
+// rank on mpirun's command line. The webhook, `rankgate diagnose` and the
 // controller read a job's settings through it, so they agree.
 package ncclsettings
 
@@ -20,6 +21,7 @@ import (
 // Replicas the spec's count), for ScopeTemplate.
 func Templates(j kubeflow.Job) []ncclenv.Rank {
 	var out []ncclenv.Rank
+	exports := launcherExports(j)
 	for _, rs := range j.ReplicaSpecs() {
 		if !rs.RunsRanks || rs.Template == nil {
 			continue
@@ -28,6 +30,7 @@ func Templates(j kubeflow.Job) []ncclenv.Rank {
 		if !ok {
 			continue
 		}
+		r.Env = r.Env.With(exports)
 		r.Replicas = int(rs.Replicas)
 		out = append(out, r)
 	}
@@ -43,6 +46,7 @@ func ByRank(j kubeflow.Job) map[int]ncclenv.Rank {
 		return nil
 	}
 	tpl := j.Templates()
+	exports := launcherExports(j)
 	out := map[int]ncclenv.Rank{}
 	for _, s := range slots {
 		if s.NoRank != nil || tpl[s.Type] == nil {
@@ -52,6 +56,7 @@ func ByRank(j kubeflow.Job) map[int]ncclenv.Rank {
 		if !ok {
 			continue
 		}
+		r.Env = r.Env.With(exports)
 		for k := 0; k < s.Count && k < kubeflow.MaxReplicas; k++ {
 			rr := r
 			rr.Rank, rr.Replicas = s.Base+k, 1

@@ -316,3 +316,53 @@ func setEnv(name, value string) func(*corev1.PodSpec) {
 		}
 	}
 }
+
+// TestHandleNCCLChecks: every NCCL settings check a template alone can
+// show warns at admission by default and refuses the job when set to
+// deny; the same job with the setting fixed is admitted without a word.
+func TestHandleNCCLChecks(t *testing.T) {
+	mig := func(n string, fs ...func(*corev1.PodSpec)) *kftraining.PyTorchJob {
+		b := kubeflowtest.MakePyTorchJob("nccl", "ml").Master().Workers(2).Request("nvidia.com/mig-1g.10gb", n).PodSpec(torchrun("--nproc-per-node="+n, "train.py"))
+		for _, f := range fs {
+			b = b.PodSpec(f)
+		}
+		return b.Obj()
+	}
+	masterProto := func(j *kftraining.PyTorchJob, v string) *kftraining.PyTorchJob {
+		c := &j.Spec.PyTorchReplicaSpecs[kftraining.PyTorchJobReplicaTypeMaster].Template.Spec.Containers[0]
+		c.Env = append(c.Env, corev1.EnvVar{Name: "NCCL_PROTO", Value: v})
+		return j
+	}
+	multi := setEnv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+	cases := map[string]struct{ bad, good *kftraining.PyTorchJob }{
+		verdict.RuleNCCLMIGVersion:         {mig("1", setEnv("NCCL_VERSION", "2.21.5")), mig("1", nccl231)},
+		verdict.RuleNCCLMultiRankGPU:       {mig("2", nccl231), mig("2", nccl231, multi)},
+		verdict.RuleNCCLNVLSOnMIG:          {mig("1", nccl231, setEnv("NCCL_NVLS_ENABLE", "1")), mig("1", nccl231, setEnv("NCCL_NVLS_ENABLE", "0"))},
+		verdict.RuleNCCLMNNVLNoDomain:      {mig("1", nccl231, setEnv("NCCL_MNNVL_ENABLE", "1")), mig("1", nccl231, setEnv("NCCL_MNNVL_ENABLE", "0"))},
+		verdict.RuleNCCLSHMDisabledMIG:     {mig("2", nccl231, multi, setEnv("NCCL_SHM_DISABLE", "1")), mig("2", nccl231, multi, setEnv("NCCL_SHM_DISABLE", "0"))},
+		verdict.RuleNCCLIgnoreNetMismatch:  {mig("1", nccl231, setEnv("NCCL_IGNORE_NET_MISMATCH", "1")), mig("1", nccl231, setEnv("NCCL_IGNORE_NET_MISMATCH", "0"))},
+		verdict.RuleNCCLSettingsDiffer:     {masterProto(mig("1", nccl231, setEnv("NCCL_PROTO", "LL128")), "Simple"), mig("1", nccl231, setEnv("NCCL_PROTO", "Simple"))},
+		verdict.RuleVisibleDevicesMismatch: {mig("1", nccl231, setEnv("CUDA_VISIBLE_DEVICES", "0,1")), mig("1", nccl231, setEnv("CUDA_VISIBLE_DEVICES", "0"))},
+	}
+	require.Len(t, cases, len(validate.NCCLChecks), "a case for every NCCL check")
+	for _, id := range validate.NCCLChecks {
+		tc, ok := cases[id]
+		require.True(t, ok, id)
+		t.Run(id, func(t *testing.T) {
+			// No node source: the placement checks stay out of it.
+			resp := validate.NewHandler(validate.Options{}).Handle(context.Background(), request(t, tc.bad, admissionv1.Create))
+			require.True(t, resp.Allowed)
+			require.Contains(t, strings.Join(resp.Warnings, "\n"), id+": ")
+
+			resp = validate.NewHandler(validate.Options{Policies: map[string]validate.Policy{id: validate.Deny}}).Handle(context.Background(), request(t, tc.bad, admissionv1.Create))
+			require.False(t, resp.Allowed, "%q", resp.Warnings)
+			require.Contains(t, resp.Result.Message, id+": ")
+
+			resp = validate.NewHandler(validate.Options{}).Handle(context.Background(), request(t, tc.good, admissionv1.Create))
+			require.True(t, resp.Allowed)
+			for _, w := range resp.Warnings {
+				require.NotContains(t, w, id+": ")
+			}
+		})
+	}
+}
