@@ -289,6 +289,8 @@ type Controller struct {
 
 	// writeQ: the leader's writes (writes.go).
 	writeQ atomic.Pointer[writeQueues]
+	// deciding: the decisions in flight, which the other writes wait for.
+	deciding decisionsInFlight
 
 	decisions atomic.Int64
 }
