@@ -165,6 +165,15 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 				return reconcile.Result{}, err
 			}
 		}
+		// Decided and applied by another replica (one that led before this
+		// one, or at the same moment): a gang of that attempt still open
+		// here is answered with the job's verdict now, not at its ranks'
+		// next poll.
+		if g := c.gangs.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
+			d.applied = true
+			g.Answer(d, c.now())
+			c.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+		}
 		c.unwatchPending(key)
 		return reconcile.Result{}, nil
 	}
