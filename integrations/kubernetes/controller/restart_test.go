@@ -1,17 +1,23 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // A rank of the restart the job's attempt judges passes; one of a later
@@ -45,4 +51,38 @@ func TestCheckRestart(t *testing.T) {
 	pj, pods := gangJob(t, 1)
 	pods[0].Labels[jobset.LabelRestartAttempt] = "7"
 	require.NoError(t, l.checkRestart(rankOf{pod: pods[0], job: wrap(pj)}))
+}
+
+// A gang still open on this replica when another replica has recorded and
+// applied the verdict (two leaders for a moment) is answered with it when
+// the job carrying it reaches the job reconciler, not at its ranks' next
+// poll; a gang whose job carries no verdict stays open.
+func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
+	pj, pods := gangJob(t, 2)
+	l := newLeader(t, newFakeAPI(t, objects(pj, pods)...), Options{}, nil)
+	l.report(t, pods, 0, verdict.VerdictPass)
+	g := l.gangs.Get(pj.UID)
+	require.NotNil(t, g)
+	k, _ := kubeflow.ByName("PyTorchJob")
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "j"}}
+	_, err := l.reconcile(context.Background(), k, req)
+	require.NoError(t, err)
+	require.True(t, g.Open(), "answered without a verdict on the job")
+
+	// Replica b's verdict, on the job.
+	d := &decision{Report: verdict.NewReport("ml/PyTorchJob/j", []verdict.Finding{{Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail}}),
+		DecidedAt: t0, DecidedBy: "replica-b", Action: ActionSuspend}
+	job := l.job(t)
+	job.Annotations = decisionAnnotationsFor(d, job.Annotations)
+	job.Spec.RunPolicy.Suspend = ptr.To(true) // as replica b suspended it
+	require.NoError(t, l.cl.Update(context.Background(), job))
+	_, err = l.reconcile(context.Background(), k, req)
+	require.NoError(t, err)
+	require.False(t, g.Open())
+	require.NotNil(t, g.Verdict())
+	require.Equal(t, verdict.VerdictFail, g.Verdict().Report.Verdict)
+	require.Equal(t, "replica-b", g.Verdict().DecidedBy)
+	require.Zero(t, l.Decisions(), "adopted, not decided")
+	_, pending := l.pendingDecision(pj.UID)
+	require.False(t, pending, "nothing left to apply")
 }
