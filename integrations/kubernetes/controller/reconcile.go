@@ -146,36 +146,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	// job's Gang. Here they only tell that a person resumed a
 	// suspended job, which re-gates it (clearing them; nothing more).
 	if d, ok := recordedDecision(obj); ok {
-		if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
-			// A Kueue-managed job runs again when its Workload is active
-			// again; until Kueue suspends it, a deactivated one is not
-			// resumed.
-			resumed := true
-			if kueueManaged(obj) {
-				var err error
-				if resumed, err = c.kueueResumed(ctx, obj); err != nil {
-					return reconcile.Result{}, err
-				}
-			}
-			if resumed {
-				again, err := c.regate(ctx, key, obj)
-				if again {
-					return reconcile.Result{RequeueAfter: time.Second}, err
-				}
-				return reconcile.Result{}, err
-			}
-		}
-		// Decided and applied by another replica (one that led before this
-		// one, or at the same moment): a gang of that attempt still open
-		// here is answered with the job's verdict now, not at its ranks'
-		// next poll.
-		if g := c.gangs.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
-			d.applied = true
-			g.Answer(d, c.now())
-			c.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
-		}
-		c.unwatchPending(key)
-		return reconcile.Result{}, nil
+		return c.reconcileDecided(ctx, key, j, d)
 	}
 	c.noteUndecided(key, k, obj)
 	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
@@ -197,6 +168,42 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 		}
 	}
 	return reconcile.Result{RequeueAfter: again}, nil
+}
+
+// reconcileDecided looks at job j, which carries verdict d: a person who
+// resumed it after a fail re-gates it; a gang of that attempt still open
+// here is answered with d.
+func (c *Controller) reconcileDecided(ctx context.Context, key string, j job, d *decision) (reconcile.Result, error) {
+	obj := j.Object()
+	if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
+		// A Kueue-managed job runs again when its Workload is active
+		// again; until Kueue suspends it, a deactivated one is not
+		// resumed.
+		resumed := true
+		if kueueManaged(obj) {
+			var err error
+			if resumed, err = c.kueueResumed(ctx, obj); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		if resumed {
+			again, err := c.regate(ctx, key, obj)
+			if again {
+				return reconcile.Result{RequeueAfter: time.Second}, err
+			}
+			return reconcile.Result{}, err
+		}
+	}
+	// Decided and applied by another replica (one that led before this
+	// one, or at the same moment): a gang of that attempt still open here
+	// is answered with the job's verdict now, not at its ranks' next poll.
+	if g := c.gangs.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
+		d.applied = true
+		g.Answer(d, c.now())
+		c.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+	}
+	c.unwatchPending(key)
+	return reconcile.Result{}, nil
 }
 
 // regate clears a fail verdict from a job a person resumed (suspend set
