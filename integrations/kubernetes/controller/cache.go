@@ -389,47 +389,63 @@ func boundNames(req schedule.Resources) schedule.Resources {
 
 // lists shares equal resource lists between cached objects (the nodes of
 // one kind advertise the same allocatable, a job's pending replicas ask
-// the same); shared lists are read only, as every cached object is. The
-// table forgets everything when it is full: objects keep their lists.
-var lists struct {
-	sync.Mutex
-	m map[string]corev1.ResourceList
-}
-
-const maxLists = 4096
+// the same); shared lists are read only, as every cached object is.
+var lists = boundedShares[corev1.ResourceList]{max: 4096}
 
 func internList(rl corev1.ResourceList) corev1.ResourceList {
 	if len(rl) == 0 {
 		return rl
 	}
-	names := make([]string, 0, len(rl))
-	for n := range rl {
+	k := quantityMapKey(rl, func(q resource.Quantity) resource.Quantity { return q })
+	return lists.share(k, func() corev1.ResourceList {
+		out := make(corev1.ResourceList, len(rl))
+		for n, q := range rl {
+			out[corev1.ResourceName(intern(string(n)))] = q
+		}
+		return out
+	})
+}
+
+// boundedShares shares equal values by a key that says what they hold.
+// The table forgets everything when it is full: holders keep their values.
+type boundedShares[V any] struct {
+	mu  sync.Mutex
+	m   map[string]V
+	max int
+}
+
+// share returns the value shared under key, made by build the first time.
+func (b *boundedShares[V]) share(key string, build func() V) V {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v, ok := b.m[key]; ok {
+		return v
+	}
+	if b.m == nil || len(b.m) >= b.max {
+		b.m = make(map[string]V, 64)
+	}
+	v := build()
+	b.m[key] = v
+	return v
+}
+
+// quantityMapKey is a key of m that equal maps share: its names, sorted,
+// each with its quantity (q reads it from a value).
+func quantityMapKey[K ~string, V any](m map[K]V, q func(V) resource.Quantity) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
 		names = append(names, string(n))
 	}
 	slices.Sort(names)
 	var key strings.Builder
 	for _, n := range names {
-		q := rl[corev1.ResourceName(n)]
+		v := q(m[K(n)])
 		key.WriteString(n)
 		key.WriteByte('=')
-		key.WriteString(q.String())
+		key.WriteString(v.String())
 		key.WriteByte(';')
 	}
-	k := key.String()
-	lists.Lock()
-	defer lists.Unlock()
-	if v, ok := lists.m[k]; ok {
-		return v
-	}
-	if lists.m == nil || len(lists.m) >= maxLists {
-		lists.m = make(map[string]corev1.ResourceList, 64)
-	}
-	out := make(corev1.ResourceList, len(rl))
-	for n, q := range rl {
-		out[corev1.ResourceName(intern(string(n)))] = q
-	}
-	lists.m[k] = out
-	return out
+	return key.String()
 }
 
 // requests shares equal pod-level requests between cached pods (the

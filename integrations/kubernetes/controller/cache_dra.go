@@ -1,11 +1,8 @@
 package controller
 
 import (
-	"slices"
-	"strings"
-	"sync"
-
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	interntable "github.com/rankgate/rankgate/internal/intern"
@@ -70,50 +67,26 @@ func trimDevice(d *resourcev1.Device) resourcev1.Device {
 
 // capacities shares equal capacity maps between cached devices (every MIG
 // device of one profile and product publishes the same); shared maps are
-// read only, as every cached object is. The table forgets everything when
-// it is full: devices keep their maps.
-var capacities struct {
-	sync.Mutex
-	m map[string]map[resourcev1.QualifiedName]resourcev1.DeviceCapacity
-}
-
-const maxCapacities = 1024
+// read only, as every cached object is.
+var capacities = boundedShares[map[resourcev1.QualifiedName]resourcev1.DeviceCapacity]{max: 1024}
 
 func internCapacity(c map[resourcev1.QualifiedName]resourcev1.DeviceCapacity) map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
 	if len(c) == 0 {
 		return c
 	}
-	names := make([]string, 0, len(c))
-	for n, v := range c {
+	for _, v := range c {
 		if v.RequestPolicy != nil {
 			return c // consumable capacity: kept as it is
 		}
-		names = append(names, string(n))
 	}
-	slices.Sort(names)
-	var key strings.Builder
-	for _, n := range names {
-		q := c[resourcev1.QualifiedName(n)].Value
-		key.WriteString(n)
-		key.WriteByte('=')
-		key.WriteString(q.String())
-		key.WriteByte(';')
-	}
-	k := key.String()
-	capacities.Lock()
-	defer capacities.Unlock()
-	if v, ok := capacities.m[k]; ok {
-		return v
-	}
-	if capacities.m == nil || len(capacities.m) >= maxCapacities {
-		capacities.m = make(map[string]map[resourcev1.QualifiedName]resourcev1.DeviceCapacity, 16)
-	}
-	out := make(map[resourcev1.QualifiedName]resourcev1.DeviceCapacity, len(c))
-	for n, v := range c {
-		out[resourcev1.QualifiedName(intern(string(n)))] = v
-	}
-	capacities.m[k] = out
-	return out
+	k := quantityMapKey(c, func(v resourcev1.DeviceCapacity) resource.Quantity { return v.Value })
+	return capacities.share(k, func() map[resourcev1.QualifiedName]resourcev1.DeviceCapacity {
+		out := make(map[resourcev1.QualifiedName]resourcev1.DeviceCapacity, len(c))
+		for n, v := range c {
+			out[resourcev1.QualifiedName(intern(string(n)))] = v
+		}
+		return out
+	})
 }
 
 // strPtrs shares pointers to equal attribute values.
