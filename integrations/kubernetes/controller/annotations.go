@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -87,14 +88,7 @@ func decisionAnnotations(d *decision) map[string]string {
 // decisionAnnotationsWithin renders a decision with the report bounded to
 // reportMax bytes.
 func decisionAnnotationsWithin(d *decision, reportMax int) map[string]string {
-	var rules []string
-	seen := map[string]bool{}
-	for _, f := range d.Report.Findings {
-		if f.Severity != verdict.SeverityInfo && !seen[f.Rule] {
-			seen[f.Rule] = true
-			rules = append(rules, f.Rule)
-		}
-	}
+	rules := gangstore.RuleIDs(d.Report, len(d.Report.Findings))
 	m := map[string]string{
 		contract.AnnotationVerdict:   string(d.Report.Verdict),
 		contract.AnnotationRules:     strings.Join(rules, ","),
