@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
@@ -123,12 +122,13 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			if g == nil || !g.Open() {
 				return nil
 			}
+			// Applied too: the job carries it, and the job reconciler,
+			// which sees the job's verdict, answers the gang with it
+			// (reconcileDecided).
 			if !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
 				c.setPending(r, d)
 				c.adoptVerdict(g, d)
-				return nil
 			}
-			c.adoptApplied(ctx, r, g, d)
 			return nil
 		}
 		before := obj.Status.DeepCopy()
@@ -193,24 +193,4 @@ func shareRanks(echoed, sent []v1alpha1.RankStatus) {
 			echoed[i] = sent[i]
 		}
 	}
-}
-
-// adoptApplied answers the open gang g with d, a verdict another replica
-// recorded in r's Gang and put on the job, while the job still carries it
-// (then nothing is left to apply). A job that no longer carries it was
-// re-gated by a person: the gang's own verdict write starts the next
-// attempt.
-func (c *Controller) adoptApplied(ctx context.Context, r *gangRes, g *gang, d *decision) {
-	k, _ := kubeflow.ByName(r.t.kind)
-	obj := k.New()
-	if err := c.api.Get(ctx, types.NamespacedName{Namespace: r.t.ns, Name: r.t.name}, obj); err != nil || obj.GetUID() != r.t.uid {
-		return
-	}
-	if _, onJob := recordedDecision(obj); !onJob {
-		return
-	}
-	a := *d
-	a.applied = true
-	g.Answer(&a, c.now())
-	c.log.Info("verdict recorded and applied by another replica; answered with it", "job", g.Key(), "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 }
