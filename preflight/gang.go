@@ -26,6 +26,11 @@ type RankReport struct {
 	Net *ncclenv.Net `json:"net,omitempty"`
 	// NCCLVersion is the NCCL version the rank reported, if any.
 	NCCLVersion string `json:"ncclVersion,omitempty"`
+	// Source says where the report comes from: empty for the rank's own
+	// report (NVML on its node), "dra" for its pod's DRA allocation
+	// resolved to the facts the devices' driver publishes (package
+	// integrations/kubernetes/devicesource).
+	Source string `json:"source,omitempty"`
 }
 
 // GangInput is a whole job's reports.

@@ -86,6 +86,9 @@ type DeviceSummary struct {
 	// NVLinkPeer: the device is a full GPU with an NVLink to another full
 	// GPU of the same report (MIG instances have no NVLink).
 	NVLinkPeer bool `json:"nvlinkPeer,omitempty"`
+	// DRA names the device as its DRA driver publishes it,
+	// driver/pool/device, when the device came through a ResourceClaim.
+	DRA string `json:"dra,omitempty"`
 }
 
 // NewReport builds a report from findings: the verdict is the heaviest

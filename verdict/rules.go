@@ -85,6 +85,8 @@ const (
 	RuleGangRankUnplaceable   = "GANG_RANK_UNPLACEABLE"
 	RuleGangNVLinkDomainSplit = "GANG_NVLINK_DOMAIN_SPLIT"
 	RuleGangHealthMixed       = "GANG_HEALTH_MIXED"
+	RuleDeviceTainted         = "DEVICE_TAINTED"
+	RuleDRADevicesDisagree    = "DRA_DEVICES_DISAGREE"
 
 	// Placement (diagnose; the controller's Pending watchdog).
 	RuleSchedulable        = "SCHEDULABLE"
@@ -209,6 +211,9 @@ var rules = []Rule{
 
 	{ID: RuleGangNVLinkDomainSplit, Severity: SeverityFail, Faces: gang, Summary: "ranks that expect multi-node NVLink sit in different NVLink domains (fabric cluster UUID or clique ID differ); lists the ranks by domain", Remediation: "place every rank in one NVLink domain (one rack's clique: a node selector or topology-aware placement on the nodes' clique label)"},
 	{ID: RuleGangHealthMixed, Severity: SeverityWarn, Varies: true, Faces: gang, Summary: "some ranks report GPU health findings and others none; names the sick ranks (fail when a health finding fails)", Remediation: "fix or replace the named ranks' GPUs; the job runs at the pace of its sickest rank"},
+
+	{ID: RuleDeviceTainted, Severity: SeverityFail, Faces: gang, Summary: "a rank's DRA allocation holds a device its driver tainted (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost: the driver found it unhealthy); the claim tolerated the taint, or it came after the allocation", Remediation: "delete the job's pods so that their claims are allocated again on healthy devices, and drop the claim's toleration of the driver's health taints; have the node's GPU checked (Xid errors in dmesg)"},
+	{ID: RuleDRADevicesDisagree, Severity: SeverityFail, Faces: gang, Summary: "the devices a rank's NVML report lists differ from those its ResourceClaims were allocated (DRA); names the devices on each side", Remediation: "check the DRA driver's kubelet plugin on the node and the container's CDI devices; remove hand-set NVIDIA_VISIBLE_DEVICES, and do not run a device plugin next to the DRA driver for the same GPUs"},
 
 	{ID: RuleSchedulable, Severity: SeverityInfo, Faces: place, Summary: "the whole job fits now, all pending pods at once (names one placement)", Remediation: ""},
 	{ID: RuleWaitCapacity, Severity: SeverityWarn, Faces: place, Summary: "every pod's shape exists and the job fits the empty cluster; it waits for busy devices", Remediation: "wait, or free the devices that hold the resource"},

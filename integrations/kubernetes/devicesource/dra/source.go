@@ -1,0 +1,416 @@
+// Package dra is the device source of ranks whose GPUs come through
+// Kubernetes DRA: a rank pod's ResourceClaims, once the scheduler has
+// allocated them, name the devices (driver, pool, device) that the
+// devices' driver publishes in ResourceSlices with their facts. NVIDIA's
+// DRA driver (gpu.nvidia.com) publishes, per device, `type` (gpu, mig),
+// `uuid`, `parentUUID` (MIG), `productName`, `profile`, `driverVersion`,
+// `cudaDriverVersion`, `cudaComputeCapability` and the capacities
+// `memory` and `multiprocessors`, and marks unhealthy devices with taints.
+//
+// The source builds, for the rank's node, the inventory those facts
+// describe and runs the rank rules of package preflight on the allocated
+// devices, as the rank's init container runs them on what NVML shows;
+// only the rules the published facts can decide are kept (the node's
+// links, health and fabric are NVML's to report).
+package dra
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/topology"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// Objects are the cluster's DRA objects the source reads. Returned
+// objects are read only.
+type Objects interface {
+	// Claim is ResourceClaim namespace/name; nil when there is none.
+	Claim(namespace, name string) *resourcev1.ResourceClaim
+	// Pool is the ResourceSlices of driver's pool named pool.
+	Pool(driver, pool string) []*resourcev1.ResourceSlice
+}
+
+// Source resolves ranks' devices from their DRA allocations.
+type Source struct {
+	Objects Objects
+	// Drivers is the known-bad driver table; nil: not judged.
+	Drivers *preflight.DriverTable
+	// Catalog gives full GPUs their SM count where the driver publishes
+	// none; nil: the default catalog.
+	Catalog *topology.Catalog
+}
+
+var _ devicesource.Source = (*Source)(nil)
+
+// Name implements devicesource.Source.
+func (*Source) Name() string { return devicesource.DRA }
+
+// allocFrom is the allocation's origin as findings name it.
+const allocFrom = "the pod's DRA allocation"
+
+// Rank implements devicesource.Source: the rank's report from its pod's
+// allocated claims. A pod with no claim, or whose claims hold no GPU
+// (other drivers' devices, vfio GPUs), is not known with nothing to wait
+// for; one whose claims are not all created or allocated yet, or whose
+// devices are no longer published, waits.
+func (s *Source) Rank(_ context.Context, pod *corev1.Pod, rank int) (devicesource.Rank, error) {
+	names, waiting := claimNames(pod)
+	if waiting != "" || len(names) == 0 {
+		return devicesource.Rank{Waiting: waiting}, nil
+	}
+	var allocated []device
+	for _, n := range names {
+		c := s.Objects.Claim(pod.Namespace, n)
+		switch {
+		case c == nil:
+			return devicesource.Rank{Waiting: fmt.Sprintf("ResourceClaim %s/%s is not seen yet", pod.Namespace, n)}, nil
+		case c.Status.Allocation == nil:
+			return devicesource.Rank{Waiting: fmt.Sprintf("ResourceClaim %s/%s is not allocated yet", pod.Namespace, n)}, nil
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			d, ok := s.find(r.Driver, r.Pool, r.Device)
+			if !ok {
+				return devicesource.Rank{Waiting: fmt.Sprintf("device %s/%s/%s of ResourceClaim %s/%s is not published in any ResourceSlice", r.Driver, r.Pool, r.Device, pod.Namespace, n)}, nil
+			}
+			if d.kind() == "" {
+				continue // not a GPU
+			}
+			d.claim = pod.Namespace + "/" + n
+			allocated = append(allocated, d)
+		}
+	}
+	if len(allocated) == 0 {
+		return devicesource.Rank{}, nil
+	}
+	return devicesource.Rank{Known: true, Report: s.report(pod, rank, allocated)}, nil
+}
+
+// claimNames are the names of the ResourceClaims pod uses: those its spec
+// names, those made for it from templates (its status names them) and
+// the one the scheduler made for its DRA-served extended resources. It
+// says what it waits for when a claim made from a template is not named
+// yet.
+func claimNames(pod *corev1.Pod) (names []string, waiting string) {
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			names = append(names, *pc.ResourceClaimName)
+			continue
+		}
+		i := slices.IndexFunc(pod.Status.ResourceClaimStatuses, func(st corev1.PodResourceClaimStatus) bool { return st.Name == pc.Name })
+		switch {
+		case i < 0:
+			return nil, fmt.Sprintf("the claim %q of pod %s/%s is not created yet", pc.Name, pod.Namespace, pod.Name)
+		case pod.Status.ResourceClaimStatuses[i].ResourceClaimName != nil:
+			names = append(names, *pod.Status.ResourceClaimStatuses[i].ResourceClaimName)
+		}
+	}
+	if e := pod.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		names = append(names, e.ResourceClaimName)
+	}
+	slices.Sort(names)
+	return slices.Compact(names), ""
+}
+
+// device is one published device.
+type device struct {
+	slice  *resourcev1.ResourceSlice
+	dev    *resourcev1.Device
+	claim  string // the claim it is allocated to (allocated devices only)
+	gpuIdx int    // its GPU's index in the inventory
+}
+
+// find is device name of driver's pool, in the pool's latest generation.
+func (s *Source) find(driver, pool, name string) (device, bool) {
+	var best device
+	var gen int64 = -1
+	for _, sl := range s.Objects.Pool(driver, pool) {
+		if sl.Spec.Driver != driver || sl.Spec.Pool.Name != pool || sl.Spec.Pool.Generation < gen {
+			continue
+		}
+		for i := range sl.Spec.Devices {
+			if sl.Spec.Devices[i].Name == name {
+				best, gen = device{slice: sl, dev: &sl.Spec.Devices[i]}, sl.Spec.Pool.Generation
+				break
+			}
+		}
+	}
+	return best, gen >= 0
+}
+
+// attr reads a device attribute by its bare name or qualified with the
+// driver's name.
+func (d device) attr(name string) (resourcev1.DeviceAttribute, bool) {
+	for _, k := range []string{name, d.slice.Spec.Driver + "/" + name} {
+		if a, ok := d.dev.Attributes[resourcev1.QualifiedName(k)]; ok {
+			return a, true
+		}
+	}
+	return resourcev1.DeviceAttribute{}, false
+}
+
+func (d device) str(name string) string {
+	a, ok := d.attr(name)
+	switch {
+	case !ok:
+		return ""
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.VersionValue != nil:
+		return *a.VersionValue
+	}
+	return ""
+}
+
+// kind is the device's topology kind; empty for what is not a GPU or a
+// MIG device (vfio GPUs are passed to VMs, not to CUDA).
+func (d device) kind() topology.DeviceKind {
+	switch d.str("type") {
+	case "gpu":
+		return topology.KindGPU
+	case "mig":
+		return topology.KindMIG
+	}
+	return ""
+}
+
+func (d device) capacity(name string) (int64, bool) {
+	for _, k := range []string{name, d.slice.Spec.Driver + "/" + name} {
+		if c, ok := d.dev.Capacity[resourcev1.QualifiedName(k)]; ok {
+			return c.Value.Value(), true
+		}
+	}
+	return 0, false
+}
+
+func (d device) memoryMiB() uint64 {
+	if v, ok := d.capacity("memory"); ok && v > 0 {
+		return uint64(v) >> 20
+	}
+	return 0
+}
+
+func (d device) sms() int {
+	if v, ok := d.capacity("multiprocessors"); ok && v > 0 && v < 1<<20 {
+		return int(v)
+	}
+	return 0
+}
+
+// dynamic: a placement of dynamic MIG, which exists only once allocated
+// (it consumes its GPU's shared counters).
+func (d device) dynamic() bool { return len(d.dev.ConsumesCounters) > 0 }
+
+func (d device) id() string { return d.slice.Spec.Driver + "/" + d.slice.Spec.Pool.Name + "/" + d.dev.Name }
+
+var gpuPrefix = regexp.MustCompile(`^gpu-(\d{1,4})(-|$)`)
+
+// report is the rank's report on its allocated devices.
+func (s *Source) report(pod *corev1.Pod, rank int, allocated []device) preflight.RankReport {
+	inv, refs := s.inventory(allocated)
+	rep := preflight.RankRules(preflight.RankInput{
+		Inventory: inv, Allocation: topology.Allocation{From: allocFrom, Refs: refs},
+		Catalog: s.catalog(), Drivers: s.Drivers,
+	})
+	findings := slices.DeleteFunc(rep.Findings, func(f verdict.Finding) bool { return !judged[f.Rule] })
+	findings = append(findings, taintFindings(allocated)...)
+	out := verdict.NewReport(fmt.Sprintf("rank %d: %d device(s) from %s", rank, len(refs), allocFrom), findings)
+	out.Mode, out.Devices = rep.Mode, rep.Devices
+	byRef := make(map[string]string, len(refs))
+	for i, r := range refs {
+		byRef[r] = allocated[i].id()
+	}
+	for i := range out.Devices {
+		out.Devices[i].DRA = byRef[out.Devices[i].ID]
+	}
+	node := pod.Spec.NodeName
+	if n := allocated[0].slice.Spec.NodeName; n != nil && *n != "" {
+		node = *n
+	}
+	return preflight.RankReport{
+		Rank: rank, Pod: pod.Name, Node: node, Source: devicesource.DRA,
+		DriverVersion: inv.DriverVersion, CUDADriverVersion: inv.CUDADriverVersion, Report: out,
+	}
+}
+
+// judged are the rank rules the published facts decide.
+var judged = map[string]bool{
+	verdict.RuleDeviceNotFound: true, verdict.RuleMIGMixedWithFull: true, verdict.RuleMIGSpansGPUs: true,
+	verdict.RuleMIGMultiplePerProcess: true, verdict.RuleMIGParentAllocated: true,
+	verdict.RuleProfileHeterogeneous: true, verdict.RuleDriverKnownBad: true,
+}
+
+func (s *Source) catalog() *topology.Catalog {
+	if s.Catalog != nil {
+		return s.Catalog
+	}
+	return defaultCatalog
+}
+
+var defaultCatalog = topology.DefaultCatalog()
+
+// inventory is the node of the allocated devices as their pools publish
+// it: its GPUs and their MIG devices (of dynamic MIG, only the allocated
+// placements exist), and refs naming the allocated devices in it, in
+// allocated's order.
+func (s *Source) inventory(allocated []device) (*topology.Inventory, []string) {
+	pools := map[[2]string]bool{}
+	for _, d := range allocated {
+		pools[[2]string{d.slice.Spec.Driver, d.slice.Spec.Pool.Name}] = true
+	}
+	isAllocated := map[string]bool{}
+	for _, d := range allocated {
+		isAllocated[d.id()] = true
+	}
+	var all []device
+	for p := range pools {
+		for _, sl := range s.Objects.Pool(p[0], p[1]) {
+			for i := range sl.Spec.Devices {
+				d := device{slice: sl, dev: &sl.Spec.Devices[i]}
+				if d.kind() == "" || (d.kind() == topology.KindMIG && d.dynamic() && !isAllocated[d.id()]) {
+					continue
+				}
+				all = append(all, d)
+			}
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].id() < all[j].id() })
+	all = slices.CompactFunc(all, func(a, b device) bool { return a.id() == b.id() })
+	b := newInventoryBuilder(s.catalog())
+	for _, d := range all {
+		b.add(d)
+	}
+	refs := make([]string, len(allocated))
+	for i, d := range allocated {
+		refs[i] = b.ref(d)
+	}
+	return b.inv, refs
+}
+
+// inventoryBuilder builds an inventory from published devices.
+type inventoryBuilder struct {
+	inv     *topology.Inventory
+	catalog *topology.Catalog
+	byUUID  map[string]int // GPU UUID -> index in inv.GPUs
+	refs    map[string]string
+}
+
+func newInventoryBuilder(c *topology.Catalog) *inventoryBuilder {
+	return &inventoryBuilder{inv: &topology.Inventory{Source: "dra"}, catalog: c, byUUID: map[string]int{}, refs: map[string]string{}}
+}
+
+// gpu is the inventory's GPU with uuid, added on first sight with the
+// device's facts.
+func (b *inventoryBuilder) gpu(uuid string, d device) *topology.GPU {
+	if i, ok := b.byUUID[uuid]; ok {
+		return &b.inv.GPUs[i]
+	}
+	idx := len(b.inv.GPUs)
+	if m := gpuPrefix.FindStringSubmatch(d.dev.Name); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil && !slices.ContainsFunc(b.inv.GPUs, func(g topology.GPU) bool { return g.Index == n }) {
+			idx = n
+		}
+	}
+	g := topology.GPU{Index: idx, UUID: uuid, Name: d.str("productName"), ComputeCapability: majorMinor(d.str("cudaComputeCapability"))}
+	if m, ok := b.catalog.Model(g.Name); ok {
+		g.SMs, g.MemoryMiB = m.SMs, m.MemoryMiB
+	}
+	b.inv.GPUs = append(b.inv.GPUs, g)
+	b.byUUID[uuid] = len(b.inv.GPUs) - 1
+	if b.inv.DriverVersion == "" {
+		b.inv.DriverVersion, b.inv.CUDADriverVersion = d.str("driverVersion"), majorMinor(d.str("cudaDriverVersion"))
+	}
+	return &b.inv.GPUs[len(b.inv.GPUs)-1]
+}
+
+func (b *inventoryBuilder) add(d device) {
+	uuid := d.str("uuid")
+	if d.kind() == topology.KindGPU {
+		if uuid == "" {
+			uuid = d.id()
+		}
+		g := b.gpu(uuid, d)
+		if m := d.memoryMiB(); m > 0 {
+			g.MemoryMiB = m
+		}
+		if n := d.sms(); n > 0 {
+			g.SMs = n
+		}
+		if g.MIGCurrent == topology.ModeUnknown {
+			g.MIGCurrent = topology.ModeDisabled
+		}
+		b.refs[d.id()] = uuid
+		return
+	}
+	parent := d.str("parentUUID")
+	if parent == "" {
+		parent = "parent of " + d.id()
+	}
+	g := b.gpu(parent, d)
+	g.MIGCurrent = topology.ModeEnabled
+	m := topology.MIGDevice{Index: len(g.MIGDevices), UUID: uuid, GPUInstanceID: -1, ComputeInstanceID: -1,
+		Profile: d.str("profile"), SMs: d.sms(), MemoryMiB: d.memoryMiB()}
+	g.MIGDevices = append(g.MIGDevices, m)
+	if uuid == "" {
+		b.refs[d.id()] = fmt.Sprintf("%d:%d", g.Index, m.Index)
+		return
+	}
+	b.refs[d.id()] = uuid
+}
+
+// ref names d in the inventory.
+func (b *inventoryBuilder) ref(d device) string {
+	if r, ok := b.refs[d.id()]; ok {
+		return r
+	}
+	return d.id()
+}
+
+// majorMinor is "9.0" of "9.0.0".
+func majorMinor(v string) string {
+	p := strings.SplitN(v, ".", 3)
+	if len(p) < 2 {
+		return v
+	}
+	return p[0] + "." + p[1]
+}
+
+// taintFindings: DEVICE_TAINTED for each allocated device its driver
+// tainted (the claim tolerated it, or the taint came later).
+func taintFindings(allocated []device) []verdict.Finding {
+	var f []verdict.Finding
+	for _, d := range allocated {
+		if len(d.dev.Taints) == 0 {
+			continue
+		}
+		ts := make([]string, 0, len(d.dev.Taints))
+		for _, t := range d.dev.Taints {
+			s := t.Key
+			if t.Value != "" {
+				s += "=" + t.Value
+			}
+			ts = append(ts, s+":"+string(t.Effect))
+		}
+		name := d.id()
+		if u := d.str("uuid"); u != "" {
+			name += " (" + u + ")"
+		}
+		f = append(f, verdict.Finding{
+			Rule: verdict.RuleDeviceTainted, Severity: verdict.SeverityFail, Devices: []string{d.id()},
+			Message: fmt.Sprintf("device %s of ResourceClaim %s carries the taint(s) %s: its driver marked it unhealthy", name, d.claim, strings.Join(ts, ", ")),
+			Remediation: "delete the pod so that its claim is allocated again on a healthy device, and drop the claim's toleration of the driver's health taints; " +
+				"have the node's GPU checked (Xid errors in dmesg, nvidia-smi -q)",
+		})
+	}
+	return f
+}
