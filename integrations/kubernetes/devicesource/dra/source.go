@@ -211,7 +211,9 @@ func (d device) sms() int {
 // (it consumes its GPU's shared counters).
 func (d device) dynamic() bool { return len(d.dev.ConsumesCounters) > 0 }
 
-func (d device) id() string { return d.slice.Spec.Driver + "/" + d.slice.Spec.Pool.Name + "/" + d.dev.Name }
+func (d device) id() string {
+	return d.slice.Spec.Driver + "/" + d.slice.Spec.Pool.Name + "/" + d.dev.Name
+}
 
 var gpuPrefix = regexp.MustCompile(`^gpu-(\d{1,4})(-|$)`)
 
