@@ -190,6 +190,10 @@ const (
 	// CachedAnnotationUnreadableRequest is why a cached pod's effective
 	// request cannot be read.
 	CachedAnnotationUnreadableRequest = "rankgate.io/cached-unreadable-request"
+	// CachedAnnotationClaimsCut marks a cached pod with more resource
+	// claims than the cache keeps: it is not judged from its DRA
+	// allocation.
+	CachedAnnotationClaimsCut = "rankgate.io/cached-claims-cut"
 	// IndexPodsByJob names the controller's cache index of pods by their
 	// operator's job-name label.
 	IndexPodsByJob = "rankgate.io/job-name"

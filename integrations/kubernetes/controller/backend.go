@@ -68,13 +68,6 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	if err := c.checkRestart(r); err != nil {
 		return nil, err
 	}
-	if d, ok := c.decided(r.job); ok {
-		return c.answerDecided(r, d), nil
-	}
-	g := c.ensureGang(r.job)
-	if err := c.refuseUnexpected(g, r); err != nil {
-		return nil, err
-	}
 	node := r.pod.Spec.NodeName
 	if node == "" {
 		node = req.Node
@@ -83,6 +76,17 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		Rank: r.rank, Pod: r.pod.Name, Node: node,
 		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
 		Net: rankNet(req.Net), NCCLVersion: req.NCCLVersion,
+	}
+	c.againstAllocation(ctx, r.pod, &rr)
+	if d, ok := c.decided(r.job); ok {
+		if own := c.ownReportFails(r, rr, d); own != nil {
+			return c.answerDecided(r, own), nil
+		}
+		return c.answerDecided(r, d), nil
+	}
+	g := c.ensureGang(r.job)
+	if err := c.refuseUnexpected(g, r); err != nil {
+		return nil, err
 	}
 	now := c.now()
 	c.startClock(g, now)

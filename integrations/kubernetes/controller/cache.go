@@ -214,6 +214,8 @@ const (
 	maxSchedGates     = 4  // scheduling gates named in the scheduler message
 	maxRequestNames   = 32 // resource names of the effective request
 	maxCachedGateName = 63
+	maxPodClaims      = 8   // resource claims and their statuses (the DRA device source: allocations.go)
+	maxClaimName      = 253 // a claim's or template's name (an object name)
 )
 
 // Annotations only the cached copy of a pod carries (never written).
@@ -224,6 +226,8 @@ const (
 	annoPlacement = contract.CachedAnnotationPlacement
 	// annoUnreadable is why the pod's effective request cannot be read.
 	annoUnreadable = contract.CachedAnnotationUnreadableRequest
+	// annoClaimsCut: the pod has more claims than the cache keeps.
+	annoClaimsCut = contract.CachedAnnotationClaimsCut
 )
 
 // podLabels are the labels a cached pod keeps first (the rank labels the
@@ -268,6 +272,7 @@ func trimPod(i any) (any, error) {
 		out.Status.InitContainerStatuses = append(out.Status.InitContainerStatuses, t)
 	}
 	keepRequest(out, &p.Spec)
+	keepClaims(out, p)
 	if p.Spec.NodeName == "" {
 		for _, g := range p.Spec.SchedulingGates[:min(len(p.Spec.SchedulingGates), maxSchedGates)] {
 			out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: intern(clip(g.Name, maxCachedGateName))})
@@ -275,6 +280,35 @@ func trimPod(i any) (any, error) {
 		setCachedAnnotation(out, annoPlacement, placementFingerprint(&p.Spec))
 	}
 	return out, nil
+}
+
+// keepClaims keeps the names of p's resource claims, of the claims made
+// for it from templates and of the one the scheduler made for its
+// DRA-served extended resources: what the DRA device source reads of a
+// rank's pod. A pod with more than maxPodClaims keeps none and is marked
+// (annoClaimsCut): it is not judged from its allocations.
+func keepClaims(out, p *corev1.Pod) {
+	if len(p.Spec.ResourceClaims) > maxPodClaims || len(p.Status.ResourceClaimStatuses) > maxPodClaims {
+		setCachedAnnotation(out, annoClaimsCut, "true")
+		return
+	}
+	ptr := func(s *string) *string {
+		if s == nil {
+			return nil
+		}
+		v := intern(clip(*s, maxClaimName))
+		return &v
+	}
+	for _, c := range p.Spec.ResourceClaims {
+		out.Spec.ResourceClaims = append(out.Spec.ResourceClaims, corev1.PodResourceClaim{Name: intern(clip(c.Name, maxClaimName)),
+			ResourceClaimName: ptr(c.ResourceClaimName), ResourceClaimTemplateName: ptr(c.ResourceClaimTemplateName)})
+	}
+	for _, st := range p.Status.ResourceClaimStatuses {
+		out.Status.ResourceClaimStatuses = append(out.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: intern(clip(st.Name, maxClaimName)), ResourceClaimName: ptr(st.ResourceClaimName)})
+	}
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil {
+		out.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: clip(e.ResourceClaimName, maxClaimName)}
+	}
 }
 
 // trimPodMeta keeps a pod's identity, at most maxPodLabels of its rank

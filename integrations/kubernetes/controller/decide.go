@@ -67,6 +67,9 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 		in.NCCL = c.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
 		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.Key(), len(ranks), expected)
+		if n := fromDRA(ranks); n > 0 {
+			report.Subject += fmt.Sprintf(" (%d known from their DRA allocations)", n)
+		}
 	}
 	if a.why != trigComplete && a.why != trigDeadline && !report.Failed() {
 		// A partial view that no longer fails (a rank re-sent a passing

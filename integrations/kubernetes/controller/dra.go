@@ -67,6 +67,12 @@ func (c *Controller) startDRA(ctx context.Context) error {
 		if o.store == nil {
 			continue
 		}
+		if o.store == &d.slices {
+			// The DRA device source reads a pool's slices (allocations.go).
+			if err := inf.AddIndexers(toolscache.Indexers{poolIndex: slicePool}); err != nil {
+				return fmt.Errorf("controller: indexing ResourceSlices by pool: %w", err)
+			}
+		}
 		d.synced = append(d.synced, inf.HasSynced)
 		if s, ok := inf.(interface{ GetStore() toolscache.Store }); ok {
 			*o.store = s.GetStore()

@@ -21,6 +21,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -253,6 +254,12 @@ func rankStatuses(ranks []preflight.RankReport) (out []v1alpha1.RankStatus, omit
 				break
 			}
 			s.Devices = append(s.Devices, d.ID)
+			if dd, ok := draDevice(d); ok {
+				s.DRADevices = append(s.DRADevices, dd)
+			}
+		}
+		if rr.Source == devicesource.DRA {
+			s.Source = rr.Source
 		}
 		out = append(out, s)
 	}
@@ -351,4 +358,16 @@ func gangDecision(g *v1alpha1.Gang) (*decision, bool) {
 		d.Report = verdict.Report{Verdict: v, Subject: st.Message, Findings: []verdict.Finding{}}
 	}
 	return d, true
+}
+
+// draDevice is d as the Gang shows a device that came through DRA (its
+// DRA name is driver/pool/device: a driver and a device name hold no
+// slash, a pool name may).
+func draDevice(d verdict.DeviceSummary) (v1alpha1.DRADevice, bool) {
+	i, j := strings.Index(d.DRA, "/"), strings.LastIndex(d.DRA, "/")
+	if i <= 0 || j <= i || j == len(d.DRA)-1 {
+		return v1alpha1.DRADevice{}, false
+	}
+	return v1alpha1.DRADevice{Driver: verdict.Truncate(d.DRA[:i], 63), Pool: verdict.Truncate(d.DRA[i+1:j], 253), Device: verdict.Truncate(d.DRA[j+1:], 128),
+		UUID: verdict.Truncate(d.ID, 128), Profile: verdict.Truncate(d.Profile, 64)}, true
 }

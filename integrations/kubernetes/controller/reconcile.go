@@ -60,7 +60,9 @@ func (c *Controller) setupReconcilers() error {
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				o, ok1 := e.ObjectOld.(*corev1.Pod)
 				n, ok2 := e.ObjectNew.(*corev1.Pod)
-				return ok1 && ok2 && unschedulable(n) != unschedulable(o)
+				// Unschedulable or no longer; bound with DRA claims
+				// (allocated: the gang may be decided from allocations).
+				return ok1 && ok2 && (unschedulable(n) != unschedulable(o) || (o.Spec.NodeName == "" && n.Spec.NodeName != "" && usesClaims(n)))
 			},
 		}
 		bld := builder.ControllerManagedBy(c.mgr).
@@ -153,6 +155,12 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	again, failed := c.watchPending(ctx, k, obj)
 	if failed {
 		return reconcile.Result{}, nil
+	}
+	// Ranks whose DRA claims are allocated are known before they report.
+	if wait, err := c.fromAllocations(ctx, j); err != nil {
+		c.log.Error(err, "reading the job's DRA allocations", "job", key)
+	} else if wait && (again == 0 || again > allocationRecheck) {
+		again = allocationRecheck
 	}
 	uid, tracked := c.gangs.UIDOf(key)
 	if !c.firstReported(obj) && !(tracked && uid == obj.GetUID()) {

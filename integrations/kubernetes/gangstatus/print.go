@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -184,14 +185,23 @@ func writeRanks(w io.Writer, g *v1alpha1.Gang, wide bool) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	head := "RANK\tPOD\tNODE\tVERDICT\tRULES"
+	// FROM shows where a rank's report comes from once one comes from a
+	// DRA allocation.
+	from := slices.ContainsFunc(g.Status.Ranks, func(r v1alpha1.RankStatus) bool { return r.Source != "" })
+	if from {
+		head += "\tFROM"
+	}
 	if wide {
 		head += "\tDEVICES"
 	}
 	fmt.Fprintln(tw, head)
 	for _, r := range g.Status.Ranks {
 		row := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", r.Rank, esc(r.Pod), orNone(esc(r.Node)), orNone(esc(r.Verdict)), orNone(esc(strings.Join(r.Rules, ","))))
+		if from {
+			row += "\t" + rankSource(r)
+		}
 		if wide {
-			row += "\t" + orNone(esc(strings.Join(r.Devices, ",")))
+			row += "\t" + orNone(esc(rankDevices(r)))
 		}
 		fmt.Fprintln(tw, row)
 	}
@@ -290,4 +300,34 @@ func cut(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// rankSource says where the rank's report comes from.
+func rankSource(r v1alpha1.RankStatus) string {
+	if r.Source == "dra" {
+		return "DRA allocation"
+	}
+	return "rank report"
+}
+
+// rankDevices lists the rank's devices: those that came through DRA as
+// pool/device (UUID, profile), the others by UUID.
+func rankDevices(r v1alpha1.RankStatus) string {
+	if len(r.DRADevices) == 0 {
+		return strings.Join(r.Devices, ",")
+	}
+	out := make([]string, len(r.DRADevices))
+	for i, d := range r.DRADevices {
+		var facts []string
+		for _, f := range []string{d.UUID, d.Profile} {
+			if f != "" {
+				facts = append(facts, f)
+			}
+		}
+		out[i] = d.Pool + "/" + d.Device
+		if len(facts) > 0 {
+			out[i] += " (" + strings.Join(facts, ", ") + ")"
+		}
+	}
+	return strings.Join(out, ",")
 }

@@ -54,3 +54,26 @@ func TestPrintEscapesStoredStrings(t *testing.T) {
 	}
 	require.Contains(t, out, `\x1b]0;owned\a\x1b[2J\u202egnp`)
 }
+
+// Ranks made from DRA allocations show where their reports come from,
+// and, wide, their devices as the driver publishes them.
+func TestPrintDRARanks(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	g := v1alpha1.Gang{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train-1", CreationTimestamp: metav1.NewTime(now)},
+		Spec: v1alpha1.GangSpec{Job: v1alpha1.JobReference{Kind: "PyTorchJob", Name: "train"}, ExpectedRanks: 2, Attempt: 1},
+		Status: v1alpha1.GangStatus{Phase: v1alpha1.PhasePassed, Verdict: "pass", Ranks: []v1alpha1.RankStatus{
+			{Rank: 0, Pod: "train-master-0", Node: "n1", Verdict: "pass", Source: "dra", Devices: []string{"MIG-a0"},
+				DRADevices: []v1alpha1.DRADevice{{Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-0-mig-1g10gb-19-0", UUID: "MIG-a0", Profile: "1g.10gb"}}},
+			{Rank: 1, Pod: "train-worker-0", Node: "n1", Verdict: "pass", Devices: []string{"MIG-a1"}},
+		}}}
+	var b strings.Builder
+	require.NoError(t, WriteDetail(&b, &g, now, true))
+	out := b.String()
+	require.Regexp(t, `RANK +POD +NODE +VERDICT +RULES +FROM +DEVICES`, out)
+	require.Regexp(t, `0 +train-master-0 +n1 +pass +- +DRA allocation +n1/gpu-0-mig-1g10gb-19-0 \(MIG-a0, 1g\.10gb\)`, out)
+	require.Regexp(t, `1 +train-worker-0 +n1 +pass +- +rank report +MIG-a1`, out)
+	b.Reset()
+	g.Status.Ranks[0].Source, g.Status.Ranks[0].DRADevices = "", nil
+	require.NoError(t, WriteDetail(&b, &g, now, false))
+	require.NotContains(t, b.String(), "FROM", "no rank from an allocation: no FROM column")
+}

@@ -204,8 +204,9 @@ const (
 	EarlyFail       // the ranks so far already fail together
 )
 
-// Holder is the pod that holds a rank.
-type Holder struct{ Pod, UID string }
+// Holder is the pod that holds a rank, and the source of the report it
+// holds the rank with (devicesource: empty for the rank's own report).
+type Holder struct{ Pod, UID, Source string }
 
 // Add records a rank's report. It says whether the rank is new to the gang
 // and whether the gang should now be decided. A rank is held by the first
@@ -218,7 +219,7 @@ func (g *Gang[D]) Add(rr preflight.RankReport, podUID string, now time.Time) (is
 		return false, NotReady, nil
 	}
 	if uid, ok := g.podUIDs[rr.Rank]; ok && uid != podUID {
-		return false, NotReady, &Holder{Pod: g.reports[rr.Rank].pod, UID: uid}
+		return false, NotReady, &Holder{Pod: g.reports[rr.Rank].pod, UID: uid, Source: g.reports[rr.Rank].source}
 	}
 	_, had := g.reports[rr.Rank]
 	g.reports[rr.Rank] = holdReport(rr, g.spec.Expected)
@@ -268,7 +269,7 @@ func (g *Gang[D]) HolderOf(rank int) (Holder, bool) {
 	if !ok {
 		return Holder{}, false
 	}
-	return Holder{Pod: g.reports[rank].pod, UID: uid}, true
+	return Holder{Pod: g.reports[rank].pod, UID: uid, Source: g.reports[rank].source}, true
 }
 
 // FirstRefusal says whether pod uid is refused for the first time.

@@ -32,12 +32,16 @@ import (
 // share it.
 type heldReport struct {
 	pod, node string
+	source    string // rr.Source
 	verdict   verdict.Verdict
 	rules     []string // ruleIDs of the report
 	devices   []string // the first MaxRankDevices device IDs
-	packed    []byte
-	plain     *preflight.RankReport // instead of packed
-	net       heldNet
+	// dra: the first MaxRankDevices devices (ID, profile, DRA name) of a
+	// report made from a DRA allocation.
+	dra    []verdict.DeviceSummary
+	packed []byte
+	plain  *preflight.RankReport // instead of packed
+	net    heldNet
 }
 
 // packMaxRanks: the largest gang whose reports are packed.
@@ -78,12 +82,16 @@ func holdReport(rr preflight.RankReport, expected int) heldReport {
 
 // summarize keeps what a Gang's status shows of rr.
 func summarize(rr preflight.RankReport) heldReport {
-	h := heldReport{pod: rr.Pod, node: rr.Node, verdict: rr.Report.Verdict, rules: RuleIDs(rr.Report, MaxRankRules)}
+	h := heldReport{pod: rr.Pod, node: rr.Node, source: rr.Source, verdict: rr.Report.Verdict, rules: RuleIDs(rr.Report, MaxRankRules)}
 	for i := range rr.Report.Devices {
 		if i == v1alpha1.MaxRankDevices {
 			break
 		}
-		h.devices = append(h.devices, rr.Report.Devices[i].ID)
+		d := rr.Report.Devices[i]
+		h.devices = append(h.devices, d.ID)
+		if d.DRA != "" {
+			h.dra = append(h.dra, verdict.DeviceSummary{ID: d.ID, Profile: d.Profile, DRA: d.DRA})
+		}
 	}
 	return h
 }
@@ -108,9 +116,13 @@ func RuleIDs(rep verdict.Report, n int) []string {
 // summary is the rank's report as far as a Gang's status shows it: verdict,
 // the rules of its fail and warn findings, its first devices.
 func (h heldReport) summary(rank int) preflight.RankReport {
-	rr := preflight.RankReport{Rank: rank, Pod: h.pod, Node: h.node, Report: verdict.Report{Verdict: h.verdict}}
+	rr := preflight.RankReport{Rank: rank, Pod: h.pod, Node: h.node, Source: h.source, Report: verdict.Report{Verdict: h.verdict}}
 	for _, r := range h.rules {
 		rr.Report.Findings = append(rr.Report.Findings, verdict.Finding{Rule: r, Severity: verdict.SeverityWarn})
+	}
+	if len(h.dra) > 0 {
+		rr.Report.Devices = append(rr.Report.Devices, h.dra...)
+		return rr
 	}
 	for _, id := range h.devices {
 		rr.Report.Devices = append(rr.Report.Devices, verdict.DeviceSummary{ID: id})

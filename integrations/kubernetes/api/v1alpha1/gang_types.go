@@ -204,4 +204,38 @@ type RankStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	Rules []string `json:"rules,omitempty"`
+	// Source is where the rank's report comes from: "dra" when it was
+	// made from the rank pod's DRA allocation (the devices the scheduler
+	// allocated to its ResourceClaims, with the facts their driver
+	// publishes), before or without the rank's own report; empty for the
+	// rank's own report (NVML on its node).
+	// +optional
+	// +kubebuilder:validation:Enum=dra
+	Source string `json:"source,omitempty"`
+	// DRADevices are the rank's devices as their DRA driver publishes
+	// them (the first 8), when the report comes from its allocation.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	DRADevices []DRADevice `json:"draDevices,omitempty"`
+}
+
+// DRADevice is a device allocated through DRA, as its driver publishes it.
+type DRADevice struct {
+	// Driver is the DRA driver (gpu.nvidia.com).
+	// +kubebuilder:validation:MaxLength=63
+	Driver string `json:"driver"`
+	// Pool is the driver's pool (NVIDIA's driver: one per node).
+	// +kubebuilder:validation:MaxLength=253
+	Pool string `json:"pool"`
+	// Device is the device's name in the pool's ResourceSlices.
+	// +kubebuilder:validation:MaxLength=128
+	Device string `json:"device"`
+	// UUID is the device's uuid attribute (GPU-... or MIG-...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	UUID string `json:"uuid,omitempty"`
+	// Profile is the MIG profile, or "full" for a whole GPU.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Profile string `json:"profile,omitempty"`
 }

@@ -1,0 +1,278 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
+	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// A rank's devices come from one of two sources (package devicesource):
+// its own report, which its init container sends to the gate, and, for a
+// pod whose GPUs come through DRA, its allocation: as soon as the
+// scheduler has allocated a rank pod's claims (and bound it), the job's
+// reconciler resolves the devices to the facts their driver publishes
+// and adds the rank to the gang as a report of source "dra". When every
+// rank is known, the gang is decided and the verdict recorded and acted
+// on before any container or image pull of the job starts.
+//
+// A rank's own report stands before its allocation: it replaces the
+// allocation's report while the gang is open, and where the two name
+// different devices, the rank's report carries a DRA_DEVICES_DISAGREE
+// finding (it fails). A rank that reports itself after the gang was
+// decided from allocations is answered with the verdict, unless its own
+// report fails or disagrees with its allocation: that rank alone is then
+// answered fail (ownReportFails).
+
+// poolIndex indexes the cached ResourceSlices by driver and pool.
+const poolIndex = "rankgate.pool"
+
+func poolKey(driver, pool string) string { return driver + "/" + pool }
+
+func slicePool(obj any) ([]string, error) {
+	s, ok := obj.(*resourcev1.ResourceSlice)
+	if !ok {
+		return nil, nil
+	}
+	return []string{poolKey(s.Spec.Driver, s.Spec.Pool.Name)}, nil
+}
+
+// draCacheObjects are the controller's DRA caches as the DRA device
+// source reads them.
+type draCacheObjects struct{ d *draCaches }
+
+func (o draCacheObjects) Claim(ns, name string) *resourcev1.ResourceClaim {
+	if o.d.claims == nil {
+		return nil
+	}
+	obj, ok, err := o.d.claims.GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil
+	}
+	c, _ := obj.(*resourcev1.ResourceClaim)
+	return c
+}
+
+func (o draCacheObjects) Pool(driver, pool string) []*resourcev1.ResourceSlice {
+	idx, ok := o.d.slices.(toolscache.Indexer)
+	if !ok {
+		return nil
+	}
+	items, err := idx.ByIndex(poolIndex, poolKey(driver, pool))
+	if err != nil {
+		return nil
+	}
+	out := make([]*resourcev1.ResourceSlice, 0, len(items))
+	for _, i := range items {
+		if s, ok := i.(*resourcev1.ResourceSlice); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// draSource is the DRA device source over the controller's caches; nil
+// where DRA is not served or the caches have not synced.
+func (c *Controller) draSource() devicesource.Source {
+	d := &c.dra
+	if !d.served || !allSynced(d.synced) || d.claims == nil || d.slices == nil {
+		return nil
+	}
+	return &dra.Source{Objects: draCacheObjects{d}, Drivers: preflight.DefaultDriverTable()}
+}
+
+// usesClaims: p gets devices through DRA, or will (an extended resource
+// the scheduler may serve through DRA is known only once it did).
+func usesClaims(p *corev1.Pod) bool {
+	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
+}
+
+// allocationRecheck: how soon a job is looked at again while a rank pod
+// is bound but the cached claims do not show its allocation yet (the
+// claim and pod informers deliver apart).
+const allocationRecheck = 500 * time.Millisecond
+
+// fromAllocations adds to j's gang the ranks whose pods' claims are
+// allocated and that have not reported themselves, and asks for the
+// decision when the gang is complete or already fails. wait: a bound
+// rank pod's allocation is not in the caches yet.
+func (c *Controller) fromAllocations(ctx context.Context, j job) (wait bool, err error) {
+	src := c.draSource()
+	if src == nil {
+		return false, nil
+	}
+	if g := c.gangs.Get(j.Object().GetUID()); g != nil && !g.Open() {
+		return false, nil
+	}
+	known, wait, err := c.allocatedRanks(ctx, j, src)
+	if err != nil || len(known) == 0 {
+		return wait, err
+	}
+	g := c.ensureGang(j)
+	if !g.Open() {
+		return false, nil
+	}
+	now := c.now()
+	c.startClock(g, now)
+	added, ready := addAllocated(g, known, now)
+	if added == 0 {
+		return wait, nil
+	}
+	c.log.Info("ranks known from their DRA allocations", "job", g.Key(), "added", added, "expected", g.Expected())
+	c.touchProgress(g.UID(), false)
+	switch ready {
+	case gangstore.Complete:
+		c.askDecide(g, ask{why: trigComplete})
+	case gangstore.EarlyFail:
+		c.askDecide(g, ask{why: trigEarlyFail})
+	}
+	return wait, nil
+}
+
+// allocatedRanks are the reports src makes of j's bound rank pods whose
+// claims are allocated; wait: a bound rank pod's allocation is not known
+// yet.
+func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource.Source) (known []allocatedRank, wait bool, err error) {
+	pods := &corev1.PodList{}
+	o := j.Object()
+	if err := c.listJobPods(ctx, pods, o.GetNamespace(), o.GetName()); err != nil {
+		return nil, false, fmt.Errorf("listing the pods of %s: %w", jobKey(j), err)
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !usesClaims(p) || p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Annotations[annoClaimsCut] != "" {
+			continue
+		}
+		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != o.GetUID() || podFits(j, p) != nil {
+			continue
+		}
+		rank, err := kubeflow.RankOf(j, p)
+		if err != nil {
+			continue
+		}
+		r, err := src.Rank(ctx, p, rank)
+		if err != nil {
+			return nil, false, err
+		}
+		if r.Known {
+			known = append(known, allocatedRank{pod: p, rr: r.Report})
+		}
+		wait = wait || r.Waiting != ""
+	}
+	return known, wait, nil
+}
+
+// addAllocated adds the allocations' reports to g, each unless another
+// pod holds its rank or the rank reported itself; it says how many ranks
+// are new and whether g is to be decided.
+func addAllocated(g *gang, known []allocatedRank, now time.Time) (added int, ready gangstore.Ready) {
+	for _, k := range known {
+		if h, held := g.HolderOf(k.rr.Rank); held && (h.UID != string(k.pod.UID) || h.Source != devicesource.DRA) {
+			continue
+		}
+		isNew, rd, h := g.Add(k.rr, string(k.pod.UID), now)
+		if h != nil {
+			continue
+		}
+		if isNew {
+			added++
+		}
+		if rd == gangstore.Complete || ready == gangstore.NotReady {
+			ready = rd
+		}
+	}
+	return added, ready
+}
+
+type allocatedRank struct {
+	pod *corev1.Pod
+	rr  preflight.RankReport
+}
+
+// againstAllocation adds to rr, the rank's own report, the disagreement
+// with its pod's DRA allocation, if any.
+func (c *Controller) againstAllocation(ctx context.Context, pod *corev1.Pod, rr *preflight.RankReport) {
+	if !usesClaims(pod) {
+		return
+	}
+	src := c.draSource()
+	if src == nil {
+		return
+	}
+	alloc, err := src.Rank(ctx, pod, rr.Rank)
+	if err != nil || !alloc.Known {
+		return
+	}
+	if f := devicesource.Disagreement(*rr, alloc.Report); f != nil {
+		findings := append(append([]verdict.Finding(nil), rr.Report.Findings...), *f)
+		rep := verdict.NewReport(rr.Report.Subject, findings)
+		rep.Mode, rep.Devices = rr.Report.Mode, rr.Report.Devices
+		rr.Report = rep
+	}
+}
+
+// ownReportFails is the answer to a rank that reports itself after its
+// gang was decided, when its own report fails (its devices' health, or
+// a disagreement with its allocation) and the verdict does not: that
+// rank is answered fail, with the verdict's findings and its own, so that
+// it does not start on devices the verdict did not see; nil otherwise.
+func (c *Controller) ownReportFails(r rankOf, rr preflight.RankReport, d *decision) *decision {
+	if d.Report.Failed() || !rr.Report.Failed() {
+		return nil
+	}
+	own := make([]string, 0, len(rr.Report.Findings))
+	for _, f := range rr.Report.Findings {
+		if f.Severity == verdict.SeverityFail {
+			own = append(own, f.Rule+": "+f.Message)
+		}
+	}
+	findings := append([]verdict.Finding(nil), d.Report.Findings...)
+	findings = append(findings, verdict.Finding{
+		Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail, Ranks: []int{rr.Rank}, Pods: []string{rr.Pod}, Nodes: []string{rr.Node},
+		Message: fmt.Sprintf("rank %d (pod %s on %s) reported itself after the gang's verdict (%s) and fails its own rules: %s",
+			rr.Rank, rr.Pod, rr.Node, d.Report.Verdict, joinLimited(own, 4)),
+		Remediation: "fix the rank's devices as its findings say, then delete its pod so that it starts again",
+	})
+	out := *d
+	out.Report = verdict.NewReport(d.Report.Subject, findings)
+	out.Report.Devices = rr.Report.Devices
+	c.log.Info("a rank reported after the verdict and fails its own rules; answered fail", "job", jobKey(r.job), "rank", rr.Rank, "pod", rr.Pod,
+		"rules", fmt.Sprint(gangstore.RuleIDs(rr.Report, 8)))
+	return &out
+}
+
+// joinLimited joins the first n of s with "; " and says how many more.
+func joinLimited(s []string, n int) string {
+	out := ""
+	for i, x := range s {
+		if i == n {
+			return out + fmt.Sprintf("; and %d more", len(s)-n)
+		}
+		if i > 0 {
+			out += "; "
+		}
+		out += x
+	}
+	return out
+}
+
+// fromDRA counts the ranks whose reports come from their DRA allocations.
+func fromDRA(ranks []preflight.RankReport) int {
+	n := 0
+	for _, r := range ranks {
+		if r.Source == devicesource.DRA {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// The gang decided from DRA allocations: the real kube-scheduler
+// allocates each rank pod's claim on devices published as NVIDIA's DRA
+// driver v0.4.1 publishes them and binds the pod; no init container runs
+// (no kubelet), so no rank reports itself. The controller resolves the
+// allocated devices to their published facts, runs the rank and gang
+// rules, records the verdict and acts on it.
+
+const (
+	allocH100   = "NVIDIA H100 80GB HBM3"
+	allocDriver = "580.126.20"
+	allocGPUA   = "GPU-4b9a1e6c-2d7f-3a58-9c41-7e0d5b2f8a13"
+	allocGPUB   = "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c"
+)
+
+// migNode is a Ready DRA node whose slice publishes the MIG devices of
+// gpus, with the DeviceClass mig.nvidia.com.
+func migNode(t testing.TB, node string, gpus ...clustertest.DRAMIGGPU) {
+	t.Helper()
+	draNode(t, node)
+	s := clustertest.MIGSlice(node, gpus...)
+	draObjects(t, clustertest.MIGClass(), s)
+}
+
+func migOf(uuid string, devs ...clustertest.DRAMIG) clustertest.DRAMIGGPU {
+	return clustertest.DRAMIGGPU{UUID: uuid, Product: allocH100, Driver: allocDriver, MIG: devs}
+}
+
+func mig1g(uuid string) clustertest.DRAMIG {
+	return clustertest.DRAMIG{UUID: uuid, Profile: "1g.10gb", SMs: 16, MemoryMiB: 9984}
+}
+
+func mig2g(uuid string) clustertest.DRAMIG {
+	return clustertest.DRAMIG{UUID: uuid, Profile: "2g.20gb", SMs: 32, MemoryMiB: 19968}
+}
+
+// migTemplate creates a claim template asking count MIG devices of
+// profile.
+func migTemplate(t testing.TB, ns, name, profile string, count int64) *resourcev1.ResourceClaimTemplate {
+	t.Helper()
+	exact := &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: count,
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.attributes['gpu.nvidia.com'].profile == '" + profile + "'"}}}}
+	tmpl := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: exact}}}}}}
+	require.NoError(t, k8s.Create(context.Background(), tmpl))
+	return tmpl
+}
+
+// allocJob creates a PyTorchJob of a master and a worker whose pods get
+// their devices from claims made from the templates (master's, worker's),
+// on node, and returns it once the scheduler has bound both pods.
+func allocJob(t testing.TB, ns, name, node string, master, worker *resourcev1.ResourceClaimTemplate) (*corev1.Pod, *corev1.Pod, client.Object) {
+	t.Helper()
+	job := pytorchJob(t, ns, name, true, 1, nil)
+	var pods []*corev1.Pod
+	for _, rt := range []struct {
+		name string
+		tmpl *resourcev1.ResourceClaimTemplate
+	}{{"master", master}, {"worker", worker}} {
+		p := rankPod(t, job, rt.name, 0, "", "", withClaimFrom(rt.tmpl.Name), scheduled, onNode(node))
+		podClaim(t, p, rt.tmpl)
+		pods = append(pods, p)
+	}
+	return pods[0], pods[1], job
+}
+
+// (a) Two ranks on 1g.10gb devices of one GPU: the gang passes from the
+// allocations alone, with no rank report, and the Gang shows each rank's
+// DRA devices.
+func TestE2EDRAGangPassesFromAllocations(t *testing.T) {
+	ns := newNamespace(t, "e2e-dra-alloc-pass", true)
+	startScheduler(t)
+	node := "dra-alloc-pass"
+	migNode(t, node, migOf(allocGPUA, mig1g("MIG-a0"), mig1g("MIG-a1"), mig1g("MIG-a2")))
+	tmpl := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	start := time.Now()
+	_, _, job := allocJob(t, ns, "pass", node, tmpl, tmpl)
+	a := appliedVerdict(t, job)
+	took := time.Since(start)
+	require.Equal(t, "pass", a[contract.AnnotationVerdict], c.logs.String())
+	require.False(t, isSuspended(t, job))
+	g := gangOf(t, job)
+	require.NotNil(t, g)
+	require.Len(t, g.Status.Ranks, 2)
+	for _, r := range g.Status.Ranks {
+		require.Equal(t, devicesource.DRA, r.Source, "rank %d", r.Rank)
+		require.Len(t, r.DRADevices, 1)
+		d := r.DRADevices[0]
+		require.Equal(t, node, d.Pool)
+		require.Equal(t, "1g.10gb", d.Profile)
+		require.True(t, strings.HasPrefix(d.UUID, "MIG-a"), d.UUID)
+		require.True(t, strings.HasPrefix(d.Device, "gpu-0-mig-1g10gb-"), d.Device)
+	}
+	require.NotEqual(t, g.Status.Ranks[0].DRADevices[0].UUID, g.Status.Ranks[1].DRADevices[0].UUID)
+	require.Contains(t, c.logs.String(), "ranks known from their DRA allocations")
+	t.Logf("verdict %s from allocations %s after the job's pods were created; Gang ranks %+v", a[contract.AnnotationVerdict], took.Round(time.Millisecond), g.Status.Ranks)
+}
+
+// (b) A rank whose claim asks two 1g.10gb devices on a node where each
+// GPU has one: its devices span two GPUs; the gang fails from the
+// allocations and the job is suspended before any container starts.
+func TestE2EDRARankSpanningGPUsSuspended(t *testing.T) {
+	ns := newNamespace(t, "e2e-dra-alloc-span", true)
+	startScheduler(t)
+	node := "dra-alloc-span"
+	migNode(t, node, migOf(allocGPUA, mig1g("MIG-a0"), mig2g("MIG-a1")), migOf(allocGPUB, mig1g("MIG-b0"), mig2g("MIG-b1")))
+	two := migTemplate(t, ns, "mig-1g-x2", "1g.10gb", 2)
+	one := migTemplate(t, ns, "mig-2g", "2g.20gb", 1)
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	_, _, job := allocJob(t, ns, "span", node, two, one)
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
+	a := appliedVerdict(t, job)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	rules := strings.Split(a[contract.AnnotationRules], ",")
+	require.Contains(t, rules, verdict.RuleRankFailed)
+	require.Contains(t, a[contract.AnnotationReason], verdict.RuleMIGSpansGPUs)
+	require.Contains(t, a[contract.AnnotationReason], allocGPUA)
+	require.Contains(t, a[contract.AnnotationReason], allocGPUB)
+	ev := jobEvents(t, job)
+	require.Len(t, ev["GangFailed"], 1, "%v", ev)
+	require.Contains(t, ev["GangFailed"][0], "job suspended")
+	t.Logf("reason: %s", a[contract.AnnotationReason])
+}
+
+// (c) Ranks on different profiles of one GPU (the master's claim asks a
+// 2g.20gb device, the worker's a 1g.10gb one): GANG_PROFILE_MISMATCH,
+// suspended.
+func TestE2EDRARanksOnDifferentProfilesFail(t *testing.T) {
+	ns := newNamespace(t, "e2e-dra-alloc-prof", true)
+	startScheduler(t)
+	node := "dra-alloc-prof"
+	migNode(t, node, migOf(allocGPUA, mig2g("MIG-a0"), mig1g("MIG-a1"), mig1g("MIG-a2")))
+	big := migTemplate(t, ns, "mig-2g", "2g.20gb", 1)
+	small := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	_, _, job := allocJob(t, ns, "prof", node, big, small)
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
+	a := appliedVerdict(t, job)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleGangProfileMismatch)
+	require.Contains(t, a[contract.AnnotationReason], "2g.20gb")
+	require.Contains(t, a[contract.AnnotationReason], "1g.10gb")
+	t.Logf("reason: %s", a[contract.AnnotationReason])
+}
