@@ -103,7 +103,9 @@ func TestOwnReportFailsAfterVerdict(t *testing.T) {
 func TestAddAllocated(t *testing.T) {
 	now := time.Now()
 	g := newTestGang(wrap(ptJob(true, 2)), time.Minute, false) // 3 ranks
-	dev := func(id string) []verdict.DeviceSummary { return []verdict.DeviceSummary{{ID: id, Kind: "mig", GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 16}} }
+	dev := func(id string) []verdict.DeviceSummary {
+		return []verdict.DeviceSummary{{ID: id, Kind: "mig", GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 16}}
+	}
 	alloc := func(rank int, uid, id string) allocatedRank {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("p", rank), UID: types.UID(uid)}}
 		return allocatedRank{pod: p, rr: preflight.RankReport{Rank: rank, Pod: p.Name, Source: devicesource.DRA, Report: verdict.Report{Verdict: verdict.VerdictPass, Devices: dev(id)}}}
