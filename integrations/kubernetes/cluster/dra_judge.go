@@ -150,8 +150,9 @@ func (b *Builder) judgeDRA(w *schedule.Workload, refs [][]corev1.PodResourceClai
 		return
 	}
 	j := b.draJudge()
-	empty, healed := sets.New[structured.DeviceID](), sets.New[structured.DeviceID]()
+	empty := sets.New[structured.DeviceID]()
 	now := sets.New[structured.DeviceID]()
+	var healed sets.Set[structured.DeviceID]
 	for id := range j.held {
 		now.Insert(id)
 	}
@@ -164,7 +165,7 @@ func (b *Builder) judgeDRA(w *schedule.Workload, refs [][]corev1.PodResourceClai
 		if err != nil {
 			continue
 		}
-		facts, err := j.judge(pod, ps.Pending(), empty, now, healed)
+		facts, err := j.judge(pod, ps.Pending(), empty, now, &healed)
 		if err != nil {
 			continue
 		}

@@ -68,13 +68,19 @@ func exactText(e *resourcev1.ExactDeviceRequest) string {
 
 // judge allocates n pods' claims on an empty cluster, now, and (where
 // the driver tainted devices unhealthy) on an empty cluster with those
-// devices repaired; empty, now and healed are the devices taken in each,
-// which the pods' allocations join.
-func (j *draJudge) judge(d *podDemand, n int, empty, now, healed sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
+// devices repaired; empty, now and *healed are the devices taken in each,
+// which the pods' allocations join. *healed stays nil while every set
+// judged fits the empty cluster: until then the repaired cluster holds
+// the same allocations.
+func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID], healed *sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
 	if n > maxDRAPods {
 		return nil, fmt.Errorf("%d pending pods: more than the %d judged on DRA devices", n, maxDRAPods)
 	}
 	f := &schedule.DRAFacts{}
+	var before sets.Set[structured.DeviceID]
+	if j.sick && *healed == nil {
+		before = empty.Clone()
+	}
 	var err error
 	if f.FitEmpty, err = j.place(d, n, empty, false); err != nil {
 		return nil, err
@@ -82,13 +88,17 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now, healed sets.Set[struct
 	if f.FitNow, err = j.place(d, n, now, false); err != nil {
 		return nil, err
 	}
-	// Where a published device carries a health taint, the pods are
+	// Where a published device carries a health taint and the set does
+	// not fit the empty cluster (or one before it did not), the pods are
 	// placed once more with those devices repaired: a set they serve
 	// then waits for the repair; one they do not is hopeless on the
 	// repaired devices' count.
 	fitEmpty, heal := f.FitEmpty, false
-	if j.sick {
-		fitHealed, err := j.place(d, n, healed, true)
+	if j.sick && (*healed != nil || f.FitEmpty < n) {
+		if *healed == nil {
+			*healed = before
+		}
+		fitHealed, err := j.place(d, n, *healed, true)
 		if err != nil {
 			return nil, err
 		}
@@ -96,23 +106,38 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now, healed sets.Set[struct
 			fitEmpty, heal = fitHealed, true
 		}
 	}
-	switch {
-	case heal && fitEmpty >= n:
-		f.Outcome = schedule.DRAUnhealthy
-	case fitEmpty == 0 && n > 0 && j.fitsAlone(d, heal):
-		f.Outcome = schedule.DRAGangTooLarge
-	case fitEmpty == 0 && n > 0:
-		f.Outcome = schedule.DRANoDevice
-	case fitEmpty < n:
-		f.Outcome = schedule.DRAGangTooLarge
-	case f.FitNow < n:
-		f.Outcome = schedule.DRAWaits
-	}
+	f.Outcome = j.outcome(d, n, fitEmpty, f.FitNow, heal)
 	if heal && f.Outcome == schedule.DRAGangTooLarge {
 		// Too large even with the unhealthy devices repaired: the
 		// count the message gives is theirs.
 		f.FitEmpty = fitEmpty
 	}
+	j.describeFacts(d, f)
+	return f, nil
+}
+
+// outcome classifies a set of n pods of which fitEmpty get their devices
+// on an empty cluster (with heal, with the unhealthy devices repaired)
+// and fitNow now.
+func (j *draJudge) outcome(d *podDemand, n, fitEmpty, fitNow int, heal bool) schedule.DRAOutcome {
+	switch {
+	case heal && fitEmpty >= n:
+		return schedule.DRAUnhealthy
+	case fitEmpty == 0 && n > 0 && j.fitsAlone(d, heal):
+		return schedule.DRAGangTooLarge
+	case fitEmpty == 0 && n > 0:
+		return schedule.DRANoDevice
+	case fitEmpty < n:
+		return schedule.DRAGangTooLarge
+	case fitNow < n:
+		return schedule.DRAWaits
+	}
+	return schedule.DRAFits
+}
+
+// describeFacts fills f's requests (and holders) for the message of its
+// outcome.
+func (j *draJudge) describeFacts(d *podDemand, f *schedule.DRAFacts) {
 	// Which devices match each request is worked out only where the
 	// message needs it (CEL over every published device is the costly
 	// part): all devices when the job cannot be served, the held ones
@@ -139,7 +164,6 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now, healed sets.Set[struct
 	if f.Outcome == schedule.DRAWaits || f.Outcome == schedule.DRAUnhealthy {
 		f.Holders = j.holders(matched)
 	}
-	return f, nil
 }
 
 // fitsAlone: one pod's claims fit the published devices when no other
