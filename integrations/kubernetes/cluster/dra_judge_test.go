@@ -259,6 +259,15 @@ func TestDRAUnhealthyDevicesWait(t *testing.T) {
 		require.Contains(t, gs[0].Message, "Worker (1 pod): even with every device free, the published devices serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of 0 of the 1 pending pod at once.")
 		require.Len(t, findingsOf(res, verdict.RuleDRADeviceUnhealthy), 1)
 	})
+	t.Run("a tainted GPU besides two healthy ones: the job fits", func(t *testing.T) {
+		// gpu-2: a copy of gpu-1 (up to the next document), lost.
+		i := strings.Index(h100s, "  - name: gpu-1\n")
+		j := i + strings.Index(h100s[i:], "---\n")
+		in := h100s[:j] + strings.Replace(h100s[i:j], "  - name: gpu-1\n", "  - name: gpu-2\n", 1) + h100s[j:]
+		res := judgeDRAText(t, taintDevices(in, "gpu.nvidia.com/gpu-lost", "", "gpu-2"))
+		require.Equal(t, verdict.RuleSchedulable, res.Rule, res.Report.Reason(0))
+		require.Empty(t, findingsOf(res, verdict.RuleDRADeviceUnhealthy))
+	})
 	t.Run("a taint that is not the driver's health taint stays a shape mismatch", func(t *testing.T) {
 		res := judgeDRAText(t, taintDevices(h100s, "example.com/reserved", "team-a", "gpu-0", "gpu-1"))
 		require.Equal(t, verdict.RuleShapeMismatch, res.Rule, res.Report.Reason(0))
