@@ -101,6 +101,7 @@ const (
 	RuleReconfigurable     = "RECONFIGURABLE"
 	RuleMIGMultiPod        = "MIG_MULTI_POD"
 	RuleDRANotJudged       = "DRA_NOT_JUDGED"
+	RuleDRADeviceUnhealthy = "DRA_DEVICE_UNHEALTHY"
 
 	// The controller's Pending watchdog.
 	RulePendingTimeout = "PENDING_TIMEOUT"
@@ -227,6 +228,7 @@ var rules = []Rule{
 	{ID: RuleReconfigurable, Severity: SeverityInfo, Faces: place, Summary: "no node has the shape now, but a valid MIG layout for a node's GPU would create it", Remediation: "relabel the named nodes with the named mig-parted layout (drains them)"},
 	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
 	{ID: RuleDRANotJudged, Severity: SeverityWarn, Faces: place, Summary: "the job's devices come through DRA (resource claims, or an extended resource a DeviceClass maps): placement is not judged from node allocatable, so the job is never refused, failed or called hopeless on those grounds", Remediation: "read the pods' scheduling events and their ResourceClaims' status (kubectl describe resourceclaim) for why they wait"},
+	{ID: RuleDRADeviceUnhealthy, Severity: SeverityWarn, Faces: place, Summary: "the published devices would serve the job's DRA requests, but the driver tainted the matching ones unhealthy (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost) and the scheduler allocates none of them: the job waits for their repair", Remediation: "repair the named GPUs, then restart the DRA driver's kubelet plugin so it publishes them untainted; never tolerate a health taint"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
 	{ID: RuleRendezvousFailed, Severity: SeverityFail, Faces: launchF, Summary: "torch's rendezvous failed before NCCL init: the TCPStore client could not reach MASTER_ADDR:MASTER_PORT (timed out, connection refused, DistNetworkError); names the address", Remediation: "check that the rank-0 pod runs and listens on MASTER_PORT, that MASTER_ADDR resolves to it (the job's headless Service), and that no NetworkPolicy blocks the port"},

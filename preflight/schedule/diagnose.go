@@ -12,7 +12,7 @@ var Rules = []string{
 	verdict.RuleSchedulable, verdict.RuleWaitCapacity, verdict.RuleShapeMismatch, verdict.RuleStrategyMismatch,
 	verdict.RuleMIGLayoutInvalid, verdict.RuleMIGReconfigPending, verdict.RuleMIGReconfigFailed,
 	verdict.RuleDriverKnownBad, verdict.RuleGangTooLarge, verdict.RuleNodeConstraints,
-	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod, verdict.RuleDRANotJudged,
+	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod, verdict.RuleDRANotJudged, verdict.RuleDRADeviceUnhealthy,
 }
 
 // Result is the engine's judgement of one workload.
@@ -21,7 +21,9 @@ type Result struct {
 	// cannot run as it is (Hopeless), warn when it waits.
 	Report verdict.Report
 	// Rule is the primary verdict: SCHEDULABLE, WAIT_CAPACITY,
-	// MIG_RECONFIG_PENDING, or the first rule that makes it hopeless.
+	// MIG_RECONFIG_PENDING, DRA_DEVICE_UNHEALTHY (devices that come back
+	// once repaired, as NotReady nodes do), or the first rule that makes
+	// it hopeless.
 	Rule string
 	// Hopeless: nothing changes without someone acting on the job or the
 	// cluster. The controller fails such jobs at once.

@@ -24,6 +24,11 @@ const (
 	// DRAGangTooLarge: one pod's requests can be served, but not all of
 	// the set's pods at once, even with every device free.
 	DRAGangTooLarge
+	// DRAUnhealthy: the devices exist and would serve every pod with
+	// every device free, but the driver tainted some of them unhealthy
+	// (NVIDIA's gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost) and the
+	// scheduler allocates none of those: the set waits for their repair.
+	DRAUnhealthy
 )
 
 // DRADevice is a published device as messages show it: the NVIDIA DRA
@@ -72,7 +77,7 @@ type DRAFacts struct {
 	FitEmpty, FitNow int
 	// Holders name the allocated claims holding devices that match the
 	// set's requests: "ResourceClaim ns/name (pod ns/p) holds gpu-0 on
-	// node-a".
+	// node-a" (DRAWaits, DRAUnhealthy).
 	Holders []string
 }
 
@@ -176,10 +181,13 @@ func mergeDRA(w *Workload, res Result, dra []verdict.Finding) Result {
 		switch {
 		case f.Severity == verdict.SeverityFail && !out.Hopeless:
 			out.Rule, out.Hopeless = f.Rule, true
-		case f.Rule == verdict.RuleWaitCapacity && !out.Hopeless:
-			if out.Rule == verdict.RuleSchedulable {
-				out.Rule = f.Rule
-			}
+		case out.Hopeless:
+		case f.Rule == verdict.RuleWaitCapacity && out.Rule == verdict.RuleSchedulable:
+			out.Rule = f.Rule
+		case f.Rule == verdict.RuleDRADeviceUnhealthy && (out.Rule == verdict.RuleSchedulable || out.Rule == verdict.RuleWaitCapacity):
+			// Unhealthy devices are what the job waits for first: free
+			// capacity does not help it before they are repaired.
+			out.Rule = f.Rule
 		}
 	}
 	return out
@@ -206,6 +214,13 @@ func (g *draGroup) finding() verdict.Finding {
 		rule = verdict.RuleWaitCapacity
 		msg = fmt.Sprintf("%s: the published devices serve the DRA requests (%s) of all %s on an empty cluster, but of %d now: other allocated claims hold the matching devices. %s Holding them: %s.",
 			set, via, pending, g.fitNow, describeMatches(f.Requests), strings.Join(limit(g.holders, 10), "; "))
+	case DRAUnhealthy:
+		rule = verdict.RuleDRADeviceUnhealthy
+		msg = fmt.Sprintf("%s: the published devices would serve the DRA requests (%s) of all %s, but the driver tainted matching devices as unhealthy and the scheduler allocates none of those: the healthy ones serve %d. %s The pods wait until those devices are repaired and published untainted.",
+			set, via, pending, g.fitEmpty, describeTaints(f.Requests))
+		if len(g.holders) > 0 {
+			msg += " Other allocated claims hold matching devices too: " + strings.Join(limit(g.holders, 10), "; ") + "."
+		}
 	default:
 		rule, sev = verdict.RuleSchedulable, verdict.SeverityInfo
 		msg = fmt.Sprintf("%s: the published devices serve the DRA requests (%s) of all %s now. %s",
@@ -218,6 +233,8 @@ func (g *draGroup) finding() verdict.Finding {
 		fix = "change the request's DeviceClass, selectors or capacity to a device the cluster publishes (the finding names the nearest ones), or publish such a device"
 	case DRAWaits:
 		fix = "wait, or free the devices those claims hold"
+	case DRAUnhealthy:
+		fix = "repair the named GPUs (an XID taint's value is the Xid in the node's kernel log; gpu-lost: reset the GPU or reboot the node), then restart the DRA driver's kubelet plugin so it publishes them untainted (NVIDIA's driver never clears a health taint by itself); never tolerate a health taint"
 	}
 	return verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Pods: limit(g.pods, 50)}
 }
@@ -248,6 +265,20 @@ func describeGaps(reqs []DRARequest) string {
 		out += " Each request matches devices on its own, but no node holds all of one pod's requests together among the untainted ones (counts, constraints such as matchAttribute, devices on different nodes, device taints)."
 	}
 	return out
+}
+
+// describeTaints lists, per request, the published devices that match it
+// and those of them the driver tainted.
+func describeTaints(reqs []DRARequest) string {
+	var parts []string
+	for _, r := range reqs {
+		s := fmt.Sprintf("%s: %s match", r.Desc, plural(r.Matching, "published device"))
+		if len(r.Tainted) > 0 {
+			s += fmt.Sprintf(", %d of them tainted: %s", len(r.Tainted), strings.Join(limit(r.Tainted, 10), "; "))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ". ") + "."
 }
 
 func allMatch(reqs []DRARequest) bool {

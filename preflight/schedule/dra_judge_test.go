@@ -24,9 +24,12 @@ func TestJudgeDRAMergesWithTheEngine(t *testing.T) {
 		{"devices held", 8000, DRAFacts{Outcome: DRAWaits, FitEmpty: 2, Holders: []string{"ResourceClaim a/b holds " + h100.String()}}, verdict.RuleWaitCapacity, false},
 		{"no device", 8000, DRAFacts{Outcome: DRANoDevice, Requests: []DRARequest{{Desc: "r", Nearest: []DRADevice{h100}}}}, verdict.RuleShapeMismatch, true},
 		{"gang larger than the devices", 8000, DRAFacts{Outcome: DRAGangTooLarge, FitEmpty: 1}, verdict.RuleGangTooLarge, true},
+		{"matching devices tainted unhealthy", 8000, DRAFacts{Outcome: DRAUnhealthy, Requests: []DRARequest{{Desc: "r", Matching: 1,
+			Tainted: []string{"gpu-0 on n0 (gpu.nvidia.com/xid=79:NoSchedule)"}}}}, verdict.RuleDRADeviceUnhealthy, false},
 		// cpu no node has decides, whatever the devices say (rule "": the
 		// engine's own).
 		{"devices held, cpu nowhere", 32000, DRAFacts{Outcome: DRAWaits, FitEmpty: 2}, "", true},
+		{"devices unhealthy, cpu nowhere", 32000, DRAFacts{Outcome: DRAUnhealthy}, "", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,4 +66,37 @@ func TestJudgeDRAWithoutFactsStandsDown(t *testing.T) {
 	e := New()
 	res := e.Diagnose(e.NewCluster(nil), w)
 	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
+}
+
+// A set that waits for held devices and one that waits for unhealthy
+// ones: the health cause is the job's (free capacity does not help it
+// before the repair); the message names the tainted device and the fix
+// says to repair, not to tolerate.
+func TestJudgeDRAUnhealthyBeforeHeld(t *testing.T) {
+	node := Node{Name: "n0", Allocatable: Resources{ResourceCPU: 16000, ResourceMem: 64 << 30, ResourcePods: 110}}
+	sick := DRAFacts{Outcome: DRAUnhealthy, Requests: []DRARequest{{Desc: "nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com", Matching: 2,
+		Tainted: []string{"gpu-1 on n0 (gpu.nvidia.com/gpu-lost:NoSchedule)"}}},
+		Holders: []string{"ResourceClaim a/b holds gpu-0 on n0"}}
+	held := DRAFacts{Outcome: DRAWaits, FitEmpty: 1, Holders: []string{"ResourceClaim a/b holds gpu-0 on n0"}}
+	for _, order := range [][]*DRAFacts{{&held, &sick}, {&sick, &held}} {
+		w := Workload{Kind: "PyTorchJob", Namespace: "ml", Name: "j"}
+		for i, f := range order {
+			w.PodSets = append(w.PodSets, PodSet{Name: []string{"Master", "Worker"}[i], Count: 1, Requests: Resources{ResourceCPU: 1000, ResourcePods: 1},
+				DRA: "nvidia.com/gpu from DeviceClass gpu.nvidia.com", DRAFacts: f})
+		}
+		e := New()
+		res := e.Diagnose(e.NewCluster([]Node{node}), w)
+		require.Equal(t, verdict.RuleDRADeviceUnhealthy, res.Rule, res.Report.Reason(0))
+		require.False(t, res.Hopeless)
+		var f verdict.Finding
+		for _, x := range res.Report.Findings {
+			if x.Rule == verdict.RuleDRADeviceUnhealthy {
+				f = x
+			}
+		}
+		require.Equal(t, verdict.SeverityWarn, f.Severity)
+		require.Contains(t, f.Message, "nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com: 2 published devices match, 1 of them tainted: gpu-1 on n0 (gpu.nvidia.com/gpu-lost:NoSchedule).")
+		require.Contains(t, f.Message, "Other allocated claims hold matching devices too: ResourceClaim a/b holds gpu-0 on n0.")
+		require.Contains(t, f.Remediation, "never tolerate a health taint")
+	}
 }

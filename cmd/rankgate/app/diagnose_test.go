@@ -32,7 +32,7 @@ func TestDiagnoseOfflineScenarios(t *testing.T) {
 		"04-strategy-mismatch.yaml": 1, "05-mig-layout-invalid.yaml": 1, "06-mig-reconfig-pending.yaml": 0,
 		"07-mig-reconfig-failed.yaml": 1, "08-driver-known-bad.yaml": 1, "09-gang-too-large.yaml": 1,
 		"10-node-constraints.yaml": 1, "11-stale-mig-resources.yaml": 1, "12-scheduler-disagrees.yaml": 0,
-		"13-mig-multi-pod.yaml": 0, "14-dra-not-judged.yaml": 0,
+		"13-mig-multi-pod.yaml": 0, "14-dra-not-judged.yaml": 0, "15-dra-device-unhealthy.yaml": 0,
 	}
 	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
 	require.NoError(t, err)

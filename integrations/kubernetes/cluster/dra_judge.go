@@ -2,12 +2,13 @@ package cluster
 
 import (
 	"fmt"
-	"k8s.io/apimachinery/pkg/util/sets"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
@@ -57,6 +58,8 @@ type draJudge struct {
 	// many nodes (nodeSelector, allNodes, perDeviceNodeSelection).
 	byNode map[string][]*resourcev1.ResourceSlice
 	shared []*resourcev1.ResourceSlice
+	// sick: some published device carries a health taint (healthTaints).
+	sick bool
 }
 
 // slicesFor are the slices whose devices a node may get.
@@ -105,6 +108,7 @@ func (b *Builder) draJudge() *draJudge {
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
 			j.devices = append(j.devices, draDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), slice: s, device: d})
+			j.sick = j.sick || slices.ContainsFunc(d.Taints, isHealthTaint)
 		}
 	}
 	for i := range j.devices {
@@ -148,6 +152,7 @@ func (b *Builder) judgeDRA(w *schedule.Workload, refs [][]corev1.PodResourceClai
 	j := b.draJudge()
 	empty := sets.New[structured.DeviceID]()
 	now := sets.New[structured.DeviceID]()
+	var healed sets.Set[structured.DeviceID]
 	for id := range j.held {
 		now.Insert(id)
 	}
@@ -160,7 +165,7 @@ func (b *Builder) judgeDRA(w *schedule.Workload, refs [][]corev1.PodResourceClai
 		if err != nil {
 			continue
 		}
-		facts, err := j.judge(pod, ps.Pending(), empty, now)
+		facts, err := j.judge(pod, ps.Pending(), empty, now, &healed)
 		if err != nil {
 			continue
 		}

@@ -159,23 +159,122 @@ status:
 	require.Equal(t, verdict.RuleDRANotJudged, res.Rule)
 }
 
-// Devices the driver tainted (an XID error) are skipped by the allocator:
-// with both H100s tainted, no device serves the job, and the finding says
-// the matching devices carry taints the request does not tolerate.
-func TestDRATaintedDevicesNamed(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("testdata", "dra", "01-extended-resource-h100.yaml"))
-	require.NoError(t, err)
-	taint := "    taints:\n    - key: gpu.nvidia.com/xid\n      value: \"79\"\n      effect: NoSchedule\n"
-	in := strings.ReplaceAll(string(data), "  - name: gpu-0\n", "  - name: gpu-0\n"+taint)
-	in = strings.ReplaceAll(in, "  - name: gpu-1\n", "  - name: gpu-1\n"+taint)
+// taintDevices adds a device taint to the named devices of a testdata/dra
+// dump.
+func taintDevices(in, key, value string, devices ...string) string {
+	taint := "    taints:\n    - key: " + key + "\n"
+	if value != "" {
+		taint += "      value: \"" + value + "\"\n"
+	}
+	taint += "      effect: NoSchedule\n"
+	for _, d := range devices {
+		in = strings.ReplaceAll(in, "  - name: "+d+"\n", "  - name: "+d+"\n"+taint)
+	}
+	return in
+}
+
+func judgeDRAText(t *testing.T, in string) schedule.Result {
+	t.Helper()
 	b := NewBuilder()
 	require.NoError(t, Load(b, "tainted.yaml", strings.NewReader(in), nil))
 	ws, err := b.Workloads()
 	require.NoError(t, err)
+	require.Len(t, ws, 1)
 	e := schedule.New()
-	res := e.Diagnose(e.NewCluster(b.Nodes()), ws[0])
-	require.Equal(t, verdict.RuleShapeMismatch, res.Rule, res.Report.Reason(0))
-	fs := findingsOf(res, verdict.RuleShapeMismatch)
-	require.Len(t, fs, 1)
-	require.Contains(t, fs[0].Message, "2 devices match on their own, 2 of them with a device taint the request does not tolerate: gpu-0 on dgx-h100-0 (gpu.nvidia.com/xid=79:NoSchedule)")
+	return e.Diagnose(e.NewCluster(b.Nodes()), ws[0])
+}
+
+// Devices NVIDIA's driver tainted unhealthy (a fatal Xid, a GPU lost) are
+// skipped by the allocator, as the scheduler skips them. When the job
+// would be served with them repaired, it waits for them
+// (DRA_DEVICE_UNHEALTHY, never hopeless), and the finding names each
+// tainted device with its taint.
+func TestDRAUnhealthyDevicesWait(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "dra", "01-extended-resource-h100.yaml"))
+	require.NoError(t, err)
+	h100s := string(data)
+	t.Run("both H100s tainted", func(t *testing.T) {
+		in := taintDevices(h100s, "gpu.nvidia.com/xid", "79", "gpu-0")
+		in = taintDevices(in, "gpu.nvidia.com/gpu-lost", "", "gpu-1")
+		res := judgeDRAText(t, in)
+		require.Equal(t, verdict.RuleDRADeviceUnhealthy, res.Rule, res.Report.Reason(0))
+		require.False(t, res.Hopeless)
+		require.Equal(t, 0, res.ExitCode())
+		require.Empty(t, findingsOf(res, verdict.RuleShapeMismatch))
+		require.Empty(t, findingsOf(res, verdict.RuleSchedulable), "the engine's fits-now speaks of cpu and memory only")
+		fs := findingsOf(res, verdict.RuleDRADeviceUnhealthy)
+		require.Len(t, fs, 1)
+		require.Equal(t, verdict.SeverityWarn, fs[0].Severity)
+		require.Equal(t, "Master (1 pod) + Worker (1 pod): the published devices would serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of all 2 pending pods, "+
+			"but the driver tainted matching devices as unhealthy and the scheduler allocates none of those: the healthy ones serve 0. "+
+			"nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com: 2 published devices match, 2 of them tainted: "+
+			"gpu-0 on dgx-h100-0 (gpu.nvidia.com/xid=79:NoSchedule); gpu-1 on dgx-h100-0 (gpu.nvidia.com/gpu-lost:NoSchedule). "+
+			"The pods wait until those devices are repaired and published untainted.", fs[0].Message)
+		require.Contains(t, fs[0].Remediation, "restart the DRA driver's kubelet plugin")
+	})
+	t.Run("one of two tainted: the gang waits, not too large", func(t *testing.T) {
+		res := judgeDRAText(t, taintDevices(h100s, "gpu.nvidia.com/xid", "48", "gpu-1"))
+		require.Equal(t, verdict.RuleDRADeviceUnhealthy, res.Rule, res.Report.Reason(0))
+		require.False(t, res.Hopeless)
+		fs := findingsOf(res, verdict.RuleDRADeviceUnhealthy)
+		require.Len(t, fs, 1)
+		// The Master gets the healthy H100, the Worker waits for the other.
+		require.Contains(t, fs[0].Message, "Worker (1 pod): the published devices would serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of all 1 pending pod, ")
+		require.Contains(t, fs[0].Message, "the healthy ones serve 0. ")
+		require.Contains(t, fs[0].Message, "2 published devices match, 1 of them tainted: gpu-1 on dgx-h100-0 (gpu.nvidia.com/xid=48:NoSchedule).")
+		require.Empty(t, findingsOf(res, verdict.RuleGangTooLarge))
+	})
+	t.Run("one tainted, the other held: names the holder too", func(t *testing.T) {
+		held, err := os.ReadFile(filepath.Join("testdata", "dra", "03-devices-held.yaml"))
+		require.NoError(t, err)
+		in := string(held)
+		i := strings.Index(in, "---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: notebook-a")
+		require.Positive(t, i)
+		j := strings.Index(in[i+4:], "---\n")
+		in = taintDevices(in[:i]+in[i+4+j:], "gpu.nvidia.com/xid", "79", "gpu-0")
+		res := judgeDRAText(t, in)
+		require.Equal(t, verdict.RuleDRADeviceUnhealthy, res.Rule, res.Report.Reason(0))
+		fs := findingsOf(res, verdict.RuleDRADeviceUnhealthy)
+		require.Len(t, fs, 1)
+		require.Contains(t, fs[0].Message, "gpu-0 on dgx-h100-0 (gpu.nvidia.com/xid=79:NoSchedule)")
+		require.Contains(t, fs[0].Message, "Other allocated claims hold matching devices too: ResourceClaim research/notebook-b-gpu-m4t7z (pod research/notebook-b-0) holds gpu-1: ")
+		// The Master waits for the held H100 (the other is unhealthy);
+		// the Worker for the tainted one. The health cause comes first.
+		ws := findingsOf(res, verdict.RuleWaitCapacity)
+		require.Len(t, ws, 1)
+		require.Contains(t, ws[0].Message, "Master (1 pod)")
+		require.Contains(t, fs[0].Message, "Worker (1 pod)")
+	})
+	t.Run("repaired, the gang is still too large", func(t *testing.T) {
+		i := strings.Index(h100s, "  - name: gpu-1\n")
+		j := strings.Index(h100s, "---\napiVersion: kubeflow.org/v1")
+		require.Positive(t, i)
+		require.Greater(t, j, i)
+		res := judgeDRAText(t, taintDevices(h100s[:i]+h100s[j:], "gpu.nvidia.com/xid", "79", "gpu-0"))
+		require.Equal(t, verdict.RuleGangTooLarge, res.Rule, res.Report.Reason(0))
+		require.True(t, res.Hopeless)
+		// The Master would get the repaired H100, the Worker none.
+		gs := findingsOf(res, verdict.RuleGangTooLarge)
+		require.Len(t, gs, 1)
+		require.Contains(t, gs[0].Message, "Worker (1 pod): even with every device free, the published devices serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of 0 of the 1 pending pod at once.")
+		require.Len(t, findingsOf(res, verdict.RuleDRADeviceUnhealthy), 1)
+	})
+	t.Run("a tainted GPU besides two healthy ones: the job fits", func(t *testing.T) {
+		// gpu-2: a copy of gpu-1 (up to the next document), lost.
+		i := strings.Index(h100s, "  - name: gpu-1\n")
+		j := i + strings.Index(h100s[i:], "---\n")
+		in := h100s[:j] + strings.Replace(h100s[i:j], "  - name: gpu-1\n", "  - name: gpu-2\n", 1) + h100s[j:]
+		res := judgeDRAText(t, taintDevices(in, "gpu.nvidia.com/gpu-lost", "", "gpu-2"))
+		require.Equal(t, verdict.RuleSchedulable, res.Rule, res.Report.Reason(0))
+		require.Empty(t, findingsOf(res, verdict.RuleDRADeviceUnhealthy))
+	})
+	t.Run("a taint that is not the driver's health taint stays a shape mismatch", func(t *testing.T) {
+		res := judgeDRAText(t, taintDevices(h100s, "example.com/reserved", "team-a", "gpu-0", "gpu-1"))
+		require.Equal(t, verdict.RuleShapeMismatch, res.Rule, res.Report.Reason(0))
+		require.True(t, res.Hopeless)
+		fs := findingsOf(res, verdict.RuleShapeMismatch)
+		require.Len(t, fs, 1)
+		require.Contains(t, fs[0].Message, "2 devices match on their own, 2 of them with a device taint the request does not tolerate: gpu-0 on dgx-h100-0 (example.com/reserved=team-a:NoSchedule)")
+		require.Empty(t, findingsOf(res, verdict.RuleDRADeviceUnhealthy))
+	})
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -65,37 +66,85 @@ func exactText(e *resourcev1.ExactDeviceRequest) string {
 	return s
 }
 
-// judge allocates n pods' claims on an empty cluster and now; empty and
-// now are the devices taken in each, which the pods' allocations join.
-func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
+// judge allocates n pods' claims on an empty cluster, now, and (where
+// the driver tainted devices unhealthy) on an empty cluster with those
+// devices repaired; empty, now and *healed are the devices taken in each,
+// which the pods' allocations join. *healed stays nil while every set
+// judged fits the empty cluster: until then the repaired cluster holds
+// the same allocations.
+func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.DeviceID], healed *sets.Set[structured.DeviceID]) (*schedule.DRAFacts, error) {
 	if n > maxDRAPods {
 		return nil, fmt.Errorf("%d pending pods: more than the %d judged on DRA devices", n, maxDRAPods)
 	}
 	f := &schedule.DRAFacts{}
+	var before sets.Set[structured.DeviceID]
+	if j.sick && *healed == nil {
+		before = empty.Clone()
+	}
 	var err error
-	if f.FitEmpty, err = j.place(d, n, empty); err != nil {
+	if f.FitEmpty, err = j.place(d, n, empty, false); err != nil {
 		return nil, err
 	}
-	if f.FitNow, err = j.place(d, n, now); err != nil {
+	if f.FitNow, err = j.place(d, n, now, false); err != nil {
 		return nil, err
 	}
+	// Where a published device carries a health taint and the set does
+	// not fit the empty cluster (or one before it did not), the pods are
+	// placed once more with those devices repaired: a set they serve
+	// then waits for the repair; one they do not is hopeless on the
+	// repaired devices' count.
+	fitEmpty, heal := f.FitEmpty, false
+	if j.sick && (*healed != nil || f.FitEmpty < n) {
+		if *healed == nil {
+			*healed = before
+		}
+		fitHealed, err := j.place(d, n, *healed, true)
+		if err != nil {
+			return nil, err
+		}
+		if fitEmpty < n {
+			fitEmpty, heal = fitHealed, true
+		}
+	}
+	f.Outcome = j.outcome(d, n, fitEmpty, f.FitNow, heal)
+	if heal && f.Outcome == schedule.DRAGangTooLarge {
+		// Too large even with the unhealthy devices repaired: the
+		// count the message gives is theirs.
+		f.FitEmpty = fitEmpty
+	}
+	j.describeFacts(d, f)
+	return f, nil
+}
+
+// outcome classifies a set of n pods of which fitEmpty get their devices
+// on an empty cluster (with heal, with the unhealthy devices repaired)
+// and fitNow now.
+func (j *draJudge) outcome(d *podDemand, n, fitEmpty, fitNow int, heal bool) schedule.DRAOutcome {
 	switch {
-	case f.FitEmpty == 0 && n > 0 && j.fitsAlone(d):
-		f.Outcome = schedule.DRAGangTooLarge
-	case f.FitEmpty == 0 && n > 0:
-		f.Outcome = schedule.DRANoDevice
-	case f.FitEmpty < n:
-		f.Outcome = schedule.DRAGangTooLarge
-	case f.FitNow < n:
-		f.Outcome = schedule.DRAWaits
+	case heal && fitEmpty >= n:
+		return schedule.DRAUnhealthy
+	case fitEmpty == 0 && n > 0 && j.fitsAlone(d, heal):
+		return schedule.DRAGangTooLarge
+	case fitEmpty == 0 && n > 0:
+		return schedule.DRANoDevice
+	case fitEmpty < n:
+		return schedule.DRAGangTooLarge
+	case fitNow < n:
+		return schedule.DRAWaits
 	}
+	return schedule.DRAFits
+}
+
+// describeFacts fills f's requests (and holders) for the message of its
+// outcome.
+func (j *draJudge) describeFacts(d *podDemand, f *schedule.DRAFacts) {
 	// Which devices match each request is worked out only where the
 	// message needs it (CEL over every published device is the costly
 	// part): all devices when the job cannot be served, the held ones
 	// when it waits, none when it fits.
 	var devs []*draDevice
 	switch f.Outcome {
-	case schedule.DRANoDevice, schedule.DRAGangTooLarge:
+	case schedule.DRANoDevice, schedule.DRAGangTooLarge, schedule.DRAUnhealthy:
 		devs = j.all
 	case schedule.DRAWaits:
 		devs = j.heldDevs
@@ -112,17 +161,56 @@ func (j *draJudge) judge(d *podDemand, n int, empty, now sets.Set[structured.Dev
 		}
 		f.Requests = append(f.Requests, r)
 	}
-	if f.Outcome == schedule.DRAWaits {
+	if f.Outcome == schedule.DRAWaits || f.Outcome == schedule.DRAUnhealthy {
 		f.Holders = j.holders(matched)
 	}
-	return f, nil
 }
 
 // fitsAlone: one pod's claims fit the published devices when no other
-// pod of the job takes any.
-func (j *draJudge) fitsAlone(d *podDemand) bool {
-	n, err := j.place(d, 1, sets.New[structured.DeviceID]())
+// pod of the job takes any (with heal, the devices tainted unhealthy
+// repaired).
+func (j *draJudge) fitsAlone(d *podDemand, heal bool) bool {
+	n, err := j.place(d, 1, sets.New[structured.DeviceID](), heal)
 	return err == nil && n == 1
+}
+
+// healthTaints are the device taints NVIDIA's DRA driver (v0.4.1, its
+// NVMLDeviceHealthCheck monitor) puts on a device it finds unhealthy,
+// with effect NoSchedule: a fatal Xid (value: the Xid) and a GPU that
+// fell off the bus. Its non-fatal Xids and unmonitored devices get
+// effect None, which does not keep the scheduler off. The driver never
+// clears them by itself: they stay until the GPU is repaired and the
+// driver's kubelet plugin restarted.
+var healthTaints = []string{"gpu.nvidia.com/xid", "gpu.nvidia.com/gpu-lost"}
+
+// healthTolerations tolerate every health taint.
+func healthTolerations() []resourcev1.DeviceToleration {
+	out := make([]resourcev1.DeviceToleration, 0, len(healthTaints))
+	for _, k := range healthTaints {
+		out = append(out, resourcev1.DeviceToleration{Key: k, Operator: resourcev1.DeviceTolerationOpExists})
+	}
+	return out
+}
+
+// isHealthTaint: a taint that keeps the scheduler off a device the driver
+// found unhealthy.
+func isHealthTaint(t resourcev1.DeviceTaint) bool {
+	return slices.Contains(healthTaints, t.Key) && (t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute)
+}
+
+// repaired is a copy of c whose requests tolerate the health taints.
+func repaired(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
+	c = c.DeepCopy()
+	for i := range c.Spec.Devices.Requests {
+		r := &c.Spec.Devices.Requests[i]
+		if r.Exactly != nil {
+			r.Exactly.Tolerations = append(r.Exactly.Tolerations, healthTolerations()...)
+		}
+		for k := range r.FirstAvailable {
+			r.FirstAvailable[k].Tolerations = append(r.FirstAvailable[k].Tolerations, healthTolerations()...)
+		}
+	}
+	return c
 }
 
 // place allocates the claims of up to n pods, one pod after the other,
@@ -130,18 +218,27 @@ func (j *draJudge) fitsAlone(d *podDemand) bool {
 // allocated taken; it returns how many pods got their devices. The pods
 // are alike and allocated only grows, so a node that failed one pod is
 // not tried for the next. Each allocation is bounded by allocTimeout, as
-// the scheduler bounds its own.
-func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID]) (int, error) {
+// the scheduler bounds its own. With heal, the claims tolerate the health
+// taints: what the devices serve once repaired.
+func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID], heal bool) (int, error) {
 	failed := make([]bool, len(j.nodes))
 	for i := 0; i < n; i++ {
 		claims := make([]*resourcev1.ResourceClaim, 0, len(d.perPod)+len(d.shared))
 		for _, c := range d.perPod {
 			cc := c.DeepCopy()
+			if heal {
+				cc = repaired(c)
+			}
 			cc.Name = fmt.Sprintf("%s-%d", c.Name, i)
 			claims = append(claims, cc)
 		}
 		if i == 0 {
-			claims = append(claims, d.shared...)
+			for _, c := range d.shared {
+				if heal {
+					c = repaired(c)
+				}
+				claims = append(claims, c)
+			}
 		}
 		ok, err := j.placeOne(claims, allocated, failed)
 		if err != nil || !ok {

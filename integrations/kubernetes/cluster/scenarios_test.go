@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
@@ -324,6 +325,24 @@ func scenarios() []scenario {
 				return append(objs, jobPods(asJob(t, job), "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")...)
 			},
 			rule: verdict.RuleDRANotJudged, exit: 0,
+		},
+		{
+			file: "15-dra-device-unhealthy.yaml",
+			about: "GPUs through DRA (NVIDIA DRA driver v0.4.1, NVMLDeviceHealthCheck): DeviceClass gpu.nvidia.com serves nvidia.com/gpu; the node's ResourceSlice publishes two H100s, " +
+				"gpu-0 tainted gpu.nvidia.com/xid=79 (a fatal Xid), gpu-1 gpu.nvidia.com/gpu-lost, both NoSchedule; a PyTorchJob of 2 pods asks nvidia.com/gpu: 1 and waits for the repair",
+			objects: func(t *testing.T) []runtime.Object {
+				n := clustertest.MakeNode("dgx-h100-0").Label("nvidia.com/gpu.present", "true")
+				slice := clustertest.GPUSlice("dgx-h100-0",
+					clustertest.DRAGPU{UUID: "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.126.20", MemoryGiB: 80},
+					clustertest.DRAGPU{UUID: "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.126.20", MemoryGiB: 80})
+				slice.Spec.Devices[0].Taints = []resourcev1.DeviceTaint{{Key: "gpu.nvidia.com/xid", Value: "79", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
+				slice.Spec.Devices[1].Taints = []resourcev1.DeviceTaint{{Key: "gpu.nvidia.com/gpu-lost", Effect: resourcev1.DeviceTaintEffectNoSchedule}}
+				job := kubeflowtest.MakePyTorchJob("llm", "ml").Master().Workers(1).Request("nvidia.com/gpu", "1").Obj()
+				objs := []runtime.Object{clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), n.Obj(), slice, job}
+				// What kube-scheduler 1.37 says (e2e TestE2EPendingDRAUnhealthyDevicesWait).
+				return append(objs, jobPods(asJob(t, job), "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")...)
+			},
+			rule: verdict.RuleDRADeviceUnhealthy, exit: 0,
 		},
 	}
 }
