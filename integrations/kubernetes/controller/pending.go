@@ -33,7 +33,9 @@ import (
 //     unless MIG layouts change on demand): the job fails through the gang
 //     path (record, then apply: annotations, fail action, Warning Event);
 //   - waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, cordoned or NotReady
-//     nodes, RECONFIGURABLE with on-demand): the job is left alone, and
+//     nodes, DRA_DEVICE_UNHEALTHY: the only matching devices carry their
+//     driver's health taints, RECONFIGURABLE with on-demand): the job is
+//     left alone, and
 //     rankgate.io/waiting-for and a Normal Event say what it waits for,
 //     written only when that changes. Past the pending timeout, if one is
 //     set, it fails with PENDING_TIMEOUT and the last cause.
