@@ -33,6 +33,10 @@ type RankReport struct {
 	Source string `json:"source,omitempty"`
 }
 
+// SourceDRA is RankReport.Source of a report made from a DRA allocation
+// (devicesource.DRA).
+const SourceDRA = "dra"
+
 // GangInput is a whole job's reports.
 type GangInput struct {
 	Job string
@@ -205,10 +209,17 @@ func gangRankFailed(g *gang) []verdict.Finding {
 				why = append(why, x.Rule)
 			}
 		}
+		msg := fmt.Sprintf("rank %d (pod %s on %s) failed its own preflight: %s", r.Rank, r.Pod, r.Node, strings.Join(why, ", "))
+		fix := "read that rank's report (its init container's termination message) and fix its devices"
+		if r.Source == SourceDRA {
+			// Judged from the devices its claims were allocated, before
+			// its init container ran.
+			msg = fmt.Sprintf("rank %d (pod %s on %s), judged from the devices its ResourceClaims were allocated, fails the rank rules: %s", r.Rank, r.Pod, r.Node, strings.Join(why, ", "))
+			fix = "change the rank's ResourceClaims (count, selectors, a matchAttribute constraint on parentUUID) so that the scheduler allocates devices the rules accept; `kubectl get gang` and `rankgate status -o wide` list the rank's DRA devices"
+		}
 		f = append(f, verdict.Finding{
 			Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail, Ranks: []int{r.Rank}, Pods: []string{r.Pod}, Nodes: []string{r.Node},
-			Message:     fmt.Sprintf("rank %d (pod %s on %s) failed its own preflight: %s", r.Rank, r.Pod, r.Node, strings.Join(why, ", ")),
-			Remediation: "read that rank's report (its init container's termination message) and fix its devices",
+			Message: msg, Remediation: fix,
 		})
 	}
 	return f

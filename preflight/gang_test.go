@@ -122,3 +122,13 @@ func TestGangThousandsMissing(t *testing.T) {
 	require.Contains(t, r.Findings[0].Message, "1 of 5000 ranks reported; missing ranks 1-20 and 4979 more (4999 in all); rank 1 (pod train-worker-1 on gpu-node-0001)")
 	require.Contains(t, r.Findings[1].Message, "ranks 2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40 and 2479 more (2499 in all) can never be placed")
 }
+
+// A rank judged from its DRA allocation is named so, with a fix about
+// its claims, not its init container.
+func TestGangRankFailedFromAllocation(t *testing.T) {
+	bad := verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleMIGSpansGPUs, Severity: verdict.SeverityFail}})
+	rep := GangRules(GangInput{Job: "ns/j", Expected: 1, Ranks: []RankReport{{Rank: 0, Pod: "p", Node: "n", Source: SourceDRA, Report: bad}}})
+	require.Equal(t, []string{verdict.RuleRankFailed}, rep.RuleIDs())
+	require.Equal(t, "rank 0 (pod p on n), judged from the devices its ResourceClaims were allocated, fails the rank rules: MIG_SPANS_GPUS", rep.Findings[0].Message)
+	require.Contains(t, rep.Findings[0].Remediation, "ResourceClaims")
+}

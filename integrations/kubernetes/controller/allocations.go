@@ -30,9 +30,12 @@ import (
 // allocation's report while the gang is open, and where the two name
 // different devices, the rank's report carries a DRA_DEVICES_DISAGREE
 // finding (it fails). A rank that reports itself after the gang was
-// decided from allocations is answered with the verdict, unless its own
-// report fails or disagrees with its allocation: that rank alone is then
-// answered fail (ownReportFails).
+// decided is answered with the verdict, unless its pod gets devices
+// through DRA (its gang may have been decided from allocations, without
+// its own report) and its own report fails or disagrees with its
+// allocation: that rank alone is then answered fail (ownReportFails). The
+// recorded verdict does not change. Other ranks' reports after the
+// verdict get the verdict: it was decided on their reports.
 
 // poolIndex indexes the cached ResourceSlices by driver and pool.
 const poolIndex = "rankgate.pool"

@@ -79,7 +79,9 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	}
 	c.againstAllocation(ctx, r.pod, &rr)
 	if d, ok := c.decided(r.job); ok {
-		if own := c.ownReportFails(r, rr, d); own != nil {
+		// A DRA rank's gang may have been decided from its allocation,
+		// before its own report: that report is still judged.
+		if own := c.ownReportFails(r, rr, d); own != nil && usesClaims(r.pod) {
 			return c.answerDecided(r, own), nil
 		}
 		return c.answerDecided(r, d), nil

@@ -33,7 +33,7 @@ const (
 	// without a Source is one.
 	Reported = ""
 	// DRA is the rank pod's DRA allocation.
-	DRA = "dra"
+	DRA = preflight.SourceDRA
 )
 
 // Rank is what a source knows of one rank's devices.

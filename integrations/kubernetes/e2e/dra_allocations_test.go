@@ -16,6 +16,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstatus"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -115,7 +116,11 @@ func TestE2EDRAGangPassesFromAllocations(t *testing.T) {
 	}
 	require.NotEqual(t, g.Status.Ranks[0].DRADevices[0].UUID, g.Status.Ranks[1].DRADevices[0].UUID)
 	require.Contains(t, c.logs.String(), "ranks known from their DRA allocations")
-	t.Logf("verdict %s from allocations %s after the job's pods were created; Gang ranks %+v", a[contract.AnnotationVerdict], took.Round(time.Millisecond), g.Status.Ranks)
+	// What `rankgate status -o wide` prints of the Gang.
+	var out strings.Builder
+	require.NoError(t, gangstatus.WriteDetail(&out, g, time.Now(), true))
+	require.Contains(t, out.String(), "DRA allocation")
+	t.Logf("verdict %s from allocations %s after the job's pods were created; rankgate status:\n%s", a[contract.AnnotationVerdict], took.Round(time.Millisecond), out.String())
 }
 
 // (b) A rank whose claim asks two 1g.10gb devices on a node where each
