@@ -8,6 +8,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
@@ -98,6 +107,63 @@ func (c *Controller) draSource() devicesource.Source {
 // the scheduler may serve through DRA is known only once it did).
 func usesClaims(p *corev1.Pod) bool {
 	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
+}
+
+// setupAllocations registers, where DRA is served, kind's allocations
+// reconciler: a rank pod bound with resource claims (the scheduler
+// allocated them first) brings its job here, to fromAllocations alone,
+// not to the job's full reconcile (the Pending watchdog's judgement has
+// nothing to do on a bind). Leader only, like the job reconcilers.
+func (c *Controller) setupAllocations(k kubeflow.Kind) error {
+	if !c.dra.served {
+		return nil
+	}
+	bound := predicate.Funcs{
+		CreateFunc:  func(e event.CreateEvent) bool { p, ok := e.Object.(*corev1.Pod); return ok && p.Spec.NodeName != "" && usesClaims(p) },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			return ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" && usesClaims(n)
+		},
+	}
+	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+		return c.reconcileAllocations(ctx, k, req)
+	})
+	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind+"Allocations").
+		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}),
+			handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), bound)).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("controller: %s allocations reconciler: %w", k.GVK().Kind, err)
+	}
+	return nil
+}
+
+// reconcileAllocations adds the ranks of the job req names whose claims
+// are allocated to its gang (fromAllocations): an opted-in job without a
+// recorded verdict, once the recorded verdicts are loaded.
+func (c *Controller) reconcileAllocations(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
+	if !c.recovered.Load() {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	obj := k.New()
+	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if in, err := c.optedIn(ctx, obj); err != nil || !in {
+		return reconcile.Result{}, err
+	}
+	if _, ok := recordedDecision(obj); ok {
+		return reconcile.Result{}, nil
+	}
+	wait, err := c.fromAllocations(ctx, wrap(obj))
+	if err != nil || !wait {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: allocationRecheck}, nil
 }
 
 // allocationRecheck: how soon a job is looked at again while a rank pod

@@ -60,9 +60,7 @@ func (c *Controller) setupReconcilers() error {
 			UpdateFunc: func(e event.UpdateEvent) bool {
 				o, ok1 := e.ObjectOld.(*corev1.Pod)
 				n, ok2 := e.ObjectNew.(*corev1.Pod)
-				// Unschedulable or no longer; bound with DRA claims
-				// (allocated: the gang may be decided from allocations).
-				return ok1 && ok2 && (unschedulable(n) != unschedulable(o) || (o.Spec.NodeName == "" && n.Spec.NodeName != "" && usesClaims(n)))
+				return ok1 && ok2 && unschedulable(n) != unschedulable(o)
 			},
 		}
 		bld := builder.ControllerManagedBy(c.mgr).
@@ -89,6 +87,9 @@ func (c *Controller) setupReconcilers() error {
 		}
 		if err := bld.WithOptions(controllerOptions()).Complete(r); err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", k.GVK().Kind, err)
+		}
+		if err := c.setupAllocations(k); err != nil {
+			return err
 		}
 	}
 	// The pod, node and namespace informers start with the manager, not on

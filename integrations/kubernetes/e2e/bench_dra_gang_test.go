@@ -125,6 +125,7 @@ func TestBenchDRAGangLatency(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("RANKGATE_BENCH_WINDOW")); err == nil && d > 0 {
 		window = d
 	}
+	stopProfile := profileSelf(t, "dra-controller-cpu.pprof")
 	start := time.Now()
 	lastBind := make([]time.Time, jobs)
 	var lmu sync.Mutex
@@ -149,6 +150,7 @@ func TestBenchDRAGangLatency(t *testing.T) {
 		defer mu.Unlock()
 		return len(decided) == jobs
 	}, 2*time.Minute, 20*time.Millisecond, "not every gang was decided from its allocations:\n%s", c.logs.String())
+	stopProfile()
 	var lat []time.Duration
 	for j := 0; j < jobs; j++ {
 		mu.Lock()

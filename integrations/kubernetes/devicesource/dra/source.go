@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -324,7 +325,7 @@ func (b *inventoryBuilder) gpu(uuid string, d device) *topology.GPU {
 		}
 	}
 	g := topology.GPU{Index: idx, UUID: uuid, Name: d.str("productName"), ComputeCapability: majorMinor(d.str("cudaComputeCapability"))}
-	if m, ok := b.catalog.Model(g.Name); ok {
+	if m := modelOf(b.catalog, g.Name); m != nil {
 		g.SMs, g.MemoryMiB = m.SMs, m.MemoryMiB
 	}
 	b.inv.GPUs = append(b.inv.GPUs, g)
@@ -376,6 +377,42 @@ func (b *inventoryBuilder) ref(d device) string {
 		return r
 	}
 	return d.id()
+}
+
+// models remembers the catalog's model of each product name (a fleet has
+// few; matching a name against the catalog is the costliest part of a
+// rank's report), for at most maxModels names.
+var (
+	modelsMu sync.Mutex
+	models   = map[modelKey]*topology.GPUModel{}
+)
+
+type modelKey struct {
+	catalog *topology.Catalog
+	product string
+}
+
+const maxModels = 256
+
+// modelOf is c's model of product (nil when the catalog has none).
+func modelOf(c *topology.Catalog, product string) *topology.GPUModel {
+	k := modelKey{c, product}
+	modelsMu.Lock()
+	m, ok := models[k]
+	modelsMu.Unlock()
+	if ok {
+		return m
+	}
+	if found, ok := c.Model(product); ok {
+		m = found
+	}
+	modelsMu.Lock()
+	if len(models) >= maxModels {
+		clear(models)
+	}
+	models[k] = m
+	modelsMu.Unlock()
+	return m
 }
 
 // majorMinor is "9.0" of "9.0.0".
