@@ -119,7 +119,10 @@ func (c *Controller) setupAllocations(k kubeflow.Kind) error {
 		return nil
 	}
 	bound := predicate.Funcs{
-		CreateFunc:  func(e event.CreateEvent) bool { p, ok := e.Object.(*corev1.Pod); return ok && p.Spec.NodeName != "" && usesClaims(p) },
+		CreateFunc: func(e event.CreateEvent) bool {
+			p, ok := e.Object.(*corev1.Pod)
+			return ok && p.Spec.NodeName != "" && usesClaims(p)
+		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
@@ -131,7 +134,7 @@ func (c *Controller) setupAllocations(k kubeflow.Kind) error {
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return c.reconcileAllocations(ctx, k, req)
 	})
-	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind+"Allocations").
+	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
 		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}),
 			handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), bound)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
