@@ -362,16 +362,28 @@ func (c claimMIG) devices() (n int64, all bool) {
 // devices' claims, and the claims the pods name that do not exist.
 func (v *claimView) judgeClaims(ctx context.Context, j kubeflow.Job, on func(string) bool) (fs, missing []verdict.Finding) {
 	pcs, missing := v.podClaims(j)
-	seen := map[string]bool{}
+	// A template or claim named by several replicas is matched, and
+	// reported, once.
+	type result struct {
+		mr  *migRequest
+		why string
+	}
+	done := map[string]*result{}
 	var migs []claimMIG
 	for _, pc := range pcs {
 		cm := claimMIG{pc: pc}
 		for i := range pc.spec.Devices.Requests {
 			r := &pc.spec.Devices.Requests[i]
-			mr, why := v.request(ctx, r)
-			if why != "" && !pc.allocated && !seen[pc.source+"/"+r.Name] && on(verdict.RuleDRAClaimUnmatched) {
-				seen[pc.source+"/"+r.Name] = true
-				fs = append(fs, unmatched(pc, r.Name, why))
+			key := pc.source + "\x00" + r.Name
+			res, seen := done[key]
+			if !seen {
+				res = &result{}
+				res.mr, res.why = v.request(ctx, r)
+				done[key] = res
+			}
+			mr := res.mr
+			if res.why != "" && !pc.allocated && !seen && on(verdict.RuleDRAClaimUnmatched) {
+				fs = append(fs, unmatched(pc, r.Name, res.why))
 			}
 			if mr != nil && pc.runs {
 				cm.requests = append(cm.requests, *mr)
@@ -408,7 +420,11 @@ func (v *claimView) request(ctx context.Context, r *resourcev1.DeviceRequest) (*
 		if mr == nil {
 			mr = &migRequest{name: r.Name, count: a.count, parents: map[string]bool{}}
 		}
-		mr.count = max(mr.count, a.count)
+		if a.count == 0 || mr.count == 0 {
+			mr.count = 0 // all matching devices
+		} else {
+			mr.count = max(mr.count, a.count)
+		}
 		for p := range m.parents {
 			mr.parents[p] = true
 		}

@@ -3,6 +3,7 @@ package validate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -40,6 +41,23 @@ func claimSpec(class, expr string, count int64, parent bool) resourcev1.Resource
 		s.Devices.Constraints = []resourcev1.DeviceConstraint{{MatchAttribute: ptr.To(resourcev1.FullyQualifiedName("gpu.nvidia.com/parentUUID"))}}
 	}
 	return s
+}
+
+// firstAvailable is a template whose request "gpu" takes one device of
+// the first class that has a matching one (the B200 selector on
+// gpu.nvidia.com).
+func firstAvailable(name string, classes ...string) *resourcev1.ResourceClaimTemplate {
+	t := &resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}}
+	r := resourcev1.DeviceRequest{Name: "gpu"}
+	for i, c := range classes {
+		sub := resourcev1.DeviceSubRequest{Name: fmt.Sprintf("alt%d", i), DeviceClassName: c, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}
+		if c == "gpu.nvidia.com" {
+			sub.Selectors = []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"}}}
+		}
+		r.FirstAvailable = append(r.FirstAvailable, sub)
+	}
+	t.Spec.Spec.Devices.Requests = []resourcev1.DeviceRequest{r}
+	return t
 }
 
 // fromTemplate gives every pod its own claim "gpu" from template name;
@@ -92,6 +110,13 @@ func claimCluster() (validate.NodeSource, validate.DeviceClassSource, *validate.
 			claimTemplate("typo-class", "mig.nvidia.co", profile1g, 1, false),
 			claimTemplate("wrong-domain", "mig.nvidia.com", wrongDomai, 1, false),
 			claimTemplate("mig-7g", "mig.nvidia.com", "device.attributes['gpu.nvidia.com'].profile == '7g.80gb'", 1, false),
+			firstAvailable("typo-then-mig", "mig.nvidia.co", "mig.nvidia.com"),
+			firstAvailable("typo-then-b200", "mig.nvidia.co", "gpu.nvidia.com"),
+			func() *resourcev1.ResourceClaimTemplate {
+				t := claimTemplate("all-mig", "mig.nvidia.com", profile1g, 0, false)
+				t.Spec.Spec.Devices.Requests[0].Exactly.AllocationMode = resourcev1.DeviceAllocationModeAll
+				return t
+			}(),
 			// Another namespace's template of the same name is not the job's.
 			func() *resourcev1.ResourceClaimTemplate {
 				t := claimTemplate("elsewhere", "mig.nvidia.com", profile1g, 1, false)
@@ -183,6 +208,12 @@ func TestHandleLintsClaims(t *testing.T) {
 			deny: []string{"SHAPE_MISMATCH: "}, quiet: []string{"DRA_CLAIM_UNMATCHED"}},
 		{name: "the same with SHAPE_MISMATCH off: the claim check says it", obj: pytorch(1, false, fromTemplate("mig-7g")), policies: map[string]validate.Policy{verdict.RuleShapeMismatch: validate.Off},
 			allowed: true, warn: []string{"DRA_CLAIM_UNMATCHED: ResourceClaimTemplate ml/mig-7g request gpu matches none of the 6 published devices of DeviceClass mig.nvidia.com"}},
+		{name: "firstAvailable: a missing class first, then a MIG class: matched, and MIG per pod", obj: pytorch(2, false, fromTemplate("typo-then-mig")), allowed: true,
+			warn: []string{"DRA_MIG_MAY_SPAN_GPUS: 2 MIG devices in 2 claims"}, quiet: []string{"DRA_CLAIM_UNMATCHED"}},
+		{name: "firstAvailable: no alternative matches: each one says why", obj: pytorch(1, false, fromTemplate("typo-then-b200")), policies: deny(verdict.RuleDRAClaimUnmatched),
+			deny: []string{"ResourceClaimTemplate ml/typo-then-b200 request gpu names DeviceClass mig.nvidia.co, which does not exist; and matches none of the 2 published devices of DeviceClass gpu.nvidia.com: selectors"}},
+		{name: "one claim for all matching MIG devices, no matchAttribute", obj: pytorch(1, false, fromTemplate("all-mig")), allowed: true,
+			warn: []string{"DRA_MIG_MAY_SPAN_GPUS: claim gpu from ResourceClaimTemplate ml/all-mig asks several MIG devices without a matchAttribute on parentUUID"}},
 		{name: "a template that does not exist (yet): a warning, never a denial", obj: pytorch(3, true, fromTemplate("later")),
 			policies: deny(verdict.RuleDRAClaimUnmatched, verdict.RuleDRAMIGMaySpanGPUs), allowed: true,
 			warn: []string{"DRA_NOT_JUDGED: ResourceClaimTemplate ml/later (claim gpu of Master pods, claim gpu of Worker pods) does not exist yet: its requests are not checked", "Fix: create it in the job's namespace"}},
