@@ -9,11 +9,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
@@ -157,6 +159,17 @@ func TestHandleLintsClaims(t *testing.T) {
 		}
 		return j
 	}
+	// A JobSet judged as the webhook judges its pod templates: 2 Jobs of
+	// 2 indexed pods, each pod with its own claim.
+	jobSet := func() runtime.Object {
+		r := jobsetapi.ReplicatedJob{Name: "node", Replicas: 2}
+		r.Template.Spec.Completions, r.Template.Spec.Parallelism = ptr.To(int32(2)), ptr.To(int32(2))
+		r.Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
+		r.Template.Spec.Template.Spec.Containers = []corev1.Container{{Name: "node", Image: "pytorch"}}
+		fromTemplate("mig-1g")(&r.Template.Spec.Template.Spec)
+		return &jobsetapi.JobSet{TypeMeta: metav1.TypeMeta{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet"},
+			ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "ml"}, Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{r}}}
+	}
 	deny := func(ids ...string) map[string]validate.Policy {
 		m := map[string]validate.Policy{}
 		for _, id := range ids {
@@ -180,6 +193,8 @@ func TestHandleLintsClaims(t *testing.T) {
 			deny: []string{"rankgate refused PyTorchJob ml/llm: DRA_MIG_MAY_SPAN_GPUS: 4 MIG devices in 4 claims", "nothing keeps the ranks on one physical GPU. A matchAttribute binds only its own claim's devices", "the gate fails the gang (GANG_MIG_SPANS_GPUS)", "Fix: "}},
 		{name: "MPIJob workers, a claim each", obj: mpi(), allowed: true,
 			warn: []string{"DRA_MIG_MAY_SPAN_GPUS: 2 MIG devices in 2 claims (claim gpu from ResourceClaimTemplate ml/mig-1g per pod of Worker (2 pods)): nothing keeps"}},
+		{name: "JobSet pods, a claim each", obj: jobSet(), allowed: true,
+			warn: []string{"DRA_MIG_MAY_SPAN_GPUS: 4 MIG devices in 4 claims (claim gpu from ResourceClaimTemplate ml/mig-1g per pod of node (4 pods)): nothing keeps"}},
 		{name: "one pod, one claim of two MIG devices without matchAttribute", obj: pytorch(1, false, fromTemplate("mig-1g-x2")), allowed: true,
 			warn: []string{"DRA_MIG_MAY_SPAN_GPUS: claim gpu from ResourceClaimTemplate ml/mig-1g-x2 asks 2 MIG devices without a matchAttribute on parentUUID: nothing keeps"}},
 		{name: "one pod, one claim with matchAttribute on parentUUID: kept", obj: pytorch(1, false, fromTemplate("mig-1g-x2-one-gpu")), allowed: true,
