@@ -106,6 +106,11 @@ const (
 	// The controller's Pending watchdog.
 	RulePendingTimeout = "PENDING_TIMEOUT"
 
+	// Admission (the controller's validating webhook): a job's resource
+	// claims against the cluster's DeviceClasses and published devices.
+	RuleDRAClaimUnmatched = "DRA_CLAIM_UNMATCHED"
+	RuleDRAMIGMaySpanGPUs = "DRA_MIG_MAY_SPAN_GPUS"
+
 	// launch.
 	RuleRendezvousFailed    = "RENDEZVOUS_FAILED"
 	RuleNCCLInitTimeout     = "NCCL_INIT_TIMEOUT"
@@ -229,6 +234,8 @@ var rules = []Rule{
 	{ID: RuleMIGMultiPod, Severity: SeverityWarn, Faces: place, Summary: "a job of more than one GPU pod gets MIG instances: no P2P or NVLink between its ranks", Remediation: "use full GPUs for multi-pod jobs, or run the job in one pod"},
 	{ID: RuleDRANotJudged, Severity: SeverityWarn, Faces: place, Summary: "the job's devices come through DRA (resource claims, or an extended resource a DeviceClass maps): placement is not judged from node allocatable, so the job is never refused, failed or called hopeless on those grounds", Remediation: "read the pods' scheduling events and their ResourceClaims' status (kubectl describe resourceclaim) for why they wait"},
 	{ID: RuleDRADeviceUnhealthy, Severity: SeverityWarn, Faces: place, Summary: "the published devices would serve the job's DRA requests, but the driver tainted the matching ones unhealthy (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost) and the scheduler allocates none of them: the job waits for their repair", Remediation: "repair the named GPUs, then restart the DRA driver's kubelet plugin so it publishes them untainted; never tolerate a health taint"},
+	{ID: RuleDRAClaimUnmatched, Severity: SeverityWarn, Faces: []Face{FaceController}, Summary: "a request of a claim (template) the job's pods name matches no device: its DeviceClass does not exist, or its CEL selectors (with the class's) match none of the devices published in ResourceSlices", Remediation: "correct the DeviceClass or selectors (kubectl get deviceclasses; kubectl get resourceslices -o yaml)"},
+	{ID: RuleDRAMIGMaySpanGPUs, Severity: SeverityWarn, Faces: []Face{FaceController}, Summary: "the job's ranks get several MIG devices through claims that cannot keep them on one physical GPU (a claim per pod, or one claim without a matchAttribute on parentUUID), which the gang verdict requires (GANG_MIG_SPANS_GPUS)", Remediation: "one claim with matchAttribute gpu.nvidia.com/parentUUID for all MIG ranks, or full GPUs"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
 	{ID: RuleRendezvousFailed, Severity: SeverityFail, Faces: launchF, Summary: "torch's rendezvous failed before NCCL init: the TCPStore client could not reach MASTER_ADDR:MASTER_PORT (timed out, connection refused, DistNetworkError); names the address", Remediation: "check that the rank-0 pod runs and listens on MASTER_PORT, that MASTER_ADDR resolves to it (the job's headless Service), and that no NetworkPolicy blocks the port"},

@@ -18,17 +18,19 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// judge runs the checks that are not off. note is a warning without a
-// rule (the placement checks could not run).
-func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Finding, note string) {
+// judge runs the checks that are not off. notes are warnings whatever
+// the policies say: a check that could not run, a claim the pods name
+// that does not exist yet.
+func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Finding, notes []string) {
 	on := func(id string) bool { return h.policy[id] != Off }
 	if on(verdict.RuleShapeMismatch) || on(verdict.RuleStrategyMismatch) {
 		var err error
 		fs, err = h.placement(ctx, j, on)
 		if err != nil {
-			note = "rankgate: placement checks (SHAPE_MISMATCH, STRATEGY_MISMATCH) skipped: " + clip(err.Error(), 150)
+			notes = append(notes, "rankgate: placement checks (SHAPE_MISMATCH, STRATEGY_MISMATCH) skipped: "+clip(err.Error(), 150))
 		}
 	}
+	notes = append(notes, h.claimChecks(ctx, j, on, &fs)...)
 	if on(verdict.RuleMIGMultiplePerProcess) {
 		fs = append(fs, migPerContainer(j)...)
 	}
@@ -43,7 +45,7 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 			fs = append(fs, f)
 		}
 	}
-	return fs, note
+	return fs, notes
 }
 
 // placement judges the job's templates against the nodes with the schedule

@@ -2,6 +2,9 @@ package validate
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,3 +41,80 @@ func ListDeviceClasses(c client.Reader) DeviceClassSource {
 // the caches have not synced): a job whose devices come through DRA is
 // then not judged (DRA_NOT_JUDGED, never refused).
 type DRASource func(ctx context.Context, b *cluster.Builder) (known bool, err error)
+
+// DRAObjects are the cluster's ResourceSlices, ResourceClaims and
+// ResourceClaimTemplates (resource.k8s.io/v1), as the controller's caches
+// hold them (read only: never changed by the handler).
+type DRAObjects struct {
+	Slices    []*resourcev1.ResourceSlice
+	Claims    []*resourcev1.ResourceClaim
+	Templates []*resourcev1.ResourceClaimTemplate
+}
+
+// DRAObjectSource returns the DRA objects; nil where they are not known
+// (not served, or the caches have not synced): the claim checks then
+// stand down, and the placement check does not judge DRA jobs.
+type DRAObjectSource func(ctx context.Context) (*DRAObjects, error)
+
+// ListDRAObjects is a DRAObjectSource over a client: with the controller
+// manager's client, the informer caches. A cluster that does not serve
+// resource.k8s.io/v1 has none known.
+func ListDRAObjects(c client.Reader) DRAObjectSource {
+	return func(ctx context.Context) (*DRAObjects, error) {
+		sl, cl, tl := &resourcev1.ResourceSliceList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}
+		for _, l := range []client.ObjectList{sl, cl, tl} {
+			if err := c.List(ctx, l); err != nil {
+				if meta.IsNoMatchError(err) {
+					return nil, nil
+				}
+				return nil, err
+			}
+		}
+		o := &DRAObjects{}
+		for i := range sl.Items {
+			o.Slices = append(o.Slices, &sl.Items[i])
+		}
+		for i := range cl.Items {
+			o.Claims = append(o.Claims, &cl.Items[i])
+		}
+		for i := range tl.Items {
+			o.Templates = append(o.Templates, &tl.Items[i])
+		}
+		return o, nil
+	}
+}
+
+// addTo is o as a DRASource: the claims and templates, then the slices in
+// name order (the allocator tries pools in the order it is given them),
+// as the controller adds its cached objects.
+func (o *DRAObjects) addTo(b *cluster.Builder) error {
+	for _, c := range o.Claims {
+		if err := b.AddResourceClaim(c); err != nil {
+			return fmt.Errorf("resourceclaim %s/%s: %w", c.Namespace, c.Name, err)
+		}
+	}
+	for _, t := range o.Templates {
+		if err := b.AddResourceClaimTemplate(t); err != nil {
+			return fmt.Errorf("resourceclaimtemplate %s/%s: %w", t.Namespace, t.Name, err)
+		}
+	}
+	sorted := slices.Clone(o.Slices)
+	slices.SortFunc(sorted, func(a, b *resourcev1.ResourceSlice) int { return strings.Compare(a.Name, b.Name) })
+	for _, s := range sorted {
+		if err := b.AddResourceSlice(s); err != nil {
+			return fmt.Errorf("resourceslice %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// draFrom is the DRASource over a DRAObjectSource.
+func draFrom(src DRAObjectSource) DRASource {
+	return func(ctx context.Context, b *cluster.Builder) (bool, error) {
+		o, err := src(ctx)
+		if err != nil || o == nil {
+			return false, err
+		}
+		return true, o.addTo(b)
+	}
+}

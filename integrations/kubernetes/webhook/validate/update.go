@@ -96,22 +96,22 @@ func (h *handler) handleUpdate(ctx context.Context, req admission.Request, j kub
 	if err != nil || old == nil {
 		// An old object the webhook cannot read is not one it admitted;
 		// the new one is judged as a create would be.
-		fs, note := h.judge(ctx, j)
-		return h.respond(j, fs, note)
+		fs, notes := h.judge(ctx, j)
+		return h.respond(j, fs, notes)
 	}
 	if viewOf(j).equal(viewOf(old)) {
 		return admission.Allowed("")
 	}
-	fs, note := h.judge(ctx, j)
+	fs, notes := h.judge(ctx, j)
 	if len(fs) == 0 {
-		return h.respond(j, nil, note)
+		return h.respond(j, nil, notes)
 	}
 	before, _ := h.judge(ctx, old)
 	fs = newFindings(fs, before)
 	if j.Suspended() && !old.Suspended() {
-		return h.warnOnly(fs, note)
+		return h.warnOnly(fs, notes)
 	}
-	return h.respond(j, fs, note)
+	return h.respond(j, fs, notes)
 }
 
 // newFindings are the findings of fs that before does not have (same rule
@@ -131,15 +131,12 @@ func newFindings(fs, before []verdict.Finding) []verdict.Finding {
 }
 
 // warnOnly admits with every finding that is not off as a warning.
-func (h *handler) warnOnly(fs []verdict.Finding, note string) admission.Response {
+func (h *handler) warnOnly(fs []verdict.Finding, notes []string) admission.Response {
 	var warn []string
 	for _, f := range fs {
 		if h.policy[f.Rule] != Off {
 			warn = append(warn, warning(f))
 		}
 	}
-	if note != "" {
-		warn = append(warn, note)
-	}
-	return admission.Allowed("").WithWarnings(warn...)
+	return admission.Allowed("").WithWarnings(append(warn, notes...)...)
 }

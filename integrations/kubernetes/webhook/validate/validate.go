@@ -17,6 +17,9 @@
 //   - NPROC_EXCEEDS_DEVICES: torchrun's --nproc-per-node (or
 //     PET_NPROC_PER_NODE, or the PyTorchJob's nprocPerNode) above the GPUs
 //     of its container.
+//   - DRA_CLAIM_UNMATCHED, DRA_MIG_MAY_SPAN_GPUS: the job's resource
+//     claims against the DeviceClasses and the published devices
+//     (claims.go).
 //   - The NCCL settings rules a template alone can show (NCCLChecks):
 //     settings that cannot work on what the job asks for (NCCL_NVLS_ENABLE=1
 //     on MIG, several MIG ranks without NCCL_MULTI_RANK_GPU_ENABLE=1, a
@@ -35,6 +38,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/dynamic-resource-allocation/cel"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -76,6 +80,8 @@ var Checks = append([]string{
 	verdict.RuleMIGMultiplePerProcess,
 	verdict.RuleGangMIGMixedWithFull,
 	verdict.RuleNprocExceedsDevices,
+	verdict.RuleDRAClaimUnmatched,
+	verdict.RuleDRAMIGMaySpanGPUs,
 }, NCCLChecks...)
 
 // NCCLChecks are the checks that judge NCCL settings, those of the NCCL
@@ -98,7 +104,8 @@ var NCCLChecks = []string{
 // them, no valid layout could give them, or only under the other MIG
 // strategy) are refused; the rest may be meant (a launcher that sets
 // CUDA_VISIBLE_DEVICES per process, a job that is about to be edited) and
-// only warn.
+// only warn. The claim checks warn: a DeviceClass or a node that
+// publishes the devices may come after the job.
 func DefaultPolicies() map[string]Policy {
 	m := map[string]Policy{
 		verdict.RuleShapeMismatch:         Deny,
@@ -106,6 +113,8 @@ func DefaultPolicies() map[string]Policy {
 		verdict.RuleMIGMultiplePerProcess: Warn,
 		verdict.RuleGangMIGMixedWithFull:  Warn,
 		verdict.RuleNprocExceedsDevices:   Warn,
+		verdict.RuleDRAClaimUnmatched:     Warn,
+		verdict.RuleDRAMIGMaySpanGPUs:     Warn,
 	}
 	for _, id := range NCCLChecks {
 		m[id] = Warn
@@ -142,8 +151,13 @@ type Options struct {
 	// (resource claims are still seen).
 	DeviceClasses DeviceClassSource
 	// DRA adds the published devices and the claims that hold them; a job
-	// whose pods use DRA is judged on them. Nil: such a job is not judged.
+	// whose pods use DRA is judged on them. Nil: such a job is not judged,
+	// unless DRAObjects is given.
 	DRA DRASource
+	// DRAObjects are the same objects as they are: the claim checks read
+	// them, and where DRA is nil the placement check is fed from them.
+	// Nil turns DRA_CLAIM_UNMATCHED and DRA_MIG_MAY_SPAN_GPUS off.
+	DRAObjects DRAObjectSource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
 	// TrustedUsers are user names whose updates are never judged: the
@@ -157,9 +171,13 @@ type Options struct {
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, dra: opts.DRA, engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers)}
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, dra: opts.DRA, objects: opts.DRAObjects,
+		engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers), cel: cel.NewCache(256, cel.Features{})}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
+	}
+	if h.dra == nil && h.objects != nil {
+		h.dra = draFrom(h.objects)
 	}
 	if h.engine == nil {
 		h.engine = schedule.New()
@@ -185,7 +203,10 @@ type handler struct {
 	nodes   NodeSource
 	classes DeviceClassSource
 	dra     DRASource
+	objects DRAObjectSource
 	engine  *schedule.Engine
+	// cel compiles the claims' selectors once (the scheduler's CEL).
+	cel *cel.Cache
 	// trusted: user names whose updates are allowed unjudged.
 	trusted []string
 	// last is the last prepared cluster (snapshot).
@@ -214,8 +235,8 @@ func (h *handler) Handle(ctx context.Context, req admission.Request) admission.R
 	if req.Operation == admissionv1.Update {
 		return h.handleUpdate(ctx, req, j)
 	}
-	fs, note := h.judge(ctx, j)
-	return h.respond(j, fs, note)
+	fs, notes := h.judge(ctx, j)
+	return h.respond(j, fs, notes)
 }
 
 // decodeObject reads raw (the request's object or old object) as the
@@ -226,8 +247,8 @@ func decodeObject(req admission.Request, raw []byte) (kubeflow.Job, error) {
 }
 
 // respond turns findings into the answer: denied when a finding's check
-// says deny, with every other finding as a warning.
-func (h *handler) respond(j kubeflow.Job, fs []verdict.Finding, note string) admission.Response {
+// says deny, with every other finding and the notes as warnings.
+func (h *handler) respond(j kubeflow.Job, fs []verdict.Finding, notes []string) admission.Response {
 	var deny, warn []string
 	for _, f := range fs {
 		switch h.policy[f.Rule] {
@@ -237,9 +258,7 @@ func (h *handler) respond(j kubeflow.Job, fs []verdict.Finding, note string) adm
 			warn = append(warn, warning(f))
 		}
 	}
-	if note != "" {
-		warn = append(warn, note)
-	}
+	warn = append(warn, notes...)
 	if len(deny) > 0 {
 		msg := fmt.Sprintf("rankgate refused %s %s: %s", j.Kind(), subject(j), strings.Join(deny, " "))
 		return admission.Denied(msg).WithWarnings(warn...)
