@@ -120,18 +120,6 @@ func usesClaims(p *corev1.Pod) bool {
 	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
 }
 
-// boundDRAPod describes a bound pod that uses claims as the builder does.
-func boundDRAPod(p *corev1.Pod) cluster.BoundDRAPod {
-	claims := make([]string, 0, len(p.Spec.ResourceClaims)+1)
-	for _, c := range p.Spec.ResourceClaims {
-		claims = append(claims, c.Name)
-	}
-	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
-		claims = append(claims, e.ResourceClaimName+" (for its extended resources)")
-	}
-	return cluster.BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claims, Pod: p}
-}
-
 // podRank names a pod's rank in its job: "rank N of Kind ns/name", and N;
 // rank -1 for a pod of no job, or whose rank its labels do not give.
 func podRank(j kubeflow.Job, p *corev1.Pod) (string, int) {
@@ -349,7 +337,7 @@ func (a *App) diagnoseLiveDRAPod(ctx context.Context, o *diagnoseOptions, l *clu
 			j = rj
 		}
 	}
-	r, err := draPodReport(ctx, tables.draSource(b.DRAObjects()), boundDRAPod(p), j)
+	r, err := draPodReport(ctx, tables.draSource(b.DRAObjects()), cluster.BoundDRAPodOf(p), j)
 	if err != nil {
 		return err
 	}

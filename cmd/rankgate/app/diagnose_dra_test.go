@@ -11,10 +11,12 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -243,4 +245,47 @@ func withoutKind(t *testing.T, path, kind string) string {
 	out := filepath.Join(t.TempDir(), filepath.Base(path))
 	require.NoError(t, os.WriteFile(out, []byte(strings.Join(keep, "\n---\n")), 0o600))
 	return out
+}
+
+// A pod asking nvidia.com/gpu: 1, served through DRA by the DeviceClass
+// that maps it: diagnose pod judges it from the claim the scheduler made
+// for it (status.extendedResourceClaimStatus).
+func TestDiagnoseDRAExtendedResourcePodLive(t *testing.T) {
+	node := "dgx-h100-0"
+	slice := clustertest.GPUSlice(node,
+		clustertest.DRAGPU{UUID: "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.126.20", MemoryGiB: 80},
+		clustertest.DRAGPU{UUID: "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", Product: "NVIDIA H100 80GB HBM3", Driver: "580.126.20", MemoryGiB: 80})
+	pod := clustertest.MakePod("trainer", "ml").Request("nvidia.com/gpu", "1").Node(node).Phase(corev1.PodPending).Obj()
+	pod.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{
+		ResourceClaimName: "trainer-extended-resources-8xk2p",
+		RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: "nvidia.com/gpu", RequestName: "container-0-request-0"}},
+	}
+	claim := &resourcev1.ResourceClaim{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaim"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "trainer-extended-resources-8xk2p"},
+		Status: resourcev1.ResourceClaimStatus{Allocation: &resourcev1.AllocationResult{Devices: resourcev1.DeviceAllocationResult{
+			Results: []resourcev1.DeviceRequestAllocationResult{{Request: "container-0-request-0", Driver: clustertest.NVIDIADRADriver, Pool: node, Device: "gpu-1"}},
+		}}},
+	}
+	l, _ := fakeLive(t, clustertest.MakeNode(node).Obj(), clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), slice, pod, claim)
+	useLive(t, l)
+
+	code, out, errOut := run(t, nil, "diagnose", "pod", "ml/trainer", "-o", "json")
+	require.Equal(t, verdict.ExitPass, code, errOut)
+	r := decodeReport(t, out)
+	require.Equal(t, verdict.VerdictPass, r.Verdict)
+	require.Equal(t, "Pod ml/trainer on dgx-h100-0: 1 device(s) from its DRA allocation", r.Subject)
+	require.Len(t, r.Devices, 1)
+	require.Equal(t, "GPU-7c9b5a3e-2f1d-4b8e-9a6c-3d2e1f0a9b8c", r.Devices[0].ID)
+	require.Equal(t, "gpu", r.Devices[0].Kind)
+	require.Equal(t, "gpu.nvidia.com/dgx-h100-0/gpu-1", r.Devices[0].DRA)
+
+	// The claim not made yet: what the pod waits for.
+	l, _ = fakeLive(t, clustertest.MakeNode(node).Obj(), clustertest.DeviceClass("gpu.nvidia.com", "nvidia.com/gpu"), slice, pod)
+	useLive(t, l)
+	code, out, errOut = run(t, nil, "diagnose", "pod", "ml/trainer", "-o", "json")
+	require.Equal(t, verdict.ExitPass, code, errOut)
+	r = decodeReport(t, out)
+	require.Equal(t, []string{verdict.RuleDRANotJudged}, r.RuleIDs())
+	require.Contains(t, r.Findings[0].Message, "DRA resource claims (trainer-extended-resources-8xk2p (for its extended resources)): ResourceClaim ml/trainer-extended-resources-8xk2p is not seen yet.")
 }

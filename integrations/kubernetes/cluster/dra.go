@@ -115,14 +115,25 @@ type BoundDRAPod struct {
 	Pod *corev1.Pod
 }
 
+// BoundDRAPodOf describes bound pod p, which uses resource claims (its
+// own, or the one the scheduler made for its extended resources), with p
+// trimmed.
+func BoundDRAPodOf(p *corev1.Pod) BoundDRAPod {
+	claims := claimNames(&p.Spec)
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		claims = append(claims, e.ResourceClaimName+" (for its extended resources)")
+	}
+	return BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claims, Pod: trimDRAPod(p)}
+}
+
 func (b *Builder) addBoundDRA(p *corev1.Pod) {
-	t := trimDRAPod(p)
-	b.dra.pods = append(b.dra.pods, t)
+	bp := BoundDRAPodOf(p)
+	b.dra.pods = append(b.dra.pods, bp.Pod)
 	if p.Status.Phase == corev1.PodRunning {
 		b.runningDRA++
 		return
 	}
-	b.boundDRA = append(b.boundDRA, BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNames(&p.Spec), Pod: t})
+	b.boundDRA = append(b.boundDRA, bp)
 }
 
 // BoundDRAPods lists the bound pods with resource claims that do not run
