@@ -163,7 +163,8 @@ func draPodReport(ctx context.Context, src devicesource.Source, bp cluster.Bound
 func waitingFinding(msg string, nodes, pods []string) verdict.Finding {
 	return verdict.Finding{
 		Rule: verdict.RuleDRANotJudged, Severity: verdict.SeverityWarn, Message: msg, Nodes: nodes, Pods: pods,
-		Remediation: "read the pod's events (kubectl describe pod: the kubelet's messages about preparing resources) and its ResourceClaims' status (kubectl describe resourceclaim), and the DRA driver's kubelet plugin log on the node",
+		Remediation: "offline, dump the pods' ResourceClaims and the ResourceSlices with them (kubectl get resourceclaims,resourceslices -A -o yaml); live, run again: the scheduler allocates a pod's claims before it binds it. " +
+			"A device that stays unpublished: read the DRA driver's kubelet plugin log on the node (kubectl describe resourceclaim shows the allocation)",
 	}
 }
 
@@ -181,7 +182,7 @@ type allocGang struct {
 // gangFromAllocations reads the allocations of j's bound rank pods as the
 // controller does (fromAllocations): a pod that is being deleted, or whose
 // labels and name are not those of one of j's rank pods, is left out; a
-// rank held by an earlier pod is not taken again.
+// rank taken by an earlier pod is not taken again.
 func gangFromAllocations(ctx context.Context, src devicesource.Source, j kubeflow.Job, pods []*corev1.Pod) (allocGang, error) {
 	g := allocGang{expected: kubeflow.RankPods(j)}
 	held := map[int]bool{}
@@ -201,9 +202,9 @@ func gangFromAllocations(ctx context.Context, src devicesource.Source, j kubeflo
 		if err != nil {
 			return g, fmt.Errorf("pod %s/%s: reading its DRA allocation: %w", p.Namespace, p.Name, err)
 		}
+		held[rank] = true
 		switch {
 		case r.Known:
-			held[rank] = true
 			g.known = append(g.known, r.Report)
 		case r.Waiting != "":
 			g.waiting = append(g.waiting, fmt.Sprintf("rank %d (pod %s on %s): %s", rank, p.Name, p.Spec.NodeName, r.Waiting))

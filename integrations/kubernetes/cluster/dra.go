@@ -158,7 +158,5 @@ func BoundDRAMessage(p BoundDRAPod, waiting string) string {
 	if waiting == "" {
 		return head + ", but they hold no GPU or MIG device that the devices' driver publishes (type gpu or mig): the pod's devices are not judged."
 	}
-	return head + ": " + waiting + ". Its devices are judged from its allocation once every claim is allocated and its devices are published in a ResourceSlice. " +
-		"The scheduler allocates a pod's claims before it binds it: offline, dump the ResourceClaims and ResourceSlices with the pods (kubectl get resourceclaims,resourceslices -A -o yaml); " +
-		"live, a claim not allocated or a device not published is seen only while the pod is being scheduled or its driver republishes its devices."
+	return head + ": " + waiting + ". Its devices are judged from its allocation once every claim is allocated and its devices are published in a ResourceSlice."
 }
