@@ -129,6 +129,7 @@ func BoundDRAPodOf(p *corev1.Pod) BoundDRAPod {
 func (b *Builder) addBoundDRA(p *corev1.Pod) {
 	bp := BoundDRAPodOf(p)
 	b.dra.pods = append(b.dra.pods, bp.Pod)
+	b.dra.podsByJob = nil
 	if p.Status.Phase == corev1.PodRunning {
 		b.runningDRA++
 		return

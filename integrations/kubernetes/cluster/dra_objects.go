@@ -21,8 +21,11 @@ type draObjects struct {
 	// for, dropped when a slice is added.
 	pools map[poolKey][]*resourcev1.ResourceSlice
 	// pods: the bound, unfinished pods with resource claims, trimmed to
-	// what their allocation is read from (dra_pods.go).
-	pods []*corev1.Pod
+	// what their allocation is read from (dra_pods.go); podsByJob indexes
+	// them by namespace/job name, nil until asked for, dropped when a pod
+	// is added.
+	pods      []*corev1.Pod
+	podsByJob map[string][]*corev1.Pod
 }
 
 // AddResourceSlice records the devices a driver publishes in one slice.

@@ -38,12 +38,19 @@ func trimDRAPod(p *corev1.Pod) *corev1.Pod {
 // added. A pod belongs to j as it does for WorkloadFor: by its controller
 // owner reference or its job-name (or JobSet-name) label.
 func (b *Builder) DRAPodsOf(j kubeflow.Job) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, p := range b.dra.pods {
-		if p.Namespace != j.Namespace() {
-			continue
+	d := &b.dra
+	if d.podsByJob == nil {
+		d.podsByJob = map[string][]*corev1.Pod{}
+		for _, p := range d.pods {
+			if _, name := jobOf(p); name != "" {
+				k := p.Namespace + "/" + name
+				d.podsByJob[k] = append(d.podsByJob[k], p)
+			}
 		}
-		if kind, name := jobOf(p); name == j.Name() && (kind == "" || kind == j.Kind()) {
+	}
+	var out []*corev1.Pod
+	for _, p := range d.podsByJob[j.Namespace()+"/"+j.Name()] {
+		if kind, _ := jobOf(p); kind == "" || kind == j.Kind() {
 			out = append(out, p)
 		}
 	}

@@ -77,6 +77,13 @@ func TestBuilderDRAPodsAndObjects(t *testing.T) {
 	require.Len(t, b.BoundDRAPods(), 2, "the running worker is not listed as waiting")
 	require.Equal(t, 1, b.RunningDRAPods())
 	require.Same(t, got[0], b.BoundDRAPods()[0].Pod)
+	// Another job's pods are not the job's, a pod added later is.
+	other2 := withAllocatedClaim(clustertest.MakePod("llm-worker-1", "ml").OwnedBy("kubeflow.org/v1", "MPIJob", "llm", "Worker").Node("h100-1").Obj(), "x")
+	require.NoError(t, b.AddPod(other2))
+	late := withAllocatedClaim(clustertest.MakePod("llm-worker-9", "ml").OwnedBy("kubeflow.org/v1", "PyTorchJob", "llm", "Worker").Node("h100-1").Obj(), "y")
+	require.NoError(t, b.AddPod(late))
+	require.Len(t, b.DRAPodsOf(j), 3)
+	require.Equal(t, late.Name, b.DRAPodsOf(j)[2].Name)
 
 	objs := b.DRAObjects()
 	require.Equal(t, []*resourcev1.ResourceSlice{slice}, objs.Pool(clustertest.NVIDIADRADriver, "h100-1"))
