@@ -186,8 +186,7 @@ func TestDiagnoseDRAPodLive(t *testing.T) {
 	for _, f := range r.Findings {
 		if f.Rule == verdict.RuleRankFailed {
 			require.Equal(t, []int{1}, f.Ranks)
-			require.Contains(t, f.Message, "rank 1 (pod llm-mig-worker-0 on dgx-h100-1) failed its own preflight: ")
-			require.Contains(t, f.Message, verdict.RuleMIGSpansGPUs)
+			require.Equal(t, "rank 1 (pod llm-mig-worker-0 on dgx-h100-1), judged from the devices its ResourceClaims were allocated, fails the rank rules: MIG_MULTIPLE_PER_PROCESS, MIG_SPANS_GPUS, PROFILE_HETEROGENEOUS", f.Message)
 		}
 	}
 }
