@@ -15,6 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight"
@@ -171,6 +172,9 @@ func waitingFinding(msg string, nodes, pods []string) verdict.Finding {
 // allocGang is what the DRA allocations of a job's bound rank pods say.
 type allocGang struct {
 	expected int
+	// multiNodeNVLink: the job expects one multi-node NVLink domain (its
+	// annotation, as the controller's gang reads it).
+	multiNodeNVLink bool
 	// known: the ranks whose devices their allocations give, by rank.
 	known []preflight.RankReport
 	// waiting says, rank by rank, what a bound rank pod waits for.
@@ -184,7 +188,8 @@ type allocGang struct {
 // labels and name are not those of one of j's rank pods, is left out; a
 // rank taken by an earlier pod is not taken again.
 func gangFromAllocations(ctx context.Context, src devicesource.Source, j kubeflow.Job, pods []*corev1.Pod) (allocGang, error) {
-	g := allocGang{expected: kubeflow.RankPods(j)}
+	g := allocGang{expected: kubeflow.RankPods(j),
+		multiNodeNVLink: contract.GateEnabled(strings.ToLower(j.Object().GetAnnotations()[contract.AnnotationMultiNodeNVLink]))}
 	held := map[int]bool{}
 	for _, p := range pods {
 		if p.DeletionTimestamp != nil || !usesClaims(p) {
@@ -247,7 +252,7 @@ func (g allocGang) report(job string, sched verdict.Report) shownReport {
 	if len(g.known) > 0 {
 		subject += fmt.Sprintf(": %d of %d ranks known from their DRA allocations", len(g.known), g.expected)
 		complete := len(g.known) == g.expected
-		in := preflight.GangInput{Job: job, Ranks: g.known}
+		in := preflight.GangInput{Job: job, Ranks: g.known, ExpectMultiNodeNVLink: g.multiNodeNVLink}
 		if complete {
 			in.Expected = g.expected
 		}
