@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
@@ -58,7 +57,10 @@ exists under the other MIG strategy (STRATEGY_MISMATCH), only after a MIG
 layout change (RECONFIGURABLE), or is excluded by the pod's own rules
 (NODE_CONSTRAINTS), or the whole gang is larger than the cluster
 (GANG_TOO_LARGE); or it only waits for busy devices (WAIT_CAPACITY) or a
-mig-manager change (MIG_RECONFIG_PENDING).
+mig-manager change (MIG_RECONFIG_PENDING). Pods bound with their DRA
+claims allocated are judged from the allocated devices, as their driver
+publishes them in ResourceSlices: the rank rules per pod, and, once every
+rank of a job is known, the gang verdict the controller records.
 
 Live, it reads the cluster through your kubeconfig (nodes, pods, the job).
 JOB is ` + jobRefForms + `, as status takes it ('diagnose JOB' and
@@ -161,13 +163,22 @@ func (a *App) diagnoseLive(ctx context.Context, o *diagnoseOptions, args []strin
 	return deadlineError(run(ctx, o, l, ns, ref), timeout)
 }
 
-// diagnoseEngine builds the engine with the configured data tables.
-func (a *App) diagnoseEngine(ctx context.Context, o *diagnoseOptions) (*schedule.Engine, error) {
+// diagnoseTables loads the configured data tables.
+func (a *App) diagnoseTables(ctx context.Context, o *diagnoseOptions) (diagnoseTables, error) {
 	cat, drivers, err := preflight.LoadTables(ctx, o.Catalog, o.KnownBadDrivers)
 	if err != nil {
-		return nil, inputError(ctx, err)
+		return diagnoseTables{}, inputError(ctx, err)
 	}
-	return schedule.New(schedule.WithCatalog(cat), schedule.WithDriverTable(drivers)), nil
+	return diagnoseTables{catalog: cat, drivers: drivers}, nil
+}
+
+// diagnoseEngine builds the engine with the configured data tables.
+func (a *App) diagnoseEngine(ctx context.Context, o *diagnoseOptions) (*schedule.Engine, diagnoseTables, error) {
+	t, err := a.diagnoseTables(ctx, o)
+	if err != nil {
+		return nil, t, err
+	}
+	return schedule.New(schedule.WithCatalog(t.catalog), schedule.WithDriverTable(t.drivers)), t, nil
 }
 
 // diagnoseOffline judges what the files hold: every job and unbound GPU
@@ -181,7 +192,7 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions, ref *jobR
 	if len(files) == 0 {
 		return verdict.Exitf(verdict.ExitUsage, "--offline needs at least one -f FILE (kubectl get -o yaml|json output, or a node's labels as kubectl get node NAME -o jsonpath='{.metadata.labels}' prints them; - for stdin)")
 	}
-	e, err := a.diagnoseEngine(ctx, o)
+	e, tables, err := a.diagnoseEngine(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -206,12 +217,9 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions, ref *jobR
 	if err != nil {
 		return err
 	}
+	src := tables.draSource(b.DRAObjects())
 	if len(ws) == 0 && len(b.BoundDRAPods()) > 0 {
-		reports := make([]verdict.Report, 0, len(b.BoundDRAPods()))
-		for _, p := range b.BoundDRAPods() {
-			reports = append(reports, boundDRAReport(p))
-		}
-		return writeReports(a.Streams.Out, reports, format)
+		return a.offlineDRAPods(ctx, src, b, format)
 	}
 	if len(ws) == 0 {
 		dra := ""
@@ -226,18 +234,21 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions, ref *jobR
 	if c.NodeCount() == 0 {
 		fmt.Fprintln(a.Streams.Err, "rankgate: warning: the files hold no Node: every workload is judged against an empty cluster (add `kubectl get nodes -o yaml` output)")
 	}
-	reports := make([]verdict.Report, 0, len(ws))
+	reports := make([]shownReport, 0, len(ws))
 	code := verdict.ExitPass
 	for _, w := range ws {
 		res := e.Diagnose(c, w)
-		r := withSuspended(res.Report, w)
+		r := shownReport{Report: withSuspended(res.Report, w)}
 		if j := jobOf(b.Jobs(), w); j != nil {
 			// The job's NCCL settings against what its templates ask
 			// for (a TrainJob's: its runtime's, resolved).
 			if rj, err := b.Resolve(j); err == nil {
 				j = rj
 			}
-			r = ncclenv.Merge(r, ncclsettings.Judge(j))
+			if r, err = judgeAllocations(ctx, src, b, j, r.Report); err != nil {
+				return inputError(ctx, err)
+			}
+			r.Report = ncclenv.Merge(r.Report, ncclsettings.Judge(j))
 		}
 		reports = append(reports, r)
 		code = max(code, res.ExitCode(), r.ExitCode())
@@ -265,15 +276,19 @@ func jobOf(jobs []kubeflow.Job, w schedule.Workload) kubeflow.Job {
 // writeReports prints several reports: text one after another, JSON or
 // YAML as one ReportList document (a single live report is printed as one
 // Report, like preflight's).
-func writeReports(w io.Writer, rs []verdict.Report, format string) error {
+func writeReports(w io.Writer, rs []shownReport, format string) error {
 	if isDocument(format) {
-		return verdict.WriteDocument(w, verdict.NewDocumentList(rs), format)
+		list := make([]verdict.Report, len(rs))
+		for i, r := range rs {
+			list[i] = r.Report
+		}
+		return verdict.WriteDocument(w, verdict.NewDocumentList(list), format)
 	}
 	for i, r := range rs {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := verdict.Write(w, r, format); err != nil {
+		if err := writeShown(w, r, format); err != nil {
 			return err
 		}
 	}
@@ -305,8 +320,8 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 	if err != nil {
 		return err
 	}
-	if p.Spec.NodeName != "" && len(p.Spec.ResourceClaims) > 0 && p.Status.Phase != corev1.PodRunning {
-		return a.printReport(boundDRAReport(cluster.BoundDRAPod{Namespace: ns, Name: name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNamesOf(p)}), o.Output)
+	if p.Spec.NodeName != "" && usesClaims(p) {
+		return a.diagnoseLiveDRAPod(ctx, o, l, p)
 	}
 	if p.Spec.NodeName != "" {
 		r := verdict.NewReport("Pod "+ns+"/"+name, []verdict.Finding{{
@@ -329,27 +344,8 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 
 type podRef struct{ ns, name string }
 
-// boundDRAReport: a bound pod whose devices come through DRA claims is a
-// device pod that DRA_NOT_JUDGED stands down on, not "no GPU pod".
-func boundDRAReport(p cluster.BoundDRAPod) verdict.Report {
-	return verdict.NewReport("Pod "+p.Namespace+"/"+p.Name, []verdict.Finding{{
-		Rule: verdict.RuleDRANotJudged, Severity: verdict.SeverityWarn,
-		Message:     cluster.BoundDRAMessage(p),
-		Remediation: "read the pod's events (kubectl describe pod: the kubelet's messages about preparing resources) and its ResourceClaims' status (kubectl describe resourceclaim), and the DRA driver's kubelet plugin log on the node",
-		Nodes:       []string{p.Node}, Pods: []string{p.Namespace + "/" + p.Name},
-	}})
-}
-
-func claimNamesOf(p *corev1.Pod) []string {
-	out := make([]string, 0, len(p.Spec.ResourceClaims))
-	for _, c := range p.Spec.ResourceClaims {
-		out = append(out, c.Name)
-	}
-	return out
-}
-
 func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live, j kubeflow.Job, pod *podRef) error {
-	e, err := a.diagnoseEngine(ctx, o)
+	e, tables, err := a.diagnoseEngine(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -388,11 +384,14 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 		}
 	}
 	res := e.Diagnose(c, w)
-	r := withSuspended(res.Report, w)
+	r := shownReport{Report: withSuspended(res.Report, w)}
 	if j != nil {
-		r = ncclenv.Merge(r, ncclsettings.Judge(j))
+		if r, err = judgeAllocations(ctx, tables.draSource(b.DRAObjects()), b, j, r.Report); err != nil {
+			return err
+		}
+		r.Report = ncclenv.Merge(r.Report, ncclsettings.Judge(j))
 	}
-	if err := a.printReport(r, o.Output); err != nil {
+	if err := writeShown(a.Streams.Out, r, o.Output); err != nil {
 		return err
 	}
 	if code := max(res.ExitCode(), r.ExitCode()); code != verdict.ExitPass {

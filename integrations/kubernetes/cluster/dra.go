@@ -103,20 +103,38 @@ func (d DeviceClasses) viaDRA(claims []string, req schedule.Resources) string {
 
 // BoundDRAPod is a pod with resource claims that the scheduler has bound
 // (DRA allocates a pod's claims when it binds it) and that does not run
-// yet: diagnose says its devices come through DRA instead of treating it
-// as no GPU pod.
+// yet: diagnose judges it from its allocation (DRAObjects) instead of
+// treating it as no GPU pod.
 type BoundDRAPod struct {
 	Namespace, Name, Node string
 	Phase                 corev1.PodPhase
 	Claims                []string
+	// Pod is the pod, trimmed to what its allocation is read from
+	// (metadata, spec.nodeName and spec.resourceClaims, and its claim
+	// statuses).
+	Pod *corev1.Pod
+}
+
+// BoundDRAPodOf describes bound pod p, which uses resource claims (its
+// own, or the one the scheduler made for its extended resources), with p
+// trimmed.
+func BoundDRAPodOf(p *corev1.Pod) BoundDRAPod {
+	claims := claimNames(&p.Spec)
+	if e := p.Status.ExtendedResourceClaimStatus; e != nil && e.ResourceClaimName != "" {
+		claims = append(claims, e.ResourceClaimName+" (for its extended resources)")
+	}
+	return BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claims, Pod: trimDRAPod(p)}
 }
 
 func (b *Builder) addBoundDRA(p *corev1.Pod) {
+	bp := BoundDRAPodOf(p)
+	b.dra.pods = append(b.dra.pods, bp.Pod)
+	b.dra.podsByJob = nil
 	if p.Status.Phase == corev1.PodRunning {
 		b.runningDRA++
 		return
 	}
-	b.boundDRA = append(b.boundDRA, BoundDRAPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: p.Status.Phase, Claims: claimNames(&p.Spec)})
+	b.boundDRA = append(b.boundDRA, bp)
 }
 
 // BoundDRAPods lists the bound pods with resource claims that do not run
@@ -127,13 +145,19 @@ func (b *Builder) BoundDRAPods() []BoundDRAPod { return b.boundDRA }
 func (b *Builder) RunningDRAPods() int { return b.runningDRA }
 
 // BoundDRAMessage says what diagnose knows of a bound pod whose devices
-// come through DRA claims.
-func BoundDRAMessage(p BoundDRAPod) string {
+// come through DRA claims while its allocation cannot be judged yet:
+// waiting says what for, as the DRA device source says it
+// (devicesource.Rank.Waiting); empty when the claims hold no device the
+// source judges.
+func BoundDRAMessage(p BoundDRAPod, waiting string) string {
 	phase := string(p.Phase)
 	if phase == "" {
 		phase = "unknown"
 	}
-	return fmt.Sprintf("Pod %s/%s is bound to node %s (phase %s) and its devices come through DRA resource claims (%s): the scheduler allocated them when it bound the pod. "+
-		"rankgate does not model DRA allocation yet, so the pod is not judged; if it does not start, the kubelet could not prepare the claimed devices on that node.",
+	head := fmt.Sprintf("Pod %s/%s is bound to node %s (phase %s) and its devices come through DRA resource claims (%s)",
 		p.Namespace, p.Name, p.Node, phase, strings.Join(p.Claims, ", "))
+	if waiting == "" {
+		return head + ", but they hold no GPU or MIG device that the devices' driver publishes (type gpu or mig): the pod's devices are not judged."
+	}
+	return head + ": " + waiting + ". Its devices are judged from its allocation once every claim is allocated and its devices are published in a ResourceSlice."
 }

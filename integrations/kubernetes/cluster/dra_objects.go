@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 )
 
@@ -16,6 +17,15 @@ type draObjects struct {
 	slices    []*resourcev1.ResourceSlice
 	claims    map[string]*resourcev1.ResourceClaim         // namespace/name
 	templates map[string]*resourcev1.ResourceClaimTemplate // namespace/name
+	// pools indexes slices by driver and pool (Pool); nil until asked
+	// for, dropped when a slice is added.
+	pools map[poolKey][]*resourcev1.ResourceSlice
+	// pods: the bound, unfinished pods with resource claims, trimmed to
+	// what their allocation is read from (dra_pods.go); podsByJob indexes
+	// them by namespace/job name, nil until asked for, dropped when a pod
+	// is added.
+	pods      []*corev1.Pod
+	podsByJob map[string][]*corev1.Pod
 }
 
 // AddResourceSlice records the devices a driver publishes in one slice.
@@ -28,6 +38,7 @@ func (b *Builder) AddResourceSlice(s *resourcev1.ResourceSlice) error {
 	}
 	b.draJ = nil
 	b.dra.slices = append(b.dra.slices, s)
+	b.dra.pools = nil
 	return nil
 }
 
