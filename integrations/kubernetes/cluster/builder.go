@@ -191,7 +191,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		if job != "" {
 			b.boundJob[jobReplica{p.Namespace, jobKind, job, replicaLabelsOf(p)}]++
 		}
-		if len(p.Spec.ResourceClaims) > 0 {
+		if len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil {
 			b.addBoundDRA(p)
 		}
 		return nil

@@ -223,14 +223,15 @@ func (o *draObjects) addTo(b *cluster.Builder, withNodes bool) error {
 	return nil
 }
 
-// addDRAObjects is the validating webhook's DRA source: the cached
-// slices, claims and claim templates (the webhook adds its nodes).
-func (c *Controller) addDRAObjects(_ context.Context, b *cluster.Builder) (bool, error) {
+// validateDRAObjects is the validating webhook's DRA source: the cached
+// slices, claims and claim templates (the webhook adds its nodes); nil
+// until the caches have synced.
+func (c *Controller) validateDRAObjects(context.Context) (*validate.DRAObjects, error) {
 	o, err := c.draObjects()
 	if err != nil || o == nil {
-		return false, err
+		return nil, err
 	}
-	return true, o.addTo(b, false)
+	return &validate.DRAObjects{Slices: o.slices, Claims: o.claims, Templates: o.templates}, nil
 }
 
 // usesDRA: a pod set of w gets devices through DRA.

@@ -233,7 +233,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.deviceClasses, DRA: c.addDRAObjects, Engine: c.engine}
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.deviceClasses, DRAObjects: c.validateDRAObjects, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
 	}

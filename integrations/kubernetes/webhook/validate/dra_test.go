@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
-	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
 )
@@ -114,13 +113,13 @@ func TestHandleAdmitsDRAJobs(t *testing.T) {
 // MIG devices, published as NVIDIA's DRA driver does; a PyTorchJob whose
 // claim template asks a 7g.80gb device) split into what the webhook's
 // sources give it, with extra claim templates.
-func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceClassSource, validate.DRASource, *kubeflowv1.PyTorchJob) {
+func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceClassSource, validate.DRAObjectSource, *kubeflowv1.PyTorchJob) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "cluster", "testdata", "dra", "02-claim-profile-mismatch.yaml"))
 	require.NoError(t, err)
 	var ns []corev1.Node
 	var dcs []*resourcev1.DeviceClass
-	var draDocs []string
+	objs := &validate.DRAObjects{}
 	job := &kubeflowv1.PyTorchJob{}
 	for _, doc := range strings.Split(string(data)+extra, "\n---\n") {
 		switch {
@@ -134,13 +133,21 @@ func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceCl
 			dcs = append(dcs, dc)
 		case strings.Contains(doc, "\nkind: PyTorchJob\n"):
 			require.NoError(t, yaml.Unmarshal([]byte(doc), job))
-		case strings.Contains(doc, "\nkind: Resource"):
-			draDocs = append(draDocs, doc)
+		case strings.Contains(doc, "\nkind: ResourceSlice\n"):
+			o := &resourcev1.ResourceSlice{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), o))
+			objs.Slices = append(objs.Slices, o)
+		case strings.Contains(doc, "\nkind: ResourceClaim\n"):
+			o := &resourcev1.ResourceClaim{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), o))
+			objs.Claims = append(objs.Claims, o)
+		case strings.Contains(doc, "\nkind: ResourceClaimTemplate\n"):
+			o := &resourcev1.ResourceClaimTemplate{}
+			require.NoError(t, yaml.Unmarshal([]byte(doc), o))
+			objs.Templates = append(objs.Templates, o)
 		}
 	}
-	dra := func(_ context.Context, b *cluster.Builder) (bool, error) {
-		return true, cluster.Load(b, "dra objects", strings.NewReader(strings.Join(draDocs, "\n---\n")), nil)
-	}
+	dra := func(context.Context) (*validate.DRAObjects, error) { return objs, nil }
 	return nodes(ns...), classes(dcs...), dra, job
 }
 
@@ -194,11 +201,11 @@ spec:
 		}
 		return j
 	}
-	unknown := func(context.Context, *cluster.Builder) (bool, error) { return false, nil }
+	unknown := func(context.Context) (*validate.DRAObjects, error) { return nil, nil }
 	tests := []struct {
 		name     string
 		obj      runtime.Object
-		dra      validate.DRASource
+		dra      validate.DRAObjectSource
 		policies map[string]validate.Policy
 		allowed  bool
 		deny     []string
@@ -209,13 +216,15 @@ spec:
 		{name: "the warn policy: admitted with the finding", obj: job, dra: dra, policies: map[string]validate.Policy{"SHAPE_MISMATCH": validate.Warn},
 			allowed: true, warn: []string{"SHAPE_MISMATCH: Master (1 pod) + Worker (1 pod): no device published in any ResourceSlice can serve"}},
 		{name: "a published profile: admitted", obj: using("mig-1g"), dra: dra, allowed: true},
-		{name: "a full GPU no slice publishes: left to the autoscaler", obj: using("b200"), dra: dra, allowed: true},
+		// Placement leaves it to the autoscaler; the claim lint warns.
+		{name: "a full GPU no slice publishes: left to the autoscaler", obj: using("b200"), dra: dra, allowed: true,
+			warn: []string{"DRA_CLAIM_UNMATCHED: ResourceClaimTemplate ml/b200 request gpu matches no device"}},
 		{name: "DRA objects not known: not judged", obj: job, dra: unknown, allowed: true},
 		{name: "no DRA source: not judged", obj: job, allowed: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := validate.NewHandler(validate.Options{Nodes: ns, DeviceClasses: dcs, DRA: tc.dra, Policies: tc.policies})
+			h := validate.NewHandler(validate.Options{Nodes: ns, DeviceClasses: dcs, DRAObjects: tc.dra, Policies: tc.policies})
 			resp := h.Handle(context.Background(), request(t, tc.obj, admissionv1.Create))
 			msg := ""
 			if resp.Result != nil {

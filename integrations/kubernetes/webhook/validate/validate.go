@@ -150,13 +150,10 @@ type Options struct {
 	// whose pods use DRA is never refused on placement. Nil: none do
 	// (resource claims are still seen).
 	DeviceClasses DeviceClassSource
-	// DRA adds the published devices and the claims that hold them; a job
-	// whose pods use DRA is judged on them. Nil: such a job is not judged,
-	// unless DRAObjects is given.
-	DRA DRASource
-	// DRAObjects are the same objects as they are: the claim checks read
-	// them, and where DRA is nil the placement check is fed from them.
-	// Nil turns DRA_CLAIM_UNMATCHED and DRA_MIG_MAY_SPAN_GPUS off.
+	// DRAObjects are the published devices and the claims and templates:
+	// a job whose pods use DRA is judged on them, and the claim checks
+	// read them. Nil: such a job is not judged on placement, and
+	// DRA_CLAIM_UNMATCHED and DRA_MIG_MAY_SPAN_GPUS are off.
 	DRAObjects DRAObjectSource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
@@ -171,12 +168,12 @@ type Options struct {
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, dra: opts.DRA, objects: opts.DRAObjects,
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, objects: opts.DRAObjects,
 		engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers), cel: cel.NewCache(256, cel.Features{})}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
 	}
-	if h.dra == nil && h.objects != nil {
+	if h.objects != nil {
 		h.dra = draFrom(h.objects)
 	}
 	if h.engine == nil {
