@@ -125,10 +125,9 @@ func claimNames(pod *corev1.Pod) (names []string, waiting string) {
 
 // device is one published device.
 type device struct {
-	slice  *resourcev1.ResourceSlice
-	dev    *resourcev1.Device
-	claim  string // the claim it is allocated to (allocated devices only)
-	gpuIdx int    // its GPU's index in the inventory
+	slice *resourcev1.ResourceSlice
+	dev   *resourcev1.Device
+	claim string // the claim it is allocated to (allocated devices only)
 }
 
 // find is device name of driver's pool, in the pool's latest generation.
