@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -135,14 +136,30 @@ func (c *Controller) setupAllocations(k kubeflow.Kind) error {
 		return c.reconcileAllocations(ctx, k, req)
 	})
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
-		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}),
-			handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), bound)).
+		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(c.podsJob(k)), bound)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: %s allocations reconciler: %w", k.GVK().Kind, err)
 	}
 	return nil
+}
+
+// podsJob maps a pod to its job of kind k: the job that controls it, or
+// through the batch Job that does (JobSet and TrainJob pods, an MPIJob's
+// launcher; jobOf reads each batch Job once).
+func (c *Controller) podsJob(k kubeflow.Kind) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		p, ok := o.(*corev1.Pod)
+		if !ok {
+			return nil
+		}
+		ref, ok, err := c.jobOf(ctx, p)
+		if err != nil || !ok || ref.kind != k.GVK().Kind {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.name}}}
+	}
 }
 
 // reconcileAllocations adds the ranks of the job req names whose claims

@@ -10,8 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
@@ -168,5 +170,49 @@ func TestE2EDRARanksOnDifferentProfilesFail(t *testing.T) {
 	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleGangProfileMismatch)
 	require.Contains(t, a[contract.AnnotationReason], "2g.20gb")
 	require.Contains(t, a[contract.AnnotationReason], "1g.10gb")
+	t.Logf("reason: %s", a[contract.AnnotationReason])
+}
+
+// A TrainJob of 2 nodes whose node pods (made by its JobSet's Job, owned
+// by a batch Job) get MIG devices of different profiles through claims:
+// decided from the allocations, and the TrainJob is suspended.
+func TestE2EDRATrainJobDecidedFromAllocations(t *testing.T) {
+	ns := newNamespace(t, "e2e-dra-alloc-tj", true)
+	startScheduler(t)
+	node := "dra-alloc-tj"
+	migNode(t, node, migOf(allocGPUA, mig2g("MIG-a0"), mig1g("MIG-a1"), mig1g("MIG-a2")))
+	big := migTemplate(t, ns, "mig-2g", "2g.20gb", 1)
+	small := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: ns, Labels: map[string]string{contract.KeyGate: "enabled"}},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: "torch-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(2))}}}
+	require.NoError(t, k8s.Create(context.Background(), tj))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), tj) })
+	js := newJobSet(t, ns, "fine-tune", 2, tj)
+	tmpls := []*resourcev1.ResourceClaimTemplate{big, small}
+	i := 0
+	pods := jobSetRankPods(t, js, 2, []string{"", ""}, "nvidia.com/gpu", func(p *corev1.Pod) {
+		withClaimFrom(tmpls[i].Name)(p)
+		scheduled(p)
+		onNode(node)(p)
+		i++
+	})
+	for k, p := range pods {
+		podClaim(t, p, tmpls[k])
+	}
+	require.Eventually(t, func() bool {
+		fresh := &trainjob.TrainJob{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(tj), fresh))
+		return ptr.Deref(fresh.Spec.Suspend, false)
+	}, 30*time.Second, 100*time.Millisecond, "TrainJob not suspended:\n%s", c.logs.String())
+	a := appliedVerdict(t, tj)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleGangProfileMismatch)
+	g := gangOf(t, tj)
+	require.NotNil(t, g)
+	for _, r := range g.Status.Ranks {
+		require.Equal(t, devicesource.DRA, r.Source)
+	}
+	require.Nil(t, gangOf(t, js), "the TrainJob's JobSet opens no gang of its own")
 	t.Logf("reason: %s", a[contract.AnnotationReason])
 }
