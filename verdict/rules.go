@@ -89,19 +89,20 @@ const (
 	RuleDRADevicesDisagree    = "DRA_DEVICES_DISAGREE"
 
 	// Placement (diagnose; the controller's Pending watchdog).
-	RuleSchedulable        = "SCHEDULABLE"
-	RuleWaitCapacity       = "WAIT_CAPACITY"
-	RuleShapeMismatch      = "SHAPE_MISMATCH"
-	RuleStrategyMismatch   = "STRATEGY_MISMATCH"
-	RuleMIGLayoutInvalid   = "MIG_LAYOUT_INVALID"
-	RuleMIGReconfigPending = "MIG_RECONFIG_PENDING"
-	RuleMIGReconfigFailed  = "MIG_RECONFIG_FAILED"
-	RuleGangTooLarge       = "GANG_TOO_LARGE"
-	RuleNodeConstraints    = "NODE_CONSTRAINTS"
-	RuleReconfigurable     = "RECONFIGURABLE"
-	RuleMIGMultiPod        = "MIG_MULTI_POD"
-	RuleDRANotJudged       = "DRA_NOT_JUDGED"
-	RuleDRADeviceUnhealthy = "DRA_DEVICE_UNHEALTHY"
+	RuleSchedulable          = "SCHEDULABLE"
+	RuleWaitCapacity         = "WAIT_CAPACITY"
+	RuleShapeMismatch        = "SHAPE_MISMATCH"
+	RuleStrategyMismatch     = "STRATEGY_MISMATCH"
+	RuleMIGLayoutInvalid     = "MIG_LAYOUT_INVALID"
+	RuleMIGReconfigPending   = "MIG_RECONFIG_PENDING"
+	RuleMIGReconfigFailed    = "MIG_RECONFIG_FAILED"
+	RuleGangTooLarge         = "GANG_TOO_LARGE"
+	RuleNodeConstraints      = "NODE_CONSTRAINTS"
+	RuleReconfigurable       = "RECONFIGURABLE"
+	RuleMIGMultiPod          = "MIG_MULTI_POD"
+	RuleDRANotJudged         = "DRA_NOT_JUDGED"
+	RuleNodeLabelsUnreadable = "NODE_LABELS_UNREADABLE"
+	RuleDRADeviceUnhealthy   = "DRA_DEVICE_UNHEALTHY"
 
 	// The controller's Pending watchdog.
 	RulePendingTimeout = "PENDING_TIMEOUT"
@@ -236,6 +237,7 @@ var rules = []Rule{
 	{ID: RuleDRADeviceUnhealthy, Severity: SeverityWarn, Faces: place, Summary: "the published devices would serve the job's DRA requests, but the driver tainted the matching ones unhealthy (gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost) and the scheduler allocates none of them: the job waits for their repair", Remediation: "repair the named GPUs, then restart the DRA driver's kubelet plugin so it publishes them untainted; never tolerate a health taint"},
 	{ID: RuleDRAClaimUnmatched, Severity: SeverityWarn, Faces: []Face{FaceController}, Summary: "a request of a claim (template) the job's pods name matches no device: its DeviceClass does not exist, or its CEL selectors (with the class's) match none of the devices published in ResourceSlices", Remediation: "correct the DeviceClass or selectors (kubectl get deviceclasses; kubectl get resourceslices -o yaml)"},
 	{ID: RuleDRAMIGMaySpanGPUs, Severity: SeverityWarn, Faces: []Face{FaceController}, Summary: "the job's ranks get several MIG devices through claims that cannot keep them on one physical GPU (a claim per pod, or one claim without a matchAttribute on parentUUID), which the gang verdict requires (GANG_MIG_SPANS_GPUS)", Remediation: "one claim with matchAttribute gpu.nvidia.com/parentUUID for all MIG ranks, or full GPUs"},
+	{ID: RuleNodeLabelsUnreadable, Severity: SeverityWarn, Faces: place, Summary: "the job would be hopeless, but some nodes' GPU labels cannot be read: they are judged from their allocatable alone and the job is not failed, refused or suspended on placement; names the nodes and their label errors", Remediation: "fix the named nodes' nvidia.com/ labels (GPU feature discovery and mig-manager write them)"},
 	{ID: RulePendingTimeout, Severity: SeverityFail, Faces: []Face{FaceController}, Summary: "the job's pods stayed unschedulable, waiting (WAIT_CAPACITY, MIG_RECONFIG_PENDING, ...), past its pending timeout (--pending-timeout, annotation rankgate.io/pending-timeout); names the last cause", Remediation: "act on the last cause (free or add the resource, finish the MIG change), or raise the pending timeout"},
 
 	{ID: RuleRendezvousFailed, Severity: SeverityFail, Faces: launchF, Summary: "torch's rendezvous failed before NCCL init: the TCPStore client could not reach MASTER_ADDR:MASTER_PORT (timed out, connection refused, DistNetworkError); names the address", Remediation: "check that the rank-0 pod runs and listens on MASTER_PORT, that MASTER_ADDR resolves to it (the job's headless Service), and that no NetworkPolicy blocks the port"},

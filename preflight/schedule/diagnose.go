@@ -13,6 +13,7 @@ var Rules = []string{
 	verdict.RuleMIGLayoutInvalid, verdict.RuleMIGReconfigPending, verdict.RuleMIGReconfigFailed,
 	verdict.RuleDriverKnownBad, verdict.RuleGangTooLarge, verdict.RuleNodeConstraints,
 	verdict.RuleReconfigurable, verdict.RuleMIGMultiPod, verdict.RuleDRANotJudged, verdict.RuleDRADeviceUnhealthy,
+	verdict.RuleNodeLabelsUnreadable,
 }
 
 // Result is the engine's judgement of one workload.
@@ -74,6 +75,53 @@ type setState struct {
 // whose devices come through DRA is judged on the published devices
 // (judgeDRA), or not at all when they are unknown (standDown).
 func (e *Engine) Diagnose(c *Cluster, w Workload) Result {
+	return c.unreadableLabels(e.diagnose(c, w))
+}
+
+// maxLabelErrors: the nodes NODE_LABELS_UNREADABLE names.
+const maxLabelErrors = 3
+
+// unreadableLabels is the one policy for nodes whose GPU labels cannot be
+// read (ParseGPULabels): they are judged from their allocatable alone,
+// without the facts the labels give (MIG strategy, layout and state,
+// product), and a workload that would be hopeless is not called so while
+// any node's labels cannot be read: such a node may be the one that
+// serves it (a layout change in flight, say). Its fail findings become
+// warnings, led by NODE_LABELS_UNREADABLE naming the nodes; the faces
+// (diagnose, the validating webhook, the Pending watchdog and the gang's
+// unplaceable ranks) then neither fail, refuse nor suspend it. A workload
+// that is not hopeless is judged as it is.
+func (c *Cluster) unreadableLabels(res Result) Result {
+	if len(c.LabelErrors) == 0 || !res.Hopeless {
+		return res
+	}
+	errs := make([]string, 0, maxLabelErrors)
+	for _, err := range c.LabelErrors[:min(len(c.LabelErrors), maxLabelErrors)] {
+		errs = append(errs, err.Error())
+	}
+	more := ""
+	if n := len(c.LabelErrors) - maxLabelErrors; n > 0 {
+		more = fmt.Sprintf("; and %d more node(s)", n)
+	}
+	findings := []verdict.Finding{{
+		Rule: verdict.RuleNodeLabelsUnreadable, Severity: verdict.SeverityWarn,
+		Message: fmt.Sprintf("The job would be hopeless (%s), but the GPU labels of %d node(s) cannot be read (%s%s): those nodes are judged from their allocatable alone, so the job is not failed or refused until their labels are fixed.",
+			res.Rule, len(c.LabelErrors), strings.Join(errs, "; "), more),
+		Remediation: "fix the named labels (GPU feature discovery and mig-manager write them; a hand-edited nvidia.com/ label is the usual cause), then the job is judged again",
+	}}
+	for _, f := range res.Report.Findings {
+		if f.Severity == verdict.SeverityFail {
+			f.Severity = verdict.SeverityWarn
+		}
+		findings = append(findings, f)
+	}
+	rep := verdict.NewReport(res.Report.Subject, findings)
+	rep.Mode, rep.Devices = res.Report.Mode, res.Report.Devices
+	res.Report, res.Rule, res.Hopeless = rep, verdict.RuleNodeLabelsUnreadable, false
+	return res
+}
+
+func (e *Engine) diagnose(c *Cluster, w Workload) Result {
 	if res, ok := e.judgeDRA(c, &w); ok {
 		return res
 	}

@@ -4,7 +4,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -210,9 +209,7 @@ func (a *App) diagnoseOffline(ctx context.Context, o *diagnoseOptions, ref *jobR
 		a.Log.Info("skipped objects of a kind diagnose does not use", zap.String("kind", k), zap.Int("count", stats.Skipped[k]))
 	}
 	c := e.NewCluster(b.Nodes())
-	if len(c.LabelErrors) > 0 {
-		return verdict.Exitf(verdict.ExitUsage, "%v", errors.Join(c.LabelErrors...))
-	}
+	noteLabelErrors(a, c)
 	ws, err := offlineWorkloads(b, ref, o)
 	if err != nil {
 		return err
@@ -357,10 +354,7 @@ func (a *App) judgeLive(ctx context.Context, o *diagnoseOptions, l *cluster.Live
 		fmt.Fprintln(a.Streams.Err, "rankgate: note: "+n)
 	}
 	c := e.NewCluster(b.Nodes())
-	for _, le := range c.LabelErrors {
-		// Live, one odd label must not block every diagnosis.
-		a.Log.Warn("GPU labels ignored", zap.Error(le))
-	}
+	noteLabelErrors(a, c)
 	var w schedule.Workload
 	if j != nil {
 		if err := l.LoadRuntime(ctx, b, j); err != nil {
@@ -457,4 +451,14 @@ func offlineWorkloads(b *cluster.Builder, ref *jobRef, o *diagnoseOptions) ([]sc
 		names[i] = j.Kind() + " " + j.Namespace() + "/" + j.Name()
 	}
 	return nil, usagef("%s names %d jobs in the files (%s): give the kind (KIND/NAME) or the namespace (-n)", ref.String(), len(found), strings.Join(names, ", "))
+}
+
+// noteLabelErrors notes, on stderr, the nodes whose GPU labels cannot be
+// read. The engine judges them from their allocatable alone and calls no
+// job hopeless while any exists (NODE_LABELS_UNREADABLE), as the
+// validating webhook and the controller do.
+func noteLabelErrors(a *App, c *schedule.Cluster) {
+	for _, le := range c.LabelErrors {
+		fmt.Fprintf(a.Streams.Err, "rankgate: note: GPU labels ignored, judged from allocatable alone: %v\n", le)
+	}
 }

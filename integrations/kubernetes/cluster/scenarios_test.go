@@ -149,6 +149,8 @@ type scenario struct {
 	rule  string
 	exit  int
 	rules []string // further rules that must appear
+	// labelErrors: nodes whose GPU labels cannot be read.
+	labelErrors int
 }
 
 func scenarios() []scenario {
@@ -344,6 +346,27 @@ func scenarios() []scenario {
 			},
 			rule: verdict.RuleDRADeviceUnhealthy, exit: 0,
 		},
+		{
+			file: "16-node-labels-unreadable.yaml",
+			about: "03-shape-mismatch with a third A100-80GB node whose nvidia.com/gpu.count label was hand-edited to \"eight\": its labels cannot be read, " +
+				"so it is judged from its allocatable alone, and the job that would be hopeless (SHAPE_MISMATCH) is not called so until the label is fixed",
+			objects: func(t *testing.T) []runtime.Object {
+				var out []runtime.Object
+				for _, n := range []string{"dgx-a100-01", "dgx-a100-02", "dgx-a100-03"} {
+					labels := migLabels(gfd("NVIDIA-A100-SXM4-80GB", "8", "81920", "mixed", "all-1g.20gb", "success", "550.54.15"), "1g.20gb", "32", "19968", "14")
+					if n == "dgx-a100-03" {
+						labels["nvidia.com/gpu.count"] = "eight"
+					}
+					out = append(out, clustertest.MakeNode(n).Labels(labels).Allocatable("nvidia.com/mig-1g.20gb", "32").Obj())
+				}
+				job := kubeflowtest.MakePyTorchJob("llm-finetune", "ml").Master().Workers(3).
+					Request("nvidia.com/mig-2g.20gb", "1").Request("cpu", "8").Request("memory", "32Gi").Obj()
+				out = append(out, job)
+				return append(out, jobPods(asJob(t, job), "0/3 nodes are available: 3 Insufficient nvidia.com/mig-2g.20gb. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")...)
+			},
+			rules: []string{verdict.RuleShapeMismatch}, labelErrors: 1,
+			rule: verdict.RuleNodeLabelsUnreadable, exit: 0,
+		},
 	}
 }
 
@@ -407,7 +430,7 @@ func TestScenarios(t *testing.T) {
 			b := NewBuilder()
 			require.NoError(t, LoadFile(context.Background(), b, s.path(), nil, nil))
 			c := e.NewCluster(b.Nodes())
-			require.Empty(t, c.LabelErrors)
+			require.Len(t, c.LabelErrors, s.labelErrors)
 			ws, err := b.Workloads()
 			require.NoError(t, err)
 			require.NotEmpty(t, ws)

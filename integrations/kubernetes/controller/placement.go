@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -88,11 +87,8 @@ func judgeJob(e *schedule.Engine, nodes []corev1.Node, dra *draState, j job, pod
 	if err != nil || !ok {
 		return res, w, false, err
 	}
-	cl := e.NewCluster(b.Nodes())
-	if len(cl.LabelErrors) > 0 {
-		return res, w, false, errors.Join(cl.LabelErrors...)
-	}
-	return e.Diagnose(cl, w), w, true, nil
+	// Nodes whose GPU labels cannot be read: the engine's one policy.
+	return e.Diagnose(e.NewCluster(b.Nodes()), w), w, true, nil
 }
 
 // judgeOn is judgeJob against a prepared cluster (the controller's
@@ -103,9 +99,6 @@ func judgeOn(e *schedule.Engine, base *schedule.Cluster, dra *draState, j job, p
 	w, ok, err = jobWorkload(b, dra, true, j, pods, onlyUnbound)
 	if err != nil || !ok {
 		return res, w, nil, false, err
-	}
-	if len(base.LabelErrors) > 0 {
-		return res, w, nil, false, errors.Join(base.LabelErrors...)
 	}
 	used = b.Usage()
 	return e.Diagnose(base.WithUsed(used), w), w, used, true, nil

@@ -234,9 +234,6 @@ func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || c.since(s.at) < liveFresh) {
 				return s, nil
 			}
-			if len(base.LabelErrors) > 0 {
-				return nil, errors.Join(base.LabelErrors...)
-			}
 			used, ugen, err := c.usage.used()
 			if err != nil {
 				return nil, err

@@ -243,10 +243,9 @@ func (h *handler) snapshot(nodes []corev1.Node) (*snapshot, error) {
 			s.gpuNodes++
 		}
 	}
+	// Nodes whose GPU labels cannot be read: the engine's one policy
+	// (schedule.Cluster.unreadableLabels).
 	s.cl = h.engine.NewCluster(b.Nodes())
-	if len(s.cl.LabelErrors) > 0 {
-		return nil, s.cl.LabelErrors[0]
-	}
 	if cacheable {
 		h.last.Store(s)
 	}
