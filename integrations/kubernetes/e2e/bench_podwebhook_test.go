@@ -27,8 +27,10 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
 )
 
 // TestBenchPodWebhookEndToEnd: the time the admission webhooks add to
@@ -47,17 +49,23 @@ import (
 // is unthrottled, so the time measured is the API server's and the
 // webhooks'.
 //
-// RANKGATE_BENCH_ROUNDS rounds (default 5, after one not counted), each
-// with the shipped webhook configurations installed, then without them
-// (deleted, and the API server seen to stop calling them), against the
-// same API server and the same running controller; before each "with"
-// phase the configurations are put back and a job is seen mutated again.
-// RANKGATE_BENCH_TRAINJOB_NODES changes the node count (default 64). Reported for each phase: the
-// TrainJob and JobSet create calls, per-pod create p50/p99 (all rounds),
-// the 64-pod creation (first call to last answer) and the whole chain
-// (TrainJob create to the last pod), median and max over the rounds, and
-// the differences. Pods carry the init container with the webhooks and not
-// without.
+// RANKGATE_BENCH_ROUNDS rounds (default 5, after one not counted) of
+// three phases against the same API server and the same running
+// controller: with the shipped webhook configurations installed; then,
+// with them deleted and the API server seen to stop calling them, a
+// TrainJob whose runtime carries the gate (the JobSet's node template has
+// the init container the webhook added in the first phase, and the job
+// label: the same pods, no webhook calls); and one not gated at all.
+// Before each first phase the configurations are put back and a job is
+// seen mutated again. Reported for each phase: the TrainJob and JobSet
+// create calls, per-pod create p50/p99 (all rounds), the pods' creation
+// (first call to last answer) and the whole chain (TrainJob create to the
+// last pod), median and max over the rounds; and the differences: added
+// (with against without), of it webhookCalls (with against gated from the
+// runtime) and gatedPods (gated from the runtime against without: larger
+// pods, and the controller's work on gated pods). Pods carry the init
+// container in the first two phases and not in the third.
+// RANKGATE_BENCH_TRAINJOB_NODES changes the node count (default 64).
 //
 //	RANKGATE_BENCH=1 go test ./integrations/kubernetes/e2e/ -run TestBenchPodWebhookEndToEnd -count=1 -v
 func TestBenchPodWebhookEndToEnd(t *testing.T) {
@@ -80,15 +88,16 @@ func TestBenchPodWebhookEndToEnd(t *testing.T) {
 	ns := newNamespace(t, "bench-podwh", true)
 	configs := webhookConfigs(t)
 
-	// Round -1 warms both phases up and is not counted.
-	var with, without []trainJobRound
+	// Round -1 warms the phases up and is not counted.
+	var with, gated, without []trainJobRound
 	for r := -1; r < rounds; r++ {
 		if r > -1 {
 			restoreWebhookConfigs(t, configs)
 			waitInjected(t, c)
 		}
-		w := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("with-%d", r+1), nodes)
+		w := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("with-%d", r+1), nodes, nil)
 		require.Equal(t, nodes, w.mutated, "round %d: pods without the init container with the webhooks installed", r)
+		require.True(t, w.patched, "round %d: the TrainJob did not get the webhook's runtime patch", r)
 
 		deleteWebhookConfigs(t)
 		probeNS := newNamespace(t, "bench-podwh-probe", true)
@@ -96,24 +105,34 @@ func TestBenchPodWebhookEndToEnd(t *testing.T) {
 			lat, mutated := createJobs(t, cl, probeNS, fmt.Sprintf("p%d", time.Now().UnixNano()), 1, 1)
 			return len(lat) == 1 && mutated == 0
 		}, 30*time.Second, 200*time.Millisecond, "the webhooks still answer after their configurations were deleted")
-		wo := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("without-%d", r+1), nodes)
+		g := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("gated-%d", r+1), nodes, &w.template)
+		require.Equal(t, nodes, g.mutated, "round %d: pods of a runtime that carries the gate without it", r)
+		require.False(t, g.patched, "round %d: the webhook was called without its configurations", r)
+		wo := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("without-%d", r+1), nodes, nil)
 		require.Zero(t, wo.mutated, "round %d: pods with the init container without the webhooks", r)
+		require.False(t, wo.patched, "round %d: the webhook was called without its configurations", r)
 		if r < 0 {
 			continue
 		}
-		with, without = append(with, w), append(without, wo)
-		t.Logf("round %d: %d pods in %s with, %s without; TrainJob to last pod %s with, %s without", r,
-			nodes, w.pods, wo.pods, w.chain, wo.chain)
+		with, gated, without = append(with, w), append(gated, g), append(without, wo)
+		t.Logf("round %d: %d pods in %s with, %s gated from the runtime, %s without; TrainJob to last pod %s, %s, %s", r,
+			nodes, w.pods, g.pods, wo.pods, w.chain, g.chain, wo.chain)
 	}
 
 	summary := map[string]any{"rounds": rounds, "nodes": nodes, "cpus": runtime.NumCPU()}
-	pw, pwo := summarizeRounds(with), summarizeRounds(without)
-	summary["withWebhooks"], summary["withoutWebhooks"] = pw, pwo
-	added := map[string]string{}
-	for _, k := range []string{"trainJobCreateP50", "jobSetCreateP50", "podCreateP50", "podCreateP99", "podsMedian", "chainMedian"} {
-		added[k] = msDiff(pw[k], pwo[k])
+	pw, pg, pwo := summarizeRounds(with), summarizeRounds(gated), summarizeRounds(without)
+	summary["withWebhooks"], summary["gatedFromRuntime"], summary["withoutWebhooks"] = pw, pg, pwo
+	diff := func(a, b map[string]string) map[string]string {
+		out := map[string]string{}
+		for _, k := range []string{"trainJobCreateP50", "jobSetCreateP50", "podCreateP50", "podCreateP99", "podsMedian", "chainMedian"} {
+			out[k] = msDiff(a[k], b[k])
+		}
+		return out
 	}
-	summary["added"] = added
+	// added: with the webhooks against without (ungated pods); of it, the
+	// webhook calls (with against the same gated pods without calls) and
+	// the gated pods themselves (larger, and the controller's work on them).
+	summary["added"], summary["webhookCalls"], summary["gatedPods"] = diff(pw, pwo), diff(pw, pg), diff(pg, pwo)
 	b, _ := json.Marshal(summary)
 	t.Logf("a %d-node TrainJob's pods, %d rounds: %s", nodes, rounds, b)
 	writeBenchResult(t, "podwebhook-end-to-end", b)
@@ -123,9 +142,11 @@ func TestBenchPodWebhookEndToEnd(t *testing.T) {
 type trainJobRound struct {
 	trainJob, jobSet, job time.Duration
 	podLat                []time.Duration
-	pods                  time.Duration // first pod create call to the last answer
-	chain                 time.Duration // TrainJob create call to the last pod's answer
-	mutated               int           // pods that carry the rankgate init container and the job-name label
+	pods                  time.Duration          // first pod create call to the last answer
+	chain                 time.Duration          // TrainJob create call to the last pod's answer
+	mutated               int                    // pods that carry the rankgate init container and the job-name label
+	patched               bool                   // the TrainJob came back with the webhook's runtime patch
+	template              corev1.PodTemplateSpec // the node pod template of the JobSet, as created
 }
 
 func summarizeRounds(rs []trainJobRound) map[string]string {
@@ -170,8 +191,11 @@ func torchRuntime(t *testing.T) *trainjob.Runtime {
 
 // createTrainJobPods creates a TrainJob of n nodes, its JobSet, its node
 // Job and the Job's n pods, as the user and the controllers do, and
-// deletes them after.
-func createTrainJobPods(t *testing.T, cl client.Client, rt *trainjob.Runtime, ns, name string, n int) trainJobRound {
+// deletes them after. With gate, the JobSet is made as from a runtime
+// that carries the gate (configs/deploy/examples): its node template has
+// gate's init container, volumes and job-name label, the JobSet the gate
+// label.
+func createTrainJobPods(t *testing.T, cl client.Client, rt *trainjob.Runtime, ns, name string, n int, gate *corev1.PodTemplateSpec) trainJobRound {
 	t.Helper()
 	ctx := context.Background()
 	var r trainJobRound
@@ -180,12 +204,23 @@ func createTrainJobPods(t *testing.T, cl client.Client, rt *trainjob.Runtime, ns
 	require.NoError(t, cl.Create(ctx, tj))
 	r.trainJob = time.Since(start)
 	defer func() { _ = cl.Delete(ctx, tj) }()
+	for _, p := range tj.Spec.RuntimePatches {
+		r.patched = r.patched || p.Manager == contract.RuntimePatchManager
+	}
 
 	js := trainerJobSet(t, tj, rt)
+	if gate != nil {
+		gateFromRuntime(js, gate)
+	}
 	t0 := time.Now()
 	require.NoError(t, cl.Create(ctx, js))
 	r.jobSet = time.Since(t0)
 	defer func() { _ = cl.Delete(ctx, js) }()
+	for _, rj := range js.Spec.ReplicatedJobs {
+		if rj.Name == "node" {
+			r.template = rj.Template.Spec.Template
+		}
+	}
 
 	job := jobSetNodeJob(js)
 	t0 = time.Now()
@@ -306,6 +341,30 @@ func jobSetNodeJob(js *jobsetapi.JobSet) *batchv1.Job {
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: jobset.GVK.GroupVersion().String(), Kind: "JobSet", Name: js.Name, UID: js.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
 		Spec: spec,
+	}
+}
+
+// gateFromRuntime gives js's node template the init container, volumes
+// and job-name label of gate (a gated node template), and js the gate
+// label, as a runtime that carries them would.
+func gateFromRuntime(js *jobsetapi.JobSet, gate *corev1.PodTemplateSpec) {
+	js.Labels[contract.KeyGate] = "enabled"
+	for i := range js.Spec.ReplicatedJobs {
+		if js.Spec.ReplicatedJobs[i].Name != "node" {
+			continue
+		}
+		pt := &js.Spec.ReplicatedJobs[i].Template.Spec.Template
+		pt.Labels = merged(pt.Labels, map[string]string{controller.LabelJobName: js.Name})
+		for _, c := range gate.Spec.InitContainers {
+			if c.Name == webhook.InitName {
+				pt.Spec.InitContainers = append([]corev1.Container{c}, pt.Spec.InitContainers...)
+			}
+		}
+		for _, v := range gate.Spec.Volumes {
+			if v.Name == webhook.TokenVolume || v.Name == webhook.CAVolume || v.Name == webhook.PodInfoVolume {
+				pt.Spec.Volumes = append(pt.Spec.Volumes, v)
+			}
+		}
 	}
 }
 
