@@ -51,20 +51,20 @@ import (
 //
 // RANKGATE_BENCH_ROUNDS rounds (default 5, after one not counted) of
 // three phases against the same API server and the same running
-// controller: with the shipped webhook configurations installed; then,
+// controller: with the shipped webhook configurations installed (W);
 // with them deleted and the API server seen to stop calling them, a
-// TrainJob whose runtime carries the gate (the JobSet's node template has
-// the init container the webhook added in the first phase, and the job
-// label: the same pods, no webhook calls); and one not gated at all.
-// Before each first phase the configurations are put back and a job is
-// seen mutated again. Reported for each phase: the TrainJob and JobSet
-// create calls, per-pod create p50/p99 (all rounds), the pods' creation
-// (first call to last answer) and the whole chain (TrainJob create to the
-// last pod), median and max over the rounds; and the differences: added
-// (with against without), of it webhookCalls (with against gated from the
-// runtime) and gatedPods (gated from the runtime against without: larger
-// pods, and the controller's work on gated pods). Pods carry the init
-// container in the first two phases and not in the third.
+// TrainJob whose runtime carries the gate (G: the JobSet's node template
+// has the init container the webhook adds, and the job label: the same
+// pods, no webhook calls); and one not gated at all (B). Even rounds run
+// W G B, odd ones G B W, each phase after a pause of a second; the
+// configurations are put back before W and a job seen mutated again.
+// Reported for each phase: the TrainJob and JobSet create calls, per-pod
+// create p50/p99 (all rounds), the pods' creation (first call to last
+// answer) and the whole chain (TrainJob create to the last pod), median
+// and max over the rounds; and the differences: added (W - B), of it
+// webhookCalls (W - G) and gatedPods (G - B: larger pods, and the
+// controller's work on gated pods). Pods carry the init container in W
+// and G, not in B.
 // RANKGATE_BENCH_TRAINJOB_NODES changes the node count (default 64).
 //
 //	RANKGATE_BENCH=1 go test ./integrations/kubernetes/e2e/ -run TestBenchPodWebhookEndToEnd -count=1 -v
@@ -87,30 +87,57 @@ func TestBenchPodWebhookEndToEnd(t *testing.T) {
 	rt := torchRuntime(t)
 	ns := newNamespace(t, "bench-podwh", true)
 	configs := webhookConfigs(t)
+	// The gated node template of the gated-from-the-runtime phase: the
+	// webhook's, from a TrainJob created now.
+	gate := createTrainJobPods(t, cl, rt, ns, "template", nodes, nil).template
+	require.Equal(t, 1, countInit(gate.Spec), "the webhook did not gate the node template")
 
-	// Round -1 warms the phases up and is not counted.
-	var with, gated, without []trainJobRound
-	for r := -1; r < rounds; r++ {
-		if r > -1 {
+	// The phases run W G B in even rounds and G B W in odd ones (one
+	// change of the configurations a round), each after a pause, so that
+	// none always follows a change of the configurations or the deletion
+	// of another phase's objects. Round -1 warms them up, not counted.
+	installed := true
+	install := func(on bool) {
+		switch {
+		case on && !installed:
 			restoreWebhookConfigs(t, configs)
 			waitInjected(t, c)
+		case !on && installed:
+			deleteWebhookConfigs(t)
+			probeNS := newNamespace(t, "bench-podwh-probe", true)
+			require.Eventually(t, func() bool {
+				lat, mutated := createJobs(t, cl, probeNS, fmt.Sprintf("p%d", time.Now().UnixNano()), 1, 1)
+				return len(lat) == 1 && mutated == 0
+			}, 30*time.Second, 200*time.Millisecond, "the webhooks still answer after their configurations were deleted")
 		}
-		w := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("with-%d", r+1), nodes, nil)
-		require.Equal(t, nodes, w.mutated, "round %d: pods without the init container with the webhooks installed", r)
-		require.True(t, w.patched, "round %d: the TrainJob did not get the webhook's runtime patch", r)
-
-		deleteWebhookConfigs(t)
-		probeNS := newNamespace(t, "bench-podwh-probe", true)
-		require.Eventually(t, func() bool {
-			lat, mutated := createJobs(t, cl, probeNS, fmt.Sprintf("p%d", time.Now().UnixNano()), 1, 1)
-			return len(lat) == 1 && mutated == 0
-		}, 30*time.Second, 200*time.Millisecond, "the webhooks still answer after their configurations were deleted")
-		g := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("gated-%d", r+1), nodes, &w.template)
+		installed = on
+	}
+	phase := func(name string, gate *corev1.PodTemplateSpec) trainJobRound {
+		time.Sleep(time.Second)
+		return createTrainJobPods(t, cl, rt, ns, name, nodes, gate)
+	}
+	var with, gated, without []trainJobRound
+	for r := -1; r < rounds; r++ {
+		var w, g, wo trainJobRound
+		withPhase := func() {
+			install(true)
+			w = phase(fmt.Sprintf("with-%d", r+1), nil)
+			require.Equal(t, nodes, w.mutated, "round %d: pods without the init container with the webhooks installed", r)
+			require.True(t, w.patched, "round %d: the TrainJob did not get the webhook's runtime patch", r)
+		}
+		if r%2 == 0 || r < 0 {
+			withPhase()
+		}
+		install(false)
+		g = phase(fmt.Sprintf("gated-%d", r+1), &gate)
 		require.Equal(t, nodes, g.mutated, "round %d: pods of a runtime that carries the gate without it", r)
 		require.False(t, g.patched, "round %d: the webhook was called without its configurations", r)
-		wo := createTrainJobPods(t, cl, rt, ns, fmt.Sprintf("without-%d", r+1), nodes, nil)
+		wo = phase(fmt.Sprintf("without-%d", r+1), nil)
 		require.Zero(t, wo.mutated, "round %d: pods with the init container without the webhooks", r)
 		require.False(t, wo.patched, "round %d: the webhook was called without its configurations", r)
+		if r%2 != 0 && r >= 0 {
+			withPhase()
+		}
 		if r < 0 {
 			continue
 		}
