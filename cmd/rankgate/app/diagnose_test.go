@@ -33,7 +33,9 @@ func TestDiagnoseOfflineScenarios(t *testing.T) {
 		"07-mig-reconfig-failed.yaml": 1, "08-driver-known-bad.yaml": 1, "09-gang-too-large.yaml": 1,
 		"10-node-constraints.yaml": 1, "11-stale-mig-resources.yaml": 1, "12-scheduler-disagrees.yaml": 0,
 		"13-mig-multi-pod.yaml": 0, "14-dra-not-judged.yaml": 0, "15-dra-device-unhealthy.yaml": 0,
+		"16-node-labels-unreadable.yaml": 0,
 	}
+	notes := map[string]string{"16-node-labels-unreadable.yaml": "rankgate: note: GPU labels ignored, judged from allocatable alone: node dgx-a100-03: label nvidia.com/gpu.count=\"eight\" is not a non-negative integer\n"}
 	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.yaml"))
 	require.NoError(t, err)
 	require.Len(t, files, len(exits))
@@ -42,7 +44,7 @@ func TestDiagnoseOfflineScenarios(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", f)
 			require.Equal(t, exits[name], code, "stdout:\n%s\nstderr:\n%s", out, errOut)
-			require.Empty(t, errOut)
+			require.Equal(t, notes[name], errOut)
 			golden(t, "diagnose-"+strings.TrimSuffix(name, ".yaml")+".golden", out)
 		})
 	}
@@ -106,7 +108,6 @@ func TestDiagnoseBadInput(t *testing.T) {
 		{[]string{"diagnose", "--offline", "-f", yamlErr}, "broken.yaml: document 1: not valid YAML or JSON"},
 		{[]string{"diagnose", "--offline", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml: no such file or directory"},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes}, "nothing to diagnose"},
-		{[]string{"diagnose", "--offline", "-f", badLabel}, `node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`},
 		{[]string{"diagnose", "--offline", "-f", onlyNodes, "-o", "xml"}, `output format "xml": want text, json or yaml`},
 		{[]string{"diagnose", "job", "ml/a/b"}, `"a/b": not a job name`},
 		{[]string{"diagnose", "job", "tfjobs.kubeflow.org/a"}, `not a job kind rankgate gates`},
@@ -122,6 +123,14 @@ func TestDiagnoseBadInput(t *testing.T) {
 			require.Contains(t, errOut, tc.err)
 		})
 	}
+	// A node whose GPU labels cannot be read is no usage error: it is
+	// judged from its allocatable alone (here none), and the job that
+	// would be hopeless is not called so (NODE_LABELS_UNREADABLE).
+	code, out, errOut := run(t, nil, "diagnose", "--offline", "-f", badLabel)
+	require.Equal(t, verdict.ExitPass, code, "%s\n%s", out, errOut)
+	require.Contains(t, errOut, `rankgate: note: GPU labels ignored, judged from allocatable alone: node a: label nvidia.com/gpu.count="eight" is not a non-negative integer`)
+	require.Contains(t, out, "NODE_LABELS_UNREADABLE")
+	require.Contains(t, out, "SHAPE_MISMATCH")
 }
 
 // fakeLive serves objects from client-go fakes (unit tests only).
