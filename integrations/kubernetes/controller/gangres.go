@@ -58,6 +58,12 @@ type gangRes struct {
 	onJobAt    time.Time
 	dirty      bool
 	progressAt time.Time
+	// The job's other writes (jobwrites.go): waitingDue asks to write
+	// waiting (the annotation; "" removes it) with waitingCause's Event;
+	// regate asks to re-gate the job a person resumed after a fail.
+	waitingDue   bool
+	waitingCause *verdict.Finding
+	regate       bool
 }
 
 // unapplied is r's recorded verdict while its job does not carry it yet

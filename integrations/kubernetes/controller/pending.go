@@ -318,7 +318,7 @@ func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj clie
 	if !any || j.Suspended() || obj.GetDeletionTimestamp() != nil {
 		c.unwatchPending(key)
 		if _, ok := obj.GetAnnotations()[contract.AnnotationWaitingFor]; ok {
-			c.patchWaitingFor(ctx, obj, nil)
+			c.wantWaitingFor(obj, k.GVK().Kind, nil)
 		}
 		return 0, false
 	}
@@ -409,7 +409,7 @@ func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, 
 		w.written = v
 		c.pw.mu.Unlock()
 		if fresh {
-			c.patchWaitingFor(ctx, obj, &cause)
+			c.wantWaitingFor(obj, j.Kind(), &cause)
 		}
 	}
 	next := waitRecheck
@@ -539,28 +539,6 @@ type lastJudgement struct {
 // waitingFor is the annotation's value for cause.
 func waitingFor(cause verdict.Finding) string {
 	return verdict.Truncate(cause.Rule+": "+cause.Message, maxReasonLen)
-}
-
-// patchWaitingFor writes (or, with nil, removes) rankgate.io/waiting-for,
-// and emits a Normal Event when it writes one.
-func (c *Controller) patchWaitingFor(ctx context.Context, obj client.Object, cause *verdict.Finding) {
-	val, gangWaiting := "null", ""
-	if cause != nil {
-		gangWaiting = waitingFor(*cause)
-		val = fmt.Sprintf("%q", gangWaiting)
-	}
-	c.noteWaitingFor(obj.GetUID(), gangWaiting) // the Gang's phase and waitingFor
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, contract.AnnotationWaitingFor, val)
-	if err := c.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-		if !apierrors.IsNotFound(err) {
-			metricAPIErrors.WithLabelValues("waiting-for").Inc()
-			c.log.Error(err, "writing rankgate.io/waiting-for", "job", obj.GetNamespace()+"/"+obj.GetName())
-		}
-		return
-	}
-	if cause != nil {
-		c.rec.Eventf(obj, nil, corev1.EventTypeNormal, contract.ReasonPendingWaiting, "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
-	}
 }
 
 // pendingReport: a verdict of the Pending watchdog (placement rules or

@@ -164,22 +164,6 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 	return nil
 }
 
-// noteWaitingFor is what the Pending watchdog says job uid waits for ("":
-// nothing), for its Gang's phase.
-func (c *Controller) noteWaitingFor(uid types.UID, waiting string) {
-	r := c.lookupRes(uid)
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	changed := r.waiting != waiting
-	r.waiting = waiting
-	r.mu.Unlock()
-	if changed {
-		c.touchProgress(uid, true)
-	}
-}
-
 // shareRanks puts the ranks written (whose strings are the held reports')
 // in place of the same ranks as the API server echoed them, so that an
 // open gang's Gang does not hold a second copy of every pod, node and

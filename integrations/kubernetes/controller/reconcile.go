@@ -184,24 +184,16 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 // here is answered with d.
 func (c *Controller) reconcileDecided(ctx context.Context, key string, j job, d *decision) (reconcile.Result, error) {
 	obj := j.Object()
-	if d.Report.Failed() && d.Action == ActionSuspend && !j.Suspended() && obj.GetDeletionTimestamp() == nil {
-		// A Kueue-managed job runs again when its Workload is active
-		// again; until Kueue suspends it, a deactivated one is not
-		// resumed.
-		resumed := true
-		if kueueManaged(obj) {
-			var err error
-			if resumed, err = c.kueueResumed(ctx, obj); err != nil {
-				return reconcile.Result{}, err
-			}
-		}
-		if resumed {
-			again, err := c.regate(ctx, key, obj)
-			if again {
-				return reconcile.Result{RequeueAfter: time.Second}, err
-			}
-			return reconcile.Result{}, err
-		}
+	// A Kueue-managed job runs again when its Workload is active again;
+	// until Kueue suspends it, a deactivated one is not resumed. The
+	// writes re-gate it (jobwrites.go).
+	resumed, err := c.resumedAfterFail(ctx, obj)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if resumed {
+		c.askRegate(obj, j.Kind())
+		return reconcile.Result{}, nil
 	}
 	// Decided and applied by another replica (one that led before this
 	// one, or at the same moment): a gang of that attempt still open here

@@ -483,7 +483,8 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	again, failed := l.watchPending(context.Background(), k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, waitRecheck, again)
-	require.NotEmpty(t, l.job(t).Annotations[contract.AnnotationWaitingFor])
+	// The writes put it on the job (jobwrites.go).
+	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationWaitingFor] != "" }, eventually, tick)
 	_, decided := l.decided(wrap(l.job(t)))
 	require.False(t, decided)
 }

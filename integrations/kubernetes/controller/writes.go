@@ -273,6 +273,12 @@ func (c *Controller) reconcileBook(ctx context.Context, uid types.UID) {
 	if busy := c.applyStep(ctx, r); busy {
 		return
 	}
+	if busy := c.regateStep(ctx, r); busy {
+		return
+	}
+	if busy := c.waitingStep(ctx, r); busy {
+		return
+	}
 	if busy := c.markStep(ctx, r); busy {
 		return
 	}
