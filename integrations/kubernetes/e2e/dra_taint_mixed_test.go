@@ -126,7 +126,11 @@ func TestE2EPendingDRAUnhealthyDevicesWait(t *testing.T) {
 	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return !ok }, 20*time.Second, 100*time.Millisecond,
 		"rankgate.io/waiting-for stayed after the ranks were bound:\n%s", c.logs.String())
 	require.False(t, isSuspended(t, job))
-	require.Empty(t, jobAnnotations(t, job)[contract.AnnotationVerdict])
+	// Bound with their claims allocated, the ranks are judged from the
+	// allocations: two pods on one node, a warning.
+	a = appliedVerdict(t, job)
+	require.Equal(t, "warn", a[contract.AnnotationVerdict], c.logs.String())
+	require.Equal(t, verdict.RuleGangSplitPodsSameNode, a[contract.AnnotationRules])
 	t.Logf("waiting-for: %s", wf)
 }
 
@@ -219,8 +223,11 @@ func TestE2EPendingDRAMixedWithDevicePlugin(t *testing.T) {
 		return true
 	}, 60*time.Second, 200*time.Millisecond, "the scheduler did not bind the nvidia.com/gpu ranks on the DRA node")
 	require.False(t, isSuspended(t, extJob), c.logs.String())
-	a = jobAnnotations(t, extJob)
-	require.Empty(t, a[contract.AnnotationVerdict])
+	// Judged from the allocations once bound: two pods on one node, a
+	// warning.
+	a = appliedVerdict(t, extJob)
+	require.Equal(t, "warn", a[contract.AnnotationVerdict])
+	require.Equal(t, verdict.RuleGangSplitPodsSameNode, a[contract.AnnotationRules])
 	require.Empty(t, a[contract.AnnotationWaitingFor])
 	require.Empty(t, jobEvents(t, extJob)["PendingFailed"])
 	t.Logf("device plugin job: %s\nDRA job: %s", appliedVerdict(t, migJob)[contract.AnnotationReason], reason)
