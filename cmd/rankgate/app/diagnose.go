@@ -15,6 +15,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/kubeconfig"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/ncclenv"
@@ -317,7 +318,7 @@ func (a *App) diagnoseLivePod(ctx context.Context, o *diagnoseOptions, l *cluste
 	if err != nil {
 		return err
 	}
-	if p.Spec.NodeName != "" && usesClaims(p) {
+	if p.Spec.NodeName != "" && dra.UsesClaims(p) {
 		return a.diagnoseLiveDRAPod(ctx, o, l, p)
 	}
 	if p.Spec.NodeName != "" {

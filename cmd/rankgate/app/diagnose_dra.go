@@ -115,12 +115,6 @@ func countOrDash(n uint64, unit string) string {
 	return fmt.Sprint(n) + unit
 }
 
-// usesClaims: p gets devices through DRA (resource claims, or an extended
-// resource the scheduler served through DRA).
-func usesClaims(p *corev1.Pod) bool {
-	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
-}
-
 // podRank names a pod's rank in its job: "rank N of Kind ns/name", and N;
 // rank -1 for a pod of no job, or whose rank its labels do not give.
 func podRank(j kubeflow.Job, p *corev1.Pod) (string, int) {
@@ -192,7 +186,7 @@ func gangFromAllocations(ctx context.Context, src devicesource.Source, j kubeflo
 		multiNodeNVLink: contract.GateEnabled(strings.ToLower(j.Object().GetAnnotations()[contract.AnnotationMultiNodeNVLink]))}
 	held := map[int]bool{}
 	for _, p := range pods {
-		if p.DeletionTimestamp != nil || !usesClaims(p) {
+		if p.DeletionTimestamp != nil || !dra.UsesClaims(p) {
 			continue
 		}
 		typ := kubeflow.ReplicaTypeOf(j, p)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
@@ -191,7 +192,7 @@ func (b *Builder) AddPod(p *corev1.Pod) error {
 		if job != "" {
 			b.boundJob[jobReplica{p.Namespace, jobKind, job, replicaLabelsOf(p)}]++
 		}
-		if len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil {
+		if dra.UsesClaims(p) {
 			b.addBoundDRA(p)
 		}
 		return nil

@@ -5,36 +5,16 @@ import (
 	"strconv"
 	"strings"
 
-	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
 type quantity = resource.Quantity
 
-// attr reads a device attribute by its bare name (the driver's own
-// domain) or qualified with the driver's name.
-func (d *draDevice) attr(name string) (resourcev1.DeviceAttribute, bool) {
-	for _, k := range []string{name, d.slice.Spec.Driver + "/" + name} {
-		if a, ok := d.device.Attributes[resourcev1.QualifiedName(k)]; ok {
-			return a, true
-		}
-	}
-	return resourcev1.DeviceAttribute{}, false
-}
-
 func (d *draDevice) str(name string) string {
-	a, ok := d.attr(name)
-	switch {
-	case !ok:
-		return ""
-	case a.StringValue != nil:
-		return *a.StringValue
-	case a.VersionValue != nil:
-		return *a.VersionValue
-	}
-	return ""
+	return dra.AttributeString(d.slice.Spec.Driver, d.device, name)
 }
 
 // facts are the device's facts as messages show them, from the NVIDIA

@@ -104,12 +104,6 @@ func (c *Controller) draSource() devicesource.Source {
 	return &dra.Source{Objects: draCacheObjects{d}, Drivers: preflight.DefaultDriverTable()}
 }
 
-// usesClaims: p gets devices through DRA, or will (an extended resource
-// the scheduler may serve through DRA is known only once it did).
-func usesClaims(p *corev1.Pod) bool {
-	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
-}
-
 // setupAllocations registers, where DRA is served, kind's allocations
 // reconciler: a rank pod bound with resource claims (the scheduler
 // allocated them first) brings its job here, to fromAllocations alone,
@@ -122,14 +116,14 @@ func (c *Controller) setupAllocations(k kubeflow.Kind) error {
 	bound := predicate.Funcs{
 		CreateFunc: func(e event.CreateEvent) bool {
 			p, ok := e.Object.(*corev1.Pod)
-			return ok && p.Spec.NodeName != "" && usesClaims(p)
+			return ok && p.Spec.NodeName != "" && dra.UsesClaims(p)
 		},
 		DeleteFunc:  func(event.DeleteEvent) bool { return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			o, ok1 := e.ObjectOld.(*corev1.Pod)
 			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			return ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" && usesClaims(n)
+			return ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" && dra.UsesClaims(n)
 		},
 	}
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -239,7 +233,7 @@ func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !usesClaims(p) || p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Annotations[annoClaimsCut] != "" {
+		if !dra.UsesClaims(p) || p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Annotations[annoClaimsCut] != "" {
 			continue
 		}
 		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != o.GetUID() || podFits(j, p) != nil {
@@ -291,7 +285,7 @@ type allocatedRank struct {
 // againstAllocation adds to rr, the rank's own report, the disagreement
 // with its pod's DRA allocation, if any.
 func (c *Controller) againstAllocation(ctx context.Context, pod *corev1.Pod, rr *preflight.RankReport) {
-	if !usesClaims(pod) {
+	if !dra.UsesClaims(pod) {
 		return
 	}
 	src := c.draSource()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/preflight"
@@ -81,7 +82,7 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	if d, ok := c.decided(r.job); ok {
 		// A DRA rank's gang may have been decided from its allocation,
 		// before its own report: that report is still judged.
-		if own := c.ownReportFails(r, rr, d); own != nil && usesClaims(r.pod) {
+		if own := c.ownReportFails(r, rr, d); own != nil && dra.UsesClaims(r.pod) {
 			return c.answerDecided(r, own), nil
 		}
 		return c.answerDecided(r, d), nil

@@ -97,6 +97,13 @@ func (s *Source) Rank(_ context.Context, pod *corev1.Pod, rank int) (devicesourc
 	return devicesource.Rank{Known: true, Report: s.report(pod, rank, allocated)}, nil
 }
 
+// UsesClaims: p gets devices through DRA: resource claims, or an
+// extended resource the scheduler served through DRA (known once it
+// did).
+func UsesClaims(p *corev1.Pod) bool {
+	return len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil
+}
+
 // claimNames are the names of the ResourceClaims pod uses: those its spec
 // names, those made for it from templates (its status names them) and
 // the one the scheduler made for its DRA-served extended resources. It
@@ -148,19 +155,21 @@ func (s *Source) find(driver, pool, name string) (device, bool) {
 	return best, gen >= 0
 }
 
-// attr reads a device attribute by its bare name or qualified with the
-// driver's name.
-func (d device) attr(name string) (resourcev1.DeviceAttribute, bool) {
-	for _, k := range []string{name, d.slice.Spec.Driver + "/" + name} {
-		if a, ok := d.dev.Attributes[resourcev1.QualifiedName(k)]; ok {
+// Attribute reads attribute name of dev, a device of driver, by its bare
+// name (the driver's own domain) or qualified with the driver's name.
+func Attribute(driver string, dev *resourcev1.Device, name string) (resourcev1.DeviceAttribute, bool) {
+	for _, k := range []string{name, driver + "/" + name} {
+		if a, ok := dev.Attributes[resourcev1.QualifiedName(k)]; ok {
 			return a, true
 		}
 	}
 	return resourcev1.DeviceAttribute{}, false
 }
 
-func (d device) str(name string) string {
-	a, ok := d.attr(name)
+// AttributeString is attribute name of dev (Attribute) as a string: its
+// string or version value, "" for none or another type.
+func AttributeString(driver string, dev *resourcev1.Device, name string) string {
+	a, ok := Attribute(driver, dev, name)
 	switch {
 	case !ok:
 		return ""
@@ -171,6 +180,8 @@ func (d device) str(name string) string {
 	}
 	return ""
 }
+
+func (d device) str(name string) string { return AttributeString(d.slice.Spec.Driver, d.dev, name) }
 
 // kind is the device's topology kind; empty for what is not a GPU or a
 // MIG device (vfio GPUs are passed to VMs, not to CUDA).
