@@ -129,8 +129,24 @@ func (c *Controller) setupAllocations(k kubeflow.Kind) error {
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return c.reconcileAllocations(ctx, k, req)
 	})
+	// The claim's allocation may reach the cache after the pod's binding
+	// (two watches): its allocation brings the job here too.
+	allocated := predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			cl, ok := e.Object.(*resourcev1.ResourceClaim)
+			return ok && cl.Status.Allocation != nil
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*resourcev1.ResourceClaim)
+			n, ok2 := e.ObjectNew.(*resourcev1.ResourceClaim)
+			return ok1 && ok2 && o.Status.Allocation == nil && n.Status.Allocation != nil
+		},
+	}
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
 		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(c.podsJob(k)), bound)).
+		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&resourcev1.ResourceClaim{}), handler.EnqueueRequestsFromMapFunc(c.claimsJob(k)), allocated)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
@@ -153,6 +169,30 @@ func (c *Controller) podsJob(k kubeflow.Kind) handler.MapFunc {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.name}}}
+	}
+}
+
+// claimsJob maps an allocated claim to the jobs of kind k of the bound
+// pods it is reserved for.
+func (c *Controller) claimsJob(k kubeflow.Kind) handler.MapFunc {
+	pods := c.podsJob(k)
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		cl, ok := o.(*resourcev1.ResourceClaim)
+		if !ok {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, r := range cl.Status.ReservedFor {
+			if r.Resource != "pods" || r.APIGroup != "" {
+				continue
+			}
+			p := &corev1.Pod{}
+			if err := c.client.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: r.Name}, p); err != nil || p.UID != r.UID || p.Spec.NodeName == "" {
+				continue
+			}
+			out = append(out, pods(ctx, p)...)
+		}
+		return out
 	}
 }
 
@@ -197,7 +237,11 @@ func (c *Controller) fromAllocations(ctx context.Context, j job) (wait bool, err
 	if g := c.gangs.Get(j.Object().GetUID()); g != nil && !g.Open() {
 		return false, nil
 	}
-	known, wait, err := c.allocatedRanks(ctx, j, src)
+	held := func(int) bool { return false }
+	if g := c.gangs.Get(j.Object().GetUID()); g != nil {
+		held = func(rank int) bool { _, ok := g.HolderOf(rank); return ok }
+	}
+	known, wait, err := c.allocatedRanks(ctx, j, src, held)
 	if err != nil || len(known) == 0 {
 		return wait, err
 	}
@@ -223,9 +267,9 @@ func (c *Controller) fromAllocations(ctx context.Context, j job) (wait bool, err
 }
 
 // allocatedRanks are the reports src makes of j's bound rank pods whose
-// claims are allocated; wait: a bound rank pod's allocation is not known
-// yet.
-func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource.Source) (known []allocatedRank, wait bool, err error) {
+// claims are allocated, but for ranks held already; wait: a bound rank
+// pod's allocation is not known yet.
+func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource.Source, held func(rank int) bool) (known []allocatedRank, wait bool, err error) {
 	pods := &corev1.PodList{}
 	o := j.Object()
 	if err := c.listJobPods(ctx, pods, o.GetNamespace(), o.GetName()); err != nil {
@@ -240,7 +284,7 @@ func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource
 			continue
 		}
 		rank, err := kubeflow.RankOf(j, p)
-		if err != nil {
+		if err != nil || held(rank) {
 			continue
 		}
 		r, err := src.Rank(ctx, p, rank)
@@ -255,12 +299,15 @@ func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource
 	return known, wait, nil
 }
 
-// addAllocated adds the allocations' reports to g, each unless another
-// pod holds its rank or the rank reported itself; it says how many ranks
-// are new and whether g is to be decided.
+// addAllocated adds the allocations' reports to g, each unless its rank
+// is held already (by another pod, by the rank's own report, or by its
+// allocation: a claim's allocation does not change); it says how many
+// ranks are new and whether g is to be decided.
 func addAllocated(g *gang, known []allocatedRank, now time.Time) (added int, ready gangstore.Ready) {
 	for _, k := range known {
-		if h, held := g.HolderOf(k.rr.Rank); held && (h.UID != string(k.pod.UID) || h.Source != devicesource.DRA) {
+		if _, held := g.HolderOf(k.rr.Rank); held {
+			// Another pod holds it, the rank reported itself, or its
+			// allocation (which does not change) is known already.
 			continue
 		}
 		isNew, rd, h := g.Add(k.rr, string(k.pod.UID), now)
