@@ -88,6 +88,17 @@ func allocJob(t testing.TB, ns, name, node string, master, worker *resourcev1.Re
 	return pods[0], pods[1], job
 }
 
+// suspendedFromAllocations waits until job is suspended by a fail verdict
+// and returns its annotations.
+func suspendedFromAllocations(t *testing.T, c *ctrl, job client.Object) map[string]string {
+	t.Helper()
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
+	a := appliedVerdict(t, job)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	return a
+}
+
 // (a) Two ranks on 1g.10gb devices of one GPU: the gang passes from the
 // allocations alone, with no rank report, and the Gang shows each rank's
 // DRA devices.
@@ -137,10 +148,7 @@ func TestE2EDRARankSpanningGPUsSuspended(t *testing.T) {
 	one := migTemplate(t, ns, "mig-2g", "2g.20gb", 1)
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	_, _, job := allocJob(t, ns, "span", node, two, one)
-	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
-	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[contract.AnnotationVerdict])
-	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	a := suspendedFromAllocations(t, c, job)
 	rules := strings.Split(a[contract.AnnotationRules], ",")
 	require.Contains(t, rules, verdict.RuleRankFailed)
 	require.Contains(t, a[contract.AnnotationReason], verdict.RuleMIGSpansGPUs)
@@ -164,9 +172,7 @@ func TestE2EDRARanksOnDifferentProfilesFail(t *testing.T) {
 	small := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
 	_, _, job := allocJob(t, ns, "prof", node, big, small)
-	require.Eventually(t, func() bool { return isSuspended(t, job) }, 30*time.Second, 100*time.Millisecond, c.logs.String())
-	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	a := suspendedFromAllocations(t, c, job)
 	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleGangProfileMismatch)
 	require.Contains(t, a[contract.AnnotationReason], "2g.20gb")
 	require.Contains(t, a[contract.AnnotationReason], "1g.10gb")

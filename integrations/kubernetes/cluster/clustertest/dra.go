@@ -41,15 +41,7 @@ type DRAGPU struct {
 // GPUs (devices gpu-0, gpu-1, ...): attributes type, uuid, productName,
 // driverVersion, capacity memory.
 func GPUSlice(node string, gpus ...DRAGPU) *resourcev1.ResourceSlice {
-	s := &resourcev1.ResourceSlice{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + NVIDIADRADriver + "-0"},
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   NVIDIADRADriver,
-			Pool:     resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1},
-			NodeName: ptr.To(node),
-		},
-	}
+	s := nodeSlice(node, "-0")
 	for i, g := range gpus {
 		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{
 			Name: fmt.Sprintf("gpu-%d", i),
@@ -98,15 +90,7 @@ type DRAMIGGPU struct {
 // driverVersion, cudaComputeCapability; capacities memory and
 // multiprocessors. A GPU in MIG mode is not published whole.
 func MIGSlice(node string, gpus ...DRAMIGGPU) *resourcev1.ResourceSlice {
-	s := &resourcev1.ResourceSlice{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + NVIDIADRADriver + "-mig"},
-		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   NVIDIADRADriver,
-			Pool:     resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1},
-			NodeName: ptr.To(node),
-		},
-	}
+	s := nodeSlice(node, "-mig")
 	for i, g := range gpus {
 		for k, m := range g.MIG {
 			s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{
@@ -128,4 +112,18 @@ func MIGSlice(node string, gpus ...DRAMIGGPU) *resourcev1.ResourceSlice {
 		}
 	}
 	return s
+}
+
+// nodeSlice is the driver's one slice of node's pool, without devices,
+// named <node>-gpu.nvidia.com<suffix>.
+func nodeSlice(node, suffix string) *resourcev1.ResourceSlice {
+	return &resourcev1.ResourceSlice{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
+		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + NVIDIADRADriver + suffix},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver:   NVIDIADRADriver,
+			Pool:     resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1},
+			NodeName: ptr.To(node),
+		},
+	}
 }
