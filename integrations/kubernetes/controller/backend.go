@@ -78,6 +78,10 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 		DriverVersion: req.DriverVersion, CUDADriverVersion: req.CUDADriverVersion, Report: req.Report,
 		Net: rankNet(req.Net), NCCLVersion: req.NCCLVersion,
 	}
+	// A rank's own report names no DRA device: only the DRA source does.
+	for i := range rr.Report.Devices {
+		rr.Report.Devices[i].DRA = ""
+	}
 	c.againstAllocation(ctx, r.pod, &rr)
 	if d, ok := c.decided(r.job); ok {
 		// A DRA rank's gang may have been decided from its allocation,

@@ -89,7 +89,7 @@ func summarize(rr preflight.RankReport) heldReport {
 		}
 		d := rr.Report.Devices[i]
 		h.devices = append(h.devices, d.ID)
-		if d.DRA != "" {
+		if d.DRA != "" && rr.Source == preflight.SourceDRA {
 			h.dra = append(h.dra, verdict.DeviceSummary{ID: d.ID, Profile: d.Profile, DRA: d.DRA})
 		}
 	}

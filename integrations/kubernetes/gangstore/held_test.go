@@ -93,3 +93,15 @@ func TestHeldReportNet(t *testing.T) {
 	require.Equal(t, nw(), got[0].Net)
 	require.Nil(t, got[1].Net)
 }
+
+// Only a report made from a DRA allocation shows DRA devices: a rank's
+// own report that names some (a hostile one) shows its device IDs only.
+func TestSummaryDRADevicesOnlyFromTheDRASource(t *testing.T) {
+	rr := preflight.RankReport{Rank: 0, Pod: "p", Report: verdict.Report{Verdict: verdict.VerdictPass,
+		Devices: []verdict.DeviceSummary{{ID: "MIG-a", Profile: "1g.10gb", DRA: "gpu.nvidia.com/n1/gpu-0-mig-1g10gb-0"}}}}
+	require.Equal(t, []verdict.DeviceSummary{{ID: "MIG-a"}}, summarize(rr).summary(0).Report.Devices)
+	rr.Source = preflight.SourceDRA
+	got := summarize(rr).summary(0)
+	require.Equal(t, []verdict.DeviceSummary{{ID: "MIG-a", Profile: "1g.10gb", DRA: "gpu.nvidia.com/n1/gpu-0-mig-1g10gb-0"}}, got.Report.Devices)
+	require.Equal(t, preflight.SourceDRA, got.Source)
+}
