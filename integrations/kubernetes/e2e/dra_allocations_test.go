@@ -19,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstatus"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -221,4 +222,47 @@ func TestE2EDRATrainJobDecidedFromAllocations(t *testing.T) {
 	}
 	require.Nil(t, gangOf(t, js), "the TrainJob's JobSet opens no gang of its own")
 	t.Logf("reason: %s", a[contract.AnnotationReason])
+}
+
+// The ranks' own reports after a pass decided from allocations: a rank
+// whose NVML devices are the ones its claim was allocated starts (exit
+// 0); a rank whose NVML shows another device than its claim's is
+// answered fail alone, with DRA_DEVICES_DISAGREE naming both sides (exit
+// 1). The node publishes GPU 1 of the embedded h100-mig sample (two
+// 3g.40gb devices), with the sample's UUIDs.
+func TestE2EDRAOwnReportAgainstAllocation(t *testing.T) {
+	ns := newNamespace(t, "e2e-dra-alloc-own", true)
+	startScheduler(t)
+	node := "dra-alloc-own"
+	const gpu1 = "GPU-8d116ece-1738-47d9-bd9c-172411e20b8f"
+	mig3g := func(uuid string) clustertest.DRAMIG {
+		return clustertest.DRAMIG{UUID: uuid, Profile: "3g.40gb", SMs: 60, MemoryMiB: 40448}
+	}
+	migNode(t, node, migOf(gpu1, mig3g("MIG-90c192cf-d3ac-44af-8f21-ddb66cad4a26"), mig3g("MIG-a170b338-3926-4059-b28c-105d1fb17c23")))
+	tmpl := migTemplate(t, ns, "mig-3g", "3g.40gb", 1)
+	c := startController(t, controller.Options{GangTimeout: time.Hour})
+	master, worker, job := allocJob(t, ns, "own", node, tmpl, tmpl)
+	require.Equal(t, "pass", appliedVerdict(t, job)[contract.AnnotationVerdict], c.logs.String())
+	g := gangOf(t, job)
+	require.Len(t, g.Status.Ranks, 2)
+	uuidOf := map[string]string{}
+	for _, r := range g.Status.Ranks {
+		require.Len(t, r.DRADevices, 1)
+		uuidOf[r.Pod] = r.DRADevices[0].UUID
+	}
+	// The master's NVML shows its claim's device; the worker's shows a
+	// 1g.10gb device of GPU 0 instead.
+	agree := startRank(t, c.URL, master, token(t, master, gate.Audience), "--sample", "h100-mig", "--devices", uuidOf[master.Name])
+	disagree := startRank(t, c.URL, worker, token(t, worker, gate.Audience), "--sample", "h100-mig", "--devices", "0:2")
+	require.Equal(t, 0, agree.wait(t, time.Minute), agree.termination())
+	require.Equal(t, verdict.ExitFail, disagree.wait(t, time.Minute), disagree.termination())
+	term := disagree.termination()
+	require.Contains(t, term, verdict.RuleRankFailed)
+	require.Contains(t, term, verdict.RuleDRADevicesDisagree)
+	require.Contains(t, term, "allocated but not seen by the rank: "+uuidOf[worker.Name])
+	require.Contains(t, term, "seen by the rank but not allocated: MIG-36f675cc-81e7-4ef5-a8e2-5d940ed90475")
+	// The recorded verdict stays.
+	require.Equal(t, "pass", jobAnnotations(t, job)[contract.AnnotationVerdict])
+	require.False(t, isSuspended(t, job))
+	t.Logf("the disagreeing rank's termination message:\n%s", term)
 }
