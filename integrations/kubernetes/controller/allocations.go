@@ -30,9 +30,10 @@ import (
 // A rank's devices come from one of two sources (package devicesource):
 // its own report, which its init container sends to the gate, and, for a
 // pod whose GPUs come through DRA, its allocation: as soon as the
-// scheduler has allocated a rank pod's claims (and bound it), the job's
-// reconciler resolves the devices to the facts their driver publishes
-// and adds the rank to the gang as a report of source "dra". When every
+// scheduler has allocated a rank pod's claims (and bound it), its job's
+// allocations reconciler resolves the devices to the facts their driver
+// publishes and adds the rank to the gang as a report of source "dra".
+// When every
 // rank is known, the gang is decided and the verdict recorded and acted
 // on before any container or image pull of the job starts.
 //
