@@ -33,9 +33,8 @@ import (
 // scheduler has allocated a rank pod's claims (and bound it), its job's
 // allocations reconciler resolves the devices to the facts their driver
 // publishes and adds the rank to the gang as a report of source "dra".
-// When every
-// rank is known, the gang is decided and the verdict recorded and acted
-// on before any container or image pull of the job starts.
+// When every rank is known, the gang is decided and the verdict recorded
+// and acted on before any container or image pull of the job starts.
 //
 // A rank's own report stands before its allocation: it replaces the
 // allocation's report while the gang is open, and where the two name
