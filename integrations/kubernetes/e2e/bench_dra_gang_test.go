@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -60,12 +59,8 @@ func TestBenchDRAGangLatency(t *testing.T) {
 		if err := k8s.Create(ctx, clustertest.GPUSlice(node, gpus...)); err != nil {
 			return err
 		}
-		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%03d", j), Namespace: ns},
-			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
-				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
-				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(ranks - 1)), Template: minimalTemplate},
-			}}}
-		if err := k8s.Create(ctx, job); err != nil {
+		job, err := createBenchJob(ctx, ns, j, ranks)
+		if err != nil {
 			return err
 		}
 		all[j] = make([]rank, ranks)

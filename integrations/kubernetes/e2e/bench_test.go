@@ -119,12 +119,8 @@ func TestBenchGangLatency(t *testing.T) {
 	}
 	all := make([][]rankRef, jobs)
 	err := parallel(jobs, 8, func(j int) error {
-		job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%03d", j), Namespace: ns},
-			Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
-				kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
-				kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(ranks - 1)), Template: minimalTemplate},
-			}}}
-		if err := k8s.Create(ctx, job); err != nil {
+		job, err := createBenchJob(ctx, ns, j, ranks)
+		if err != nil {
 			return err
 		}
 		all[j] = make([]rankRef, ranks)
@@ -345,6 +341,17 @@ func profileSelf(t *testing.T, name string) func() {
 		pprof.StopCPUProfile()
 		_ = f.Close()
 	}
+}
+
+// createBenchJob creates job-<j> of the gang benchmarks: a PyTorchJob of
+// a Master and ranks-1 Workers.
+func createBenchJob(ctx context.Context, ns string, j, ranks int) (*kubeflowv1.PyTorchJob, error) {
+	job := &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("job-%03d", j), Namespace: ns},
+		Spec: kubeflowv1.PyTorchJobSpec{PyTorchReplicaSpecs: map[kubeflowv1.ReplicaType]*kubeflowv1.ReplicaSpec{
+			kubeflowv1.PyTorchJobReplicaTypeMaster: {Replicas: ptr.To(int32(1)), Template: minimalTemplate},
+			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(ranks - 1)), Template: minimalTemplate},
+		}}}
+	return job, k8s.Create(ctx, job)
 }
 
 var minimalTemplate = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "pytorch", Image: "pytorch/pytorch"}}}}
