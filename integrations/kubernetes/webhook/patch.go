@@ -19,8 +19,16 @@ import (
 
 // pointerKey escapes a map key for a JSON pointer (RFC 6901).
 func pointerKey(k string) string {
-	return strings.NewReplacer("~", "~0", "/", "~1").Replace(k)
+	if !strings.ContainsAny(k, "~/") {
+		return k
+	}
+	return pointerEscaper.Replace(k)
 }
+
+// pointerEscaper escapes a JSON Pointer reference token (RFC 6901); a
+// Replacer is safe for concurrent use, and building one per key was a
+// visible part of an admission's CPU.
+var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 func add(path string, v any) jsonpatch.Operation {
 	return jsonpatch.Operation{Operation: "add", Path: path, Value: v}
