@@ -156,6 +156,9 @@ func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.N
 	for k, v := range decisionAnnotationsFor(d, ann) {
 		ann[k] = v
 	}
+	// A decided job waits for nothing: what the Pending watchdog last
+	// wrote goes in the same patch (the watchdog no longer looks at it).
+	delete(ann, contract.AnnotationWaitingFor)
 	obj.SetAnnotations(ann)
 	err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {

@@ -45,11 +45,11 @@ func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdi
 // the queue's backoff).
 func (c *Controller) waitingStep(ctx context.Context, r *gangRes) bool {
 	r.mu.Lock()
-	due, v, cause, t := r.waitingDue, r.waiting, r.waitingCause, r.t
+	due, v, cause, t, decided := r.waitingDue, r.waiting, r.waitingCause, r.t, r.recorded != nil
 	r.waitingDue = false
 	r.mu.Unlock()
-	if !due {
-		return false
+	if !due || (decided && v != "") {
+		return false // a decided job waits for nothing (apply removed it)
 	}
 	val := "null"
 	if v != "" {
