@@ -86,8 +86,10 @@ func (c *Controller) Report(ctx context.Context, id gateserver.Identity, req *ga
 	if d, ok := c.decided(r.job); ok {
 		// A DRA rank's gang may have been decided from its allocation,
 		// before its own report: that report is still judged.
-		if own := c.ownReportFails(r, rr, d); own != nil && dra.UsesClaims(r.pod) {
-			return c.answerDecided(r, own), nil
+		if dra.UsesClaims(r.pod) {
+			if own := c.ownReportFails(r, rr, d); own != nil {
+				return c.answerDecided(r, own), nil
+			}
 		}
 		return c.answerDecided(r, d), nil
 	}
