@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the real etcd, kube-apiserver and kube-scheduler that the
-# envtest-based tests run (integrations/kubernetes/envtestutil, the e2e
-# scheduler) into bin/k8s/, from the Go modules pinned under tools/:
+# Builds the real etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
+# JobSet controller and Kubeflow Trainer controller that the envtest-based
+# tests run (integrations/kubernetes/envtestutil, the e2e scheduler, the e2e
+# real chain TrainJob -> JobSet -> Job -> pod) into bin/k8s/, from the Go
+# modules pinned under tools/:
 #   tools/go.mod          k8s.io/kubernetes (kube-apiserver)
 #   tools/cmd/kube-scheduler/go.mod
 #                         k8s.io/kubernetes (kube-scheduler; the same pinned
@@ -9,6 +11,16 @@
 #                         adding it left kube-apiserver's inputs untouched)
 #   tools/cmd/etcd/go.mod go.etcd.io/etcd/server/v3 (etcd; its own module
 #                         because k8s.io/kubernetes requires a newer etcd)
+#   tools/cmd/kube-controller-manager/go.mod
+#                         k8s.io/kubernetes (the Job controller; same version)
+#   tools/cmd/jobset-controller/go.mod
+#                         sigs.k8s.io/jobset (its main package, a go.mod tool)
+#   tools/cmd/trainer-controller-manager/go.mod
+#                         github.com/kubeflow/trainer/v2 (cmd/trainer-controller-manager)
+# The JobSet's and the Trainer's webhook configurations are rendered from
+# their modules' own kustomizations (with $KUSTOMIZE, default
+# bin/tools/kustomize-v5.8.0) into jobset-webhooks.yaml and
+# trainer-webhooks.yaml next to the binaries.
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum of
 # its module changed (a sha256 stamp is kept next to it). The Go build cache
 # is left alone, so a rebuild after a version bump is incremental.
@@ -26,11 +38,13 @@ FORCE=0
 # v0.0.0-master, which clients and version-gated code treat oddly.
 K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tools/go.mod")"
 K8S_VERSION="${K8S_VERSION:-v0.0.0}"
-SCHED_K8S_VERSION="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tools/cmd/kube-scheduler/go.mod")"
-if [[ "$SCHED_K8S_VERSION" != "$K8S_VERSION" ]]; then
-	echo "tools/cmd/kube-scheduler/go.mod pins k8s.io/kubernetes $SCHED_K8S_VERSION, tools/go.mod $K8S_VERSION: keep them equal" >&2
-	exit 2
-fi
+for m in kube-scheduler kube-controller-manager; do
+	v="$(awk '$1 == "k8s.io/kubernetes" { print $2; exit }' "$ROOT/tools/cmd/$m/go.mod")"
+	if [[ "$v" != "$K8S_VERSION" ]]; then
+		echo "tools/cmd/$m/go.mod pins k8s.io/kubernetes $v, tools/go.mod $K8S_VERSION: keep them equal" >&2
+		exit 2
+	fi
+done
 ver="${K8S_VERSION#v}"
 K8S_MAJOR="${ver%%.*}"
 rest="${ver#*.}"
@@ -75,3 +89,34 @@ build kube-scheduler "$ROOT/tools/cmd/kube-scheduler" . "-s -w \
  -X $vpkg.gitMajor=$K8S_MAJOR \
  -X $vpkg.gitMinor=$K8S_MINOR \
  -X $vpkg.gitTreeState=clean"
+
+build kube-controller-manager "$ROOT/tools/cmd/kube-controller-manager" . "-s -w \
+ -X $vpkg.gitVersion=$K8S_VERSION \
+ -X $vpkg.gitMajor=$K8S_MAJOR \
+ -X $vpkg.gitMinor=$K8S_MINOR \
+ -X $vpkg.gitTreeState=clean"
+
+build jobset-controller "$ROOT/tools/cmd/jobset-controller" sigs.k8s.io/jobset "-s -w"
+build trainer-controller-manager "$ROOT/tools/cmd/trainer-controller-manager" \
+	github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "-s -w"
+
+# The webhook configurations each ships, rendered by its own kustomization
+# (the JobSet's patches scope its pod webhooks to JobSet pods).
+KUSTOMIZE="${KUSTOMIZE:-$ROOT/bin/tools/kustomize-v5.8.0}"
+render() { # out module-dir module kustomization-dir-in-module
+	local out="$OUT/$1" dir
+	dir="$(cd "$2" && GOFLAGS=-mod=readonly go list -m -f '{{.Dir}}' "$3")"
+	if [[ -f "$out" && "$out" -nt "$2/go.sum" && "$out" -nt "${BASH_SOURCE[0]}" ]]; then
+		echo "$1: up to date"
+		return
+	fi
+	if [[ ! -x "$KUSTOMIZE" ]]; then
+		echo "$KUSTOMIZE missing: run \`make $KUSTOMIZE\` (or set KUSTOMIZE)" >&2
+		exit 2
+	fi
+	"$KUSTOMIZE" build "$dir/$4" >"$out.tmp"
+	mv -f "$out.tmp" "$out"
+	echo "$1: rendered from $3 $4"
+}
+render jobset-webhooks.yaml "$ROOT/tools/cmd/jobset-controller" sigs.k8s.io/jobset config/components/webhook
+render trainer-webhooks.yaml "$ROOT/tools/cmd/trainer-controller-manager" github.com/kubeflow/trainer/v2 manifests/base/webhook

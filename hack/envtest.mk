@@ -10,11 +10,11 @@ ENVTEST_BIN_DIR ?= bin/k8s
 
 .PHONY: test-binaries test-binaries-force test-envtest
 
-test-binaries: ## build bin/k8s/{etcd,kube-apiserver} for envtest (only if missing or tools/ changed)
-	RANKGATE_TEST_BIN_DIR=$(abspath $(ENVTEST_BIN_DIR)) hack/build-test-binaries.sh
+test-binaries: $(KUSTOMIZE) ## build bin/k8s/ (etcd, kube-apiserver, kube-scheduler, the Job, JobSet and Trainer controllers) for the tests (only if missing or tools/ changed)
+	KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_TEST_BIN_DIR=$(abspath $(ENVTEST_BIN_DIR)) hack/build-test-binaries.sh
 
-test-binaries-force: ## rebuild bin/k8s/{etcd,kube-apiserver} unconditionally
-	RANKGATE_TEST_BIN_DIR=$(abspath $(ENVTEST_BIN_DIR)) hack/build-test-binaries.sh -f
+test-binaries-force: $(KUSTOMIZE) ## rebuild bin/k8s/ unconditionally
+	KUSTOMIZE=$(abspath $(KUSTOMIZE)) RANKGATE_TEST_BIN_DIR=$(abspath $(ENVTEST_BIN_DIR)) hack/build-test-binaries.sh -f
 
 test-envtest: test-binaries ## smoke test: real API server with the Kubeflow CRDs
 	RANKGATE_TEST_BIN_DIR=$(abspath $(ENVTEST_BIN_DIR)) $(GO) test -count=1 -v ./integrations/kubernetes/envtestutil/

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/webhook"
+	"github.com/rankgate/rankgate/verdict"
+)
+
+// chainRuntime is the Trainer's shipped torch-distributed
+// ClusterTrainingRuntime (manifests/base/runtimes) with a dataset
+// initializer step before the trainer, as the Trainer's runtimes with
+// initializers have, and the test's scheduler and service account on
+// every pod.
+const chainRuntime = "torch-distributed-e2e"
+
+func createChainRuntime(t *testing.T) {
+	t.Helper()
+	podSpec := func(name string) map[string]any {
+		return map[string]any{"schedulerName": testScheduler, "serviceAccountName": serviceAccount,
+			"containers": []any{map[string]any{"name": name, "image": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"}}}
+	}
+	rj := func(name, step string) map[string]any {
+		return map[string]any{"name": name, "template": map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{jobset.LabelTrainJobAncestor: step}},
+			"spec":     map[string]any{"template": map[string]any{"spec": podSpec(name)}}}}
+	}
+	initializer := rj("dataset-initializer", "dataset-initializer")
+	node := rj("node", jobset.AncestorTrainer)
+	node["dependsOn"] = []any{map[string]any{"name": "dataset-initializer", "status": "Complete"}}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+		"metadata": map[string]any{"name": chainRuntime, "labels": map[string]any{"trainer.kubeflow.org/framework": "torch"}},
+		"spec": map[string]any{
+			"mlPolicy": map[string]any{"numNodes": int64(1), "torch": map[string]any{}},
+			"template": map[string]any{"spec": map[string]any{"replicatedJobs": []any{initializer, node}}},
+		},
+	}}
+	require.NoError(t, k8s.Create(context.Background(), u))
+}
+
+// chainTrainJob creates a TrainJob of nodes nodes, each asking res: 1,
+// on the chain's runtime.
+func chainTrainJob(t *testing.T, ns, name string, nodes int32, res corev1.ResourceName, labels map[string]string) *trainjob.TrainJob {
+	t.Helper()
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: chainRuntime}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(nodes),
+			ResourcesPerNode: &corev1.ResourceRequirements{Limits: corev1.ResourceList{res: resource.MustParse("1")}}}}}
+	require.NoError(t, k8s.Create(context.Background(), tj))
+	return tj
+}
+
+// stepPods lists the pods of a JobSet's ReplicatedJob step.
+func stepPods(t *testing.T, ns, jobSet, step string) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{jobset.LabelJobSetName: jobSet, jobset.LabelReplicatedJob: step}))
+	return pods.Items
+}
+
+// completeInitializer plays the kubelet for the dataset initializer: its
+// pod succeeds, so the Job controller completes its Job and the JobSet
+// controller creates the node step, which depends on it.
+func completeInitializer(t *testing.T, ns, jobSet string) {
+	t.Helper()
+	var pods []corev1.Pod
+	require.Eventually(t, func() bool { pods = stepPods(t, ns, jobSet, "dataset-initializer"); return len(pods) == 1 },
+		60*time.Second, 100*time.Millisecond, "the Job controller made no initializer pod")
+	p := pods[0]
+	require.Empty(t, p.Spec.InitContainers, "an initializer pod was gated")
+	require.NotContains(t, p.Labels, controller.LabelJobName, "an initializer pod carries the gate's job-name label")
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.StartTime = &now
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: "PodCompleted"}}
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
+	require.NoError(t, k8s.Status().Update(context.Background(), &p))
+}
+
+// boundNodePods waits until the Job controller made n pods of the node
+// step and the scheduler bound them, and returns them by completion index.
+func boundNodePods(t *testing.T, ns, jobSet string, n int) []*corev1.Pod {
+	t.Helper()
+	out := make([]*corev1.Pod, n)
+	require.Eventually(t, func() bool {
+		pods := stepPods(t, ns, jobSet, "node")
+		if len(pods) != n {
+			return false
+		}
+		for i := range pods {
+			p := &pods[i]
+			idx := p.Labels[jobset.LabelCompletionIndex]
+			if p.Spec.NodeName == "" || len(idx) != 1 || idx[0] < '0' || int(idx[0]-'0') >= n {
+				return false
+			}
+			out[idx[0]-'0'] = p
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "the node pods were not made and bound")
+	return out
+}
+
+func trainJobSuspended(t *testing.T, key client.ObjectKey) bool {
+	t.Helper()
+	tj := &trainjob.TrainJob{}
+	require.NoError(t, k8s.Get(context.Background(), key, tj))
+	return ptr.Deref(tj.Spec.Suspend, false)
+}
+
+// TrainJobs through the real chain (Trainer -> JobSet -> Job -> pods ->
+// scheduler) with the shipped webhooks: the mutating webhook's runtime
+// patch survives the Trainer's validation and reaches the JobSet, the
+// rank pods the Job controller makes carry the init container and are
+// numbered by their completion index, the initializer pods are neither
+// gated nor counted, a pass starts nothing more, and a fail suspends the
+// TrainJob, which the Trainer carries to its JobSet and the JobSet
+// controller to its Jobs, whose pods the Job controller deletes: the GPUs
+// are free again.
+func TestE2EChainTrainJob(t *testing.T) {
+	realChain(t)
+	c, gateURL := webhookController(t, "rankgate-tls-chain", controller.Options{})
+	createChainRuntime(t)
+	gpuNode(t, "h100-chain", "nvidia.com/mig-3g.40gb", 3)
+	realNode(t, "h100-chain", map[string]int64{"nvidia.com/mig-3g.40gb": 3, "nvidia.com/gpu": 2}, nil)
+	ns := chainNamespace(t, "e2e-chain", true)
+
+	// Two nodes on the two 3g.40gb instances of GPU 1: pass.
+	same := chainTrainJob(t, ns, "same-gpu", 2, "nvidia.com/mig-3g.40gb", nil)
+	// Two nodes, nvidia.com/gpu each, on MIG instances of two profiles.
+	mixed := chainTrainJob(t, ns, "mixed", 2, "nvidia.com/gpu", nil)
+
+	type run struct {
+		tj      *trainjob.TrainJob
+		devices []string
+		want    int
+	}
+	var ranks []*rank
+	for _, r := range []run{{same, []string{"1:0", "1:1"}, 0}, {mixed, []string{"0:0", "0:1"}, verdict.ExitFail}} {
+		js := &jobsetapi.JobSet{}
+		require.Eventually(t, func() bool { return k8s.Get(context.Background(), client.ObjectKeyFromObject(r.tj), js) == nil },
+			60*time.Second, 100*time.Millisecond, "the Trainer made no JobSet")
+		require.Equal(t, "enabled", js.Labels[contract.KeyGate], "the runtime patch did not carry the opt-in to the JobSet")
+		completeInitializer(t, ns, js.Name)
+		for i, p := range boundNodePods(t, ns, js.Name, 2) {
+			require.True(t, hasGateInit(p), "node pod %s was not gated", p.Name)
+			require.Equal(t, js.Name, p.Labels[controller.LabelJobName])
+			ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), "--ca-file", namespaceCA(t, ns),
+				"--sample", "h100-mig", "--devices", r.devices[i]))
+		}
+		for _, rk := range ranks[len(ranks)-2:] {
+			require.Equal(t, r.want, rk.wait(t, time.Minute), joinRanks(ranks))
+		}
+	}
+
+	require.Equal(t, "pass", appliedVerdict(t, same)[contract.AnnotationVerdict])
+	require.False(t, trainJobSuspended(t, client.ObjectKeyFromObject(same)))
+	g := gangOf(t, same)
+	require.NotNil(t, g)
+	require.EqualValues(t, 2, g.Spec.ExpectedRanks, "the initializer was counted as a rank")
+
+	a := appliedVerdict(t, mixed)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	t.Logf("mixed: rules %s\nreason: %s\nrank 1: %s", a[contract.AnnotationRules], a[contract.AnnotationReason], ranks[3].termination())
+	require.True(t, trainJobSuspended(t, client.ObjectKeyFromObject(mixed)))
+	// The real chain frees the GPUs: the Trainer suspends the JobSet, the
+	// JobSet controller its Jobs, and the Job controller deletes the pods.
+	require.Eventually(t, func() bool { return jobSetSuspended(t, &jobsetapi.JobSet{ObjectMeta: mixed.ObjectMeta}) },
+		30*time.Second, 100*time.Millisecond, "the Trainer did not suspend the JobSet")
+	// (No kubelet here to finish a bound pod's deletion: deleted is
+	// terminating.)
+	require.Eventually(t, func() bool {
+		for _, p := range stepPods(t, ns, "mixed", "node") {
+			if p.DeletionTimestamp == nil {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 100*time.Millisecond, "the rank pods of the failed TrainJob were not deleted")
+	require.Empty(t, stepPods(t, ns, "same-gpu", "node")[0].DeletionTimestamp)
+	require.NotContains(t, c.logs.String(), "forbidden")
+}
+
+// namespaceCA writes the gate's CA as the controller keeps it in ns (the
+// ConfigMap a rank pod mounts) to a file.
+func namespaceCA(t *testing.T, ns string) string {
+	t.Helper()
+	cm := &corev1.ConfigMap{}
+	require.Eventually(t, func() bool {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: webhook.CAConfigMapName}, cm) == nil && cm.Data[webhook.CAKey] != ""
+	}, 20*time.Second, 100*time.Millisecond, "no gate CA in namespace %s", ns)
+	f := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(f, []byte(cm.Data[webhook.CAKey]), 0o600))
+	return f
+}
+
+// hasGateInit: p has the init container the mutating webhook adds.
+func hasGateInit(p *corev1.Pod) bool {
+	for _, c := range p.Spec.InitContainers {
+		if strings.HasPrefix(c.Name, "rankgate") {
+			return true
+		}
+	}
+	return false
+}
