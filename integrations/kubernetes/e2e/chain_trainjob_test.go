@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -89,13 +90,18 @@ func completeInitializer(t *testing.T, ns, jobSet string) {
 	p := pods[0]
 	require.Empty(t, p.Spec.InitContainers, "an initializer pod was gated")
 	require.NotContains(t, p.Labels, controller.LabelJobName, "an initializer pod carries the gate's job-name label")
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodSucceeded
-	p.Status.StartTime = &now
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: "PodCompleted"}}
-	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
-	require.NoError(t, k8s.Status().Update(context.Background(), &p))
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(&p), &p); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodSucceeded
+		p.Status.StartTime = &now
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: "PodCompleted"}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
+		return k8s.Status().Update(context.Background(), &p)
+	}))
 }
 
 // boundNodePods waits until the Job controller made n pods of the node
@@ -198,7 +204,34 @@ func TestE2EChainTrainJob(t *testing.T) {
 		return true
 	}, 30*time.Second, 100*time.Millisecond, "the rank pods of the failed TrainJob were not deleted")
 	require.Empty(t, stepPods(t, ns, "same-gpu", "node")[0].DeletionTimestamp)
+
+	// Resumed, the TrainJob is gated again: the Trainer applies its
+	// JobSet again (JobSet's own webhook accepts it) and the Job
+	// controller makes new rank pods, which carry the init container.
+	resumeTrainJob(t, client.ObjectKeyFromObject(mixed))
+	require.Eventually(t, func() bool { return !jobSetSuspended(t, &jobsetapi.JobSet{ObjectMeta: mixed.ObjectMeta}) },
+		30*time.Second, 100*time.Millisecond, "the Trainer did not resume the JobSet")
+	require.Eventually(t, func() bool {
+		fresh := 0
+		for _, p := range stepPods(t, ns, "mixed", "node") {
+			if p.DeletionTimestamp == nil {
+				require.True(t, hasGateInit(&p), "a rank pod of the resumed TrainJob was not gated")
+				fresh++
+			}
+		}
+		return fresh == 2
+	}, 30*time.Second, 100*time.Millisecond, "the resumed TrainJob got no new rank pods")
 	require.NotContains(t, c.logs.String(), "forbidden")
+}
+
+// resumeTrainJob sets spec.suspend false, as a user resuming it does.
+func resumeTrainJob(t *testing.T, key client.ObjectKey) {
+	t.Helper()
+	tj := &trainjob.TrainJob{}
+	require.NoError(t, k8s.Get(context.Background(), key, tj))
+	patch := client.MergeFrom(tj.DeepCopy())
+	tj.Spec.Suspend = ptr.To(false)
+	require.NoError(t, k8s.Patch(context.Background(), tj, patch))
 }
 
 // namespaceCA writes the gate's CA as the controller keeps it in ns (the
