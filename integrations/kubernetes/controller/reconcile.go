@@ -66,7 +66,11 @@ func (c *Controller) setupReconcilers() error {
 		bld := builder.ControllerManagedBy(c.mgr).
 			Named(k.GVK().Kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-			Watches(&corev1.Pod{}, handler.EnqueueRequestForOwner(c.mgr.GetScheme(), c.mgr.GetRESTMapper(), k.New(), handler.OnlyControllerOwner()), builder.WithPredicates(podChanged)).
+			// A pod becoming (un)schedulable wakes its job's watchdog:
+			// its job as the gate finds it (jobOf), which for a JobSet's
+			// and a TrainJob's pods (controlled by a batch Job) and an
+			// MPIJob's launcher is not the pod's controller owner.
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.podsJob(k)), builder.WithPredicates(podChanged)).
 			// A node change re-judges the jobs with unschedulable pods
 			// that it can fail (model.go).
 			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {

@@ -256,3 +256,57 @@ func hasGateInit(p *corev1.Pod) bool {
 	}
 	return false
 }
+
+// The Pending watchdog on the real chain: a TrainJob asking a MIG shape
+// no node offers (mig-2g.20gb; the node has 1g.20gb instances only) is
+// suspended within 15 s of its pods being found unschedulable, with SHAPE_MISMATCH, before any
+// rank reports. Then, with the controller down (no webhook answers), a
+// JobSet of a namespace that is not opted in, and a TrainJob of an
+// opted-in one, are admitted and their pods made as if rankgate were not
+// installed: its webhooks cannot block a pod.
+func TestE2EChainPendingAndControllerDown(t *testing.T) {
+	realChain(t)
+	c, _ := webhookController(t, "rankgate-tls-chain-pending", controller.Options{GangTimeout: time.Hour})
+	createChainRuntime(t)
+	a100All1g20(t, "a100-chain")
+	ns := chainNamespace(t, "e2e-chain-pending", true)
+
+	tj := chainTrainJob(t, ns, "shape", 2, "nvidia.com/mig-2g.20gb", nil)
+	completeInitializer(t, ns, tj.Name)
+	var start time.Time
+	require.Eventually(t, func() bool {
+		pods := stepPods(t, ns, tj.Name, "node")
+		for i := range pods {
+			if !unschedulable(&pods[i]) {
+				return false
+			}
+		}
+		start = time.Now()
+		return len(pods) == 2
+	}, 30*time.Second, 100*time.Millisecond, "the scheduler did not find the node pods unschedulable")
+	require.Eventually(t, func() bool { return trainJobSuspended(t, client.ObjectKeyFromObject(tj)) },
+		15*time.Second, 100*time.Millisecond, "the watchdog did not suspend the TrainJob within 15 s")
+	t.Logf("suspended %s after its pods were unschedulable (pending grace %s)", time.Since(start).Round(time.Millisecond), controller.DefaultPendingGrace)
+	a := appliedVerdict(t, tj)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+	require.Len(t, jobEvents(t, tj)["PendingFailed"], 1)
+	require.Eventually(t, func() bool { return jobSetSuspended(t, &jobsetapi.JobSet{ObjectMeta: tj.ObjectMeta}) },
+		30*time.Second, 100*time.Millisecond, "the Trainer did not suspend the JobSet")
+
+	c.Stop(t)
+	free := chainNamespace(t, "e2e-chain-free", false)
+	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: free},
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+	js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
+		Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"nvidia.com/mig-1g.20gb": resource.MustParse("1")}}}}}
+	require.NoError(t, k8s.Create(context.Background(), js))
+	down := chainTrainJob(t, ns, "while-down", 2, "nvidia.com/mig-1g.20gb", nil)
+	completeInitializer(t, ns, down.Name)
+	for _, p := range append(boundNodePods(t, free, "free", 1), boundNodePods(t, ns, "while-down", 2)...) {
+		require.False(t, hasGateInit(p), "pod %s/%s was changed while no webhook answered", p.Namespace, p.Name)
+		require.NotContains(t, p.Labels, controller.LabelJobName)
+	}
+}
