@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -101,8 +102,20 @@ func (c *Controller) draSource() devicesource.Source {
 	if !d.served || !allSynced(d.synced) || d.claims == nil || d.slices == nil {
 		return nil
 	}
-	return &dra.Source{Objects: draCacheObjects{d}, Drivers: preflight.DefaultDriverTable()}
+	return &dra.Source{Objects: draCacheObjects{d}, Drivers: draDrivers(), Pools: draPools}
 }
+
+// draPools is the DRA sources' memo of the pools: the ranks of a node,
+// resolved by any allocations reconciler and again when each reports
+// itself (againstAllocation), share the node's inventory, built once per
+// version of its pool's slices. An entry stands for the slices it was
+// read from, whichever controller's caches (tests run several in one
+// process) they came from.
+var draPools = &dra.Pools{}
+
+// draDrivers is the embedded known-bad driver table, parsed once (it is
+// read only).
+var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
 
 // setupAllocations registers, where DRA is served, kind's allocations
 // reconciler: a rank pod bound with resource claims (the scheduler

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -56,6 +57,13 @@ func TestOwnReportAgainstAllocation(t *testing.T) {
 	require.True(t, alloc.Known)
 	require.Equal(t, "GPU-b", alloc.Report.Report.Devices[0].ID)
 	require.Equal(t, "gpu.nvidia.com/n1/gpu-1", alloc.Report.Report.Devices[0].DRA)
+	// The reconcilers and the gate's comparison read one memo of the
+	// pools and one driver table.
+	again, ok := c.draSource().(*dra.Source)
+	require.True(t, ok)
+	require.Same(t, src.(*dra.Source).Pools, again.Pools)
+	require.Same(t, src.(*dra.Source).Drivers, again.Drivers)
+	require.NotNil(t, again.Pools)
 
 	own := preflight.RankReport{Rank: 0, Pod: "p", Node: "n1", Report: verdict.Report{Verdict: verdict.VerdictPass,
 		Devices: []verdict.DeviceSummary{{ID: "GPU-b", Kind: "gpu"}}}}

@@ -2,6 +2,7 @@ package dra
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +17,8 @@ import (
 // FuzzRank: whatever a driver publishes (attribute strings, capacities,
 // device names, counters) and however a claim's allocation names its
 // devices, the source makes a report or says what it waits for, and the
-// gang rules take the reports, without a panic.
+// gang rules take the reports, without a panic; and it says the same
+// with a memo of the pools (Pools) as without.
 func FuzzRank(f *testing.F) {
 	f.Add("gpu-0-mig-1g10gb-0", "mig", "MIG-a", "GPU-a", "1g.10gb", "NVIDIA H100 80GB HBM3", "580.126.20", "9.0.0", int64(9984<<20), int64(16), "gpu-0-mig-1g10gb-0", false, 2)
 	f.Add("gpu-0", "gpu", "GPU-a", "", "", "NVIDIA A100-SXM4-80GB", "570.124.06", "8.0", int64(80<<30), int64(0), "gpu-0", true, 1)
@@ -59,6 +61,15 @@ func FuzzRank(f *testing.F) {
 		r, err := (&Source{Objects: o, Drivers: preflight.DefaultDriverTable()}).Rank(context.Background(), pod, 0)
 		if err != nil {
 			t.Fatal(err)
+		}
+		memo, err := (&Source{Objects: o, Drivers: preflight.DefaultDriverTable(), Pools: &Pools{}}).Rank(context.Background(), pod, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, errA := json.Marshal(r)
+		b, errB := json.Marshal(memo)
+		if errA != nil || errB != nil || string(a) != string(b) {
+			t.Fatalf("with the memo:\n%s\nwithout:\n%s\n%v %v", b, a, errA, errB)
 		}
 		if r.Known == (r.Waiting != "") && r.Known {
 			t.Fatalf("known and waiting: %+v", r)

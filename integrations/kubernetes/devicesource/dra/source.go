@@ -50,6 +50,9 @@ type Source struct {
 	// Catalog gives full GPUs their SM count where the driver publishes
 	// none; nil: the default catalog.
 	Catalog *topology.Catalog
+	// Pools remembers the pools' devices and inventories across calls
+	// (and Sources that share it); nil: each call reads them anew.
+	Pools *Pools
 }
 
 var _ devicesource.Source = (*Source)(nil)
@@ -71,6 +74,7 @@ func (s *Source) Rank(_ context.Context, pod *corev1.Pod, rank int) (devicesourc
 		return devicesource.Rank{Waiting: waiting}, nil
 	}
 	var allocated []device
+	v := &poolView{s: s}
 	for _, n := range names {
 		c := s.Objects.Claim(pod.Namespace, n)
 		switch {
@@ -80,7 +84,7 @@ func (s *Source) Rank(_ context.Context, pod *corev1.Pod, rank int) (devicesourc
 			return devicesource.Rank{Waiting: fmt.Sprintf("ResourceClaim %s/%s is not allocated yet", pod.Namespace, n)}, nil
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			d, ok := s.find(r.Driver, r.Pool, r.Device)
+			d, ok := v.find(r.Driver, r.Pool, r.Device)
 			if !ok {
 				return devicesource.Rank{Waiting: fmt.Sprintf("device %s/%s/%s of ResourceClaim %s/%s is not published in any ResourceSlice", r.Driver, r.Pool, r.Device, pod.Namespace, n)}, nil
 			}
@@ -94,7 +98,7 @@ func (s *Source) Rank(_ context.Context, pod *corev1.Pod, rank int) (devicesourc
 	if len(allocated) == 0 {
 		return devicesource.Rank{}, nil
 	}
-	return devicesource.Rank{Known: true, Report: s.report(pod, rank, allocated)}, nil
+	return devicesource.Rank{Known: true, Report: s.report(pod, rank, allocated, v)}, nil
 }
 
 // UsesClaims: p gets devices through DRA: resource claims, or an
@@ -137,7 +141,8 @@ type device struct {
 	claim string // the claim it is allocated to (allocated devices only)
 }
 
-// find is device name of driver's pool, in the pool's latest generation.
+// find is device name of driver's pool, in the pool's latest generation
+// (read straight from the slices: a Source without Pools).
 func (s *Source) find(driver, pool, name string) (device, bool) {
 	var best device
 	var gen int64 = -1
@@ -229,8 +234,8 @@ func (d device) id() string {
 var gpuPrefix = regexp.MustCompile(`^gpu-(\d{1,4})(-|$)`)
 
 // report is the rank's report on its allocated devices.
-func (s *Source) report(pod *corev1.Pod, rank int, allocated []device) preflight.RankReport {
-	inv, refs := s.inventory(allocated)
+func (s *Source) report(pod *corev1.Pod, rank int, allocated []device, v *poolView) preflight.RankReport {
+	inv, refs := v.inventory(allocated)
 	rep := preflight.RankRules(preflight.RankInput{
 		Inventory: inv, Allocation: topology.Allocation{From: allocFrom, Refs: refs},
 		Catalog: s.catalog(), Drivers: s.Drivers,
@@ -275,7 +280,7 @@ var defaultCatalog = topology.DefaultCatalog()
 // inventory is the node of the allocated devices as their pools publish
 // it: its GPUs and their MIG devices (of dynamic MIG, only the allocated
 // placements exist), and refs naming the allocated devices in it, in
-// allocated's order.
+// allocated's order (built anew: a Source without Pools).
 func (s *Source) inventory(allocated []device) (*topology.Inventory, []string) {
 	pools := map[[2]string]bool{}
 	for _, d := range allocated {
