@@ -102,16 +102,8 @@ func (c *Controller) draSource() devicesource.Source {
 	if !d.served || !allSynced(d.synced) || d.claims == nil || d.slices == nil {
 		return nil
 	}
-	return &dra.Source{Objects: draCacheObjects{d}, Drivers: draDrivers(), Pools: draPools}
+	return &dra.Source{Objects: draCacheObjects{d}, Drivers: draDrivers(), Pools: &d.pools}
 }
-
-// draPools is the DRA sources' memo of the pools: the ranks of a node,
-// resolved by any allocations reconciler and again when each reports
-// itself (againstAllocation), share the node's inventory, built once per
-// version of its pool's slices. An entry stands for the slices it was
-// read from, whichever controller's caches (tests run several in one
-// process) they came from.
-var draPools = &dra.Pools{}
 
 // draDrivers is the embedded known-bad driver table, parsed once (it is
 // read only).

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"slices"
 	"strings"
 
@@ -41,6 +42,12 @@ type draCaches struct {
 	// read only), and whether each has seen its initial list.
 	nodes, slices, claims, templates toolscache.Store
 	synced                           []func() bool
+	// pools is the memo of the pools' inventories that the DRA device
+	// sources share: the ranks of a node, resolved by any allocations
+	// reconciler and again when each reports itself (againstAllocation),
+	// share the node's inventory, built once per version of its pool's
+	// slices in slices.
+	pools dra.Pools
 }
 
 // startDRA starts the DeviceClass, ResourceSlice, ResourceClaim and

