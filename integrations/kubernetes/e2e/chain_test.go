@@ -89,28 +89,29 @@ func chainBinary(t *testing.T, name string) string {
 // tool is a process of the chain, stopped (SIGTERM, then SIGKILL) when the
 // test ends; its log is printed when the test fails or runs verbose.
 type tool struct {
-	name   string
-	logs   *lockedBuffer
-	exited chan error
+	name string
+	logs *lockedBuffer
+	done chan struct{} // closed when it exited, with err
+	err  error
 }
 
 func runTool(t *testing.T, bin string, env []string, args ...string) *tool {
 	t.Helper()
-	p := &tool{name: filepath.Base(bin), logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	p := &tool{name: filepath.Base(bin), logs: &lockedBuffer{}, done: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	if env != nil {
 		cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	}
 	require.NoError(t, cmd.Start())
-	go func() { p.exited <- cmd.Wait() }()
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-p.exited:
+		case <-p.done:
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
-			<-p.exited
+			<-p.done
 		}
 		if t.Failed() || verbose {
 			t.Logf("%s log (tail):\n%s", p.name, tail(p.logs.String(), 6000))
@@ -126,8 +127,8 @@ func (p *tool) until(t *testing.T, d time.Duration, what string, ready func() bo
 	deadline := time.Now().Add(d)
 	for !ready() {
 		select {
-		case err := <-p.exited:
-			t.Fatalf("%s exited: %v\n%s", p.name, err, tail(p.logs.String(), 6000))
+		case <-p.done:
+			t.Fatalf("%s exited: %v\n%s", p.name, p.err, tail(p.logs.String(), 6000))
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -138,11 +139,12 @@ func (p *tool) until(t *testing.T, d time.Duration, what string, ready func() bo
 }
 
 // startJobController runs kube-controller-manager with the Job controller
-// only, and returns once it has made a pod of a probe Job.
+// and the garbage collector (a JobSet deletes the Jobs of a restart in the
+// foreground), and returns once it has made a pod of a probe Job.
 func startJobController(t *testing.T) {
 	t.Helper()
 	p := runTool(t, chainBinary(t, "kube-controller-manager"), nil,
-		"--kubeconfig", kubeconfigFile(t), "--controllers", "job", "--leader-elect=false",
+		"--kubeconfig", kubeconfigFile(t), "--controllers", "job-controller,garbage-collector-controller", "--leader-elect=false",
 		"--secure-port", "0", "--use-service-account-credentials=false", "--concurrent-job-syncs", "10",
 		"--kube-api-qps", "200", "--kube-api-burst", "400", "-v", "1")
 	ctx := context.Background()

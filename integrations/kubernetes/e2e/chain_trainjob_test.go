@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -309,4 +310,87 @@ func TestE2EChainPendingAndControllerDown(t *testing.T) {
 		require.False(t, hasGateInit(p), "pod %s/%s was changed while no webhook answered", p.Namespace, p.Name)
 		require.NotContains(t, p.Labels, controller.LabelJobName)
 	}
+}
+
+// A JobSet restart on the real chain is a new gang: the ranks of restart
+// 0 pass; a rank pod fails, the Job controller fails its Job (backoffLimit
+// 0), the JobSet controller deletes the Jobs (in the foreground: the
+// garbage collector deletes the pods, and the test, playing the kubelet,
+// lets them go) and makes them again labelled restart-attempt 1. Those
+// pods land on MIG instances of two GPUs: judged afresh as the job's next
+// attempt, they fail, and the JobSet is suspended.
+func TestE2EChainJobSetRestart(t *testing.T) {
+	realChain(t)
+	_, gateURL := webhookController(t, "rankgate-tls-chain-restart", controller.Options{})
+	gpuNode(t, "h100-restart", "nvidia.com/mig-3g.40gb", 3)
+	realNode(t, "h100-restart", map[string]int64{"nvidia.com/mig-3g.40gb": 3}, nil)
+	ns := chainNamespace(t, "e2e-chain-restart", true)
+	ctx := context.Background()
+
+	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "restarts", Namespace: ns},
+		Spec: jobsetapi.JobSetSpec{FailurePolicy: &jobsetapi.FailurePolicy{MaxRestarts: 1},
+			ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+	jt := &js.Spec.ReplicatedJobs[0].Template.Spec
+	jt.Parallelism, jt.Completions, jt.CompletionMode, jt.BackoffLimit = ptr.To(int32(2)), ptr.To(int32(2)), ptr.To(batchv1.IndexedCompletion), ptr.To(int32(0))
+	jt.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
+		Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"nvidia.com/mig-3g.40gb": resource.MustParse("1")}}}}}
+	require.NoError(t, k8s.Create(ctx, js))
+
+	run := func(devices []string, want int) []*corev1.Pod {
+		t.Helper()
+		pods := boundNodePods(t, ns, js.Name, 2)
+		var ranks []*rank
+		for i, p := range pods {
+			require.True(t, hasGateInit(p), "pod %s was not gated", p.Name)
+			ranks = append(ranks, startRank(t, gateURL, p, token(t, p, gate.Audience), "--ca-file", namespaceCA(t, ns),
+				"--sample", "h100-mig", "--devices", devices[i]))
+		}
+		for _, r := range ranks {
+			require.Equal(t, want, r.wait(t, time.Minute), joinRanks(ranks))
+		}
+		return pods
+	}
+	first := run([]string{"1:0", "1:1"}, 0)
+	require.Equal(t, "pass", appliedVerdict(t, js)[contract.AnnotationVerdict])
+
+	failPod(t, first[1])
+	// The kubelet's part in the foreground deletion: a deleted pod goes.
+	require.Eventually(t, func() bool {
+		restarted := 0
+		for _, p := range stepPods(t, ns, js.Name, "node") {
+			switch {
+			case p.DeletionTimestamp != nil:
+				_ = k8s.Delete(ctx, &p, client.GracePeriodSeconds(0))
+			case p.Labels[jobset.LabelRestartAttempt] == "1":
+				restarted++
+			}
+		}
+		return restarted == 2
+	}, 60*time.Second, 200*time.Millisecond, "the JobSet controller did not restart the JobSet")
+
+	run([]string{"0:0", "1:0"}, verdict.ExitFail)
+	a := appliedVerdict(t, js)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Contains(t, a[contract.AnnotationRules], "GANG_MIG_SPANS_GPUS")
+	require.Equal(t, "1", a[contract.AnnotationRestartAttempt])
+	require.Equal(t, "2", a[contract.AnnotationAttempt], "the restart is the job's next attempt")
+	require.True(t, strings.HasPrefix(a[contract.AnnotationPreviousVerdict], "pass "), a[contract.AnnotationPreviousVerdict])
+	require.True(t, jobSetSuspended(t, js))
+}
+
+// failPod plays the kubelet for a pod whose container exited 1.
+func failPod(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodFailed
+		p.Status.StartTime = &now
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: now, FinishedAt: now}}}}
+		return k8s.Status().Update(context.Background(), p)
+	}))
 }
