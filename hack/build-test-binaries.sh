@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real etcd, kube-apiserver, kube-scheduler, kube-controller-manager,
-# JobSet controller and Kubeflow Trainer controller that the envtest-based
-# tests run (integrations/kubernetes/envtestutil, the e2e scheduler, the e2e
-# real chain TrainJob -> JobSet -> Job -> pod) into bin/k8s/, from the Go
-# modules pinned under tools/:
+# JobSet controller, Kubeflow Trainer controller and Kueue controller manager
+# that the envtest-based tests run (integrations/kubernetes/envtestutil, the
+# e2e scheduler, the e2e real chain TrainJob -> JobSet -> Job -> pod, with or
+# without Kueue) into bin/k8s/, from the Go modules pinned under tools/:
 #   tools/go.mod          k8s.io/kubernetes (kube-apiserver)
 #   tools/cmd/kube-scheduler/go.mod
 #                         k8s.io/kubernetes (kube-scheduler; the same pinned
@@ -17,10 +17,15 @@
 #                         sigs.k8s.io/jobset (its main package, a go.mod tool)
 #   tools/cmd/trainer-controller-manager/go.mod
 #                         github.com/kubeflow/trainer/v2 (cmd/trainer-controller-manager)
+#   tools/cmd/kueue-controller-manager/go.mod
+#                         sigs.k8s.io/kueue (cmd/kueue, a go.mod tool)
 # The JobSet's and the Trainer's webhook configurations are rendered from
 # their modules' own kustomizations (with $KUSTOMIZE, default
 # bin/tools/kustomize-v5.8.0) into jobset-webhooks.yaml and
-# trainer-webhooks.yaml next to the binaries.
+# trainer-webhooks.yaml next to the binaries; Kueue's install
+# (config/default: its CRDs with their conversion webhooks, its webhook
+# configurations, Service and certificate Secret, names as its internal
+# certificate management expects them) into kueue-install.yaml.
 # A binary is rebuilt only when it is missing or when the go.mod/go.sum of
 # its module changed (a sha256 stamp is kept next to it). The Go build cache
 # is left alone, so a rebuild after a version bump is incremental.
@@ -99,6 +104,7 @@ build kube-controller-manager "$ROOT/tools/cmd/kube-controller-manager" . "-s -w
 build jobset-controller "$ROOT/tools/cmd/jobset-controller" sigs.k8s.io/jobset "-s -w"
 build trainer-controller-manager "$ROOT/tools/cmd/trainer-controller-manager" \
 	github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager "-s -w"
+build kueue-controller-manager "$ROOT/tools/cmd/kueue-controller-manager" sigs.k8s.io/kueue/cmd/kueue "-s -w"
 
 # The webhook configurations each ships, rendered by its own kustomization
 # (the JobSet's patches scope its pod webhooks to JobSet pods).
@@ -120,3 +126,4 @@ render() { # out module-dir module kustomization-dir-in-module
 }
 render jobset-webhooks.yaml "$ROOT/tools/cmd/jobset-controller" sigs.k8s.io/jobset config/components/webhook
 render trainer-webhooks.yaml "$ROOT/tools/cmd/trainer-controller-manager" github.com/kubeflow/trainer/v2 manifests/base/webhook
+render kueue-install.yaml "$ROOT/tools/cmd/kueue-controller-manager" sigs.k8s.io/kueue config/default
