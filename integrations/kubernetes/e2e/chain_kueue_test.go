@@ -438,6 +438,7 @@ func TestE2EChainKueue(t *testing.T) {
 func kueuePendingShape(t *testing.T, c *ctrl, queued map[string]string) {
 	ns := chainNamespace(t, "e2e-chain-kueue-shape", true)
 	createLocalQueue(t, ns)
+	kueueSeesNamespace(t, ns, queued)
 	tj := chainTrainJob(t, ns, "shape", 2, "nvidia.com/mig-2g.20gb", queued)
 	key := client.ObjectKeyFromObject(tj)
 	require.True(t, ptr.Deref(tj.Spec.Suspend, false), "Kueue's webhook did not suspend the queued TrainJob")
@@ -506,6 +507,7 @@ func kueueAdmittedPass(t *testing.T, gateURL string, queued map[string]string) {
 	ctx := context.Background()
 	// Its LocalQueue is created once the Trainer made the JobSet,
 	// suspended: Kueue admits the TrainJob after that.
+	kueueSeesNamespace(t, ns, queued)
 	tj := chainTrainJob(t, ns, "same-gpu", 2, "nvidia.com/mig-3g.40gb", queued)
 	key := client.ObjectKeyFromObject(tj)
 	require.True(t, ptr.Deref(tj.Spec.Suspend, false), "Kueue's webhook did not suspend the queued TrainJob")
@@ -598,4 +600,16 @@ func requireJobSetUpdatesValidated(t *testing.T, ns string) {
 		}
 	}
 	t.Fatalf("no JobSet validating webhook sees JobSet updates in %s", ns)
+}
+
+// kueueSeesNamespace waits until Kueue's webhook manages queued TrainJobs
+// of the new namespace ns (its namespace cache has caught up): a dry-run
+// TrainJob comes back suspended.
+func kueueSeesNamespace(t *testing.T, ns string, queued map[string]string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: queued},
+			Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: chainRuntime}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(1))}}}
+		return k8s.Create(context.Background(), tj, client.DryRunAll) == nil && ptr.Deref(tj.Spec.Suspend, false)
+	}, 20*time.Second, 100*time.Millisecond, "Kueue's webhook does not manage the queued TrainJobs of namespace %s", ns)
 }
