@@ -31,8 +31,8 @@ import (
 	"github.com/rankgate/rankgate/verdict"
 )
 
-// The JobSet and Trainer controllers do not run here: the test creates
-// what they would (the JobSet a TrainJob makes, the batch Jobs of a
+// The JobSet and Trainer controllers do not run in these tests (they do in
+// the real chain, chain_test.go): the test creates what they would (the JobSet a TrainJob makes, the batch Jobs of a
 // JobSet, the pods of those Jobs), labelled and owned as they do it
 // (JobSet v0.12.0 labelAndAnnotateObject; the Job controller's
 // completion index), and the init container and job-name label the
