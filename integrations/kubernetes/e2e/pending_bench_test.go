@@ -36,15 +36,15 @@ func TestBenchPendingLatency(t *testing.T) {
 	a100All1g20(t, "bench-a100-1g-b")
 	for _, tc := range []struct {
 		name        string
-		grace       time.Duration // controller option (0: the default)
-		median, p99 time.Duration // targets
+		grace       *time.Duration // controller option (nil: the default)
+		median, p99 time.Duration  // targets
 	}{
-		{"grace-default-10s", 0, 12 * time.Second, 13 * time.Second},
-		{"grace-0", -1, time.Second, time.Second},
+		{"grace-default-10s", nil, 12 * time.Second, 13 * time.Second},
+		{"grace-0", ptr.To(time.Duration(0)), time.Second, time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := newNamespace(t, "bench-pending-"+tc.name, true)
-			c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(tc.grace)})
+			c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: tc.grace})
 			created := map[string]time.Time{}
 			var jobs []*kubeflowv1.PyTorchJob
 			for i := range n {
