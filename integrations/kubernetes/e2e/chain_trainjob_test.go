@@ -267,9 +267,11 @@ func hasGateInit(p *corev1.Pod) bool {
 // installed: its webhooks cannot block a pod.
 func TestE2EChainPendingAndControllerDown(t *testing.T) {
 	realChain(t)
+	// The node first, as in a cluster: a node the controller sees appear
+	// holds hopeless verdicts for a while (a device plugin registering).
+	a100All1g20(t, "a100-chain")
 	c, _ := webhookController(t, "rankgate-tls-chain-pending", controller.Options{GangTimeout: time.Hour})
 	createChainRuntime(t)
-	a100All1g20(t, "a100-chain")
 	ns := chainNamespace(t, "e2e-chain-pending", true)
 
 	tj := chainTrainJob(t, ns, "shape", 2, "nvidia.com/mig-2g.20gb", nil)
