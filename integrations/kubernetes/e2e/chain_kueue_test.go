@@ -386,7 +386,7 @@ func fieldManagers(t *testing.T, o client.Object, path ...string) []string {
 			continue
 		}
 		var fields map[string]any
-		require.NoError(t, json.Unmarshal(mf.FieldsV1.Raw, &fields))
+		require.NoError(t, json.Unmarshal(mf.FieldsV1.GetRawBytes(), &fields))
 		cur, ok := any(fields), true
 		for _, p := range path {
 			var m map[string]any
