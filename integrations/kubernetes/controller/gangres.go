@@ -47,7 +47,6 @@ type gangRes struct {
 	mu      sync.Mutex
 	obj     *v1alpha1.Gang // as last read or written (nil: not yet)
 	waiting string         // what the Pending watchdog says the job waits for
-	decided bool           // its verdict is recorded: no more progress writes
 	// The writes' state (writes.go): recorded is the verdict recorded in
 	// the Gang (by this replica or an earlier leader); onJobAt when the job
 	// was found carrying it (zero: not yet applied); dirty says progress
@@ -83,10 +82,14 @@ func (r *gangRes) set(obj *v1alpha1.Gang) {
 	// Not kept, not sent back: an update without managed fields keeps the
 	// server's, and the API server decodes less.
 	r.obj.ManagedFields = nil
-	if meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionDecided) {
-		r.decided = true
-	}
 	r.mu.Unlock()
+}
+
+// decidedLocked: r's verdict is recorded, as this replica knows (recorded)
+// or as the Gang last read says (another replica recorded it): no more
+// progress writes. r.mu held.
+func (r *gangRes) decidedLocked() bool {
+	return r.recorded != nil || (r.obj != nil && meta.IsStatusConditionTrue(r.obj.Status.Conditions, contract.ConditionDecided))
 }
 
 func (r *gangRes) current() *v1alpha1.Gang {

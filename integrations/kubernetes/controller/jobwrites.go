@@ -45,7 +45,7 @@ func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdi
 // the queue's backoff).
 func (c *Controller) waitingStep(ctx context.Context, r *gangRes) bool {
 	r.mu.Lock()
-	due, v, cause, t, decided := r.waitingDue, r.waiting, r.waitingCause, r.t, r.recorded != nil
+	due, v, cause, t, decided := r.waitingDue, r.waiting, r.waitingCause, r.t, r.decidedLocked()
 	r.waitingDue = false
 	r.mu.Unlock()
 	if !due || (decided && v != "") {

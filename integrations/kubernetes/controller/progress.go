@@ -63,7 +63,7 @@ func (c *Controller) touchProgress(uid types.UID, soon bool) {
 // verdict write.
 func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	r.mu.Lock()
-	dirty, done, last := r.dirty, r.decided, r.progressAt
+	dirty, done, last := r.dirty, r.decidedLocked(), r.progressAt
 	r.mu.Unlock()
 	if !dirty || done {
 		return
