@@ -79,26 +79,12 @@ func startKueue(t *testing.T) {
 	tmp := t.TempDir()
 	certDir := filepath.Join(tmp, "serving-certs")
 	require.NoError(t, os.MkdirAll(certDir, 0o700))
-	config := filepath.Join(tmp, "kueue.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: config.kueue.x-k8s.io/v1beta2
-kind: Configuration
-namespace: %s
-leaderElection:
-  leaderElect: false
+	config := managerConfig(t, "config.kueue.x-k8s.io/v1beta2", port, fmt.Sprintf(`namespace: %s
 internalCertManagement:
   enable: true
   webhookServiceName: kueue-webhook-service
   webhookSecretName: kueue-webhook-server-cert
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: "0"
-clientConnection:
-  qps: 200
-  burst: 400
 webhook:
-  port: %s
-  host: 127.0.0.1
   certDir: %q
 manageJobsWithoutQueueName: false
 featureGates:
@@ -108,7 +94,7 @@ integrations:
   - batch/job
   - trainer.kubeflow.org/trainjob
   - jobset.x-k8s.io/jobset
-`, kueueNamespace, port, certDir)), 0o600))
+`, kueueNamespace, certDir))
 	p := runTool(t, bin, []string{"TMPDIR=" + tmp, "KUBECONFIG=" + kubeconfigFile(t)},
 		"--config", config, "--zap-devel=false", "--zap-log-level", "info")
 	p.until(t, 90*time.Second, "its certificate in its Secret", func() bool {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
@@ -189,25 +190,11 @@ func newWebhookTool(t *testing.T) webhookTool {
 func startJobSetController(t *testing.T) {
 	t.Helper()
 	w := newWebhookTool(t)
-	config := filepath.Join(t.TempDir(), "jobset.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: config.jobset.x-k8s.io/v1alpha1
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
+	config := managerConfig(t, "config.jobset.x-k8s.io/v1alpha1", w.port, fmt.Sprintf(`internalCertManagement:
   enable: false
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: "0"
-clientConnection:
-  qps: 200
-  burst: 400
 webhook:
-  port: %s
-  host: 127.0.0.1
   certDir: %q
-`, w.port, w.certDir)), 0o600))
+`, w.certDir))
 	p := runTool(t, chainBinary(t, "jobset-controller"), []string{"TMPDIR=" + w.tmp, "KUBECONFIG=" + kubeconfigFile(t)},
 		"--config", config, "--zap-devel=false", "--zap-log-level", "info")
 	installChainWebhooks(t, "jobset", chainManifest(t, "jobset-webhooks.yaml"), w.port)
@@ -221,13 +208,29 @@ webhook:
 func startTrainerController(t *testing.T) {
 	t.Helper()
 	w := newWebhookTool(t)
-	config := filepath.Join(t.TempDir(), "trainer.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`apiVersion: config.trainer.kubeflow.org/v1alpha1
+	config := managerConfig(t, "config.trainer.kubeflow.org/v1alpha1", w.port, `certManagement:
+  enable: false
+`)
+	p := runTool(t, chainBinary(t, "trainer-controller-manager"), []string{"TMPDIR=" + w.tmp, "KUBECONFIG=" + kubeconfigFile(t)},
+		"--config", config, "--zap-devel=false", "--zap-log-level", "info")
+	installChainWebhooks(t, "trainer", chainManifest(t, "trainer-webhooks.yaml"), w.port)
+	p.until(t, 90*time.Second, "its webhooks answering", func() bool {
+		return webhookAnswers(t, runtimeProbe())
+	})
+}
+
+// managerConfig writes the configuration file of a controller manager
+// built on controller-runtime (apiVersion's kind Configuration): leader
+// election, metrics and probes off, a client allowed 200 QPS, its webhook
+// server on 127.0.0.1:port, and extra, the tool's own keys (a "webhook"
+// key in extra is merged into the webhook server's).
+func managerConfig(t *testing.T, apiVersion, port, extra string) string {
+	t.Helper()
+	var doc map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(fmt.Sprintf(`apiVersion: %s
 kind: Configuration
 leaderElection:
   leaderElect: false
-certManagement:
-  enable: false
 metrics:
   bindAddress: "0"
 health:
@@ -238,13 +241,23 @@ clientConnection:
 webhook:
   port: %s
   host: 127.0.0.1
-`, w.port)), 0o600))
-	p := runTool(t, chainBinary(t, "trainer-controller-manager"), []string{"TMPDIR=" + w.tmp, "KUBECONFIG=" + kubeconfigFile(t)},
-		"--config", config, "--zap-devel=false", "--zap-log-level", "info")
-	installChainWebhooks(t, "trainer", chainManifest(t, "trainer-webhooks.yaml"), w.port)
-	p.until(t, 90*time.Second, "its webhooks answering", func() bool {
-		return webhookAnswers(t, runtimeProbe())
-	})
+`, apiVersion, port)), &doc))
+	var more map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(extra), &more))
+	for k, v := range more {
+		if k == "webhook" {
+			for wk, wv := range v.(map[string]any) {
+				doc["webhook"].(map[string]any)[wk] = wv
+			}
+			continue
+		}
+		doc[k] = v
+	}
+	b, err := yaml.Marshal(doc)
+	require.NoError(t, err)
+	f := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(f, b, 0o600))
+	return f
 }
 
 // chainManifest reads a webhook manifest the build script rendered from a
