@@ -71,7 +71,7 @@ func realChain(t *testing.T) {
 }
 
 // chainBinary is the path of a binary of the chain in bin/k8s.
-func chainBinary(t *testing.T, name string) string {
+func chainBinary(t testing.TB, name string) string {
 	t.Helper()
 	root, err := envtestutil.RepoRoot()
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ type tool struct {
 	err  error
 }
 
-func runTool(t *testing.T, bin string, env []string, args ...string) *tool {
+func runTool(t testing.TB, bin string, env []string, args ...string) *tool {
 	t.Helper()
 	p := &tool{name: filepath.Base(bin), logs: &lockedBuffer{}, done: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
@@ -123,7 +123,7 @@ func runTool(t *testing.T, bin string, env []string, args ...string) *tool {
 
 // until polls ready every 100 ms until it returns true, failing the test
 // when the tool exits or d passes.
-func (p *tool) until(t *testing.T, d time.Duration, what string, ready func() bool) {
+func (p *tool) until(t testing.TB, d time.Duration, what string, ready func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ready() {

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 )
 
 // A real kube-scheduler (bin/k8s/kube-scheduler, built from the pinned
@@ -38,17 +34,7 @@ const testScheduler = "rankgate-e2e-scheduler"
 // it places pods (a probe pod was judged).
 func startScheduler(t testing.TB) {
 	t.Helper()
-	root, err := envtestutil.RepoRoot()
-	require.NoError(t, err)
-	dir, err := envtestutil.BinDir(root)
-	require.NoError(t, err)
-	bin := filepath.Join(dir, "kube-scheduler")
-	if fi, err := os.Stat(bin); err != nil || fi.Mode()&0o111 == 0 {
-		if os.Getenv(envtestutil.SkipEnv) == "1" {
-			t.Skipf("skipping (%s=1): %s missing: run `make test-binaries`", envtestutil.SkipEnv, bin)
-		}
-		t.Fatalf("%s missing: run `make test-binaries` (hack/build-test-binaries.sh)", bin)
-	}
+	bin := chainBinary(t, "kube-scheduler")
 	tmp := t.TempDir()
 	kubeconfig := kubeconfigFile(t)
 	config := filepath.Join(tmp, "scheduler.yaml")
@@ -63,24 +49,7 @@ leaderElection:
 profiles:
 - schedulerName: %s
 `, kubeconfig, testScheduler)), 0o600))
-	logs := &lockedBuffer{}
-	cmd := exec.Command(bin, "--config", config, "--secure-port", "0", "-v", "2")
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() || verbose {
-			t.Logf("kube-scheduler log (tail):\n%s", tail(logs.String(), 6000))
-		}
-	})
+	p := runTool(t, bin, nil, "--config", config, "--secure-port", "0", "-v", "2")
 
 	// A probe pod no node can take: the scheduler runs and has synced once
 	// it marks the probe unschedulable.
@@ -90,23 +59,11 @@ profiles:
 			Containers: []corev1.Container{{Name: "probe", Image: "busybox"}}}}
 	require.NoError(t, k8s.Create(context.Background(), probe))
 	defer func() { _ = k8s.Delete(context.Background(), probe) }()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		select {
-		case err := <-exited:
-			t.Fatalf("kube-scheduler exited: %v\n%s", err, tail(logs.String(), 6000))
-		default:
-		}
-		p := &corev1.Pod{}
-		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(probe), p))
-		if unschedulable(p) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kube-scheduler did not judge a pod within 90s\n%s", tail(logs.String(), 6000))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	p.until(t, 90*time.Second, "judging a pod", func() bool {
+		got := &corev1.Pod{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(probe), got))
+		return unschedulable(got)
+	})
 }
 
 func unschedulable(p *corev1.Pod) bool {
