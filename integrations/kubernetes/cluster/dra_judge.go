@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,11 +33,15 @@ var draFeatures = structured.Features{
 // a larger set stays unjudged (DRA_NOT_JUDGED).
 const maxDRAPods = 4096
 
-// draDevice is a published device and where it is.
+// draDevice is a published device and where it is, with the taints of
+// the DeviceTaintRules that select it.
 type draDevice struct {
 	id     structured.DeviceID
 	slice  *resourcev1.ResourceSlice
 	device *resourcev1.Device
+	// rules name the DeviceTaintRules whose taints are the last of
+	// device.Taints, in order (dra_rules.go).
+	rules []string
 }
 
 // draJudge holds what judging every DRA pod set of one snapshot needs.
@@ -54,20 +57,22 @@ type draJudge struct {
 	held   map[structured.DeviceID]*resourcev1.ResourceClaim
 	cache  *cel.Cache
 	lister classLister
-	// byNode: the node-local slices of each node; shared: the slices for
-	// many nodes (nodeSelector, allNodes, perDeviceNodeSelection).
-	byNode map[string][]*resourcev1.ResourceSlice
-	shared []*resourcev1.ResourceSlice
-	// sick: some published device carries a health taint (healthTaints).
+	// slices: the published slices with the DeviceTaintRules' taints, as
+	// the scheduler allocates from them; plain: as published, on which
+	// the devices are judged repaired (the rules gone).
+	slices, plain sliceSet
+	// sick: some published device carries a health taint (healthTaints)
+	// or a NoSchedule or NoExecute taint of a DeviceTaintRule.
 	sick bool
 }
 
-// slicesFor are the slices whose devices a node may get.
-func (j *draJudge) slicesFor(node string) []*resourcev1.ResourceSlice {
-	if len(j.shared) == 0 {
-		return j.byNode[node]
+// slicesFor are the slices whose devices a node may get (heal: with the
+// rules' taints gone).
+func (j *draJudge) slicesFor(node string, heal bool) []*resourcev1.ResourceSlice {
+	if heal {
+		return j.plain.forNode(node)
 	}
-	return append(append([]*resourcev1.ResourceSlice(nil), j.byNode[node]...), j.shared...)
+	return j.slices.forNode(node)
 }
 
 func (b *Builder) draJudge() *draJudge {
@@ -90,13 +95,10 @@ func (b *Builder) draJudge() *draJudge {
 			j.nodes = append(j.nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels}})
 		}
 	}
-	j.byNode = map[string][]*resourcev1.ResourceSlice{}
-	for _, s := range b.dra.slices {
-		if n := s.Spec.NodeName; n != nil && *n != "" {
-			j.byNode[*n] = append(j.byNode[*n], s)
-		} else {
-			j.shared = append(j.shared, s)
-		}
+	for _, plain := range b.dra.slices {
+		s, origin := withRules(plain, b.dra.rules)
+		j.slices.add(s)
+		j.plain.add(plain)
 		if n := s.Spec.NodeName; n != nil && *n != "" && !known[*n] {
 			known[*n] = true
 			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: *n}}
@@ -107,8 +109,11 @@ func (b *Builder) draJudge() *draJudge {
 		}
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
-			j.devices = append(j.devices, draDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), slice: s, device: d})
-			j.sick = j.sick || slices.ContainsFunc(d.Taints, isHealthTaint)
+			dev := draDevice{id: structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name), slice: s, device: d, rules: origin[i]}
+			j.devices = append(j.devices, dev)
+			for k, t := range d.Taints {
+				j.sick = j.sick || keepsOff(t, dev.taintOrigin(k) != "")
+			}
 		}
 	}
 	for i := range j.devices {

@@ -3,13 +3,14 @@ package cluster
 import (
 	"context"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// loadDRA adds the ResourceSlices, ResourceClaims and
-// ResourceClaimTemplates (resource.k8s.io/v1) that DRA jobs are judged
-// on. A cluster that does not serve the API has none; a user who may not
+// loadDRA adds the ResourceSlices, ResourceClaims,
+// ResourceClaimTemplates and DeviceTaintRules (resource.k8s.io/v1) that
+// DRA jobs are judged on. A cluster that does not serve the API has none; a user who may not
 // list them is told that DRA jobs are not judged (DRA_NOT_JUDGED).
 func (l *Live) loadDRA(ctx context.Context, b *Builder) error {
 	api := l.Core.ResourceV1()
@@ -37,6 +38,15 @@ func (l *Live) loadDRA(ctx context.Context, b *Builder) error {
 	if stop, err := forbidden(err, "resourceclaimtemplates"); stop {
 		return err
 	}
+	// DeviceTaintRules are served in v1 from Kubernetes 1.37: an older
+	// API server has none that the scheduler applies to v1 slices.
+	rules, err := api.DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		rules, err = &resourcev1.DeviceTaintRuleList{}, nil
+	}
+	if stop, err := forbidden(err, "devicetaintrules"); stop {
+		return err
+	}
 	// Slices last: without claims and templates the judgement would be
 	// wrong, so a partial read leaves DRA jobs unjudged.
 	for i := range claims.Items {
@@ -47,6 +57,11 @@ func (l *Live) loadDRA(ctx context.Context, b *Builder) error {
 	for i := range templates.Items {
 		if err := b.AddResourceClaimTemplate(&templates.Items[i]); err != nil {
 			return apiErrorf("resourceclaimtemplate %s/%s: %w", templates.Items[i].Namespace, templates.Items[i].Name, err)
+		}
+	}
+	for i := range rules.Items {
+		if err := b.AddDeviceTaintRule(&rules.Items[i]); err != nil {
+			return apiErrorf("devicetaintrule %s: %w", rules.Items[i].Name, err)
 		}
 	}
 	for i := range slices.Items {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
@@ -219,7 +220,8 @@ func repaired(c *resourcev1.ResourceClaim) *resourcev1.ResourceClaim {
 // are alike and allocated only grows, so a node that failed one pod is
 // not tried for the next. Each allocation is bounded by allocTimeout, as
 // the scheduler bounds its own. With heal, the claims tolerate the health
-// taints: what the devices serve once repaired.
+// taints and the DeviceTaintRules are gone: what the devices serve once
+// repaired.
 func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.DeviceID], heal bool) (int, error) {
 	failed := make([]bool, len(j.nodes))
 	for i := 0; i < n; i++ {
@@ -240,7 +242,7 @@ func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.Devi
 				claims = append(claims, c)
 			}
 		}
-		ok, err := j.placeOne(claims, allocated, failed)
+		ok, err := j.placeOne(claims, allocated, failed, heal)
 		if err != nil || !ok {
 			return i, err
 		}
@@ -252,8 +254,9 @@ func (j *draJudge) place(d *podDemand, n int, allocated sets.Set[structured.Devi
 const allocTimeout = 2 * time.Second
 
 // placeOne allocates one pod's claims on the first node not failed yet
-// where they fit, and takes the devices.
-func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.Set[structured.DeviceID], failed []bool) (bool, error) {
+// where they fit, and takes the devices; with heal, on the slices without
+// the DeviceTaintRules' taints.
+func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.Set[structured.DeviceID], failed []bool, heal bool) (bool, error) {
 	state := structured.AllocatedState{AllocatedDevices: allocated, AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](), AggregatedCapacity: structured.NewConsumedCapacityCollection()}
 	for k, node := range j.nodes {
 		if failed[k] {
@@ -261,7 +264,7 @@ func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.S
 		}
 		// The node's own slices and those for many nodes: the allocator
 		// gathers its pools from the slices it is given, for every call.
-		alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.slicesFor(node.Name), j.cache)
+		alloc, err := structured.NewAllocator(context.Background(), draFeatures, state, j.lister, j.slicesFor(node.Name, heal), j.cache)
 		if err != nil {
 			return false, fmt.Errorf("dra allocator: %w", err)
 		}
@@ -313,7 +316,7 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out se
 		switch {
 		case score == 0:
 			out.Insert(dev.id)
-			if t := untolerated(dev.device.Taints, alts[alt].Tolerations); t != "" {
+			if t := dev.untolerated(alts[alt].Tolerations); t != "" {
 				tainted = append(tainted, dev.facts().Name+" on "+dev.facts().Node+" ("+t+")")
 			}
 		case best < 0 || score < best:
@@ -328,11 +331,13 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out se
 	return out, groupDevices(near, 5), len(near) > 0 && best < classMiss, nil
 }
 
-// untolerated describes the first NoSchedule or NoExecute taint of a
-// device that none of the tolerations tolerates, or returns "".
-func untolerated(taints []resourcev1.DeviceTaint, tols []resourcev1.DeviceToleration) string {
-	for _, t := range taints {
-		if t.Effect != resourcev1.DeviceTaintEffectNoSchedule && t.Effect != resourcev1.DeviceTaintEffectNoExecute {
+// untolerated describes the NoSchedule and NoExecute taints of the
+// device that none of the tolerations tolerates, each naming the
+// DeviceTaintRule it comes from, or returns "".
+func (dev *draDevice) untolerated(tols []resourcev1.DeviceToleration) string {
+	var out []string
+	for k, t := range dev.device.Taints {
+		if !dra.Keeps(t) {
 			continue
 		}
 		ok := false
@@ -340,14 +345,10 @@ func untolerated(taints []resourcev1.DeviceTaint, tols []resourcev1.DeviceTolera
 			ok = ok || resourceclaim.ToleratesTaint(tol, t)
 		}
 		if !ok {
-			s := t.Key
-			if t.Value != "" {
-				s += "=" + t.Value
-			}
-			return s + ":" + string(t.Effect)
+			out = append(out, dra.TaintString(t)+dev.taintOrigin(k))
 		}
 	}
-	return ""
+	return strings.Join(out, ", ")
 }
 
 // misses counts the conditions a device fails: 100 per failed class

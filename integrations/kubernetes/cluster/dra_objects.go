@@ -17,6 +17,9 @@ type draObjects struct {
 	slices    []*resourcev1.ResourceSlice
 	claims    map[string]*resourcev1.ResourceClaim         // namespace/name
 	templates map[string]*resourcev1.ResourceClaimTemplate // namespace/name
+	// rules: the DeviceTaintRules, whose taints the devices they select
+	// carry as if their driver had put them (dra_rules.go).
+	rules []*resourcev1.DeviceTaintRule
 	// pools indexes slices by driver and pool (Pool); nil until asked
 	// for, dropped when a slice is added.
 	pools map[poolKey][]*resourcev1.ResourceSlice
@@ -69,6 +72,17 @@ func (b *Builder) AddResourceClaimTemplate(t *resourcev1.ResourceClaimTemplate) 
 	return nil
 }
 
+// AddDeviceTaintRule records a DeviceTaintRule: the devices it selects
+// are judged with its taint, as kube-scheduler allocates them.
+func (b *Builder) AddDeviceTaintRule(r *resourcev1.DeviceTaintRule) error {
+	if r.Name == "" {
+		return fmt.Errorf("metadata.name is empty")
+	}
+	b.draJ = nil
+	b.dra.rules = append(b.dra.rules, r)
+	return nil
+}
+
 func (d *draObjects) addClass(dc *resourcev1.DeviceClass) {
 	if d.classObjs == nil {
 		d.classObjs = map[string]*resourcev1.DeviceClass{}
@@ -98,15 +112,16 @@ func (l classLister) Get(name string) (*resourcev1.DeviceClass, error) {
 	return nil, fmt.Errorf("deviceclass %q not found", name)
 }
 
-// draVersion is the one resource.k8s.io version whose slices, claims
-// and claim templates are read.
+// draVersion is the one resource.k8s.io version whose slices, claims,
+// claim templates and device taint rules are read.
 const draVersion = "resource.k8s.io/v1"
 
 // draKinds are the DRA kinds loadDRA reads (DeviceClass of any version
 // is read by loadOne).
-var draKinds = map[string]bool{"ResourceSlice": true, "ResourceClaim": true, "ResourceClaimTemplate": true}
+var draKinds = map[string]bool{"ResourceSlice": true, "ResourceClaim": true, "ResourceClaimTemplate": true, "DeviceTaintRule": true}
 
-// loadDRA decodes one resource.k8s.io/v1 slice, claim or claim template.
+// loadDRA decodes one resource.k8s.io/v1 slice, claim, claim template or
+// device taint rule.
 func loadDRA(b *Builder, kind string, raw []byte) error {
 	switch kind {
 	case "ResourceSlice":
@@ -127,6 +142,36 @@ func loadDRA(b *Builder, kind string, raw []byte) error {
 			return err
 		}
 		return b.AddResourceClaimTemplate(&t)
+	case "DeviceTaintRule":
+		var r resourcev1.DeviceTaintRule
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return err
+		}
+		if err := tombstoned(raw); err != nil {
+			return err
+		}
+		return b.AddDeviceTaintRule(&r)
 	}
 	return fmt.Errorf("kind %s is not a DRA kind rankgate reads", kind)
+}
+
+// tombstoned refuses a DeviceTaintRule whose selector has the beta API's
+// deviceClassName or CEL selectors: resource.k8s.io/v1 has neither (the
+// API server refuses them), and reading the rule without them would
+// taint every device of its driver and pool.
+func tombstoned(raw []byte) error {
+	var r struct {
+		Spec struct {
+			DeviceSelector map[string]json.RawMessage `json:"deviceSelector"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return err
+	}
+	for _, f := range []string{"deviceClassName", "selectors"} {
+		if _, ok := r.Spec.DeviceSelector[f]; ok {
+			return fmt.Errorf("spec.deviceSelector.%s is not a field of resource.k8s.io/v1 DeviceTaintRule (the beta API's, tombstoned since Kubernetes 1.35): select devices by driver, pool and device", f)
+		}
+	}
+	return nil
 }

@@ -57,12 +57,14 @@ func (b *Builder) DRAPodsOf(j kubeflow.Job) []*corev1.Pod {
 	return out
 }
 
-// DRAObjects returns the ResourceClaims and ResourceSlices added, as the
+// DRAObjects returns the ResourceClaims, ResourceSlices and
+// DeviceTaintRules added, as the
 // DRA device source reads them (its Objects interface). It reflects what
 // is added later too.
 func (b *Builder) DRAObjects() DRAObjects { return DRAObjects{d: &b.dra} }
 
-// DRAObjects serves a Builder's claims and slices by name. Returned
+// DRAObjects serves a Builder's claims and slices by name, and its
+// DeviceTaintRules. Returned
 // objects are the Builder's: read only.
 type DRAObjects struct{ d *draObjects }
 
@@ -84,10 +86,13 @@ func (o DRAObjects) Pool(driver, pool string) []*resourcev1.ResourceSlice {
 	return o.d.pools[poolKey{driver, pool}]
 }
 
+// TaintRules are the DeviceTaintRules added.
+func (o DRAObjects) TaintRules() []*resourcev1.DeviceTaintRule { return o.d.rules }
+
 // poolKey names a pool: its driver and its name.
 type poolKey struct{ driver, pool string }
 
-// LoadDRA adds the cluster's ResourceClaims, ResourceClaimTemplates and
-// ResourceSlices alone (resource.k8s.io/v1), for judging one bound pod
+// LoadDRA adds the cluster's ResourceClaims, ResourceClaimTemplates,
+// DeviceTaintRules and ResourceSlices alone (resource.k8s.io/v1), for judging one bound pod
 // from its allocation; LoadCluster adds them with the rest.
 func (l *Live) LoadDRA(ctx context.Context, b *Builder) error { return l.loadDRA(ctx, b) }

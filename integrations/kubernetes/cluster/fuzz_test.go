@@ -32,6 +32,14 @@ func FuzzLoad(f *testing.F) {
  {"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainingRuntime","metadata":{"name":"r","namespace":"ml"},"spec":{"mlPolicy":{"numNodes":1,"mpi":{"runLauncherAsNode":true}},
   "template":{"spec":{"replicatedJobs":[{"name":"node","template":{"spec":{"template":{"spec":{"containers":[{"name":"node","image":"i"}]}}}}},
    {"name":"launcher","template":{"metadata":{"labels":{"trainer.kubeflow.org/trainjob-ancestor-step":"trainer"}},"spec":{"template":{"spec":{"containers":[{"name":"node","image":"i"}]}}}}}]}}}}]}`,
+		// A DeviceTaintRule by device, one with an empty selector and a
+		// List of one without a selector, with a slice they select.
+		`{"apiVersion":"v1","kind":"List","items":[
+ {"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"s"},"spec":{"driver":"gpu.nvidia.com","nodeName":"n","pool":{"name":"n","generation":1,"resourceSliceCount":1},
+  "devices":[{"name":"gpu-0","attributes":{"type":{"string":"gpu"}},"taints":[{"key":"gpu.nvidia.com/xid","value":"79","effect":"NoSchedule"}]}]}},
+ {"apiVersion":"resource.k8s.io/v1","kind":"DeviceTaintRule","metadata":{"name":"r"},"spec":{"deviceSelector":{"driver":"gpu.nvidia.com","pool":"n","device":"gpu-0"},"taint":{"key":"k","value":"v","effect":"NoExecute"}}},
+ {"apiVersion":"resource.k8s.io/v1","kind":"DeviceTaintRule","metadata":{"name":"all"},"spec":{"deviceSelector":{},"taint":{"key":"k","effect":"None"}}}]}`,
+		`{"apiVersion":"resource.k8s.io/v1","kind":"DeviceTaintRuleList","items":[{"metadata":{"name":"none"},"spec":{"taint":{"key":"k","effect":"NoSchedule"}}}]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -26,22 +26,28 @@ import (
 // judged by the validating webhook, the Pending watchdog and
 // GANG_RANK_UNPLACEABLE on the devices drivers publish, as `rankgate
 // diagnose` judges it: the same cluster.Builder, given the cached
-// DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates
-// and the cached nodes, allocates the job's claims with the scheduler's
+// DeviceClasses, ResourceSlices, ResourceClaims, ResourceClaimTemplates
+// and DeviceTaintRules and the cached nodes, allocates the job's claims with the scheduler's
 // own allocator (cluster/dra_judge.go). Until those caches have synced,
 // or where resource.k8s.io/v1 is not served, such a job is not judged
 // (DRA_NOT_JUDGED, never hopeless).
 
-var deviceClassGK = schema.GroupKind{Group: resourcev1.GroupName, Kind: "DeviceClass"}
+var (
+	deviceClassGK     = schema.GroupKind{Group: resourcev1.GroupName, Kind: "DeviceClass"}
+	deviceTaintRuleGK = schema.GroupKind{Group: resourcev1.GroupName, Kind: "DeviceTaintRule"}
+)
 
 // draCaches are the controller's DRA informers (served only where the
 // API server serves resource.k8s.io/v1).
 type draCaches struct {
 	served bool
 	// The informers' stores, read without copies (cached objects are
-	// read only), and whether each has seen its initial list.
-	nodes, slices, claims, templates toolscache.Store
-	synced                           []func() bool
+	// read only), and whether each has seen its initial list. rules is
+	// nil where the API server serves no v1 DeviceTaintRules (before
+	// Kubernetes 1.37): there are none then.
+	nodes, slices, claims, templates, rules toolscache.Store
+	synced                                  []func() bool
+	rulesServed                             bool
 	// pools is the memo of the pools' inventories that the DRA device
 	// sources share: the ranks of a node, resolved by any allocations
 	// reconciler and again when each reports itself (againstAllocation),
@@ -50,9 +56,10 @@ type draCaches struct {
 	pools dra.Pools
 }
 
-// startDRA starts the DeviceClass, ResourceSlice, ResourceClaim and
-// ResourceClaimTemplate informers with the manager where the API server
-// serves resource.k8s.io/v1; elsewhere nothing comes through DRA.
+// startDRA starts the DeviceClass, ResourceSlice, ResourceClaim,
+// ResourceClaimTemplate and DeviceTaintRule informers with the manager
+// where the API server serves resource.k8s.io/v1; elsewhere nothing comes
+// through DRA.
 func (c *Controller) startDRA(ctx context.Context) error {
 	if _, err := c.mgr.GetRESTMapper().RESTMapping(deviceClassGK, resourcev1.SchemeGroupVersion.Version); err != nil {
 		if meta.IsNoMatchError(err) {
@@ -62,11 +69,22 @@ func (c *Controller) startDRA(ctx context.Context) error {
 		return fmt.Errorf("controller: discovering DeviceClasses: %w", err)
 	}
 	d := &c.dra
-	for _, o := range []struct {
+	type informed struct {
 		obj   client.Object
 		store *toolscache.Store
-	}{{&resourcev1.DeviceClass{}, nil}, {&corev1.Node{}, &d.nodes}, {&resourcev1.ResourceSlice{}, &d.slices},
-		{&resourcev1.ResourceClaim{}, &d.claims}, {&resourcev1.ResourceClaimTemplate{}, &d.templates}} {
+	}
+	all := []informed{{&resourcev1.DeviceClass{}, nil}, {&corev1.Node{}, &d.nodes}, {&resourcev1.ResourceSlice{}, &d.slices},
+		{&resourcev1.ResourceClaim{}, &d.claims}, {&resourcev1.ResourceClaimTemplate{}, &d.templates}}
+	switch _, err := c.mgr.GetRESTMapper().RESTMapping(deviceTaintRuleGK, resourcev1.SchemeGroupVersion.Version); {
+	case err == nil:
+		all = append(all, informed{&resourcev1.DeviceTaintRule{}, &d.rules})
+		d.rulesServed = true
+	case !meta.IsNoMatchError(err):
+		return fmt.Errorf("controller: discovering DeviceTaintRules: %w", err)
+	default:
+		c.log.Info("resource.k8s.io/v1 DeviceTaintRules not served (before Kubernetes 1.37): none apply")
+	}
+	for _, o := range all {
 		inf, err := c.mgr.GetCache().GetInformer(ctx, o.obj)
 		if err != nil {
 			return fmt.Errorf("controller: %T informer: %w", o.obj, err)
@@ -118,6 +136,7 @@ type draObjects struct {
 	slices    []*resourcev1.ResourceSlice
 	claims    []*resourcev1.ResourceClaim
 	templates []*resourcev1.ResourceClaimTemplate
+	rules     []*resourcev1.DeviceTaintRule
 }
 
 // draState is the DRA part of the cached cluster state.
@@ -137,15 +156,28 @@ func (c *Controller) draState(ctx context.Context) (*draState, error) {
 // informer has its initial list.
 func (c *Controller) draObjects() (*draObjects, error) {
 	d := &c.dra
-	if !d.served || !allSynced(d.synced) || d.nodes == nil || d.slices == nil || d.claims == nil || d.templates == nil {
+	if !d.served || !allSynced(d.synced) || d.nodes == nil || d.slices == nil || d.claims == nil || d.templates == nil || (d.rulesServed && d.rules == nil) {
 		return nil, nil
 	}
 	// Nodes and slices in name order, as a live read lists them (the
 	// allocator tries nodes in that order); claims and templates are
 	// looked up by name.
 	return &draObjects{nodes: listed[corev1.Node](d.nodes, true), slices: listed[resourcev1.ResourceSlice](d.slices, true),
-		claims: listed[resourcev1.ResourceClaim](d.claims, false), templates: listed[resourcev1.ResourceClaimTemplate](d.templates, false)}, nil
+		claims: listed[resourcev1.ResourceClaim](d.claims, false), templates: listed[resourcev1.ResourceClaimTemplate](d.templates, false),
+		rules: d.taintRules()}, nil
 }
+
+// taintRules are the cached DeviceTaintRules in name order (none where
+// they are not served).
+func (d *draCaches) taintRules() []*resourcev1.DeviceTaintRule {
+	if d.rules == nil {
+		return nil
+	}
+	return listed[resourcev1.DeviceTaintRule](d.rules, true)
+}
+
+// TaintRules serves the cached DeviceTaintRules to the DRA device source.
+func (o draCacheObjects) TaintRules() []*resourcev1.DeviceTaintRule { return o.d.taintRules() }
 
 // listed are a store's objects of type T, in name order if sorted.
 func listed[T any, P interface {
@@ -222,6 +254,11 @@ func (o *draObjects) addTo(b *cluster.Builder, withNodes bool) error {
 			return fmt.Errorf("resourceclaimtemplate %s/%s: %w", t.Namespace, t.Name, err)
 		}
 	}
+	for _, r := range o.rules {
+		if err := b.AddDeviceTaintRule(r); err != nil {
+			return fmt.Errorf("devicetaintrule %s: %w", r.Name, err)
+		}
+	}
 	for _, sl := range o.slices {
 		if err := b.AddResourceSlice(sl); err != nil {
 			return fmt.Errorf("resourceslice %s: %w", sl.Name, err)
@@ -231,14 +268,15 @@ func (o *draObjects) addTo(b *cluster.Builder, withNodes bool) error {
 }
 
 // validateDRAObjects is the validating webhook's DRA source: the cached
-// slices, claims and claim templates (the webhook adds its nodes); nil
+// slices, claims, claim templates and device taint rules (the webhook
+// adds its nodes); nil
 // until the caches have synced.
 func (c *Controller) validateDRAObjects(context.Context) (*validate.DRAObjects, error) {
 	o, err := c.draObjects()
 	if err != nil || o == nil {
 		return nil, err
 	}
-	return &validate.DRAObjects{Slices: o.slices, Claims: o.claims, Templates: o.templates}, nil
+	return &validate.DRAObjects{Slices: o.slices, Claims: o.claims, Templates: o.templates, TaintRules: o.rules}, nil
 }
 
 // usesDRA: a pod set of w gets devices through DRA.

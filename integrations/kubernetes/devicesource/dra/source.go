@@ -40,6 +40,9 @@ type Objects interface {
 	Claim(namespace, name string) *resourcev1.ResourceClaim
 	// Pool is the ResourceSlices of driver's pool named pool.
 	Pool(driver, pool string) []*resourcev1.ResourceSlice
+	// TaintRules are the cluster's DeviceTaintRules: their taints apply
+	// to the devices they select as the driver's own do (taintrules.go).
+	TaintRules() []*resourcev1.DeviceTaintRule
 }
 
 // Source resolves ranks' devices from their DRA allocations.
@@ -241,7 +244,7 @@ func (s *Source) report(pod *corev1.Pod, rank int, allocated []device, v *poolVi
 		Catalog: s.catalog(), Drivers: s.Drivers,
 	})
 	findings := slices.DeleteFunc(rep.Findings, func(f verdict.Finding) bool { return !judged[f.Rule] })
-	findings = append(findings, taintFindings(allocated)...)
+	findings = append(findings, taintFindings(allocated, s.Objects.TaintRules())...)
 	out := verdict.NewReport(fmt.Sprintf("rank %d: %d device(s) from %s", rank, len(refs), allocFrom), findings)
 	out.Mode, out.Devices = rep.Mode, rep.Devices
 	byRef := make(map[string]string, len(refs))
@@ -440,20 +443,29 @@ func majorMinor(v string) string {
 }
 
 // taintFindings: DEVICE_TAINTED for each allocated device its driver
-// tainted (the claim tolerated it, or the taint came later).
-func taintFindings(allocated []device) []verdict.Finding {
+// tainted, or that a DeviceTaintRule taints NoSchedule or NoExecute (the
+// claim tolerated it, or the taint came later). A rule's taint of effect
+// None is informational, as it is to the scheduler.
+func taintFindings(allocated []device, rules []*resourcev1.DeviceTaintRule) []verdict.Finding {
 	var f []verdict.Finding
 	for _, d := range allocated {
-		if len(d.dev.Taints) == 0 {
+		var byRule []RuleTaint
+		for _, rt := range RuleTaints(rules, d.slice.Spec.Driver, d.slice.Spec.Pool.Name, d.dev.Name) {
+			if Keeps(rt.Taint) {
+				byRule = append(byRule, rt)
+			}
+		}
+		if len(d.dev.Taints) == 0 && len(byRule) == 0 {
 			continue
 		}
-		ts := make([]string, 0, len(d.dev.Taints))
+		ts := make([]string, 0, len(d.dev.Taints)+len(byRule))
 		for _, t := range d.dev.Taints {
-			s := t.Key
-			if t.Value != "" {
-				s += "=" + t.Value
-			}
-			ts = append(ts, s+":"+string(t.Effect))
+			ts = append(ts, TaintString(t))
+		}
+		var names []string
+		for _, rt := range byRule {
+			ts = append(ts, rt.String())
+			names = append(names, rt.Rule)
 		}
 		name := d.id()
 		if u := d.str("uuid"); u != "" {
@@ -461,10 +473,39 @@ func taintFindings(allocated []device) []verdict.Finding {
 		}
 		f = append(f, verdict.Finding{
 			Rule: verdict.RuleDeviceTainted, Severity: verdict.SeverityFail, Devices: []string{d.id()},
-			Message: fmt.Sprintf("device %s of ResourceClaim %s carries the taint(s) %s: its driver marked it unhealthy", name, d.claim, strings.Join(ts, ", ")),
-			Remediation: "delete the pod so that its claim is allocated again on a healthy device, and drop the claim's toleration of the driver's health taints; " +
-				"have the node's GPU checked (Xid errors in dmesg, nvidia-smi -q)",
+			Message:     fmt.Sprintf("device %s of ResourceClaim %s carries the taint(s) %s: %s", name, d.claim, strings.Join(ts, ", "), taintCause(len(d.dev.Taints) > 0, names)),
+			Remediation: taintFix(len(d.dev.Taints) > 0, names),
 		})
 	}
 	return f
+}
+
+// taintCause says who tainted a device: its driver, rules, or both.
+func taintCause(driver bool, rules []string) string {
+	const sick = "its driver marked it unhealthy"
+	if len(rules) == 0 {
+		return sick
+	}
+	// A rule puts one taint: the names are those of distinct rules.
+	s := "DeviceTaintRule " + strings.Join(rules, ", ") + " took it out of service"
+	if len(rules) > 1 {
+		s = "DeviceTaintRules " + strings.Join(rules, ", ") + " took it out of service"
+	}
+	if driver {
+		return sick + ", and " + s
+	}
+	return s
+}
+
+func taintFix(driver bool, rules []string) string {
+	const realloc = "delete the pod so that its claim is allocated again on an untainted device, and drop the claim's toleration of the taint"
+	const sick = "have the node's GPU checked (Xid errors in dmesg, nvidia-smi -q)"
+	if len(rules) == 0 {
+		return "delete the pod so that its claim is allocated again on a healthy device, and drop the claim's toleration of the driver's health taints; " + sick
+	}
+	fix := realloc + "; delete the DeviceTaintRule once the device is serviced (kubectl delete devicetaintrule " + rules[0] + ")"
+	if driver {
+		fix += "; " + sick
+	}
+	return fix
 }

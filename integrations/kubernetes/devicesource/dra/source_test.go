@@ -21,7 +21,10 @@ import (
 type objects struct {
 	claims map[string]*resourcev1.ResourceClaim
 	slices []*resourcev1.ResourceSlice
+	rules  []*resourcev1.DeviceTaintRule
 }
+
+func (o *objects) TaintRules() []*resourcev1.DeviceTaintRule { return o.rules }
 
 func (o *objects) Claim(ns, name string) *resourcev1.ResourceClaim { return o.claims[ns+"/"+name] }
 

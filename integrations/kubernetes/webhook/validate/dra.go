@@ -35,20 +35,23 @@ func ListDeviceClasses(c client.Reader) DeviceClassSource {
 	}
 }
 
-// DRASource adds the cluster's ResourceSlices, ResourceClaims and
-// ResourceClaimTemplates (resource.k8s.io/v1) to b, as live diagnose adds
+// DRASource adds the cluster's ResourceSlices, ResourceClaims,
+// ResourceClaimTemplates and DeviceTaintRules (resource.k8s.io/v1) to b, as live diagnose adds
 // what it lists; known is false where they are not known (not served, or
 // the caches have not synced): a job whose devices come through DRA is
 // then not judged (DRA_NOT_JUDGED, never refused).
 type DRASource func(ctx context.Context, b *cluster.Builder) (known bool, err error)
 
-// DRAObjects are the cluster's ResourceSlices, ResourceClaims and
-// ResourceClaimTemplates (resource.k8s.io/v1), as the controller's caches
+// DRAObjects are the cluster's ResourceSlices, ResourceClaims,
+// ResourceClaimTemplates and DeviceTaintRules (resource.k8s.io/v1), as the controller's caches
 // hold them (read only: never changed by the handler).
 type DRAObjects struct {
 	Slices    []*resourcev1.ResourceSlice
 	Claims    []*resourcev1.ResourceClaim
 	Templates []*resourcev1.ResourceClaimTemplate
+	// TaintRules are the DeviceTaintRules: the devices they select carry
+	// their taints, as the scheduler allocates them.
+	TaintRules []*resourcev1.DeviceTaintRule
 }
 
 // DRAObjectSource returns the DRA objects; nil where they are not known
@@ -70,7 +73,16 @@ func ListDRAObjects(c client.Reader) DRAObjectSource {
 				return nil, err
 			}
 		}
+		// DeviceTaintRules are served in v1 from Kubernetes 1.37: an
+		// older API server has none that apply.
+		rl := &resourcev1.DeviceTaintRuleList{}
+		if err := c.List(ctx, rl); err != nil && !meta.IsNoMatchError(err) {
+			return nil, err
+		}
 		o := &DRAObjects{}
+		for i := range rl.Items {
+			o.TaintRules = append(o.TaintRules, &rl.Items[i])
+		}
 		for i := range sl.Items {
 			o.Slices = append(o.Slices, &sl.Items[i])
 		}
@@ -84,7 +96,8 @@ func ListDRAObjects(c client.Reader) DRAObjectSource {
 	}
 }
 
-// addTo is o as a DRASource: the claims and templates, then the slices in
+// addTo is o as a DRASource: the claims, templates and device taint
+// rules, then the slices in
 // name order (the allocator tries pools in the order it is given them),
 // as the controller adds its cached objects.
 func (o *DRAObjects) addTo(b *cluster.Builder) error {
@@ -96,6 +109,11 @@ func (o *DRAObjects) addTo(b *cluster.Builder) error {
 	for _, t := range o.Templates {
 		if err := b.AddResourceClaimTemplate(t); err != nil {
 			return fmt.Errorf("resourceclaimtemplate %s/%s: %w", t.Namespace, t.Name, err)
+		}
+	}
+	for _, r := range o.TaintRules {
+		if err := b.AddDeviceTaintRule(r); err != nil {
+			return fmt.Errorf("devicetaintrule %s: %w", r.Name, err)
 		}
 	}
 	sorted := slices.Clone(o.Slices)
