@@ -65,6 +65,8 @@ type DRARequest struct {
 	// taint the request does not tolerate ("gpu-0 on node-a
 	// (gpu.nvidia.com/xid=79:NoSchedule)"); the allocator skips them.
 	Tainted []string
+	// TaintedByRule: a DeviceTaintRule's taint is among Tainted's.
+	TaintedByRule bool
 }
 
 // DRAFacts is what the cluster layer found for a pod set whose devices
@@ -216,8 +218,12 @@ func (g *draGroup) finding() verdict.Finding {
 			set, via, pending, g.fitNow, describeMatches(f.Requests), strings.Join(limit(g.holders, 10), "; "))
 	case DRAUnhealthy:
 		rule = verdict.RuleDRADeviceUnhealthy
-		msg = fmt.Sprintf("%s: the published devices would serve the DRA requests (%s) of all %s, but the driver tainted matching devices as unhealthy and the scheduler allocates none of those: the healthy ones serve %d. %s The pods wait until those devices are repaired and published untainted.",
-			set, via, pending, g.fitEmpty, describeTaints(f.Requests))
+		who, until := "the driver tainted matching devices as unhealthy", "those devices are repaired and published untainted"
+		if taintedByRule(f.Requests) {
+			who, until = "matching devices are tainted (as unhealthy by the driver, or by a DeviceTaintRule)", "those devices are repaired and published untainted, and the rules' taints removed"
+		}
+		msg = fmt.Sprintf("%s: the published devices would serve the DRA requests (%s) of all %s, but %s and the scheduler allocates none of those: the healthy ones serve %d. %s The pods wait until %s.",
+			set, via, pending, who, g.fitEmpty, describeTaints(f.Requests), until)
 		if len(g.holders) > 0 {
 			msg += " Other allocated claims hold matching devices too: " + strings.Join(limit(g.holders, 10), "; ") + "."
 		}
@@ -235,6 +241,9 @@ func (g *draGroup) finding() verdict.Finding {
 		fix = "wait, or free the devices those claims hold"
 	case DRAUnhealthy:
 		fix = "repair the named GPUs (an XID taint's value is the Xid in the node's kernel log; gpu-lost: reset the GPU or reboot the node), then restart the DRA driver's kubelet plugin so it publishes them untainted (NVIDIA's driver never clears a health taint by itself); never tolerate a health taint"
+		if taintedByRule(f.Requests) {
+			fix += "; a taint from a DeviceTaintRule: delete the rule (kubectl delete devicetaintrule NAME) once the devices it selects are serviced"
+		}
 	}
 	return verdict.Finding{Rule: rule, Severity: sev, Message: msg, Remediation: fix, Pods: limit(g.pods, 50)}
 }
@@ -269,6 +278,15 @@ func describeGaps(reqs []DRARequest) string {
 
 // describeTaints lists, per request, the published devices that match it
 // and those of them the driver tainted.
+func taintedByRule(reqs []DRARequest) bool {
+	for _, r := range reqs {
+		if r.TaintedByRule {
+			return true
+		}
+	}
+	return false
+}
+
 func describeTaints(reqs []DRARequest) string {
 	var parts []string
 	for _, r := range reqs {

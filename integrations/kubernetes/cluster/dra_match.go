@@ -154,10 +154,10 @@ func (j *draJudge) describeFacts(d *podDemand, f *schedule.DRAFacts) {
 	for _, rd := range d.descs {
 		r := schedule.DRARequest{Desc: rd.text, Matching: -1}
 		if devs != nil {
-			m, near, inClass, tainted := j.match(rd.req, devs)
+			m, near, inClass, tainted, byRule := j.match(rd.req, devs)
 			matched = matched.Union(m)
 			if f.Outcome != schedule.DRAWaits {
-				r.Matching, r.Nearest, r.NearestInClass, r.Tainted = m.Len(), near, inClass, tainted
+				r.Matching, r.Nearest, r.NearestInClass, r.Tainted, r.TaintedByRule = m.Len(), near, inClass, tainted, byRule
 			}
 		}
 		f.Requests = append(f.Requests, r)
@@ -295,7 +295,7 @@ func (j *draJudge) placeOne(claims []*resourcev1.ResourceClaim, allocated sets.S
 // when they pass the request's DeviceClass. tainted names the matching
 // devices whose taints the request does not tolerate (the allocator skips
 // them).
-func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, inClass bool, tainted []string) {
+func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out sets.Set[structured.DeviceID], nearest []schedule.DRADevice, inClass bool, tainted []string, byRule bool) {
 	alts := []resourcev1.ExactDeviceRequest{}
 	if r.Exactly != nil {
 		alts = append(alts, *r.Exactly)
@@ -316,8 +316,9 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out se
 		switch {
 		case score == 0:
 			out.Insert(dev.id)
-			if t := dev.untolerated(alts[alt].Tolerations); t != "" {
+			if t, rule := dev.untolerated(alts[alt].Tolerations); t != "" {
 				tainted = append(tainted, dev.facts().Name+" on "+dev.facts().Node+" ("+t+")")
+				byRule = byRule || rule
 			}
 		case best < 0 || score < best:
 			best, near = score, []*draDevice{dev}
@@ -326,15 +327,15 @@ func (j *draJudge) match(r *resourcev1.DeviceRequest, devs []*draDevice) (out se
 		}
 	}
 	if out.Len() > 0 {
-		return out, nil, false, tainted
+		return out, nil, false, tainted, byRule
 	}
-	return out, groupDevices(near, 5), len(near) > 0 && best < classMiss, nil
+	return out, groupDevices(near, 5), len(near) > 0 && best < classMiss, nil, false
 }
 
 // untolerated describes the NoSchedule and NoExecute taints of the
 // device that none of the tolerations tolerates, each naming the
-// DeviceTaintRule it comes from, or returns "".
-func (dev *draDevice) untolerated(tols []resourcev1.DeviceToleration) string {
+// DeviceTaintRule it comes from (byRule: one does), or returns "".
+func (dev *draDevice) untolerated(tols []resourcev1.DeviceToleration) (s string, byRule bool) {
 	var out []string
 	for k, t := range dev.device.Taints {
 		if !dra.Keeps(t) {
@@ -345,10 +346,12 @@ func (dev *draDevice) untolerated(tols []resourcev1.DeviceToleration) string {
 			ok = ok || resourceclaim.ToleratesTaint(tol, t)
 		}
 		if !ok {
-			out = append(out, dra.TaintString(t)+dev.taintOrigin(k))
+			origin := dev.taintOrigin(k)
+			out = append(out, dra.TaintString(t)+origin)
+			byRule = byRule || origin != ""
 		}
 	}
-	return strings.Join(out, ", ")
+	return strings.Join(out, ", "), byRule
 }
 
 // misses counts the conditions a device fails: 100 per failed class

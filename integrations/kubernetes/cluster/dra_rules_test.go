@@ -55,7 +55,7 @@ func TestDRADeviceTaintRules(t *testing.T) {
 	require.NoError(t, err)
 	h100s := string(data)
 	const head = "Master (1 pod) + Worker (1 pod): the published devices would serve the DRA requests (nvidia.com/gpu from DeviceClass gpu.nvidia.com) of all 2 pending pods, " +
-		"but the driver tainted matching devices as unhealthy and the scheduler allocates none of those: the healthy ones serve 0. " +
+		"but matching devices are tainted (as unhealthy by the driver, or by a DeviceTaintRule) and the scheduler allocates none of those: the healthy ones serve 0. " +
 		"nvidia.com/gpu: 1 from DeviceClass gpu.nvidia.com: 2 published devices match, 2 of them tainted: "
 	unhealthy := func(t *testing.T, in, tainted string) {
 		t.Helper()
@@ -65,7 +65,8 @@ func TestDRADeviceTaintRules(t *testing.T) {
 		require.Equal(t, 0, res.ExitCode())
 		fs := findingsOf(res, verdict.RuleDRADeviceUnhealthy)
 		require.Len(t, fs, 1)
-		require.Equal(t, head+tainted+". The pods wait until those devices are repaired and published untainted.", fs[0].Message)
+		require.Equal(t, head+tainted+". The pods wait until those devices are repaired and published untainted, and the rules' taints removed.", fs[0].Message)
+		require.Contains(t, fs[0].Remediation, "kubectl delete devicetaintrule NAME")
 	}
 	schedulable := func(t *testing.T, in string) {
 		t.Helper()

@@ -89,6 +89,13 @@ func (c *Controller) setupReconcilers() error {
 				return c.affectedByDevices(k.GVK().Kind)
 			}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 		}
+		if c.dra.rulesServed {
+			// So does a DeviceTaintRule added, changed or deleted: its
+			// taint takes devices out or gives them back.
+			bld = bld.Watches(&resourcev1.DeviceTaintRule{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+				return c.affectedByDevices(k.GVK().Kind)
+			}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+		}
 		if err := bld.WithOptions(controllerOptions()).Complete(r); err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", k.GVK().Kind, err)
 		}

@@ -67,10 +67,10 @@ func TestE2EPendingDRADeviceTaintRule(t *testing.T) {
 	require.Eventually(t, func() bool { wf = jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return wf != "" }, 20*time.Second, 100*time.Millisecond, c.logs.String())
 	taint := "gpu.example.com/maintenance=drain:NoSchedule from DeviceTaintRule " + rule.Name
 	want := verdict.RuleDRADeviceUnhealthy + ": Master (1 pod) + Worker (1 pod): the published devices would serve the DRA requests (resource claims gpu) of all 2 pending pods, " +
-		"but the driver tainted matching devices as unhealthy and the scheduler allocates none of those: the healthy ones serve 0. " +
+		"but matching devices are tainted (as unhealthy by the driver, or by a DeviceTaintRule) and the scheduler allocates none of those: the healthy ones serve 0. " +
 		"claim template " + ns + "/h100 request gpu: 1 device(s) of DeviceClass gpu.nvidia.com where " + sel + ": 2 published devices match, 2 of them tainted: " +
 		"gpu-0 on " + node + " (" + taint + "); gpu-1 on " + node + " (" + taint + "). " +
-		"The pods wait until those devices are repaired and published untainted."
+		"The pods wait until those devices are repaired and published untainted, and the rules' taints removed."
 	require.Equal(t, want, wf)
 	// Re-judged (a node change), past the grace: still waiting.
 	labelNode(t, node, map[string]string{"resync": "1"})

@@ -455,11 +455,19 @@ func taintFindings(allocated []device, rules []*resourcev1.DeviceTaintRule) []ve
 				byRule = append(byRule, rt)
 			}
 		}
-		if len(d.dev.Taints) == 0 && len(byRule) == 0 {
+		// Effect None is informational, the driver's as a rule's (the
+		// scheduler allocates such a device).
+		var own []resourcev1.DeviceTaint
+		for _, t := range d.dev.Taints {
+			if Keeps(t) {
+				own = append(own, t)
+			}
+		}
+		if len(own) == 0 && len(byRule) == 0 {
 			continue
 		}
-		ts := make([]string, 0, len(d.dev.Taints)+len(byRule))
-		for _, t := range d.dev.Taints {
+		ts := make([]string, 0, len(own)+len(byRule))
+		for _, t := range own {
 			ts = append(ts, TaintString(t))
 		}
 		var names []string
@@ -473,8 +481,8 @@ func taintFindings(allocated []device, rules []*resourcev1.DeviceTaintRule) []ve
 		}
 		f = append(f, verdict.Finding{
 			Rule: verdict.RuleDeviceTainted, Severity: verdict.SeverityFail, Devices: []string{d.id()},
-			Message:     fmt.Sprintf("device %s of ResourceClaim %s carries the taint(s) %s: %s", name, d.claim, strings.Join(ts, ", "), taintCause(len(d.dev.Taints) > 0, names)),
-			Remediation: taintFix(len(d.dev.Taints) > 0, names),
+			Message:     fmt.Sprintf("device %s of ResourceClaim %s carries the taint(s) %s: %s", name, d.claim, strings.Join(ts, ", "), taintCause(len(own) > 0, names)),
+			Remediation: taintFix(len(own) > 0, names),
 		})
 	}
 	return f

@@ -188,6 +188,12 @@ func TestTaintedDeviceAndFullGPU(t *testing.T) {
 	bad := rankOf(t, s, podWith("p1", "b"), 1)
 	require.Equal(t, []string{verdict.RuleDeviceTainted}, rules(bad.Report.Report))
 	require.Contains(t, bad.Report.Report.Findings[0].Message, "device gpu.nvidia.com/n1/gpu-1 ("+gpuB+") of ResourceClaim ns/b carries the taint(s) gpu.nvidia.com/xid=79:NoSchedule")
+
+	// Effect None is informational (the scheduler allocates the device):
+	// no finding, the driver's as a rule's.
+	sl.Spec.Devices[1].Taints[0].Effect = resourcev1.DeviceTaintEffectNone
+	note := rankOf(t, &Source{Objects: o}, podWith("p1", "b"), 1)
+	require.Equal(t, verdict.VerdictPass, note.Report.Report.Verdict, "%+v", note.Report.Report.Findings)
 }
 
 // Dynamic MIG: every placement is published, consuming the GPU's
