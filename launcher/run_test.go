@@ -297,7 +297,13 @@ func TestSignalsAreForwardedThenGraceThenKill(t *testing.T) {
 		return strings.Count(string(data), "\n") == 3
 	}, 2*time.Second, 10*time.Millisecond)
 	data, _ := os.ReadFile(rec)
-	require.Equal(t, "hangup\ninterrupt\nquit\n", string(data))
+	// Each is forwarded as it comes; two sent back to back may reach the
+	// child in either order (the kernel delivers pending signals by
+	// number, the child's runtime in turn), so only the first, sent 50 ms
+	// ahead, has its place.
+	got := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	require.Equal(t, "hangup", got[0], string(data))
+	require.ElementsMatch(t, []string{"hangup", "interrupt", "quit"}, got)
 }
 
 func waitFile(path string) {
