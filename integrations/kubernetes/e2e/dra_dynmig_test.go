@@ -27,6 +27,11 @@ import (
 // them, counting the counters; rankgate judges the Pending jobs with the
 // same allocator and decides gangs from the allocations.
 
+// The tests' nodes are named after their namespaces (name-2, ... when a
+// test repeats): without kubelet and the resourceclaim controller, the
+// claims a run allocated stay allocated, holding the devices of its
+// node's pool.
+
 // dynMIGNode is a Ready DRA node with one dynamic-MIG H100, the
 // DeviceClasses mig.nvidia.com and gpu.nvidia.com (full GPUs).
 func dynMIGNode(t testing.TB, node string) {
@@ -45,7 +50,7 @@ func dynMIGNode(t testing.TB, node string) {
 func TestE2EDRADynamicMIGGangPasses(t *testing.T) {
 	ns := newNamespace(t, "e2e-dra-dynmig-pass", true)
 	startScheduler(t)
-	node := "dra-dynmig-pass"
+	node := "dra-dynmig-pass" + strings.TrimPrefix(ns, "e2e-dra-dynmig-pass")
 	dynMIGNode(t, node)
 	tmpl := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
@@ -80,7 +85,7 @@ func TestE2EDRADynamicMIGGangPasses(t *testing.T) {
 func TestE2EDRADynamicMIGWaitsForCounters(t *testing.T) {
 	ns := newNamespace(t, "e2e-dra-dynmig-held", true)
 	startScheduler(t)
-	node := "dra-dynmig-held"
+	node := "dra-dynmig-held" + strings.TrimPrefix(ns, "e2e-dra-dynmig-held")
 	dynMIGNode(t, node)
 	holdGPU(t, ns, "holder", node, "gpu.nvidia.com")
 	tmpl := migTemplate(t, ns, "mig-1g", "1g.10gb", 1)
@@ -109,7 +114,7 @@ func TestE2EDRADynamicMIGWaitsForCounters(t *testing.T) {
 func TestE2EDRADynamicMIGHopeless(t *testing.T) {
 	ns := newNamespace(t, "e2e-dra-dynmig-never", true)
 	startScheduler(t)
-	node := "dra-dynmig-never"
+	node := "dra-dynmig-never" + strings.TrimPrefix(ns, "e2e-dra-dynmig-never")
 	dynMIGNode(t, node)
 	req := func(name, profile string, n int64) resourcev1.DeviceRequest {
 		return resourcev1.DeviceRequest{Name: name, Exactly: &resourcev1.ExactDeviceRequest{DeviceClassName: "mig.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: n,
