@@ -64,6 +64,8 @@ type draJudge struct {
 	// sick: some published device carries a health taint (healthTaints)
 	// or a NoSchedule or NoExecute taint of a DeviceTaintRule.
 	sick bool
+	// peers: the devices consuming each counter set (dra_counters.go).
+	peers map[counterKey][]*draDevice
 }
 
 // slicesFor are the slices whose devices a node may get (heal: with the

@@ -148,7 +148,8 @@ func (j *draJudge) describeFacts(d *podDemand, f *schedule.DRAFacts) {
 	case schedule.DRANoDevice, schedule.DRAGangTooLarge, schedule.DRAUnhealthy:
 		devs = j.all
 	case schedule.DRAWaits:
-		devs = j.heldDevs
+		// The held devices, and those whose counters they may hold.
+		devs = j.heldAndSharing()
 	}
 	matched := sets.New[structured.DeviceID]()
 	for _, rd := range d.descs {
@@ -163,7 +164,7 @@ func (j *draJudge) describeFacts(d *podDemand, f *schedule.DRAFacts) {
 		f.Requests = append(f.Requests, r)
 	}
 	if f.Outcome == schedule.DRAWaits || f.Outcome == schedule.DRAUnhealthy {
-		f.Holders = j.holders(matched)
+		f.Holders = j.holders(matched, j.counterHolders(matched))
 	}
 }
 
@@ -410,9 +411,14 @@ func capacityOf(dev *draDevice, name resourcev1.QualifiedName) (quantity, bool) 
 	return quantity{}, false
 }
 
-// holders names the allocated claims that hold matching devices.
-func (j *draJudge) holders(matched sets.Set[structured.DeviceID]) []string {
+// holders names the allocated claims that hold matching devices, or
+// devices consuming the counters that matching devices need (byCounters:
+// the counter set of each).
+func (j *draJudge) holders(matched sets.Set[structured.DeviceID], byCounters map[structured.DeviceID]string) []string {
 	ids := matched.UnsortedList()
+	for id := range byCounters {
+		ids = append(ids, id)
+	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a].String() < ids[b].String() })
 	var out []string
 	for _, id := range ids {
@@ -431,6 +437,9 @@ func (j *draJudge) holders(matched sets.Set[structured.DeviceID]) []string {
 			s += " (pod " + strings.Join(pods, ", ") + ")"
 		}
 		s += " holds " + j.byID[id].facts().String()
+		if set, ok := byCounters[id]; ok {
+			s += ", which consumes the counters of counter set " + set + " that the matching devices draw on"
+		}
 		out = append(out, strings.TrimSpace(s))
 	}
 	return out

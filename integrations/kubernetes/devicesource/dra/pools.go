@@ -361,6 +361,9 @@ func (v *poolView) inventory(allocated []device) (*topology.Inventory, []string)
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].id < all[j].id })
 	b := newInventoryBuilder(v.s.catalog())
+	for _, d := range all {
+		b.number(d.device)
+	}
 	for _, d := range present(all, isAllocated) {
 		b.add(d.device)
 	}

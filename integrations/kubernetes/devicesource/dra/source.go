@@ -297,11 +297,9 @@ func (s *Source) inventory(allocated []device) (*topology.Inventory, []string) {
 	for p := range pools {
 		for _, sl := range s.Objects.Pool(p[0], p[1]) {
 			for i := range sl.Spec.Devices {
-				d := device{slice: sl, dev: &sl.Spec.Devices[i]}
-				if d.kind() == "" || (d.kind() == topology.KindMIG && d.dynamic() && !isAllocated[d.id()]) {
-					continue
+				if d := (device{slice: sl, dev: &sl.Spec.Devices[i]}); d.kind() != "" {
+					all = append(all, d)
 				}
-				all = append(all, d)
 			}
 		}
 	}
@@ -309,6 +307,10 @@ func (s *Source) inventory(allocated []device) (*topology.Inventory, []string) {
 	all = slices.CompactFunc(all, func(a, b device) bool { return a.id() == b.id() })
 	b := newInventoryBuilder(s.catalog())
 	for _, d := range all {
+		b.number(d)
+		if d.kind() == topology.KindMIG && d.dynamic() && !isAllocated[d.id()] {
+			continue
+		}
 		b.add(d)
 	}
 	refs := make([]string, len(allocated))
@@ -324,10 +326,48 @@ type inventoryBuilder struct {
 	catalog *topology.Catalog
 	byUUID  map[string]int // GPU UUID -> index in inv.GPUs
 	refs    map[string]string
+	// placement numbers the dynamic MIG placements of each GPU (number),
+	// next counts them by parent UUID.
+	placement map[string]int
+	next      map[string]int
 }
 
 func newInventoryBuilder(c *topology.Catalog) *inventoryBuilder {
-	return &inventoryBuilder{inv: &topology.Inventory{Source: "dra"}, catalog: c, byUUID: map[string]int{}, refs: map[string]string{}}
+	return &inventoryBuilder{inv: &topology.Inventory{Source: "dra"}, catalog: c, byUUID: map[string]int{}, refs: map[string]string{},
+		placement: map[string]int{}, next: map[string]int{}}
+}
+
+// number gives a dynamic MIG placement its MIG device index: its place
+// among its GPU's published placements, in the order of their IDs (every
+// placement numbered, allocated or not, once each). A placement has no
+// uuid and no index of its own until the driver creates it; numbered by
+// its place in the inventory of one rank's devices, placements of one
+// GPU given to two ranks would both read as MIG device 0 of that GPU, the
+// same device.
+func (b *inventoryBuilder) number(d device) {
+	if d.kind() != topology.KindMIG || !d.dynamic() {
+		return
+	}
+	if _, ok := b.placement[d.id()]; ok {
+		return
+	}
+	parent := d.str("parentUUID")
+	b.placement[d.id()] = b.next[parent]
+	b.next[parent]++
+}
+
+// migIndex is the index of MIG device d of GPU g: the placement's number
+// where it has one free on g, else the next after g's MIG devices.
+func (b *inventoryBuilder) migIndex(g *topology.GPU, d device) int {
+	next := 0
+	for _, m := range g.MIGDevices {
+		next = max(next, m.Index+1)
+	}
+	k, ok := b.placement[d.id()]
+	if !ok || d.str("uuid") != "" || slices.ContainsFunc(g.MIGDevices, func(m topology.MIGDevice) bool { return m.Index == k }) {
+		return next
+	}
+	return k
 }
 
 // gpu is the inventory's GPU with uuid, added on first sight with the
@@ -379,7 +419,7 @@ func (b *inventoryBuilder) add(d device) {
 	}
 	g := b.gpu(parent, d)
 	g.MIGCurrent = topology.ModeEnabled
-	m := topology.MIGDevice{Index: len(g.MIGDevices), UUID: uuid, GPUInstanceID: -1, ComputeInstanceID: -1,
+	m := topology.MIGDevice{Index: b.migIndex(g, d), UUID: uuid, GPUInstanceID: -1, ComputeInstanceID: -1,
 		Profile: d.str("profile"), SMs: d.sms(), MemoryMiB: d.memoryMiB()}
 	g.MIGDevices = append(g.MIGDevices, m)
 	if uuid == "" {

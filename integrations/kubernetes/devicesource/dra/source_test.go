@@ -216,6 +216,32 @@ func TestDynamicMIGPlacementsAreNotInstances(t *testing.T) {
 	require.Equal(t, []string{verdict.RuleMIGParentAllocated}, rules(r.Report.Report))
 }
 
+// Dynamic MIG as the driver publishes it (clustertest.DynamicMIGSlices):
+// two ranks given two 1g.10gb placements of one GPU hold two devices,
+// though neither placement has a uuid nor an index of its own: numbered
+// in each rank's inventory by its place there, both read as MIG device 0
+// of that GPU, and the gang as one device given twice.
+func TestDynamicMIGPlacementsOfOneGPUAreDistinct(t *testing.T) {
+	o := &objects{claims: map[string]*resourcev1.ResourceClaim{
+		"ns/a": claimed("a", "gpu-0-mig-1g10gb-19-0"), "ns/b": claimed("b", "gpu-0-mig-1g10gb-19-1"),
+	}, slices: clustertest.DynamicMIGSlices("n1", clustertest.DRADynamicGPU{UUID: gpuA, Product: h100, Driver: driver})}
+	for _, pools := range []*Pools{nil, {}} {
+		s := &Source{Objects: o, Drivers: preflight.DefaultDriverTable(), Pools: pools}
+		var ids []string
+		for r, c := range []string{"a", "b"} {
+			got := rankOf(t, s, podWith(fmt.Sprintf("p%d", r), c), r)
+			require.True(t, got.Known)
+			require.Equal(t, verdict.VerdictPass, got.Report.Report.Verdict, "%+v", got.Report.Report.Findings)
+			require.Len(t, got.Report.Report.Devices, 1)
+			d := got.Report.Report.Devices[0]
+			require.Equal(t, "1g.10gb", d.Profile)
+			require.Equal(t, fmt.Sprintf("gpu.nvidia.com/n1/gpu-0-mig-1g10gb-19-%d", r), d.DRA)
+			ids = append(ids, d.ID)
+		}
+		require.NotEqual(t, ids[0], ids[1], "pools %v", pools != nil)
+	}
+}
+
 // Disagreement: the rank's own report names other devices than its
 // allocation.
 func TestDisagreement(t *testing.T) {
