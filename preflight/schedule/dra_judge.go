@@ -271,7 +271,7 @@ func describeGaps(reqs []DRARequest) string {
 	}
 	out := strings.Join(parts, ". ") + "."
 	if allMatch(reqs) {
-		out += " Each request matches devices on its own, but no node holds all of one pod's requests together among the untainted ones (counts, constraints such as matchAttribute, devices on different nodes, device taints)."
+		out += " Each request matches devices on its own, but no node holds all of one pod's requests together among the untainted ones (counts, constraints such as matchAttribute, devices on different nodes, device taints, or the shared counters of a GPU whose dynamic MIG placements they draw on)."
 	}
 	return out
 }

@@ -377,6 +377,13 @@ func draDevice(d verdict.DeviceSummary) (v1alpha1.DRADevice, bool) {
 	if i <= 0 || j <= i || j == len(d.DRA)-1 {
 		return v1alpha1.DRADevice{}, false
 	}
-	return v1alpha1.DRADevice{Driver: verdict.Truncate(d.DRA[:i], 63), Pool: verdict.Truncate(d.DRA[i+1:j], 253), Device: verdict.Truncate(d.DRA[j+1:], 128),
-		UUID: verdict.Truncate(d.ID, 128), Profile: verdict.Truncate(d.Profile, 64)}, true
+	dev := v1alpha1.DRADevice{Driver: verdict.Truncate(d.DRA[:i], 63), Pool: verdict.Truncate(d.DRA[i+1:j], 253), Device: verdict.Truncate(d.DRA[j+1:], 128),
+		Profile: verdict.Truncate(d.Profile, 64)}
+	// A dynamic MIG placement has no UUID until the driver creates its
+	// instance: its ID is then the rank's own numbering (GPU:index), not
+	// one to show as a UUID.
+	if strings.HasPrefix(d.ID, "GPU-") || strings.HasPrefix(d.ID, "MIG-") {
+		dev.UUID = verdict.Truncate(d.ID, 128)
+	}
+	return dev, true
 }

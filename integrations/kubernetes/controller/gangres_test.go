@@ -213,3 +213,15 @@ func TestHeldSummaryShowsAsReport(t *testing.T) {
 	require.Equal(t, wantOmitted, omitted)
 	require.Equal(t, []string{"B_RULE", "C_FAIL"}, got[2].Rules)
 }
+
+// A Gang shows a DRA device's UUID where the driver published one; a
+// dynamic MIG placement has none until its instance exists (its ID is the
+// rank's own GPU:index numbering).
+func TestDRADeviceUUIDOnlyWhenPublished(t *testing.T) {
+	d, ok := draDevice(verdict.DeviceSummary{DRA: "gpu.nvidia.com/node-a/gpu-0-mig-1g10gb-19-0", ID: "0:3", Profile: "1g.10gb"})
+	require.True(t, ok)
+	require.Equal(t, v1alpha1.DRADevice{Driver: "gpu.nvidia.com", Pool: "node-a", Device: "gpu-0-mig-1g10gb-19-0", Profile: "1g.10gb"}, d)
+	d, ok = draDevice(verdict.DeviceSummary{DRA: "gpu.nvidia.com/node-a/gpu-1", ID: "GPU-8d116ece-1738-47d9-bd9c-172411e20b8f", Profile: "full"})
+	require.True(t, ok)
+	require.Equal(t, "GPU-8d116ece-1738-47d9-bd9c-172411e20b8f", d.UUID)
+}
