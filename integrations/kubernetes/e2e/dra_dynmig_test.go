@@ -125,18 +125,7 @@ func TestE2EDRADynamicMIGHopeless(t *testing.T) {
 			Requests: []resourcev1.DeviceRequest{req("big", "3g.40gb", 2), req("small", "1g.10gb", 1)}}}}}
 	require.NoError(t, k8s.Create(context.Background(), tmpl))
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
-	start := time.Now()
-	job, pods := claimJob(t, ns, "never", node, tmpl)
-	for _, p := range pods {
-		waitUnschedulable(t, p)
-	}
-	require.Eventually(t, func() bool { return isSuspended(t, job) }, controller.DefaultPendingGrace+15*time.Second, 100*time.Millisecond, c.logs.String())
-	took := time.Since(start)
-	require.Less(t, took, controller.DefaultPendingGrace+10*time.Second, "not within grace + a few seconds")
-	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[contract.AnnotationVerdict])
-	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
-	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+	_, a, took := hopelessClaimJob(t, c, ns, "never", node, tmpl)
 	require.Contains(t, a[contract.AnnotationReason], "no device published in any ResourceSlice can serve a pod's DRA requests")
 	require.Contains(t, a[contract.AnnotationReason], "request big: 2 device(s) of DeviceClass mig.nvidia.com where device.attributes['gpu.nvidia.com'].profile == '3g.40gb': 2 devices match on their own")
 	t.Logf("suspended after %s\nreason: %s", took.Round(time.Millisecond), a[contract.AnnotationReason])

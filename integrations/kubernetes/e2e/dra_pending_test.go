@@ -180,18 +180,7 @@ func TestE2EPendingDRANoDeviceSuspended(t *testing.T) {
 	tmpl := migSlice(t, node, ns)
 	require.NoError(t, k8s.Create(context.Background(), tmpl))
 	c := startController(t, controller.Options{GangTimeout: time.Hour})
-	start := time.Now()
-	job, pods := claimJob(t, ns, "nodev", node, tmpl)
-	for _, p := range pods {
-		waitUnschedulable(t, p)
-	}
-	require.Eventually(t, func() bool { return isSuspended(t, job) }, controller.DefaultPendingGrace+15*time.Second, 100*time.Millisecond, c.logs.String())
-	took := time.Since(start)
-	require.Less(t, took, controller.DefaultPendingGrace+10*time.Second, "not within grace + a few seconds")
-	a := appliedVerdict(t, job)
-	require.Equal(t, "fail", a[contract.AnnotationVerdict])
-	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
-	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+	job, a, took := hopelessClaimJob(t, c, ns, "nodev", node, tmpl)
 	require.NotContains(t, a[contract.AnnotationRules], verdict.RuleDRANotJudged)
 	require.Contains(t, a[contract.AnnotationReason], "no device published in any ResourceSlice can serve a pod's DRA requests")
 	require.Contains(t, a[contract.AnnotationReason], "profile == '7g.80gb': "+nearest1g10gb+node)
@@ -369,4 +358,25 @@ func draPyTorchJob(ns, name, res string, n int64) *kubeflowv1.PyTorchJob {
 			kubeflowv1.PyTorchJobReplicaTypeWorker: {Replicas: ptr.To(int32(1)), Template: *tmpl.DeepCopy()},
 		}},
 	}
+}
+
+// hopelessClaimJob creates claimJob's job on node with tmpl, whose pods no
+// device can serve: it returns the job once the watchdog suspended it
+// (within the grace and a few seconds) with SHAPE_MISMATCH, its applied
+// annotations, and how long it took.
+func hopelessClaimJob(t *testing.T, c *ctrl, ns, name, node string, tmpl *resourcev1.ResourceClaimTemplate) (client.Object, map[string]string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	job, pods := claimJob(t, ns, name, node, tmpl)
+	for _, p := range pods {
+		waitUnschedulable(t, p)
+	}
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, controller.DefaultPendingGrace+15*time.Second, 100*time.Millisecond, c.logs.String())
+	took := time.Since(start)
+	require.Less(t, took, controller.DefaultPendingGrace+10*time.Second, "not within grace + a few seconds")
+	a := appliedVerdict(t, job)
+	require.Equal(t, "fail", a[contract.AnnotationVerdict])
+	require.Equal(t, controller.ActionSuspend, a[contract.AnnotationAction])
+	require.Contains(t, strings.Split(a[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+	return job, a, took
 }

@@ -114,23 +114,7 @@ func TestE2EPendingDRAUnhealthyDevicesWait(t *testing.T) {
 		stored.Spec.Devices[i].Taints = nil
 	}
 	require.NoError(t, k8s.Update(ctx, stored))
-	require.Eventually(t, func() bool {
-		for _, p := range pods {
-			f := &corev1.Pod{}
-			if k8s.Get(ctx, client.ObjectKeyFromObject(p), f) != nil || f.Spec.NodeName != node {
-				return false
-			}
-		}
-		return true
-	}, 60*time.Second, 200*time.Millisecond, "the scheduler did not bind the ranks on the repaired GPUs")
-	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return !ok }, 20*time.Second, 100*time.Millisecond,
-		"rankgate.io/waiting-for stayed after the ranks were bound:\n%s", c.logs.String())
-	require.False(t, isSuspended(t, job))
-	// Bound with their claims allocated, the ranks are judged from the
-	// allocations: two pods on one node, a warning.
-	a = appliedVerdict(t, job)
-	require.Equal(t, "warn", a[contract.AnnotationVerdict], c.logs.String())
-	require.Equal(t, verdict.RuleGangSplitPodsSameNode, a[contract.AnnotationRules])
+	boundAndWarned(t, c, job, pods, node, "the scheduler did not bind the ranks on the repaired GPUs")
 	t.Logf("waiting-for: %s", wf)
 }
 
@@ -231,4 +215,28 @@ func TestE2EPendingDRAMixedWithDevicePlugin(t *testing.T) {
 	require.Empty(t, a[contract.AnnotationWaitingFor])
 	require.Empty(t, jobEvents(t, extJob)["PendingFailed"])
 	t.Logf("device plugin job: %s\nDRA job: %s", appliedVerdict(t, migJob)[contract.AnnotationReason], reason)
+}
+
+// boundAndWarned waits until the scheduler bound every pod of job on
+// node (failing with why) and the job no longer waits; then, bound with
+// their claims allocated, the ranks are judged from the allocations: two
+// pods on one node, a warning, and the job runs.
+func boundAndWarned(t *testing.T, c *ctrl, job client.Object, pods []*corev1.Pod, node, why string) {
+	t.Helper()
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		for _, p := range pods {
+			f := &corev1.Pod{}
+			if k8s.Get(ctx, client.ObjectKeyFromObject(p), f) != nil || f.Spec.NodeName != node {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 200*time.Millisecond, why)
+	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return !ok }, 20*time.Second, 100*time.Millisecond,
+		"rankgate.io/waiting-for stayed after the ranks were bound:\n%s", c.logs.String())
+	require.False(t, isSuspended(t, job))
+	a := appliedVerdict(t, job)
+	require.Equal(t, "warn", a[contract.AnnotationVerdict], c.logs.String())
+	require.Equal(t, verdict.RuleGangSplitPodsSameNode, a[contract.AnnotationRules])
 }

@@ -86,20 +86,6 @@ func TestE2EPendingDRADeviceTaintRule(t *testing.T) {
 
 	// Serviced: the admin deletes the rule; the slice never changed.
 	require.NoError(t, k8s.Delete(ctx, rule))
-	require.Eventually(t, func() bool {
-		for _, p := range pods {
-			f := &corev1.Pod{}
-			if k8s.Get(ctx, client.ObjectKeyFromObject(p), f) != nil || f.Spec.NodeName != node {
-				return false
-			}
-		}
-		return true
-	}, 60*time.Second, 200*time.Millisecond, "the scheduler did not bind the ranks once the DeviceTaintRule was deleted")
-	require.Eventually(t, func() bool { _, ok := jobAnnotations(t, job)[contract.AnnotationWaitingFor]; return !ok }, 20*time.Second, 100*time.Millisecond,
-		"rankgate.io/waiting-for stayed after the ranks were bound:\n%s", c.logs.String())
-	require.False(t, isSuspended(t, job))
-	a = appliedVerdict(t, job)
-	require.Equal(t, "warn", a[contract.AnnotationVerdict], c.logs.String())
-	require.Equal(t, verdict.RuleGangSplitPodsSameNode, a[contract.AnnotationRules])
+	boundAndWarned(t, c, job, pods, node, "the scheduler did not bind the ranks once the DeviceTaintRule was deleted")
 	t.Logf("waiting-for: %s", wf)
 }
