@@ -429,7 +429,7 @@ func kueuePendingShape(t *testing.T, c *ctrl, queued map[string]string) {
 	key := client.ObjectKeyFromObject(tj)
 	require.True(t, ptr.Deref(tj.Spec.Suspend, false), "Kueue's webhook did not suspend the queued TrainJob")
 	w := kueueWorkloadOf(t, tj)
-	require.Eventually(t, func() bool { return workloadAdmitted(t, w) && !trainJobSuspended(t, key) },
+	require.Eventually(t, func() bool { return workloadAdmitted(t, w) && !isSuspended(t, tj) },
 		30*time.Second, 100*time.Millisecond, "Kueue did not admit the TrainJob")
 	js := &jobsetapi.JobSet{}
 	require.Eventually(t, func() bool { return k8s.Get(context.Background(), key, js) == nil },
@@ -462,7 +462,7 @@ func kueuePendingShape(t *testing.T, c *ctrl, queued map[string]string) {
 		ev := kueueConditionOf(f, "Evicted")
 		return ev != nil && ev["status"] == "True" && ev["reason"] == "Deactivated"
 	}, 30*time.Second, 100*time.Millisecond, "Kueue did not evict the deactivated Workload")
-	require.Eventually(t, func() bool { return trainJobSuspended(t, key) }, 30*time.Second, 100*time.Millisecond,
+	require.Eventually(t, func() bool { return isSuspended(t, tj) }, 30*time.Second, 100*time.Millisecond,
 		"Kueue did not suspend the TrainJob of its deactivated Workload")
 	fresh := &trainjob.TrainJob{}
 	require.NoError(t, k8s.Get(context.Background(), key, fresh))
@@ -508,7 +508,7 @@ func kueueAdmittedPass(t *testing.T, gateURL string, queued map[string]string) {
 	requireJobSetUpdatesValidated(t, ns)
 
 	createLocalQueue(t, ns)
-	require.Eventually(t, func() bool { return workloadAdmitted(t, w) && !trainJobSuspended(t, key) },
+	require.Eventually(t, func() bool { return workloadAdmitted(t, w) && !isSuspended(t, tj) },
 		30*time.Second, 100*time.Millisecond, "Kueue did not admit the TrainJob")
 	// The Trainer applies the JobSet again: resumed, with Kueue's patch.
 	require.Eventually(t, func() bool {
@@ -533,7 +533,7 @@ func kueueAdmittedPass(t *testing.T, gateURL string, queued map[string]string) {
 	}
 	require.Equal(t, "pass", appliedVerdict(t, tj)[contract.AnnotationVerdict])
 	require.True(t, workloadActive(t, w))
-	require.False(t, trainJobSuspended(t, key))
+	require.False(t, isSuspended(t, tj))
 	g := gangOf(t, tj)
 	require.NotNil(t, g)
 	require.EqualValues(t, 2, g.Spec.ExpectedRanks, "the initializer was counted as a rank")

@@ -91,18 +91,7 @@ func completeInitializer(t *testing.T, ns, jobSet string) {
 	p := pods[0]
 	require.Empty(t, p.Spec.InitContainers, "an initializer pod was gated")
 	require.NotContains(t, p.Labels, controller.LabelJobName, "an initializer pod carries the gate's job-name label")
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(&p), &p); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		p.Status.Phase = corev1.PodSucceeded
-		p.Status.StartTime = &now
-		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: "PodCompleted"}}
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}}}
-		return k8s.Status().Update(context.Background(), &p)
-	}))
+	endPod(t, &p, 0)
 }
 
 // boundNodePods waits until the Job controller made n pods of the node
@@ -126,13 +115,6 @@ func boundNodePods(t *testing.T, ns, jobSet string, n int) []*corev1.Pod {
 		return true
 	}, 60*time.Second, 100*time.Millisecond, "the node pods were not made and bound")
 	return out
-}
-
-func trainJobSuspended(t *testing.T, key client.ObjectKey) bool {
-	t.Helper()
-	tj := &trainjob.TrainJob{}
-	require.NoError(t, k8s.Get(context.Background(), key, tj))
-	return ptr.Deref(tj.Spec.Suspend, false)
 }
 
 // TrainJobs through the real chain (Trainer -> JobSet -> Job -> pods ->
@@ -181,7 +163,7 @@ func TestE2EChainTrainJob(t *testing.T) {
 	}
 
 	require.Equal(t, "pass", appliedVerdict(t, same)[contract.AnnotationVerdict])
-	require.False(t, trainJobSuspended(t, client.ObjectKeyFromObject(same)))
+	require.False(t, isSuspended(t, same))
 	g := gangOf(t, same)
 	require.NotNil(t, g)
 	require.EqualValues(t, 2, g.Spec.ExpectedRanks, "the initializer was counted as a rank")
@@ -189,7 +171,7 @@ func TestE2EChainTrainJob(t *testing.T) {
 	a := appliedVerdict(t, mixed)
 	require.Equal(t, "fail", a[contract.AnnotationVerdict])
 	t.Logf("mixed: rules %s\nreason: %s\nrank 1: %s", a[contract.AnnotationRules], a[contract.AnnotationReason], ranks[3].termination())
-	require.True(t, trainJobSuspended(t, client.ObjectKeyFromObject(mixed)))
+	require.True(t, isSuspended(t, mixed))
 	// The real chain frees the GPUs: the Trainer suspends the JobSet, the
 	// JobSet controller its Jobs, and the Job controller deletes the pods.
 	require.Eventually(t, func() bool { return jobSetSuspended(t, &jobsetapi.JobSet{ObjectMeta: mixed.ObjectMeta}) },
@@ -287,7 +269,7 @@ func TestE2EChainPendingAndControllerDown(t *testing.T) {
 		start = time.Now()
 		return len(pods) == 2
 	}, 30*time.Second, 100*time.Millisecond, "the scheduler did not find the node pods unschedulable")
-	require.Eventually(t, func() bool { return trainJobSuspended(t, client.ObjectKeyFromObject(tj)) },
+	require.Eventually(t, func() bool { return isSuspended(t, tj) },
 		15*time.Second, 100*time.Millisecond, "the watchdog did not suspend the TrainJob within 15 s")
 	t.Logf("suspended %s after its pods were unschedulable (pending grace %s)", time.Since(start).Round(time.Millisecond), controller.DefaultPendingGrace)
 	a := appliedVerdict(t, tj)
@@ -356,7 +338,7 @@ func TestE2EChainJobSetRestart(t *testing.T) {
 	first := run([]string{"1:0", "1:1"}, 0)
 	require.Equal(t, "pass", appliedVerdict(t, js)[contract.AnnotationVerdict])
 
-	failPod(t, first[1])
+	endPod(t, first[1], 1)
 	// The kubelet's part in the foreground deletion: a deleted pod goes.
 	require.Eventually(t, func() bool {
 		restarted := 0
@@ -381,18 +363,24 @@ func TestE2EChainJobSetRestart(t *testing.T) {
 	require.True(t, jobSetSuspended(t, js))
 }
 
-// failPod plays the kubelet for a pod whose container exited 1.
-func failPod(t *testing.T, p *corev1.Pod) {
+// endPod plays the kubelet for a pod whose one container exited with
+// code: it succeeded (0) or failed.
+func endPod(t *testing.T, p *corev1.Pod, code int32) {
 	t.Helper()
+	phase, reason, ready := corev1.PodSucceeded, "Completed", "PodCompleted"
+	if code != 0 {
+		phase, reason, ready = corev1.PodFailed, "Error", "PodFailed"
+	}
 	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
 			return err
 		}
 		now := metav1.Now()
-		p.Status.Phase = corev1.PodFailed
+		p.Status.Phase = phase
 		p.Status.StartTime = &now
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now, Reason: ready}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", StartedAt: now, FinishedAt: now}}}}
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: reason, StartedAt: now, FinishedAt: now}}}}
 		return k8s.Status().Update(context.Background(), p)
 	}))
 }

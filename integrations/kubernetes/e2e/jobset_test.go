@@ -109,7 +109,7 @@ func jobSetRankPods(t *testing.T, js *jobsetapi.JobSet, n int, nodes []string, g
 	return out
 }
 
-func jobSetSuspended(t *testing.T, js *jobsetapi.JobSet) bool {
+func jobSetSuspended(t testing.TB, js *jobsetapi.JobSet) bool {
 	t.Helper()
 	fresh := &jobsetapi.JobSet{}
 	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(js), fresh))

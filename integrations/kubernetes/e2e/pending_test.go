@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller"
 	"github.com/rankgate/rankgate/verdict"
@@ -69,6 +71,12 @@ func isSuspended(t testing.TB, o client.Object) bool {
 		f := &mpiv2beta1.MPIJob{}
 		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(j), f))
 		return f.Spec.RunPolicy.Suspend != nil && *f.Spec.RunPolicy.Suspend
+	case *trainjob.TrainJob:
+		f := &trainjob.TrainJob{}
+		require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(j), f))
+		return f.Spec.Suspend != nil && *f.Spec.Suspend
+	case *jobsetapi.JobSet:
+		return jobSetSuspended(t, j)
 	}
 	t.Fatalf("unknown kind %T", o)
 	return false
