@@ -49,6 +49,24 @@ func draObjectsOf(t *testing.T, name string) []runtime.Object {
 	return out
 }
 
+// diagnoseLiveJob judges job ns/name as live diagnose does, on a fake API
+// server holding objs, which leaves no note.
+func diagnoseLiveJob(t *testing.T, ns, name string, objs ...runtime.Object) schedule.Result {
+	t.Helper()
+	live := newFakeLive(t, objs...)
+	ctx := context.Background()
+	b := NewBuilder()
+	require.NoError(t, live.LoadCluster(ctx, b))
+	require.Empty(t, live.Notes)
+	got, err := live.Job(ctx, ns, name, "")
+	require.NoError(t, err)
+	w, err := b.WorkloadFor(got)
+	require.NoError(t, err)
+	e := schedule.New()
+	res := e.Diagnose(e.NewCluster(b.Nodes()), w)
+	return res
+}
+
 // Live diagnose reads the slices and claims from the API and names the
 // claims that hold the devices the job waits for.
 func TestLiveDRAJobWaitsForHeldDevices(t *testing.T) {
@@ -57,17 +75,7 @@ func TestLiveDRAJobWaitsForHeldDevices(t *testing.T) {
 	j, err := kubeflow.FromObject(job)
 	require.NoError(t, err)
 	objs = append(append(objs, job), jobPods(j, "0/1 nodes are available: 1 cannot allocate all claims.")...)
-	live := newFakeLive(t, objs...)
-	ctx := context.Background()
-	b := NewBuilder()
-	require.NoError(t, live.LoadCluster(ctx, b))
-	require.Empty(t, live.Notes)
-	got, err := live.Job(ctx, "ml", "bert-ext", "")
-	require.NoError(t, err)
-	w, err := b.WorkloadFor(got)
-	require.NoError(t, err)
-	e := schedule.New()
-	res := e.Diagnose(e.NewCluster(b.Nodes()), w)
+	res := diagnoseLiveJob(t, "ml", "bert-ext", objs...)
 	require.Equal(t, verdict.RuleWaitCapacity, res.Rule, res.Report.Reason(0))
 	fs := findingsOf(res, verdict.RuleWaitCapacity)
 	require.NotEmpty(t, fs)

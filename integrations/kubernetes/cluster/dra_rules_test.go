@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
-	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -160,17 +158,7 @@ func TestLiveDRADeviceTaintRule(t *testing.T) {
 		Taint:          resourcev1.DeviceTaint{Key: maintKey, Effect: resourcev1.DeviceTaintEffectNoSchedule},
 	}}
 	objs = append(append(objs, job, rule), jobPods(j, "0/1 nodes are available: 1 cannot allocate all claims.")...)
-	live := newFakeLive(t, objs...)
-	ctx := context.Background()
-	b := NewBuilder()
-	require.NoError(t, live.LoadCluster(ctx, b))
-	require.Empty(t, live.Notes)
-	got, err := live.Job(ctx, "ml", "bert-ext", "")
-	require.NoError(t, err)
-	w, err := b.WorkloadFor(got)
-	require.NoError(t, err)
-	e := schedule.New()
-	res := e.Diagnose(e.NewCluster(b.Nodes()), w)
+	res := diagnoseLiveJob(t, "ml", "bert-ext", objs...)
 	require.Equal(t, verdict.RuleDRADeviceUnhealthy, res.Rule, res.Report.Reason(0))
 	fs := findingsOf(res, verdict.RuleDRADeviceUnhealthy)
 	require.Len(t, fs, 1)

@@ -23,25 +23,7 @@ import (
 // service would serve waits (DRA_DEVICE_UNHEALTHY), as in the scheduler,
 // so it is admitted as it is without the rule.
 func TestHandleJudgesDRAWithTaintRules(t *testing.T) {
-	const tmpl = `
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: mig-1g
-  namespace: ml
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly:
-          deviceClassName: mig.nvidia.com
-          selectors:
-          - cel:
-              expression: device.attributes['gpu.nvidia.com'].profile == '1g.10gb'
-`
-	ns, dcs, dra, job := draDump(t, tmpl)
+	ns, dcs, dra, job := draDump(t, mig1gTemplate)
 	j := job.DeepCopy()
 	for _, rs := range j.Spec.PyTorchReplicaSpecs {
 		rs.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("mig-1g")

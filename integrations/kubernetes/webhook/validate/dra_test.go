@@ -158,8 +158,9 @@ func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceCl
 // published profile is admitted; a full GPU no published device is is
 // left to the cluster autoscaler (as through the device plugin); where the
 // DRA objects are not known, nothing is judged.
-func TestHandleJudgesDRAClaims(t *testing.T) {
-	const templates = `
+// mig1gTemplate is a ResourceClaimTemplate ml/mig-1g asking one 1g.10gb
+// MIG device.
+const mig1gTemplate = `
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -176,6 +177,10 @@ spec:
           selectors:
           - cel:
               expression: device.attributes['gpu.nvidia.com'].profile == '1g.10gb'
+`
+
+func TestHandleJudgesDRAClaims(t *testing.T) {
+	const templates = mig1gTemplate + `
 ---
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
