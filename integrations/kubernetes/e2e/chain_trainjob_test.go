@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,14 +231,10 @@ func namespaceCA(t *testing.T, ns string) string {
 	return f
 }
 
-// hasGateInit: p has the init container the mutating webhook adds.
+// hasGateInit: p has the rank's init container the mutating webhook adds
+// (webhook.InitName; not the launcher gate's).
 func hasGateInit(p *corev1.Pod) bool {
-	for _, c := range p.Spec.InitContainers {
-		if strings.HasPrefix(c.Name, "rankgate") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == webhook.InitName })
 }
 
 // The Pending watchdog on the real chain: a TrainJob asking a MIG shape
