@@ -63,6 +63,16 @@ func (d Device) ID() string {
 	return d.Ref
 }
 
+// IsIndexID: id is the N or N:M form ID gives a device without a UUID.
+func IsIndexID(id string) bool {
+	gpu, mig, isMIG := strings.Cut(id, ":")
+	digits := func(s string) bool {
+		_, err := strconv.ParseUint(s, 10, 32)
+		return err == nil
+	}
+	return digits(gpu) && (!isMIG || digits(mig))
+}
+
 // SMs is the device's SM count; 0 when unknown.
 func (d Device) SMs() int {
 	if d.Kind == KindMIG {

@@ -194,3 +194,12 @@ func FuzzParseDeviceList(f *testing.F) {
 		}
 	})
 }
+
+func TestIsIndexID(t *testing.T) {
+	for id, want := range map[string]bool{"0": true, "7:3": true, "12:0": true, "GPU-8d116ece": false, "MIG-d23f0824": false,
+		"": false, "0:": false, ":1": false, "a:1": false, "0:1:2": false, "-1": false} {
+		if got := IsIndexID(id); got != want {
+			t.Errorf("IsIndexID(%q) = %v, want %v", id, got, want)
+		}
+	}
+}

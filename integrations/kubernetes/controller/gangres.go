@@ -24,6 +24,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -382,7 +383,7 @@ func draDevice(d verdict.DeviceSummary) (v1alpha1.DRADevice, bool) {
 	// A dynamic MIG placement has no UUID until the driver creates its
 	// instance: its ID is then the rank's own numbering (GPU:index), not
 	// one to show as a UUID.
-	if strings.HasPrefix(d.ID, "GPU-") || strings.HasPrefix(d.ID, "MIG-") {
+	if !topology.IsIndexID(d.ID) {
 		dev.UUID = verdict.Truncate(d.ID, 128)
 	}
 	return dev, true
