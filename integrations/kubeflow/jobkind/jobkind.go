@@ -182,6 +182,16 @@ type Restarter interface {
 	RestartAttempt(labels map[string]string) (attempt int32, ok bool)
 }
 
+// PodInjected is a Kind whose rank pods get the `rankgate init` init
+// container from the Pod mutating webhook when they are created: the job
+// mutating webhook only labels its rank templates (LabelInject in
+// package contract), and leaves the templates' containers as the user or
+// the Trainer wrote them (a JobSet: its pod templates are immutable once
+// it runs, and the Trainer applies them again at will).
+type PodInjected interface {
+	InjectsAtPodCreation() bool
+}
+
 // LabelPropagator is a Job whose pod templates are held by another
 // object that it creates (a TrainJob's JobSet, made from its runtime),
 // which carries the labels the Job asks for. PropagateLabels says how to

@@ -100,6 +100,7 @@ func (kind) ControlledBy() []schema.GroupKind    { return []schema.GroupKind{Tra
 func (kind) Launcher() string                    { return "" }
 func (kind) OperatorName() string                { return "" } // the JobSet controller sets no operator-name label
 func (kind) OwnsThroughBatchJob() bool           { return true }
+func (kind) InjectsAtPodCreation() bool          { return true }
 
 func (kind) Wrap(o jobkind.Object) (jobkind.Job, error) {
 	js, ok := o.(*jobsetapi.JobSet)

@@ -116,6 +116,19 @@ const (
 	LabelJobUID = "rankgate.io/job-uid"
 )
 
+// LabelInject ("rank-init"), on a pod template, asks the Pod mutating
+// webhook to add the `rankgate init` init container to each pod made from
+// it, when the pod is created. The job mutating webhook writes it on the
+// rank templates of an opted-in JobSet (a TrainJob's too), whose pods get
+// their init container that way, not from the template; the webhook's
+// objectSelector sends only pods that carry it (and a JobSet's labels), so
+// that no other pod waits on rankgate. A person may write it on a JobSet's
+// rank template by hand, as the webhook would.
+const (
+	LabelInject      = "rankgate.io/inject"
+	ValueInjectRanks = "rank-init"
+)
+
 // RuntimePatchManager is the manager of the runtime patch the mutating
 // webhook adds to an opted-in TrainJob (spec.runtimePatches): its
 // template labels carry KeyGate to the JobSet the Trainer makes.

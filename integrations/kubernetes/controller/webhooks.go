@@ -194,8 +194,9 @@ func (c *Controller) webhookServer() (*review.Server, error) {
 	}), nil
 }
 
-// registerWebhooks adds the mutating handler (rank init containers and
-// the MPIJob launcher gate) and the validating handler, which judges
+// registerWebhooks adds the mutating handlers (rank init containers in
+// job templates and the MPIJob launcher gate; in a JobSet's rank pods as
+// they are created) and the validating handler, which judges
 // placement with the schedule engine over the controller's node cache.
 // self is the controller's own user name: its updates of jobs are never
 // judged by the validating webhook.
@@ -230,6 +231,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		return err
 	}
 	s.RegisterAdmission(mutate.Path, m)
+	s.RegisterAdmission(mutate.PodPath, m.Pods())
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func TestMutateGatesTheMPIJobLauncher(t *testing.T) {
 // A JobSet as the Trainer makes it from an MPI runtime (runLauncherAsNode
 // false): the node step runs the ranks, the launcher (labelled as the
 // trainer step) runs mpirun. With the launcher gate the node template
-// gets the rank init container, the launcher the gate and the job-name
+// gets the label that sends its pods to the Pod webhook, the launcher the gate and the job-name
 // label the gate finds its job by; once. A TrainJob asking for the gate
 // carries the ask to its JobSet in its runtime patch.
 func TestMutateGatesTheTrainJobMPILauncher(t *testing.T) {
@@ -67,7 +67,7 @@ func TestMutateGatesTheTrainJobMPILauncher(t *testing.T) {
 	obj, changed := mutate(t, m, jobSetKind, []byte(mpiJobSet))
 	require.True(t, changed)
 	node := jobSetPod(t, obj, 0)
-	require.Equal(t, InitName, node.Spec.InitContainers[0].Name, "the node step runs the ranks")
+	require.Equal(t, "rank-init", node.Labels["rankgate.io/inject"], "the node step runs the ranks")
 	require.Equal(t, "mpi-train", node.Labels["training.kubeflow.org/job-name"])
 	l := jobSetPod(t, obj, 1)
 	require.Equal(t, launchergate.InitContainerName, l.Spec.InitContainers[0].Name)

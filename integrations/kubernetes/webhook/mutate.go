@@ -235,6 +235,11 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
 	}
+	// A kind whose rank pods get the init container when they are
+	// created (the Pod webhook, PodPath) gets only the label that sends
+	// them there.
+	pi, ok := k.(jobkind.PodInjected)
+	atPod := ok && pi.InjectsAtPodCreation()
 	templates := j.Templates()
 	names := make([]string, 0, len(templates))
 	for k := range templates {
@@ -249,20 +254,43 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 			continue
 		}
 		ptr, field := templatePointer(j, name)
-		add, err := m.podSpecOps(ptr+"/spec", &templates[name].Spec, timeout)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
+		t := templates[name]
+		var add []jsonpatch.Operation
+		labels := map[string]string{}
+		var annotations map[string]string
+		switch {
+		case hasRankgateInit(t.Spec.InitContainers):
+			// Written by hand (a TrainingRuntime's): left as it is.
+		case atPod:
+			if len(gpuLimits(t.Spec.Containers).Limits) == 0 {
+				continue
+			}
+			if err := freeVolumeNames(&t.Spec); err != nil {
+				return nil, fmt.Errorf("%s: %w", field, err)
+			}
+			labels[contract.LabelInject] = contract.ValueInjectRanks
+			if s, ok := o.GetAnnotations()[contract.AnnotationGangTimeout]; ok && timeout != m.o.GangTimeout {
+				annotations = map[string]string{contract.AnnotationGangTimeout: s}
+			}
+		default:
+			var err error
+			if add, err = m.podSpecOps(ptr+"/spec", &t.Spec, timeout); err != nil {
+				return nil, fmt.Errorf("%s: %w", field, err)
+			}
+			if len(add) == 0 {
+				continue
+			}
 		}
-		gated := len(add) > 0 || hasRankgateInit(templates[name].Spec.InitContainers)
-		if gated && k.PodJobNameLabel() != kubeflow.LabelJobName {
+		if k.PodJobNameLabel() != kubeflow.LabelJobName {
 			// The controller's pod cache holds the pods that carry
 			// LabelJobName, which the Kubeflow operators set and the
 			// JobSet controller does not: a gated rank pod carries it,
 			// also one whose init container was written by hand (in a
 			// TrainingRuntime: the label's value is the JobSet's name).
-			add = append(add, labelOps(ptr+"/metadata", &templates[name].ObjectMeta, kubeflow.LabelJobName, j.Name())...)
+			labels[kubeflow.LabelJobName] = j.Name()
 		}
 		ops = append(ops, add...)
+		ops = append(ops, metaOps(ptr+"/metadata", &t.ObjectMeta, labels, annotations)...)
 	}
 	if lp, ok := j.(jobkind.LabelPropagator); ok {
 		labels := map[string]string{contract.KeyGate: "enabled"}
@@ -343,13 +371,22 @@ func (m *Mutator) podSpecOps(base string, pod *corev1.PodSpec, timeout time.Dura
 	if len(gpus.Limits) == 0 {
 		return nil, nil
 	}
-	for _, v := range pod.Volumes {
-		if v.Name == TokenVolume || v.Name == CAVolume || v.Name == PodInfoVolume {
-			return nil, fmt.Errorf("a volume is already named %s", v.Name)
-		}
+	if err := freeVolumeNames(pod); err != nil {
+		return nil, err
 	}
 	ops := prependOps(base+"/initContainers", len(pod.InitContainers), m.initContainer(gpus, timeout))
 	return append(ops, appendOps(base+"/volumes", len(pod.Volumes), m.volumes()...)...), nil
+}
+
+// freeVolumeNames: pod has no volume under a name the init container's
+// volumes take.
+func freeVolumeNames(pod *corev1.PodSpec) error {
+	for _, v := range pod.Volumes {
+		if v.Name == TokenVolume || v.Name == CAVolume || v.Name == PodInfoVolume {
+			return fmt.Errorf("a volume is already named %s", v.Name)
+		}
+	}
+	return nil
 }
 
 // hasRankgateInit: an init container named InitName, or one that runs

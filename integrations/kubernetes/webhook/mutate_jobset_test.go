@@ -38,17 +38,20 @@ func jobSetPod(t *testing.T, obj map[string]any, i int) corev1.PodTemplateSpec {
 	return out
 }
 
-// The rank template of a JobSet gets the init container and the job-name
-// label the controller's pod cache selects; the initializer, no rank,
-// gets nothing even with a GPU. A second pass adds nothing.
+// The rank template of a JobSet gets the label that sends its pods to the
+// Pod webhook and the job-name label the controller's pod cache selects,
+// but no init container (the pods get it when they are made); the
+// initializer, no rank, gets nothing even with a GPU. A second pass adds
+// nothing.
 func TestMutateJobSetGatesRankTemplatesOnly(t *testing.T) {
 	m := newMutator(t)
 	obj, changed := mutate(t, m, jobSetKind, []byte(trainerJobSet))
 	require.True(t, changed)
 	node := jobSetPod(t, obj, 1)
-	require.Equal(t, InitName, node.Spec.InitContainers[0].Name)
-	require.Contains(t, node.Spec.InitContainers[0].Args, "--expect-profile=1g.10gb")
-	require.Equal(t, map[string]string{"training.kubeflow.org/job-name": "fine-tune"}, node.Labels)
+	require.Empty(t, node.Spec.InitContainers)
+	require.Empty(t, node.Spec.Volumes)
+	require.Equal(t, map[string]string{"training.kubeflow.org/job-name": "fine-tune", "rankgate.io/inject": "rank-init"}, node.Labels)
+	require.Empty(t, node.Annotations, "no gang timeout of its own")
 	init := jobSetPod(t, obj, 0)
 	require.Empty(t, init.Spec.InitContainers)
 	require.Equal(t, map[string]string{"app": "init"}, init.Labels)
@@ -73,6 +76,7 @@ func TestMutateJobSetLabelsKeepTemplateMetadata(t *testing.T) {
 			require.True(t, changed)
 			pt := jobSetPod(t, obj, 0)
 			require.Equal(t, "js", pt.Labels["training.kubeflow.org/job-name"])
+			require.Equal(t, "rank-init", pt.Labels["rankgate.io/inject"])
 			if name == "labels" {
 				require.Equal(t, "x", pt.Labels["app"])
 			} else {
@@ -124,6 +128,7 @@ func TestMutateJobSetHandWrittenInitGetsTheLabel(t *testing.T) {
 	require.Equal(t, "js", pt.Labels["training.kubeflow.org/job-name"])
 	require.Len(t, pt.Spec.InitContainers, 1)
 	require.Equal(t, "r", pt.Spec.InitContainers[0].Image, "the hand-written init container is kept")
+	require.NotContains(t, pt.Labels, "rankgate.io/inject", "its pods need no other")
 	before, _ := json.Marshal(obj)
 	_, changed = mutate(t, m, jobSetKind, before)
 	require.False(t, changed)

@@ -1,10 +1,13 @@
 package webhook
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -92,17 +95,61 @@ func (m *Mutator) launcherOps(base string, t *corev1.PodTemplateSpec) ([]jsonpat
 }
 
 // labelOps sets label key=v on the object metadata m at base (its
-// metadata field), creating the labels or the metadata as needed: a
-// metadata that is all zero may be absent from the JSON, and is then
-// added whole.
+// metadata field); metaOps.
 func labelOps(base string, m *metav1.ObjectMeta, key, v string) []jsonpatch.Operation {
-	switch {
-	case m.Labels[key] == v:
+	return metaOps(base, m, map[string]string{key: v}, nil)
+}
+
+// metaOps sets labels and annotations on the object metadata m at base
+// (its metadata field), creating the maps or the metadata as needed: a
+// metadata that is all zero may be absent from the JSON, and is then
+// added whole. Entries m already has with the same value are left out.
+func metaOps(base string, m *metav1.ObjectMeta, labels, annotations map[string]string) []jsonpatch.Operation {
+	labels, annotations = missing(m.Labels, labels), missing(m.Annotations, annotations)
+	if len(labels) == 0 && len(annotations) == 0 {
 		return nil
-	case m.Labels != nil:
-		return []jsonpatch.Operation{add(base+"/labels/"+pointerKey(key), v)}
-	case reflect.DeepEqual(*m, metav1.ObjectMeta{}):
-		return []jsonpatch.Operation{add(base, map[string]any{"labels": map[string]string{key: v}})}
 	}
-	return []jsonpatch.Operation{add(base+"/labels", map[string]string{key: v})}
+	if reflect.DeepEqual(*m, metav1.ObjectMeta{}) {
+		whole := map[string]any{}
+		if len(labels) > 0 {
+			whole["labels"] = labels
+		}
+		if len(annotations) > 0 {
+			whole["annotations"] = annotations
+		}
+		return []jsonpatch.Operation{add(base, whole)}
+	}
+	return append(mapOps(base+"/labels", m.Labels, labels), mapOps(base+"/annotations", m.Annotations, annotations)...)
+}
+
+// missing: the entries of want that have does not hold with the same value.
+func missing(have, want map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range want {
+		if cur, ok := have[k]; ok && cur == v {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// mapOps adds entries (none of them held with that value) to the string
+// map at path, which holds have: the whole map when there is none.
+func mapOps(path string, have, entries map[string]string) []jsonpatch.Operation {
+	if len(entries) == 0 {
+		return nil
+	}
+	if have == nil {
+		return []jsonpatch.Operation{add(path, entries)}
+	}
+	keys := slices.Sorted(maps.Keys(entries))
+	ops := make([]jsonpatch.Operation, 0, len(keys))
+	for _, k := range keys {
+		ops = append(ops, add(path+"/"+pointerKey(k), entries[k]))
+	}
+	return ops
 }

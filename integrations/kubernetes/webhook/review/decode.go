@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/json"
@@ -69,6 +70,22 @@ func DecodeJob(gvk metav1.GroupVersionKind, namespace string, raw []byte) (kubef
 		j.Object().SetNamespace(namespace)
 	}
 	return j, nil
+}
+
+// DecodePod decodes raw (a review's Pod) once, after checking its size
+// and shape as DecodeJob does; namespace fills a pod that names none.
+func DecodePod(namespace string, raw []byte) (*corev1.Pod, error) {
+	if err := CheckShape(raw); err != nil {
+		return nil, fmt.Errorf("Pod in namespace %s: %w", namespace, err)
+	}
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(raw, pod); err != nil {
+		return nil, fmt.Errorf("decoding Pod in namespace %s: %w", namespace, err)
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = namespace
+	}
+	return pod, nil
 }
 
 // CheckShape checks a JSON value's size and shape (MaxObject, MaxValues,
