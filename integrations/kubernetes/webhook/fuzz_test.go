@@ -51,3 +51,29 @@ func FuzzPatch(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPodPatch: whatever pod a review carries, the Pod handler never
+// panics; a patch it answers applies to that pod, and admitting the
+// result adds nothing more.
+func FuzzPodPatch(f *testing.F) {
+	for _, s := range []string{rankPod(injectLabel, "", ""), rankPod(injectLabel, `,"rankgate.io/gang-timeout":"1h"`, `"initContainers":[],"volumes":null,`),
+		`{}`, `null`, `{"metadata":{"labels":{"rankgate.io/inject":"rank-init","jobset.sigs.k8s.io/jobset-name":"j"}},"spec":{"containers":[{"resources":{"requests":{"nvidia.com/gpu":"2"}}}]}}`} {
+		f.Add([]byte(s))
+	}
+	m, err := NewMutator(Options{Image: "i", GateURL: "https://g:443"})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		resp, _ := admitPodRaw(t, m, raw)
+		if len(resp.Patches) == 0 {
+			return
+		}
+		pj, err := json.Marshal(resp.Patches)
+		require.NoError(t, err)
+		p, err := jsonpatch.DecodePatch(pj)
+		require.NoError(t, err)
+		out, err := p.Apply(raw)
+		require.NoError(t, err, "patch %s", pj)
+		again, _ := admitPodRaw(t, m, out)
+		require.Empty(t, again.Patches, "a second pass adds nothing")
+	})
+}

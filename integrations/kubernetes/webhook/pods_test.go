@@ -22,9 +22,18 @@ var podGVK = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
 // patch to raw, as the API server does.
 func admitPod(t *testing.T, m *Mutator, raw string) (admission.Response, *corev1.Pod) {
 	t.Helper()
+	resp, out := admitPodRaw(t, m, []byte(raw))
+	pod := &corev1.Pod{}
+	require.NoError(t, json.Unmarshal(out, pod))
+	return resp, pod
+}
+
+// admitPodRaw: admitPod's answer and the patched bytes.
+func admitPodRaw(t *testing.T, m *Mutator, raw []byte) (admission.Response, []byte) {
+	t.Helper()
 	resp := m.Pods().Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		Operation: admissionv1.Create, Namespace: "ml", Kind: podGVK, Object: runtime.RawExtension{Raw: []byte(raw)}}})
-	out := []byte(raw)
+		Operation: admissionv1.Create, Namespace: "ml", Kind: podGVK, Object: runtime.RawExtension{Raw: raw}}})
+	out := raw
 	if len(resp.Patches) > 0 {
 		pj, err := json.Marshal(resp.Patches)
 		require.NoError(t, err)
@@ -33,9 +42,7 @@ func admitPod(t *testing.T, m *Mutator, raw string) (admission.Response, *corev1
 		out, err = p.Apply(out)
 		require.NoError(t, err, "the patch applies to the pod it was built from")
 	}
-	pod := &corev1.Pod{}
-	require.NoError(t, json.Unmarshal(out, pod))
-	return resp, pod
+	return resp, out
 }
 
 // rankPod is a node pod of a Trainer JobSet as the Job controller makes
