@@ -35,10 +35,10 @@ import (
 
 // TestBenchPodWebhookEndToEnd: the time the admission webhooks add to
 // bringing up a 64-node TrainJob's pods (issue #23). rankgate's mutating
-// webhook is called for the TrainJob and the JobSet, not for pods
-// (docs/controller.md, "Why the job, not the Pod"): the 64 `node` pods get
-// the init container from the JobSet's template, which the webhook
-// mutated. So each round creates what the user and the controllers create,
+// webhooks are called for the TrainJob, the JobSet (whose `node` template
+// they label) and each of the 64 `node` pods, which get the init container
+// as they are made (docs/controller.md). So each round creates what the
+// user and the controllers create,
 // in order, against the real API server, as they would: the TrainJob (the
 // user), its JobSet (the Trainer: trainjob.Derive of the torch-distributed
 // runtime, the labels of the runtime patches, owned by the TrainJob), the
@@ -54,8 +54,8 @@ import (
 // controller: with the shipped webhook configurations installed (W);
 // with them deleted and the API server seen to stop calling them, a
 // TrainJob whose runtime carries the gate (G: the JobSet's node template
-// has the init container the webhook adds, and the job label: the same
-// pods, no webhook calls); and one not gated at all (B). Even rounds run
+// has the init container the Pod webhook adds to a pod, and the job
+// label: the same pods, no webhook calls); and one not gated at all (B). Even rounds run
 // W G B, odd ones G B W, each phase after a pause of a second; the
 // configurations are put back before W and a job seen mutated again.
 // Reported for each phase: the TrainJob and JobSet create calls, per-pod
@@ -87,10 +87,12 @@ func TestBenchPodWebhookEndToEnd(t *testing.T) {
 	rt := torchRuntime(t)
 	ns := newNamespace(t, "bench-podwh", true)
 	configs := webhookConfigs(t)
-	// The gated node template of the gated-from-the-runtime phase: the
-	// webhook's, from a TrainJob created now.
-	gate := createTrainJobPods(t, cl, rt, ns, "template", nodes, nil).template
-	require.Equal(t, 1, countInit(gate.Spec), "the webhook did not gate the node template")
+	// The gated node template of the gated-from-the-runtime phase: what
+	// the webhooks gave a pod of a TrainJob created now.
+	first := createTrainJobPods(t, cl, rt, ns, "template", nodes, nil)
+	require.Equal(t, "rank-init", first.template.Labels[contract.LabelInject], "the webhook did not label the node template")
+	require.NotNil(t, first.gatedPod, "the Pod webhook gated no pod")
+	gate := corev1.PodTemplateSpec{Spec: *first.gatedPod}
 
 	// The phases run W G B in even rounds and G B W in odd ones (one
 	// change of the configurations a round), each after a pause, so that
@@ -174,6 +176,7 @@ type trainJobRound struct {
 	mutated               int                    // pods that carry the rankgate init container and the job-name label
 	patched               bool                   // the TrainJob came back with the webhook's runtime patch
 	template              corev1.PodTemplateSpec // the node pod template of the JobSet, as created
+	gatedPod              *corev1.PodSpec        // a pod that came back with the init container
 }
 
 func summarizeRounds(rs []trainJobRound) map[string]string {
@@ -276,6 +279,9 @@ func createTrainJobPods(t *testing.T, cl client.Client, rt *trainjob.Runtime, ns
 			r.podLat = append(r.podLat, d)
 			if countInit(p.Spec) == 1 && p.Labels[controller.LabelJobName] == js.Name {
 				r.mutated++
+				if r.gatedPod == nil {
+					r.gatedPod = &p.Spec
+				}
 			}
 			return nil
 		}))
@@ -362,7 +368,9 @@ func jobSetNodeJob(js *jobsetapi.JobSet) *batchv1.Job {
 	spec := *rj.Template.Spec.DeepCopy()
 	labels, annotations := merged(rj.Template.Labels, meta), merged(rj.Template.Annotations, meta)
 	spec.Template.Labels, spec.Template.Annotations = merged(spec.Template.Labels, meta), merged(spec.Template.Annotations, meta)
-	spec.Template.Spec.Subdomain = js.Spec.Network.Subdomain
+	if js.Spec.Network != nil {
+		spec.Template.Spec.Subdomain = js.Spec.Network.Subdomain
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: js.Namespace, Labels: labels, Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: jobset.GVK.GroupVersion().String(), Kind: "JobSet", Name: js.Name, UID: js.UID,

@@ -502,7 +502,7 @@ func kueueAdmittedPass(t *testing.T, gateURL string, queued map[string]string) {
 	require.Eventually(t, func() bool { return k8s.Get(ctx, key, js) == nil }, 60*time.Second, 100*time.Millisecond, "the Trainer made no JobSet")
 	require.True(t, ptr.Deref(js.Spec.Suspend, false), "the JobSet of a suspended TrainJob runs")
 	tmpl := replicatedPodTemplate(t, js, "node")
-	require.True(t, hasGateInit(&corev1.Pod{Spec: tmpl.Spec}), "the node template was not gated at creation")
+	require.Equal(t, contract.ValueInjectRanks, tmpl.Labels[contract.LabelInject], "the node template was not gated at creation")
 	gen := js.Generation
 	require.False(t, workloadAdmitted(t, w))
 	requireJobSetUpdatesValidated(t, ns)
@@ -517,7 +517,7 @@ func kueueAdmittedPass(t *testing.T, gateURL string, queued map[string]string) {
 	}, 30*time.Second, 100*time.Millisecond, "the Trainer did not resume the JobSet with Kueue's patch")
 	require.Greater(t, js.Generation, gen)
 	tmpl = replicatedPodTemplate(t, js, "node")
-	require.True(t, hasGateInit(&corev1.Pod{Spec: tmpl.Spec}), "the Trainer's apply of the resumed JobSet dropped the init container")
+	require.Equal(t, contract.ValueInjectRanks, tmpl.Labels[contract.LabelInject], "the Trainer's apply of the resumed JobSet dropped the gate's label")
 	require.Equal(t, js.Name, tmpl.Labels[controller.LabelJobName])
 
 	completeInitializer(t, ns, js.Name)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -276,21 +277,57 @@ func TestE2EChainPendingAndControllerDown(t *testing.T) {
 	require.Eventually(t, func() bool { return jobSetSuspended(t, &jobsetapi.JobSet{ObjectMeta: tj.ObjectMeta}) },
 		30*time.Second, 100*time.Millisecond, "the Trainer did not suspend the JobSet")
 
+	// An opted-in JobSet admitted (its rank template labelled) while the
+	// controller runs, started after it stopped.
+	later := simpleJobSet(ns, "later")
+	later.Spec.Suspend = ptr.To(true)
+	require.NoError(t, k8s.Create(context.Background(), later))
+	require.Equal(t, contract.ValueInjectRanks, later.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels[contract.LabelInject])
+
 	c.Stop(t)
 	free := chainNamespace(t, "e2e-chain-free", false)
-	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: free},
-		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
-	js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
-		SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
-		Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: corev1.ResourceRequirements{
-			Limits: corev1.ResourceList{"nvidia.com/mig-1g.20gb": resource.MustParse("1")}}}}}
-	require.NoError(t, k8s.Create(context.Background(), js))
+	require.NoError(t, k8s.Create(context.Background(), simpleJobSet(free, "free")))
 	down := chainTrainJob(t, ns, "while-down", 2, "nvidia.com/mig-1g.20gb", nil)
 	completeInitializer(t, ns, down.Name)
 	for _, p := range append(boundNodePods(t, free, "free", 1), boundNodePods(t, ns, "while-down", 2)...) {
 		require.False(t, hasGateInit(p), "pod %s/%s was changed while no webhook answered", p.Namespace, p.Name)
 		require.NotContains(t, p.Labels, controller.LabelJobName)
 	}
+
+	// The labelled JobSet's rank pod is refused while no webhook answers
+	// (never made without its init container), and made, gated, once a
+	// replica answers again.
+	require.NoError(t, k8s.Patch(context.Background(), later, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"suspend":false}}`))))
+	require.Eventually(t, func() bool {
+		return slices.ContainsFunc(namespaceEvents(t, ns), func(e corev1.Event) bool {
+			return e.Reason == "FailedCreate" && strings.Contains(e.Message, "rank-pod.mutate.rankgate.io")
+		})
+	}, 30*time.Second, 100*time.Millisecond, "the Job controller was not refused the labelled pod")
+	require.Empty(t, stepPods(t, ns, "later", "node"), "a labelled pod was made while no webhook answered")
+	webhookController(t, "rankgate-tls-chain-pending-2", controller.Options{GangTimeout: time.Hour})
+	for _, p := range boundNodePods(t, ns, "later", 1) {
+		require.True(t, hasGateInit(p), "pod %s made without its init container", p.Name)
+	}
+}
+
+// simpleJobSet is a JobSet of one ReplicatedJob `node` of one pod asking
+// a 1g.20gb MIG device, placed by the test's scheduler.
+func simpleJobSet(ns, name string) *jobsetapi.JobSet {
+	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+	js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+		SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
+		Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{"nvidia.com/mig-1g.20gb": resource.MustParse("1")}}}}}
+	return js
+}
+
+// namespaceEvents: the Events in ns.
+func namespaceEvents(t *testing.T, ns string) []corev1.Event {
+	t.Helper()
+	evs := &corev1.EventList{}
+	require.NoError(t, k8s.List(context.Background(), evs, client.InNamespace(ns)))
+	return evs.Items
 }
 
 // A JobSet restart on the real chain is a new gang: the ranks of restart

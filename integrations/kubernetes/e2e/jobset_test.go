@@ -224,11 +224,17 @@ func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
 	require.NoError(t, k8s.Create(ctx, js))
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), js) })
 	node := js.Spec.ReplicatedJobs[1].Template.Spec.Template
-	require.Len(t, node.Spec.InitContainers, 1)
-	require.Equal(t, "rankgate-init", node.Spec.InitContainers[0].Name)
-	require.Equal(t, initImage, node.Spec.InitContainers[0].Image)
+	require.Empty(t, node.Spec.InitContainers, "the pods get it, not the template")
 	require.Equal(t, "fine-tune", node.Labels[controller.LabelJobName])
-	require.Empty(t, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.InitContainers, "the initializer runs no rank")
+	require.Equal(t, contract.ValueInjectRanks, node.Labels[contract.LabelInject])
+	require.Empty(t, js.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels, "the initializer runs no rank")
+	// A node pod as the Job controller makes it gets the init container
+	// from the Pod webhook, through the API server.
+	pod := nodePod(t, js)
+	require.Equal(t, 1, countInit(pod.Spec))
+	require.Equal(t, "rankgate-init", pod.Spec.InitContainers[0].Name)
+	require.Equal(t, initImage, pod.Spec.InitContainers[0].Image)
+	require.Equal(t, "1", pod.Spec.InitContainers[0].Resources.Limits.Name("nvidia.com/mig-1g.10gb", "").String())
 
 	other := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "untouched", Namespace: plain},
 		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{step("node", "trainer", 2)}}}
@@ -236,6 +242,7 @@ func TestE2EWebhookJobSetAndTrainJob(t *testing.T) {
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), other) })
 	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec.InitContainers)
 	require.Empty(t, other.Spec.ReplicatedJobs[0].Template.Spec.Template.Labels)
+	require.Zero(t, countInit(nodePod(t, other).Spec), "a pod of a JobSet not opted in")
 
 	// The shipped example runtime is a valid ClusterTrainingRuntime; the
 	// JobSet the Trainer makes of it (its template, its labels, numNodes 2)
@@ -419,11 +426,27 @@ func TestE2EWebhookJobSetSurvivesTrainerApply(t *testing.T) {
 	js := apply(true)
 	t.Cleanup(func() { _ = k8s.Delete(context.Background(), js) })
 	pt := js.Spec.ReplicatedJobs[0].Template.Spec.Template
-	require.Len(t, pt.Spec.InitContainers, 1, "gated at creation")
+	require.Equal(t, contract.ValueInjectRanks, pt.Labels[contract.LabelInject], "gated at creation")
 	js = apply(false)
 	require.False(t, ptr.Deref(js.Spec.Suspend, true))
 	pt = js.Spec.ReplicatedJobs[0].Template.Spec.Template
-	require.Len(t, pt.Spec.InitContainers, 1, "the Trainer's apply dropped the init container")
-	require.Equal(t, "rankgate-init", pt.Spec.InitContainers[0].Name)
+	require.Equal(t, contract.ValueInjectRanks, pt.Labels[contract.LabelInject], "the Trainer's apply dropped the gate's label")
 	require.Equal(t, "applied", pt.Labels[controller.LabelJobName])
+	require.Equal(t, 1, countInit(nodePod(t, js).Spec), "a pod of the applied JobSet")
+}
+
+// nodePod creates pod 0 of Job 0 of js's ReplicatedJob `node` as the
+// JobSet and Job controllers make it (jobSetNodeJob, jobIndexPod), through
+// the API server and its webhooks, and returns it as created.
+func nodePod(t *testing.T, js *jobsetapi.JobSet) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	job := jobSetNodeJob(js)
+	job.Spec.Suspend = ptr.To(true)
+	require.NoError(t, k8s.Create(ctx, job))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), job) })
+	p := jobIndexPod(job, 0)
+	require.NoError(t, k8s.Create(ctx, p))
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), p) })
+	return p
 }

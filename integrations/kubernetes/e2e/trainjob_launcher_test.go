@@ -168,7 +168,8 @@ func TestE2ETrainJobMPILauncherGate(t *testing.T) {
 // asks for the launcher gate: the TrainJob's runtime patch carries the
 // gate and the launcher-gate ask to its JobSet (the TrainJob schema keeps
 // both labels); the JobSet the Trainer makes with those labels gets the
-// rank init container on its node step and, on its launcher (no rank),
+// label that gates its node pods (each gets the rank init container as it
+// is made) and, on its launcher (no rank),
 // the launcher gate and the job-name label the gate finds its job by.
 func TestE2EWebhookTrainJobMPILauncher(t *testing.T) {
 	webhookController(t, "rankgate-tls-tj-launcher", controller.Options{})
@@ -183,9 +184,9 @@ func TestE2EWebhookTrainJobMPILauncher(t *testing.T) {
 	got := &jobsetapi.JobSet{}
 	require.NoError(t, k8s.Get(ctx, client.ObjectKeyFromObject(js), got))
 	node := got.Spec.ReplicatedJobs[0].Template.Spec.Template
-	require.Len(t, node.Spec.InitContainers, 1, "the node step runs the ranks")
-	require.Equal(t, "rankgate-init", node.Spec.InitContainers[0].Name)
+	require.Equal(t, contract.ValueInjectRanks, node.Labels[contract.LabelInject], "the node step runs the ranks")
 	require.Equal(t, "mpi-train", node.Labels[controller.LabelJobName])
+	require.Equal(t, 1, countInit(nodePod(t, got).Spec), "a node pod gets the rank init container")
 	l := got.Spec.ReplicatedJobs[1].Template.Spec.Template
 	require.Len(t, l.Spec.InitContainers, 1)
 	require.Equal(t, "rankgate-copy", l.Spec.InitContainers[0].Name)
