@@ -125,6 +125,9 @@ func TestValuesUnderPrefix(t *testing.T) {
 		switch {
 		case strings.HasPrefix(name, "Condition"), strings.HasPrefix(name, "Reason"):
 			require.Regexp(t, camel, value, name)
+		case strings.HasPrefix(name, "Value"):
+			// the value of a label the package declares
+			require.Regexp(t, `^[a-z][a-z0-9-]*$`, value, name)
 		default:
 			require.True(t, strings.HasPrefix(value, Prefix), "%s = %q", name, value)
 		}
