@@ -14,6 +14,7 @@ package trainjob
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 )
 
 // GroupVersion, GVK and GVR of TrainJob.
@@ -64,8 +66,15 @@ func (kind) OperatorName() string             { return "" }
 func (kind) OwnsThroughBatchJob() bool        { return true }
 
 // Strip: a TrainJob holds no pod templates; the runtime patches are
-// dropped (the controller never reads them).
-func (kind) Strip(o jobkind.Object) { o.(*TrainJob).Spec.RuntimePatches = nil }
+// dropped (the controller never reads them), but for the mutating
+// webhook's own, which says how many node pods the runtime runs.
+func (kind) Strip(o jobkind.Object) {
+	tj := o.(*TrainJob)
+	tj.Spec.RuntimePatches = slices.DeleteFunc(tj.Spec.RuntimePatches, func(p RuntimePatch) bool { return p.Manager != contract.RuntimePatchManager })
+	if len(tj.Spec.RuntimePatches) == 0 {
+		tj.Spec.RuntimePatches = nil
+	}
+}
 
 func (kind) Wrap(o jobkind.Object) (jobkind.Job, error) {
 	tj, ok := o.(*TrainJob)
@@ -103,11 +112,32 @@ func (j *job) ReplicaTypes() []string {
 	return []string{Node, DatasetInitializer, ModelInitializer, Launcher}
 }
 
+// numNodes is how many node pods run ranks: spec.trainer.numNodes, one
+// less (at least one) when the runtime runs its MPI launcher as a node
+// (the Trainer's count, v2.3.0 EnforceMLPolicy); nil when the TrainJob
+// sets none.
 func (j *job) numNodes() *int32 {
-	if j.o.Spec.Trainer == nil {
+	if j.o.Spec.Trainer == nil || j.o.Spec.Trainer.NumNodes == nil {
 		return nil
 	}
-	return j.o.Spec.Trainer.NumNodes
+	n := *j.o.Spec.Trainer.NumNodes
+	if j.LauncherIsNode() {
+		n = max(n-1, 1)
+	}
+	return &n
+}
+
+// LauncherIsNode: the mutating webhook found, when the TrainJob was
+// created, that its runtime runs the MPI launcher as a node, and said so
+// in its runtime patch (contract.LabelMPILauncherIsNode).
+func (j *job) LauncherIsNode() bool {
+	for _, p := range j.o.Spec.RuntimePatches {
+		if p.Manager == contract.RuntimePatchManager && p.TrainingRuntimeSpec != nil && p.TrainingRuntimeSpec.Template != nil &&
+			p.TrainingRuntimeSpec.Template.Metadata != nil && p.TrainingRuntimeSpec.Template.Metadata.Labels[contract.LabelMPILauncherIsNode] == "true" {
+			return true
+		}
+	}
+	return false
 }
 
 // NprocPerNode is spec.trainer.numProcPerNode (PET_NPROC_PER_NODE).

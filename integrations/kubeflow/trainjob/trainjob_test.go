@@ -143,3 +143,40 @@ func TestSuspendAndDeepCopy(t *testing.T) {
 	lc.Items[0].Name = "other"
 	require.Equal(t, "fine-tune", l.Items[0].Name)
 }
+
+// A TrainJob whose runtime runs its MPI launcher as a node (the webhook
+// said so in its runtime patch) has numNodes-1 node pods, at least one:
+// the ranks; the launcher stays no rank. The controller's cached copy
+// keeps that patch and drops the others.
+func TestLauncherAsNodeCountsOneNodeLess(t *testing.T) {
+	asNode := trainjob.RuntimePatch{Manager: "rankgate.io/webhook", TrainingRuntimeSpec: &trainjob.TrainingRuntimeSpecPatch{
+		Template: &trainjob.JobSetTemplatePatch{Metadata: &trainjob.PatchMetadata{Labels: map[string]string{
+			"rankgate.io/gate": "enabled", "rankgate.io/mpi-launcher-is-node": "true"}}}}}
+	for nodes, ranks := range map[int32]int{4: 3, 2: 1, 1: 1} {
+		tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: "ml"}, Spec: trainjob.Spec{
+			RuntimeRef: trainjob.RuntimeRef{Name: "deepspeed-distributed"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(nodes)},
+			RuntimePatches: []trainjob.RuntimePatch{{Manager: "kueue.x-k8s.io/manager"}, asNode}}}
+		trainjob.Kind.Strip(tj)
+		require.Equal(t, []trainjob.RuntimePatch{asNode}, tj.Spec.RuntimePatches, "the cached copy keeps the webhook's patch only")
+		j, err := kubeflow.FromObject(tj)
+		require.NoError(t, err)
+		require.Equal(t, ranks, kubeflow.RankPods(j), "numNodes %d", nodes)
+		r, err := kubeflow.RankOf(j, nodePod("node", ranks-1))
+		require.NoError(t, err)
+		require.Equal(t, ranks-1, r)
+		_, err = kubeflow.RankOf(j, nodePod("node", ranks))
+		require.Error(t, err)
+		_, err = kubeflow.RankOf(j, nodePod(trainjob.Launcher, 0))
+		require.ErrorIs(t, err, kubeflow.ErrNoRank)
+	}
+	// The same label in someone else's patch says nothing.
+	forged := asNode
+	forged.Manager = "example.com/me"
+	tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{Name: "fine-tune", Namespace: "ml"}, Spec: trainjob.Spec{
+		RuntimeRef: trainjob.RuntimeRef{Name: "x"}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(4))}, RuntimePatches: []trainjob.RuntimePatch{forged}}}
+	j, err := kubeflow.FromObject(tj)
+	require.NoError(t, err)
+	require.Equal(t, 4, kubeflow.RankPods(j))
+	trainjob.Kind.Strip(tj)
+	require.Nil(t, tj.Spec.RuntimePatches)
+}

@@ -129,6 +129,16 @@ const (
 	ValueInjectRanks = "rank-init"
 )
 
+// LabelMPILauncherIsNode ("true"), in the runtime patch the mutating
+// webhook adds to an opted-in TrainJob (and so on its JobSet), says that
+// the TrainJob's runtime runs its MPI launcher as a node
+// (mlPolicy.mpi.runLauncherAsNode, as the Trainer's DeepSpeed and MLX
+// runtimes do): its node step runs numNodes-1 pods (at least one), the
+// gang's ranks; the launcher starts once they are ready (the runtimes'
+// dependsOn), after the verdict, and is no rank. The webhook reads the
+// runtime once, when the TrainJob is created.
+const LabelMPILauncherIsNode = "rankgate.io/mpi-launcher-is-node"
+
 // RuntimePatchManager is the manager of the runtime patch the mutating
 // webhook adds to an opted-in TrainJob (spec.runtimePatches): its
 // template labels carry KeyGate to the JobSet the Trainer makes.

@@ -15,12 +15,14 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	mutate "github.com/rankgate/rankgate/integrations/kubernetes/webhook"
@@ -220,7 +222,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		c.webhookCert = cw.GetCertificate
 	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
-		InitResources: c.opts.InitResources}
+		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf}
 	if c.caDist != nil {
 		mo.EnsureCA = c.caDist.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn
@@ -242,6 +244,32 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	s.RegisterAdmission(validate.Path, validate.NewHandler(vo))
 	return nil
 }
+
+// runtimeOf reads the runtime a TrainJob names from the API server (not
+// cached: it is read once per TrainJob created, at its admission), within
+// a deadline shorter than the webhook's.
+func (c *Controller) runtimeOf(ctx context.Context, key trainjob.RuntimeKey) (*trainjob.Runtime, error) {
+	ctx, cancel := context.WithTimeout(ctx, runtimeReadTimeout)
+	defer cancel()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(trainjob.GroupVersion.WithKind(key.Kind))
+	if err := c.api.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	raw, err := u.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	rt, err := trainjob.DecodeRuntime(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return rt, nil
+}
+
+// runtimeReadTimeout bounds runtimeOf, within the shipped webhook
+// timeout (5 s).
+const runtimeReadTimeout = 2 * time.Second
 
 // namespaceOptedIn: the namespace, as the controller's cache has it, is
 // labelled rankgate.io/gate=enabled (or true). Jobs opted in by their own

@@ -31,6 +31,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
@@ -92,6 +93,11 @@ type Options struct {
 	// limits (nil: DefaultInitResources); its GPU resources are always the
 	// trainer's.
 	InitResources *corev1.ResourceRequirements
+	// RuntimeOf, if set, reads the (Cluster)TrainingRuntime a TrainJob
+	// names, once, when it is created: whether it runs its MPI launcher as
+	// a node (contract.LabelMPILauncherIsNode). Its error becomes an
+	// admission warning.
+	RuntimeOf func(ctx context.Context, key trainjob.RuntimeKey) (*trainjob.Runtime, error)
 }
 
 // DefaultInitResources: what the init container (rankgate-node: one NVML
@@ -181,7 +187,8 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 	if j == nil {
 		return admission.Allowed("not a " + kubeflow.KindList("or"))
 	}
-	ops, err := m.Patch(j)
+	extra, warning := m.runtimeLabels(ctx, j)
+	ops, err := m.patch(j, extra)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, err)
 	}
@@ -189,6 +196,9 @@ func (m *Mutator) Handle(ctx context.Context, req admission.Request) admission.R
 		return admission.Allowed("")
 	}
 	resp := admission.Patched("", ops...)
+	if warning != "" {
+		resp.Warnings = append(resp.Warnings, warning)
+	}
 	if err := j.Validate(); err != nil {
 		// Gated, but its ranks will be refused: say so while the user is
 		// looking (a TrainJob without spec.trainer.numNodes).
@@ -220,7 +230,31 @@ func (m *Mutator) ensureCA(ctx context.Context, req admission.Request, ns string
 // that has one (an MPIJob's);
 // empty when there is nothing to add. A job opted out (rankgate.io/gate:
 // disabled on the job) gets nothing.
-func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
+func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) { return m.patch(j, nil) }
+
+// runtimeLabels: what a TrainJob's runtime adds to the labels its
+// runtime patch carries (RuntimeOf), and a warning for the user when the
+// runtime cannot be read.
+func (m *Mutator) runtimeLabels(ctx context.Context, j kubeflow.Job) (map[string]string, string) {
+	key, isTrainJob, err := trainjob.RuntimeOf(j)
+	if !isTrainJob || m.o.RuntimeOf == nil || optedOut(j.Object().GetLabels(), j.Object().GetAnnotations()) {
+		return nil, ""
+	}
+	var rt *trainjob.Runtime
+	if err == nil {
+		rt, err = m.o.RuntimeOf(ctx, key)
+	}
+	if err != nil {
+		return nil, fmt.Sprintf("rankgate: cannot read the TrainJob's runtime: %v; if it runs its MPI launcher as a node, the gang waits for one rank too many", err)
+	}
+	if p := rt.Spec.MLPolicy; p != nil && p.MPI != nil && ptr.Deref(p.MPI.RunLauncherAsNode, false) {
+		return map[string]string{contract.LabelMPILauncherIsNode: "true"}, ""
+	}
+	return nil, ""
+}
+
+// patch is Patch, with extra labels for the runtime patch of a TrainJob.
+func (m *Mutator) patch(j kubeflow.Job, extra map[string]string) ([]jsonpatch.Operation, error) {
 	o := j.Object()
 	if optedOut(o.GetLabels(), o.GetAnnotations()) {
 		return nil, nil
@@ -294,6 +328,7 @@ func (m *Mutator) Patch(j kubeflow.Job) ([]jsonpatch.Operation, error) {
 	}
 	if lp, ok := j.(jobkind.LabelPropagator); ok {
 		labels := map[string]string{contract.KeyGate: "enabled"}
+		maps.Copy(labels, extra)
 		if launchergate.Enabled(o.GetLabels(), o.GetAnnotations()) {
 			// The launcher gate is asked for on the object that holds
 			// the launcher's template (a TrainJob's JobSet).

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow/trainjob"
 )
 
 var (
@@ -151,4 +155,56 @@ func TestHandleWarnsOfTrainJobWithoutNumNodes(t *testing.T) {
 	resp = handle(`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"},"spec":{"runtimeRef":{"name":"torch-distributed"},"trainer":{"numNodes":2}}}`)
 	require.True(t, resp.Allowed)
 	require.Empty(t, resp.Warnings)
+}
+
+// A TrainJob whose runtime runs its MPI launcher as a node carries that
+// in the webhook's runtime patch (read once, at its creation); a runtime
+// that cannot be read is a warning, and the TrainJob is still gated; a
+// TrainJob opted out is not looked at.
+func TestHandleRecordsLauncherAsNode(t *testing.T) {
+	var asked []trainjob.RuntimeKey
+	runtimes := map[string]*trainjob.Runtime{
+		"deepspeed-distributed": {Spec: trainjob.RuntimeSpec{MLPolicy: &trainjob.MLPolicy{MPI: &trainjob.MPIPolicy{RunLauncherAsNode: ptr.To(true)}}}},
+		"torch-distributed":     {Spec: trainjob.RuntimeSpec{MLPolicy: &trainjob.MLPolicy{}}},
+	}
+	m, err := NewMutator(Options{Image: "i", GateURL: "https://g:443", RuntimeOf: func(_ context.Context, k trainjob.RuntimeKey) (*trainjob.Runtime, error) {
+		asked = append(asked, k)
+		if rt, ok := runtimes[k.Name]; ok {
+			return rt, nil
+		}
+		return nil, errors.New(k.String() + ": not found")
+	}})
+	require.NoError(t, err)
+	handle := func(rtName, labels string) (admission.Response, map[string]any) {
+		raw := `{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"` + labels + `},"spec":{"runtimeRef":{"name":"` + rtName + `"},"trainer":{"numNodes":3}}}`
+		resp := m.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+			Operation: admissionv1.Create, Namespace: "ml", Kind: trainJobKind, Object: runtime.RawExtension{Raw: []byte(raw)}}})
+		for _, op := range resp.Patches {
+			if op.Path == "/spec/runtimePatches" {
+				b, _ := json.Marshal(op.Value)
+				var patches []map[string]any
+				require.NoError(t, json.Unmarshal(b, &patches))
+				return resp, patches[0]["trainingRuntimeSpec"].(map[string]any)["template"].(map[string]any)["metadata"].(map[string]any)["labels"].(map[string]any)
+			}
+		}
+		return resp, nil
+	}
+	resp, labels := handle("deepspeed-distributed", "")
+	require.Empty(t, resp.Warnings)
+	require.Equal(t, map[string]any{"rankgate.io/gate": "enabled", "rankgate.io/mpi-launcher-is-node": "true"}, labels)
+	require.Equal(t, []trainjob.RuntimeKey{{Kind: "ClusterTrainingRuntime", Name: "deepspeed-distributed"}}, asked)
+
+	_, labels = handle("torch-distributed", "")
+	require.Equal(t, map[string]any{"rankgate.io/gate": "enabled"}, labels)
+
+	resp, labels = handle("gone", "")
+	require.Equal(t, map[string]any{"rankgate.io/gate": "enabled"}, labels, "still gated")
+	require.Len(t, resp.Warnings, 1)
+	require.Contains(t, resp.Warnings[0], "cannot read the TrainJob's runtime: ClusterTrainingRuntime gone: not found")
+
+	asked = nil
+	resp, labels = handle("deepspeed-distributed", `,"labels":{"rankgate.io/gate":"disabled"}`)
+	require.Nil(t, labels)
+	require.Empty(t, resp.Patches)
+	require.Empty(t, asked, "an opted-out TrainJob's runtime is not read")
 }
