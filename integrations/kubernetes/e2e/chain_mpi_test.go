@@ -46,7 +46,7 @@ func createAsNodeRuntime(t *testing.T) {
 			"mlPolicy": map[string]any{"numNodes": int64(1), "mpi": map[string]any{"numProcPerNode": int64(1), "mpiImplementation": "OpenMPI",
 				"sshAuthMountPath": "/home/mpiuser/.ssh", "runLauncherAsNode": true}},
 			"template": map[string]any{"spec": map[string]any{"network": map[string]any{"publishNotReadyAddresses": true},
-				"successPolicy": map[string]any{"operator": "All", "targetReplicatedJobs": []any{"launcher"}},
+				"successPolicy":  map[string]any{"operator": "All", "targetReplicatedJobs": []any{"launcher"}},
 				"replicatedJobs": []any{node, launcher}}},
 		},
 	}}

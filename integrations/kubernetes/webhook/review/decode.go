@@ -76,7 +76,7 @@ func DecodeJob(gvk metav1.GroupVersionKind, namespace string, raw []byte) (kubef
 // and shape as DecodeJob does; namespace fills a pod that names none.
 func DecodePod(namespace string, raw []byte) (*corev1.Pod, error) {
 	if err := CheckShape(raw); err != nil {
-		return nil, fmt.Errorf("Pod in namespace %s: %w", namespace, err)
+		return nil, fmt.Errorf("a pod in namespace %s: %w", namespace, err)
 	}
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(raw, pod); err != nil {
