@@ -222,7 +222,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		c.webhookCert = cw.GetCertificate
 	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
-		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf}
+		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf, GPUClaim: c.gpuClaim}
 	if c.caDist != nil {
 		mo.EnsureCA = c.caDist.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn

@@ -36,7 +36,6 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/launchergate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
-	"github.com/rankgate/rankgate/topology"
 )
 
 // Path is where the controller's webhook server serves the mutating webhook.
@@ -93,6 +92,13 @@ type Options struct {
 	// limits (nil: DefaultInitResources); its GPU resources are always the
 	// trainer's.
 	InitResources *corev1.ResourceRequirements
+	// GPUClaim, if set, tells whether a pod resource claim of a pod in
+	// namespace is served by NVIDIA's GPU driver (its claim or template
+	// asks a DeviceClass, or selects devices, of driver gpu.nvidia.com):
+	// a rank whose devices come only through such claims gets the init
+	// container with them. nil: only ranks that ask GPU resources are
+	// gated.
+	GPUClaim func(namespace string, pc corev1.PodResourceClaim) bool
 	// RuntimeOf, if set, reads the (Cluster)TrainingRuntime a TrainJob
 	// names, once, when it is created: whether it runs its MPI launcher as
 	// a node (contract.LabelMPILauncherIsNode). Its error becomes an
@@ -296,7 +302,7 @@ func (m *Mutator) patch(j kubeflow.Job, extra map[string]string) ([]jsonpatch.Op
 		case hasRankgateInit(t.Spec.InitContainers):
 			// Written by hand (a TrainingRuntime's): left as it is.
 		case atPod:
-			if len(gpuLimits(t.Spec.Containers).Limits) == 0 {
+			if !asksDevices(m.rankResources(j.Namespace(), &t.Spec)) {
 				continue
 			}
 			if err := freeVolumeNames(&t.Spec); err != nil {
@@ -308,7 +314,7 @@ func (m *Mutator) patch(j kubeflow.Job, extra map[string]string) ([]jsonpatch.Op
 			}
 		default:
 			var err error
-			if add, err = m.podSpecOps(ptr+"/spec", &t.Spec, timeout); err != nil {
+			if add, err = m.podSpecOps(ptr+"/spec", j.Namespace(), &t.Spec, timeout); err != nil {
 				return nil, fmt.Errorf("%s: %w", field, err)
 			}
 			if len(add) == 0 {
@@ -398,12 +404,12 @@ func optedOut(labels, annotations map[string]string) bool {
 
 // podSpecOps: the init container first (the gate decides before any other
 // init container runs) and its volumes, for one template at base.
-func (m *Mutator) podSpecOps(base string, pod *corev1.PodSpec, timeout time.Duration) ([]jsonpatch.Operation, error) {
+func (m *Mutator) podSpecOps(base, ns string, pod *corev1.PodSpec, timeout time.Duration) ([]jsonpatch.Operation, error) {
 	if hasRankgateInit(pod.InitContainers) {
 		return nil, nil
 	}
-	gpus := gpuLimits(pod.Containers)
-	if len(gpus.Limits) == 0 {
+	gpus := m.rankResources(ns, pod)
+	if !asksDevices(gpus) {
 		return nil, nil
 	}
 	if err := freeVolumeNames(pod); err != nil {
@@ -443,66 +449,6 @@ func hasRankgateInit(cs []corev1.Container) bool {
 
 func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 
-// gpuLimits: the GPU and MIG resources of the container that asks for the
-// most of them (the trainer), limits and requests as it declares them.
-func gpuLimits(cs []corev1.Container) corev1.ResourceRequirements {
-	var best corev1.ResourceRequirements
-	var bestN int64
-	for _, c := range cs {
-		var r corev1.ResourceRequirements
-		var n int64
-		for name, q := range c.Resources.Limits {
-			if topology.IsGPUResource(string(name)) {
-				if r.Limits == nil {
-					r.Limits = corev1.ResourceList{}
-				}
-				r.Limits[name] = q
-				n += q.Value()
-			}
-		}
-		for name, q := range c.Resources.Requests {
-			if topology.IsGPUResource(string(name)) {
-				if r.Requests == nil {
-					r.Requests = corev1.ResourceList{}
-				}
-				r.Requests[name] = q
-				if _, ok := c.Resources.Limits[name]; !ok {
-					n += q.Value()
-				}
-			}
-		}
-		if n > bestN {
-			best, bestN = r, n
-		}
-	}
-	if bestN == 0 {
-		return corev1.ResourceRequirements{}
-	}
-	// Extended resources must have limits; a request alone is refused by
-	// the API server, so the trainer has them.
-	if best.Limits == nil {
-		best.Limits = best.Requests
-		best.Requests = nil
-	}
-	return best
-}
-
-// expectProfile: the MIG profile every rank must get, when the template
-// asks for one MIG resource; nothing for nvidia.com/gpu, which under the
-// single MIG strategy may be a MIG instance.
-func expectProfile(r corev1.ResourceRequirements) string {
-	var profile string
-	for name := range r.Limits {
-		if p, ok := strings.CutPrefix(string(name), topology.ResourceMIGPrefix); ok {
-			if profile != "" {
-				return ""
-			}
-			profile = p
-		}
-	}
-	return profile
-}
-
 func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.Duration) corev1.Container {
 	args := []string{
 		"init",
@@ -519,7 +465,7 @@ func (m *Mutator) initContainer(gpus corev1.ResourceRequirements, timeout time.D
 	field := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
-	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}, Claims: gpus.Claims}
 	for _, from := range []corev1.ResourceRequirements{gpus, *m.o.InitResources} {
 		maps.Copy(res.Limits, from.Limits)
 		maps.Copy(res.Requests, from.Requests)

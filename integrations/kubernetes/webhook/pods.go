@@ -66,7 +66,7 @@ func (p *PodMutator) Handle(_ context.Context, req admission.Request) admission.
 			timeout = d
 		}
 	}
-	ops, err := p.m.podSpecOps("/spec", &pod.Spec, timeout)
+	ops, err := p.m.podSpecOps("/spec", pod.Namespace, &pod.Spec, timeout)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("pod %s/%s: %w", pod.Namespace, podName(pod), err))
 	}

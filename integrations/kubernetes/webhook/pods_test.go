@@ -79,7 +79,7 @@ func TestPodWebhookInjectsRankPods(t *testing.T) {
 	require.Equal(t, []string{"data", TokenVolume, CAVolume, PodInfoVolume}, vols)
 
 	// The same as the job webhook would have written into a template.
-	want, err := m.podSpecOps("/spec", &corev1.PodSpec{Containers: pod.Spec.Containers}, 20*60e9)
+	want, err := m.podSpecOps("/spec", "ml", &corev1.PodSpec{Containers: pod.Spec.Containers}, 20*60e9)
 	require.NoError(t, err)
 	require.Equal(t, want[0].Value, []corev1.Container{ic})
 

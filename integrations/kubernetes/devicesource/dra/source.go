@@ -60,6 +60,10 @@ type Source struct {
 
 var _ devicesource.Source = (*Source)(nil)
 
+// Driver is the name of NVIDIA's GPU DRA driver, the driver of the
+// devices this source reads facts from.
+const Driver = "gpu.nvidia.com"
+
 // Name implements devicesource.Source.
 func (*Source) Name() string { return devicesource.DRA }
 
