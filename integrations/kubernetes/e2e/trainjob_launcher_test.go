@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	jobsetapi "sigs.k8s.io/jobset/api/jobset/v1alpha2"
@@ -194,4 +197,49 @@ func TestE2EWebhookTrainJobMPILauncher(t *testing.T) {
 	argv := l.Spec.Containers[0].Command
 	require.Equal(t, []string{"launch", "--gang"}, argv[1:3])
 	require.Equal(t, []string{"--", "mpirun", "-np", "2", "python", "train.py"}, argv[len(argv)-6:])
+}
+
+// The controller, as its shipped service account under the shipped RBAC,
+// reads the runtime a TrainJob names when the TrainJob is created: a
+// ClusterTrainingRuntime that runs its MPI launcher as a node puts
+// rankgate.io/mpi-launcher-is-node in the webhook's runtime patch, and a
+// TrainingRuntime of the TrainJob's namespace that does not leaves it out.
+func TestE2EWebhookReadsRuntimesAsItsServiceAccount(t *testing.T) {
+	dir := deployDir(t)
+	for _, f := range []string{"namespace.yaml", "rbac.yaml"} {
+		applyManifest(t, filepath.Join(dir, f))
+	}
+	ctx := context.Background()
+	// The shipped RBAC lets the controller read its own Secret only.
+	t.Cleanup(func() {
+		_ = k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: controllerNS, Name: "rankgate-tls"}})
+	})
+	webhookController(t, "rankgate-tls", controller.Options{Config: asServiceAccount(controllerNS, controllerSA)})
+	ns := newNamespace(t, "e2e-wh-runtimes", true)
+	name := fmt.Sprintf("as-node-%d", time.Now().UnixNano())
+	runtime := func(kind, namespace string, asNode bool) {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind,
+			"metadata": map[string]any{"name": name, "namespace": namespace},
+			"spec": map[string]any{
+				"mlPolicy": map[string]any{"numNodes": int64(1), "mpi": map[string]any{"numProcPerNode": int64(1), "runLauncherAsNode": asNode}},
+				"template": map[string]any{"spec": map[string]any{"replicatedJobs": []any{map[string]any{"name": "node",
+					"template": map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+						"containers": []any{map[string]any{"name": "node", "image": "mpi"}}}}}}}}}},
+			},
+		}}
+		require.NoError(t, k8s.Create(ctx, u))
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), u) })
+	}
+	runtime(trainjob.KindClusterTrainingRuntime, "", true)
+	runtime(trainjob.KindTrainingRuntime, ns, false)
+	labels := func(kind string) map[string]string {
+		tj := &trainjob.TrainJob{ObjectMeta: metav1.ObjectMeta{GenerateName: "tj-", Namespace: ns},
+			Spec: trainjob.Spec{RuntimeRef: trainjob.RuntimeRef{Name: name, Kind: ptr.To(kind)}, Trainer: &trainjob.Trainer{NumNodes: ptr.To(int32(3))}}}
+		require.NoError(t, k8s.Create(ctx, tj, client.DryRunAll))
+		require.Len(t, tj.Spec.RuntimePatches, 1)
+		return tj.Spec.RuntimePatches[0].TrainingRuntimeSpec.Template.Metadata.Labels
+	}
+	require.Equal(t, "true", labels(trainjob.KindClusterTrainingRuntime)[contract.LabelMPILauncherIsNode])
+	require.NotContains(t, labels(trainjob.KindTrainingRuntime), contract.LabelMPILauncherIsNode)
 }
