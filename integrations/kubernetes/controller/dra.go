@@ -46,6 +46,8 @@ type draCaches struct {
 	// nil where the API server serves no v1 DeviceTaintRules (before
 	// Kubernetes 1.37): there are none then.
 	nodes, slices, claims, templates, rules toolscache.Store
+	// reader reads the cached DeviceClasses.
+	reader client.Reader
 	synced                                  []func() bool
 	rulesServed                             bool
 	// pools is the memo of the pools' inventories that the DRA device
@@ -69,6 +71,7 @@ func (c *Controller) startDRA(ctx context.Context) error {
 		return fmt.Errorf("controller: discovering DeviceClasses: %w", err)
 	}
 	d := &c.dra
+	d.reader = c.client
 	type informed struct {
 		obj   client.Object
 		store *toolscache.Store
@@ -109,11 +112,11 @@ func (c *Controller) startDRA(ctx context.Context) error {
 
 // deviceClasses are the cached DeviceClasses (none where the API server
 // does not serve them).
-func (c *Controller) deviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error) {
-	if !c.dra.served {
+func (d *draCaches) deviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error) {
+	if !d.served {
 		return nil, nil
 	}
-	classes, err := validate.ListDeviceClasses(c.client)(ctx)
+	classes, err := validate.ListDeviceClasses(d.reader)(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing DeviceClasses: %w", err)
 	}
@@ -141,21 +144,20 @@ type draObjects struct {
 
 // draState is the DRA part of the cached cluster state.
 func (c *Controller) draState(ctx context.Context) (*draState, error) {
-	classes, err := c.deviceClasses(ctx)
+	classes, err := c.dra.deviceClasses(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s := &draState{classes: classes}
 	if c.dra.served {
-		s.objects = c.draObjects
+		s.objects = c.dra.objects
 	}
 	return s, nil
 }
 
-// draObjects lists the cached DRA objects and nodes; nil until every
+// objects lists the cached DRA objects and nodes; nil until every
 // informer has its initial list.
-func (c *Controller) draObjects() (*draObjects, error) {
-	d := &c.dra
+func (d *draCaches) objects() (*draObjects, error) {
 	if !d.served || !allSynced(d.synced) || d.nodes == nil || d.slices == nil || d.claims == nil || d.templates == nil || (d.rulesServed && d.rules == nil) {
 		return nil, nil
 	}
@@ -267,12 +269,12 @@ func (o *draObjects) addTo(b *cluster.Builder, withNodes bool) error {
 	return nil
 }
 
-// validateDRAObjects is the validating webhook's DRA source: the cached
+// validateObjects is the validating webhook's DRA source: the cached
 // slices, claims, claim templates and device taint rules (the webhook
 // adds its nodes); nil
 // until the caches have synced.
-func (c *Controller) validateDRAObjects(context.Context) (*validate.DRAObjects, error) {
-	o, err := c.draObjects()
+func (d *draCaches) validateObjects(context.Context) (*validate.DRAObjects, error) {
+	o, err := d.objects()
 	if err != nil || o == nil {
 		return nil, err
 	}

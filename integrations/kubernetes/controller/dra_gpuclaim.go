@@ -21,8 +21,7 @@ import (
 // driver or that serves a GPU extended resource, or selects devices
 // naming the driver itself. A claim or template the cache does not hold
 // (yet) is no GPU's: its pod is not gated by claim.
-func (c *Controller) gpuClaim(ns string, pc corev1.PodResourceClaim) bool {
-	d := &c.dra
+func (d *draCaches) gpuClaim(ns string, pc corev1.PodResourceClaim) bool {
 	if !d.served || d.claims == nil || d.templates == nil {
 		return false
 	}
@@ -53,11 +52,11 @@ func (c *Controller) gpuClaim(ns string, pc corev1.PodResourceClaim) bool {
 		return false
 	}
 	for _, req := range dc.Requests {
-		if req.Exactly != nil && c.gpuRequest(req.Exactly.DeviceClassName, req.Exactly.Selectors) {
+		if req.Exactly != nil && d.gpuRequest(req.Exactly.DeviceClassName, req.Exactly.Selectors) {
 			return true
 		}
 		for _, sub := range req.FirstAvailable {
-			if c.gpuRequest(sub.DeviceClassName, sub.Selectors) {
+			if d.gpuRequest(sub.DeviceClassName, sub.Selectors) {
 				return true
 			}
 		}
@@ -67,14 +66,14 @@ func (c *Controller) gpuClaim(ns string, pc corev1.PodResourceClaim) bool {
 
 // gpuRequest: a request of DeviceClass class with selectors asks for
 // devices of NVIDIA's GPU driver.
-func (c *Controller) gpuRequest(class string, selectors []resourcev1.DeviceSelector) bool {
+func (d *draCaches) gpuRequest(class string, selectors []resourcev1.DeviceSelector) bool {
 	if namesDriver(selectors) {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	dcl := &resourcev1.DeviceClass{}
-	if err := c.client.Get(ctx, types.NamespacedName{Name: class}, dcl); err != nil {
+	if err := d.reader.Get(ctx, types.NamespacedName{Name: class}, dcl); err != nil {
 		return false
 	}
 	if n := dcl.Spec.ExtendedResourceName; n != nil && topology.IsGPUResource(*n) {

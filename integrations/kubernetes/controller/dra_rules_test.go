@@ -71,14 +71,14 @@ func TestDRACachesServeTaintRules(t *testing.T) {
 	c.dra.served, c.dra.slices, c.dra.claims, c.dra.synced = true, d.slices, d.claims, d.synced
 	c.dra.nodes = toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
 	c.dra.templates = toolscache.NewStore(toolscache.MetaNamespaceKeyFunc)
-	o, err := c.validateDRAObjects(context.Background())
+	o, err := c.dra.validateObjects(context.Background())
 	require.NoError(t, err)
 	require.NotNil(t, o)
 	require.Empty(t, o.TaintRules)
 	require.Empty(t, draCacheObjects{&c.dra}.TaintRules())
 
 	c.dra.rulesServed = true
-	o, err = c.validateDRAObjects(context.Background())
+	o, err = c.dra.validateObjects(context.Background())
 	require.NoError(t, err)
 	require.Nil(t, o, "known before the rules' cache is there")
 
@@ -89,7 +89,7 @@ func TestDRACachesServeTaintRules(t *testing.T) {
 	require.NoError(t, rules.Add(b))
 	require.NoError(t, rules.Add(a))
 	c.dra.rules = rules
-	o, err = c.validateDRAObjects(context.Background())
+	o, err = c.dra.validateObjects(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, []*resourcev1.DeviceTaintRule{a, b}, o.TaintRules)
 	require.Equal(t, []*resourcev1.DeviceTaintRule{a, b}, draCacheObjects{&c.dra}.TaintRules())

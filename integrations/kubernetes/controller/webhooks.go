@@ -222,7 +222,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		c.webhookCert = cw.GetCertificate
 	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
-		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf, GPUClaim: c.gpuClaim}
+		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf, GPUClaim: c.dra.gpuClaim}
 	if c.caDist != nil {
 		mo.EnsureCA = c.caDist.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn
@@ -237,7 +237,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.deviceClasses, DRAObjects: c.validateDRAObjects, Engine: c.engine}
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.dra.deviceClasses, DRAObjects: c.dra.validateObjects, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
 	}
