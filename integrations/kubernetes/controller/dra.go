@@ -47,9 +47,9 @@ type draCaches struct {
 	// Kubernetes 1.37): there are none then.
 	nodes, slices, claims, templates, rules toolscache.Store
 	// reader reads the cached DeviceClasses.
-	reader client.Reader
-	synced                                  []func() bool
-	rulesServed                             bool
+	reader      client.Reader
+	synced      []func() bool
+	rulesServed bool
 	// pools is the memo of the pools' inventories that the DRA device
 	// sources share: the ranks of a node, resolved by any allocations
 	// reconciler and again when each reports itself (againstAllocation),
