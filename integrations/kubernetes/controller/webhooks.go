@@ -222,7 +222,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 		c.webhookCert = cw.GetCertificate
 	}
 	mo := mutate.Options{Image: c.opts.InitImage, GateURL: c.opts.GateURL, Audience: c.opts.Audience, GangTimeout: c.opts.GangTimeout,
-		InitResources: c.opts.InitResources, RuntimeOf: c.runtimeOf, GPUClaim: c.dra.gpuClaim}
+		InitResources: c.opts.InitResources, RuntimeOf: runtimeReader(c.api), GPUClaim: c.dra.gpuClaim}
 	if c.caDist != nil {
 		mo.EnsureCA = c.caDist.EnsureCAConfigMap
 		mo.OptedIn = c.namespaceOptedIn
@@ -245,26 +245,28 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	return nil
 }
 
-// runtimeOf reads the runtime a TrainJob names from the API server (not
-// cached: it is read once per TrainJob created, at its admission), within
-// a deadline shorter than the webhook's.
-func (c *Controller) runtimeOf(ctx context.Context, key trainjob.RuntimeKey) (*trainjob.Runtime, error) {
-	ctx, cancel := context.WithTimeout(ctx, runtimeReadTimeout)
-	defer cancel()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(trainjob.GroupVersion.WithKind(key.Kind))
-	if err := c.api.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
+// runtimeReader reads the runtime a TrainJob names from the API server
+// through api (not cached: it is read once per TrainJob created, at its
+// admission), within a deadline shorter than the webhook's.
+func runtimeReader(api client.Reader) func(context.Context, trainjob.RuntimeKey) (*trainjob.Runtime, error) {
+	return func(ctx context.Context, key trainjob.RuntimeKey) (*trainjob.Runtime, error) {
+		ctx, cancel := context.WithTimeout(ctx, runtimeReadTimeout)
+		defer cancel()
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(trainjob.GroupVersion.WithKind(key.Kind))
+		if err := api.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: key.Name}, u); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		raw, err := u.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		rt, err := trainjob.DecodeRuntime(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		return rt, nil
 	}
-	raw, err := u.MarshalJSON()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	rt, err := trainjob.DecodeRuntime(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	return rt, nil
 }
 
 // runtimeReadTimeout bounds runtimeOf, within the shipped webhook
