@@ -17,6 +17,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/topology"
 )
 
 // The engine's cluster model, kept current from the node informer. Each
@@ -43,6 +44,7 @@ type nodeModel struct {
 	m       *schedule.Model
 	refused map[string]error  // nodes the converter refused (judging stops)
 	rv      map[string]string // resourceVersion of the object each node came from
+	gpu     map[string]bool   // nodes whose allocatable has a GPU resource
 	gen     uint64            // bumped by every change
 	synced  func() bool       // the informer handler has seen the initial list
 
@@ -54,7 +56,7 @@ type nodeModel struct {
 }
 
 func newNodeModel(e *schedule.Engine) *nodeModel {
-	return &nodeModel{m: e.NewModel(), refused: map[string]error{}, rv: map[string]string{}}
+	return &nodeModel{m: e.NewModel(), refused: map[string]error{}, rv: map[string]string{}, gpu: map[string]bool{}}
 }
 
 // apply adds or replaces a node from its (cached) object.
@@ -66,6 +68,11 @@ func (nm *nodeModel) apply(n *corev1.Node) {
 	}
 	nm.rv[n.Name] = n.ResourceVersion
 	nm.gen++
+	if advertisesGPU(n.Status.Allocatable) {
+		nm.gpu[n.Name] = true
+	} else {
+		delete(nm.gpu, n.Name)
+	}
 	sn, err := cluster.NodeFromCore(n)
 	if err != nil {
 		nm.refused[n.Name] = fmt.Errorf("node %s: %w", n.Name, err)
@@ -84,6 +91,7 @@ func (nm *nodeModel) remove(name string) {
 		return
 	}
 	delete(nm.rv, name)
+	delete(nm.gpu, name)
 	delete(nm.refused, name)
 	nm.m.Delete(name)
 	nm.gen++
@@ -105,6 +113,30 @@ func (nm *nodeModel) cluster() (*schedule.Cluster, uint64, error) {
 		return nil, 0, nm.refused[names[0]]
 	}
 	return nm.m.Cluster(), nm.gen, nil
+}
+
+// fleet is the validating webhook's view of the nodes: the current
+// snapshot (the one the Pending watchdog judges on, without any pod's
+// usage: capacity is not judged at admission) and how many nodes
+// advertise a GPU resource.
+func (nm *nodeModel) fleet(context.Context) (*schedule.Cluster, int, error) {
+	cl, _, err := nm.cluster()
+	if err != nil {
+		return nil, 0, err
+	}
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	return cl, len(nm.gpu), nil
+}
+
+// advertisesGPU: a non-zero GPU or MIG resource in rl.
+func advertisesGPU(rl corev1.ResourceList) bool {
+	for r, q := range rl {
+		if topology.IsGPUResource(string(r)) && !q.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // hopeless memoizes judge per workload signature for generation gen.

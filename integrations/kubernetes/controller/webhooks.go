@@ -237,7 +237,8 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), DeviceClasses: c.dra.deviceClasses, DRAObjects: c.dra.validateObjects, Engine: c.engine}
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), Fleet: c.model.fleet,
+		DeviceClasses: c.dra.deviceClasses, DRAObjects: c.dra.validateObjects, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
 	}

@@ -63,7 +63,7 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 // engine stands down with DRA_NOT_JUDGED, a warning this check does not
 // keep).
 func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
-	if h.nodes == nil {
+	if h.nodes == nil && h.fleet == nil {
 		return nil, nil
 	}
 	gpu := requestsGPU(j)
@@ -91,15 +91,40 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	if !gpu && !dra {
 		return nil, nil
 	}
-	nodes, err := h.nodes(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reading nodes: %w", err)
+	var nodes []corev1.Node
+	readNodes := func() error {
+		if nodes != nil || h.nodes == nil {
+			return nil
+		}
+		var err error
+		if nodes, err = h.nodes(ctx); err != nil {
+			return fmt.Errorf("reading nodes: %w", err)
+		}
+		return nil
 	}
-	snap, err := h.snapshot(nodes)
-	if err != nil || snap.gpuNodes == 0 && !dra {
-		return nil, err
+	var cl *schedule.Cluster
+	var gpuNodes int
+	if h.fleet != nil {
+		if cl, gpuNodes, err = h.fleet(ctx); err != nil {
+			return nil, fmt.Errorf("the cluster's nodes: %w", err)
+		}
+	} else {
+		if err := readNodes(); err != nil {
+			return nil, err
+		}
+		snap, err := h.snapshot(nodes)
+		if err != nil {
+			return nil, err
+		}
+		cl, gpuNodes = snap.cl, snap.gpuNodes
+	}
+	if gpuNodes == 0 && !dra {
+		return nil, nil
 	}
 	if dra && h.dra != nil {
+		if err := readNodes(); err != nil {
+			return nil, err
+		}
 		if w, err = h.withDRA(ctx, b, j, nodes); err != nil {
 			return nil, err
 		}
@@ -108,7 +133,7 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	// shape verdicts are kept: free capacity is not the question at
 	// admission.
 	w.Suspended = false
-	res := h.engine.Diagnose(snap.cl, w)
+	res := h.engine.Diagnose(cl, w)
 	return keptShapes(res, requestsMIG(j) || draAsksMIG(w), on), nil
 }
 

@@ -126,6 +126,10 @@ func DefaultPolicies() map[string]Policy {
 // objects the controller's placement judgement reads from its node cache.
 type NodeSource func(ctx context.Context) ([]corev1.Node, error)
 
+// FleetSource is the engine's prepared cluster of every node and how many
+// nodes advertise GPU resources (Options.Fleet).
+type FleetSource func(ctx context.Context) (cl *schedule.Cluster, gpuNodes int, err error)
+
 // ListNodes is a NodeSource over a client: with the controller manager's
 // client, the informer cache.
 func ListNodes(c client.Reader) NodeSource {
@@ -157,6 +161,13 @@ type Options struct {
 	DRAObjects DRAObjectSource
 	// Engine judges placement; nil is schedule.New().
 	Engine *schedule.Engine
+	// Fleet, if set, is the engine's cluster of every node as the caller
+	// keeps it current (the controller's node model, which the Pending
+	// watchdog judges on too) and how many nodes advertise GPU
+	// resources; Nodes then serves only a job whose pods use DRA (the
+	// allocator tries each node). Nil: the cluster is prepared here from
+	// Nodes, once per change of the nodes.
+	Fleet FleetSource
 	// TrustedUsers are user names whose updates are never judged: the
 	// controller's own identity (its writes are limited to rankgate.io/
 	// annotations and spec.runPolicy.suspend by the shipped
@@ -168,7 +179,7 @@ type Options struct {
 // policies in opts are programming errors of the caller: validate the
 // configuration with CheckPolicies first.
 func NewHandler(opts Options) admission.Handler {
-	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, classes: opts.DeviceClasses, objects: opts.DRAObjects,
+	h := &handler{policy: DefaultPolicies(), nodes: opts.Nodes, fleet: opts.Fleet, classes: opts.DeviceClasses, objects: opts.DRAObjects,
 		engine: opts.Engine, trusted: slices.Clone(opts.TrustedUsers), cel: cel.NewCache(256, cel.Features{})}
 	for id, p := range opts.Policies {
 		h.policy[id] = p
@@ -198,6 +209,7 @@ func CheckPolicies(m map[string]Policy) error {
 type handler struct {
 	policy  map[string]Policy
 	nodes   NodeSource
+	fleet   FleetSource
 	classes DeviceClassSource
 	dra     DRASource
 	objects DRAObjectSource
