@@ -21,7 +21,9 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
+	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
 // h100Full: 8 full H100s, MIG disabled, mixed strategy.
@@ -154,5 +156,49 @@ func BenchmarkAdmission(b *testing.B) {
 		if resp := h.Handle(context.Background(), req); !resp.Allowed {
 			b.Fatal(resp.Result.Message)
 		}
+	}
+}
+
+// BenchmarkAdmissionFleetSource: one admission of the MIG PyTorchJob
+// against the 128-node fleet as the controller served it before and as it
+// serves it now: nodes listed from the manager's cache for each
+// admission (a deep copy of every node, as controller-runtime's cached
+// client lists them) and prepared once per change of the nodes, against
+// the controller's node model passed as the prepared cluster (Fleet).
+func BenchmarkAdmissionFleetSource(b *testing.B) {
+	fleet := benchFleet()
+	listed := func(context.Context) ([]corev1.Node, error) {
+		out := make([]corev1.Node, len(fleet))
+		for i := range fleet {
+			fleet[i].DeepCopyInto(&out[i])
+		}
+		return out, nil
+	}
+	bld := cluster.NewBuilder()
+	gpuNodes := 0
+	for i := range fleet {
+		if err := bld.AddNode(&fleet[i]); err != nil {
+			b.Fatal(err)
+		}
+		if len(fleet[i].Status.Allocatable) > 0 {
+			gpuNodes++
+		}
+	}
+	engine := schedule.New()
+	cl := engine.NewCluster(bld.Nodes())
+	for name, o := range map[string]validate.Options{
+		"nodes-listed": {Nodes: listed, Engine: engine},
+		"fleet":        {Nodes: listed, Engine: engine, Fleet: func(context.Context) (*schedule.Cluster, int, error) { return cl, gpuNodes, nil }},
+	} {
+		b.Run(name, func(b *testing.B) {
+			h := validate.NewHandler(o)
+			req := request(b, benchJobs()[0], admissionv1.Create)
+			b.ReportAllocs()
+			for range b.N {
+				if resp := h.Handle(context.Background(), req); !resp.Allowed {
+					b.Fatal(resp.Result.Message)
+				}
+			}
+		})
 	}
 }
