@@ -91,39 +91,15 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	if !gpu && !dra {
 		return nil, nil
 	}
-	var nodes []corev1.Node
-	readNodes := func() error {
-		if nodes != nil || h.nodes == nil {
-			return nil
-		}
-		var err error
-		if nodes, err = h.nodes(ctx); err != nil {
-			return fmt.Errorf("reading nodes: %w", err)
-		}
-		return nil
-	}
-	var cl *schedule.Cluster
-	var gpuNodes int
-	if h.fleet != nil {
-		if cl, gpuNodes, err = h.fleet(ctx); err != nil {
-			return nil, fmt.Errorf("the cluster's nodes: %w", err)
-		}
-	} else {
-		if err := readNodes(); err != nil {
-			return nil, err
-		}
-		snap, err := h.snapshot(nodes)
-		if err != nil {
-			return nil, err
-		}
-		cl, gpuNodes = snap.cl, snap.gpuNodes
-	}
-	if gpuNodes == 0 && !dra {
-		return nil, nil
+	cl, gpuNodes, nodes, err := h.fleetNow(ctx)
+	if err != nil || gpuNodes == 0 && !dra {
+		return nil, err
 	}
 	if dra && h.dra != nil {
-		if err := readNodes(); err != nil {
-			return nil, err
+		if nodes == nil && h.nodes != nil {
+			if nodes, err = h.nodes(ctx); err != nil {
+				return nil, fmt.Errorf("reading nodes: %w", err)
+			}
 		}
 		if w, err = h.withDRA(ctx, b, j, nodes); err != nil {
 			return nil, err
@@ -135,6 +111,28 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	w.Suspended = false
 	res := h.engine.Diagnose(cl, w)
 	return keptShapes(res, requestsMIG(j) || draAsksMIG(w), on), nil
+}
+
+// fleetNow is the cluster to judge on and how many nodes advertise GPU
+// resources: the caller's (Fleet), else prepared from Nodes, which are
+// then returned too.
+func (h *handler) fleetNow(ctx context.Context) (*schedule.Cluster, int, []corev1.Node, error) {
+	if h.fleet != nil {
+		cl, gpuNodes, err := h.fleet(ctx)
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("the cluster's nodes: %w", err)
+		}
+		return cl, gpuNodes, nil, nil
+	}
+	nodes, err := h.nodes(ctx)
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("reading nodes: %w", err)
+	}
+	snap, err := h.snapshot(nodes)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return snap.cl, snap.gpuNodes, nodes, nil
 }
 
 // withDRA is the job's workload judged on the published DRA devices, with
