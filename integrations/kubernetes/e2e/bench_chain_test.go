@@ -108,7 +108,7 @@ func chainPodsUp(t *testing.T, ns, name string, n int, gated bool) time.Duration
 				seen[p.Name] = true
 			}
 		case <-timeout:
-			t.Fatalf("%s/%s: %d of %d pods within 2 minutes", ns, name, len(seen), n)
+			t.Fatalf("%s/%s: %d of %d pods within 2 minutes\n%s", ns, name, len(seen), n, chainState(t, ns))
 		}
 	}
 	took := time.Since(start)

@@ -378,3 +378,46 @@ func runtimeProbe() client.Object {
 						"containers": []any{map[string]any{"name": "node", "image": "busybox"}}}}}}}}}}},
 	}}
 }
+
+// chainEventually polls cond every 100 ms until it holds, failing the test
+// after d with msg and what the chain made in ns (chainState).
+func chainEventually(t *testing.T, ns string, d time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s within %s\n%s", msg, d, chainState(t, ns))
+		}
+	}
+}
+
+// chainState is what the chain's controllers made in ns, for a failure
+// message: the batch Jobs (suspended, active, succeeded, failed and their
+// conditions), the pods (phase, node, init containers) and the Events.
+func chainState(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	var b strings.Builder
+	jobs := &batchv1.JobList{}
+	if err := k8s.List(ctx, jobs, client.InNamespace(ns)); err == nil {
+		for _, j := range jobs.Items {
+			fmt.Fprintf(&b, "job %s: suspend=%v active=%d succeeded=%d failed=%d", j.Name, ptr.Deref(j.Spec.Suspend, false), j.Status.Active, j.Status.Succeeded, j.Status.Failed)
+			for _, c := range j.Status.Conditions {
+				fmt.Fprintf(&b, " %s=%s(%s)", c.Type, c.Status, c.Reason)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := k8s.List(ctx, pods, client.InNamespace(ns)); err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "pod %s: phase=%s node=%q init=%d deleting=%v\n", p.Name, p.Status.Phase, p.Spec.NodeName, len(p.Spec.InitContainers), p.DeletionTimestamp != nil)
+		}
+	}
+	evs := &corev1.EventList{}
+	if err := k8s.List(ctx, evs, client.InNamespace(ns)); err == nil {
+		for _, e := range evs.Items {
+			fmt.Fprintf(&b, "event %s/%s %s: %s\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+	return b.String()
+}

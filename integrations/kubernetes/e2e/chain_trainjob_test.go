@@ -101,7 +101,7 @@ func completeInitializer(t *testing.T, ns, jobSet string) {
 func boundNodePods(t *testing.T, ns, jobSet string, n int) []*corev1.Pod {
 	t.Helper()
 	out := make([]*corev1.Pod, n)
-	require.Eventually(t, func() bool {
+	chainEventually(t, ns, 60*time.Second, "the node pods were not made and bound", func() bool {
 		pods := stepPods(t, ns, jobSet, "node")
 		if len(pods) != n {
 			return false
@@ -115,7 +115,7 @@ func boundNodePods(t *testing.T, ns, jobSet string, n int) []*corev1.Pod {
 			out[idx[0]-'0'] = p
 		}
 		return true
-	}, 60*time.Second, 100*time.Millisecond, "the node pods were not made and bound")
+	})
 	return out
 }
 
