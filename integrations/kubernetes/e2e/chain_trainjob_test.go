@@ -311,10 +311,18 @@ func TestE2EChainPendingAndControllerDown(t *testing.T) {
 }
 
 // simpleJobSet is a JobSet of one ReplicatedJob `node` of one pod asking
-// a 1g.20gb MIG device, placed by the test's scheduler.
+// a 1g.20gb MIG device, placed by the test's scheduler. It sets what
+// JobSet's defaulting webhook sets (network, success and startup
+// policies), so that the JobSet controller never meets a JobSet without
+// them should that webhook's call be lost on a loaded machine (it then
+// failed a reconcile with a nil dereference, once).
 func simpleJobSet(ns, name string) *jobsetapi.JobSet {
 	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+		Spec: jobsetapi.JobSetSpec{ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}},
+			Network:       &jobsetapi.Network{EnableDNSHostnames: ptr.To(true), PublishNotReadyAddresses: ptr.To(true)},
+			SuccessPolicy: &jobsetapi.SuccessPolicy{Operator: jobsetapi.OperatorAll},
+			StartupPolicy: &jobsetapi.StartupPolicy{StartupPolicyOrder: jobsetapi.AnyOrder}}}
+	js.Spec.ReplicatedJobs[0].Template.Spec.CompletionMode = ptr.To(batchv1.IndexedCompletion)
 	js.Spec.ReplicatedJobs[0].Template.Spec.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
 		SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
 		Containers: []corev1.Container{{Name: "node", Image: "pytorch/pytorch", Resources: corev1.ResourceRequirements{
