@@ -357,6 +357,17 @@ func schedulerMessage(p *corev1.Pod) string {
 	return ""
 }
 
+// AdvertisesGPU: rl (a node's allocatable) has a non-zero GPU or MIG
+// resource.
+func AdvertisesGPU(rl corev1.ResourceList) bool {
+	for r, q := range rl {
+		if topology.IsGPUResource(string(r)) && !q.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
 func hasGPU(r schedule.Resources) bool {
 	for k, v := range r {
 		if v > 0 && topology.IsGPUResource(k) {

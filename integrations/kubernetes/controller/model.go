@@ -17,7 +17,6 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
-	"github.com/rankgate/rankgate/topology"
 )
 
 // The engine's cluster model, kept current from the node informer. Each
@@ -68,7 +67,7 @@ func (nm *nodeModel) apply(n *corev1.Node) {
 	}
 	nm.rv[n.Name] = n.ResourceVersion
 	nm.gen++
-	if advertisesGPU(n.Status.Allocatable) {
+	if cluster.AdvertisesGPU(n.Status.Allocatable) {
 		nm.gpu[n.Name] = true
 	} else {
 		delete(nm.gpu, n.Name)
@@ -101,6 +100,11 @@ func (nm *nodeModel) remove(name string) {
 func (nm *nodeModel) cluster() (*schedule.Cluster, uint64, error) {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
+	return nm.clusterLocked()
+}
+
+// clusterLocked is cluster, with nm.mu held.
+func (nm *nodeModel) clusterLocked() (*schedule.Cluster, uint64, error) {
 	if nm.synced == nil || !nm.synced() {
 		return nil, 0, errModelNotSynced
 	}
@@ -120,23 +124,13 @@ func (nm *nodeModel) cluster() (*schedule.Cluster, uint64, error) {
 // usage: capacity is not judged at admission) and how many nodes
 // advertise a GPU resource.
 func (nm *nodeModel) fleet(context.Context) (*schedule.Cluster, int, error) {
-	cl, _, err := nm.cluster()
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	cl, _, err := nm.clusterLocked()
 	if err != nil {
 		return nil, 0, err
 	}
-	nm.mu.Lock()
-	defer nm.mu.Unlock()
 	return cl, len(nm.gpu), nil
-}
-
-// advertisesGPU: a non-zero GPU or MIG resource in rl.
-func advertisesGPU(rl corev1.ResourceList) bool {
-	for r, q := range rl {
-		if topology.IsGPUResource(string(r)) && !q.IsZero() {
-			return true
-		}
-	}
-	return false
 }
 
 // hopeless memoizes judge per workload signature for generation gen.

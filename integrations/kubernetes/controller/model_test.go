@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -221,4 +222,31 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 	// The sequence covers both verdicts.
 	require.Positive(t, hopelessSeen)
 	require.Positive(t, waitingSeen)
+}
+
+// The validating webhook's fleet is the model's snapshot and how many
+// nodes advertise a GPU resource now: a node that loses its GPUs, or
+// goes, is no longer counted; nothing is served before the initial list.
+func TestModelFleetCountsGPUNodes(t *testing.T) {
+	nm := newNodeModel(schedule.New())
+	_, _, err := nm.fleet(context.Background())
+	require.ErrorIs(t, err, errModelNotSynced)
+	nm.synced = func() bool { return true }
+	a, b, cpu := gpuNodeObj("gpu-a", "nvidia.com/gpu", 8), gpuNodeObj("gpu-b", "nvidia.com/mig-1g.10gb", 7), gpuNodeObj("cpu", "example.com/none", 0)
+	for i, n := range []*corev1.Node{a, b, cpu} {
+		n.ResourceVersion = fmt.Sprint(i + 1)
+		nm.apply(n)
+	}
+	cl, gpus, err := nm.fleet(context.Background())
+	require.NoError(t, err)
+	require.NotNil(t, cl)
+	require.Equal(t, 2, gpus)
+	drained := b.DeepCopy()
+	drained.ResourceVersion = "9"
+	drained.Status.Allocatable["nvidia.com/mig-1g.10gb"] = resource.MustParse("0")
+	nm.apply(drained)
+	nm.remove("gpu-a")
+	_, gpus, err = nm.fleet(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, gpus)
 }

@@ -262,7 +262,7 @@ func (h *handler) snapshot(nodes []corev1.Node) (*snapshot, error) {
 		if err := b.AddNode(&nodes[i]); err != nil {
 			return nil, fmt.Errorf("node %s: %w", nodes[i].Name, err)
 		}
-		if hasGPUResource(nodes[i].Status.Allocatable) {
+		if cluster.AdvertisesGPU(nodes[i].Status.Allocatable) {
 			s.gpuNodes++
 		}
 	}
@@ -273,15 +273,6 @@ func (h *handler) snapshot(nodes []corev1.Node) (*snapshot, error) {
 		h.last.Store(s)
 	}
 	return s, nil
-}
-
-func hasGPUResource(rl corev1.ResourceList) bool {
-	for r, q := range rl {
-		if topology.IsGPUResource(string(r)) && !q.IsZero() {
-			return true
-		}
-	}
-	return false
 }
 
 // containers are a replica's containers that count: init containers and
