@@ -259,18 +259,25 @@ func (m *Mutator) runtimeLabels(ctx context.Context, j kubeflow.Job) (map[string
 	return nil, ""
 }
 
+// gangTimeout is how long the init container waits: the object's
+// rankgate.io/gang-timeout when it reads as a positive duration (own),
+// else the controller's.
+func (m *Mutator) gangTimeout(annotations map[string]string) (d time.Duration, own bool) {
+	if s, ok := annotations[contract.AnnotationGangTimeout]; ok {
+		if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
+			return d, true
+		}
+	}
+	return m.o.GangTimeout, false
+}
+
 // patch is Patch, with extra labels for the runtime patch of a TrainJob.
 func (m *Mutator) patch(j kubeflow.Job, extra map[string]string) ([]jsonpatch.Operation, error) {
 	o := j.Object()
 	if optedOut(o.GetLabels(), o.GetAnnotations()) {
 		return nil, nil
 	}
-	timeout := m.o.GangTimeout
-	if s, ok := o.GetAnnotations()[contract.AnnotationGangTimeout]; ok {
-		if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
-			timeout = d
-		}
-	}
+	timeout, own := m.gangTimeout(o.GetAnnotations())
 	k, ok := kubeflow.ByGVK(j.GVK())
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", j.GVK(), kubeflow.ErrUnsupported)
@@ -309,8 +316,8 @@ func (m *Mutator) patch(j kubeflow.Job, extra map[string]string) ([]jsonpatch.Op
 				return nil, fmt.Errorf("%s: %w", field, err)
 			}
 			labels[contract.LabelInject] = contract.ValueInjectRanks
-			if s, ok := o.GetAnnotations()[contract.AnnotationGangTimeout]; ok && timeout != m.o.GangTimeout {
-				annotations = map[string]string{contract.AnnotationGangTimeout: s}
+			if own {
+				annotations = map[string]string{contract.AnnotationGangTimeout: o.GetAnnotations()[contract.AnnotationGangTimeout]}
 			}
 		default:
 			var err error

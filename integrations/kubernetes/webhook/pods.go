@@ -12,7 +12,6 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/review"
 )
 
@@ -60,12 +59,7 @@ func (p *PodMutator) Handle(_ context.Context, req admission.Request) admission.
 		return admission.Allowed("").WithWarnings(fmt.Sprintf("rankgate: not gated: %s=%s is read on a JobSet's pods only (label %s)",
 			contract.LabelInject, contract.ValueInjectRanks, jobset.LabelJobSetName))
 	}
-	timeout := p.m.o.GangTimeout
-	if s, ok := pod.Annotations[contract.AnnotationGangTimeout]; ok {
-		if d, err := gate.ParseJobDuration(s); err == nil && d > 0 {
-			timeout = d
-		}
-	}
+	timeout, _ := p.m.gangTimeout(pod.Annotations)
 	ops, err := p.m.podSpecOps("/spec", pod.Namespace, &pod.Spec, timeout)
 	if err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("pod %s/%s: %w", pod.Namespace, podName(pod), err))
