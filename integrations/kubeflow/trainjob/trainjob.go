@@ -121,16 +121,16 @@ func (j *job) numNodes() *int32 {
 		return nil
 	}
 	n := *j.o.Spec.Trainer.NumNodes
-	if j.LauncherIsNode() {
+	if j.launcherIsNode() {
 		n = max(n-1, 1)
 	}
 	return &n
 }
 
-// LauncherIsNode: the mutating webhook found, when the TrainJob was
+// launcherIsNode: the mutating webhook found, when the TrainJob was
 // created, that its runtime runs the MPI launcher as a node, and said so
 // in its runtime patch (contract.LabelMPILauncherIsNode).
-func (j *job) LauncherIsNode() bool {
+func (j *job) launcherIsNode() bool {
 	for _, p := range j.o.Spec.RuntimePatches {
 		if p.Manager == contract.RuntimePatchManager && p.TrainingRuntimeSpec != nil && p.TrainingRuntimeSpec.Template != nil &&
 			p.TrainingRuntimeSpec.Template.Metadata != nil && p.TrainingRuntimeSpec.Template.Metadata.Labels[contract.LabelMPILauncherIsNode] == "true" {

@@ -246,7 +246,7 @@ func benchCases(b *testing.B, concurrent int) []benchCase {
 	// labelled.
 	gated := js.DeepCopy()
 	for k := range gated.Spec.ReplicatedJobs {
-		if t := &gated.Spec.ReplicatedJobs[k].Template.Spec.Template; len(gpuLimits(t.Spec.Containers).Limits) > 0 {
+		if t := &gated.Spec.ReplicatedJobs[k].Template.Spec.Template; asksDevices(rankResources(&t.Spec, nil)) {
 			t.Labels = merged(t.Labels, map[string]string{contract.LabelInject: contract.ValueInjectRanks, "training.kubeflow.org/job-name": js.Name})
 		}
 	}

@@ -246,6 +246,11 @@ func (m *Mutator) runtimeLabels(ctx context.Context, j kubeflow.Job) (map[string
 	if !isTrainJob || m.o.RuntimeOf == nil || optedOut(j.Object().GetLabels(), j.Object().GetAnnotations()) {
 		return nil, ""
 	}
+	if lp, ok := j.(jobkind.LabelPropagator); ok {
+		if _, _, _, needed := lp.PropagateLabels(contract.RuntimePatchManager, nil); !needed {
+			return nil, "" // its runtime patch is there already: nothing is added
+		}
+	}
 	var rt *trainjob.Runtime
 	if err == nil {
 		rt, err = m.o.RuntimeOf(ctx, key)

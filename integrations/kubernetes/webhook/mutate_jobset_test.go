@@ -207,4 +207,14 @@ func TestHandleRecordsLauncherAsNode(t *testing.T) {
 	require.Nil(t, labels)
 	require.Empty(t, resp.Patches)
 	require.Empty(t, asked, "an opted-out TrainJob's runtime is not read")
+
+	// One that carries the webhook's runtime patch already (applied again
+	// from a dump) gets nothing, and its runtime is not read.
+	resp = m.Handle(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Create, Namespace: "ml", Kind: trainJobKind, Object: runtime.RawExtension{Raw: []byte(
+			`{"apiVersion":"trainer.kubeflow.org/v1alpha1","kind":"TrainJob","metadata":{"name":"t","namespace":"ml"},"spec":{"runtimeRef":{"name":"deepspeed-distributed"},"trainer":{"numNodes":3},` +
+				`"runtimePatches":[{"manager":"rankgate.io/webhook","trainingRuntimeSpec":{"template":{"metadata":{"labels":{"rankgate.io/gate":"enabled","rankgate.io/mpi-launcher-is-node":"true"}}}}}]}}`)}}})
+	require.True(t, resp.Allowed)
+	require.Empty(t, resp.Patches)
+	require.Empty(t, asked, "the runtime of a TrainJob that carries the webhook's patch is not read")
 }

@@ -64,12 +64,6 @@ func (m *Mutator) rankResources(ns string, spec *corev1.PodSpec) corev1.Resource
 	return rankResources(spec, gpuClaim)
 }
 
-// gpuLimits: rankResources of containers alone (no claim is known to be
-// a GPU's): the trainer's GPU and MIG resources and its claims.
-func gpuLimits(cs []corev1.Container) corev1.ResourceRequirements {
-	return rankResources(&corev1.PodSpec{Containers: cs}, nil)
-}
-
 // gpuCount: the GPU and MIG devices c asks for, limits (or requests
 // without a limit).
 func gpuCount(c *corev1.Container) int64 {
