@@ -413,11 +413,8 @@ func chainState(t *testing.T, ns string) string {
 			fmt.Fprintf(&b, "pod %s: phase=%s node=%q init=%d deleting=%v\n", p.Name, p.Status.Phase, p.Spec.NodeName, len(p.Spec.InitContainers), p.DeletionTimestamp != nil)
 		}
 	}
-	evs := &corev1.EventList{}
-	if err := k8s.List(ctx, evs, client.InNamespace(ns)); err == nil {
-		for _, e := range evs.Items {
-			fmt.Fprintf(&b, "event %s/%s %s: %s\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
-		}
+	for _, e := range namespaceEvents(t, ns) {
+		fmt.Fprintf(&b, "event %s/%s %s: %s\n", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 	}
 	return b.String()
 }
