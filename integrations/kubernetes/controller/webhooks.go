@@ -270,7 +270,7 @@ func runtimeReader(api client.Reader) func(context.Context, trainjob.RuntimeKey)
 	}
 }
 
-// runtimeReadTimeout bounds runtimeOf, within the shipped webhook
+// runtimeReadTimeout bounds a runtimeReader read, within the shipped webhook
 // timeout (5 s).
 const runtimeReadTimeout = 2 * time.Second
 
