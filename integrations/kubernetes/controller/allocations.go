@@ -8,17 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
@@ -111,94 +106,26 @@ var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
 
 // setupAllocations registers, where DRA is served, kind's allocations
 // reconciler: a rank pod bound with resource claims (the scheduler
-// allocated them first) brings its job here, to fromAllocations alone,
-// not to the job's full reconcile (the Pending watchdog's judgement has
-// nothing to do on a bind). Leader only, like the job reconcilers.
-func (c *Controller) setupAllocations(k kubeflow.Kind) error {
+// allocated them first), or a claim whose allocation reaches the cache
+// after its pod's binding, brings its job here (the router sends it,
+// router.go), to fromAllocations alone, not to the job's full reconcile
+// (the Pending watchdog's judgement has nothing to do on a bind). Leader
+// only, like the job reconcilers.
+func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter) error {
 	if !c.dra.served {
 		return nil
-	}
-	bound := predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool {
-			p, ok := e.Object.(*corev1.Pod)
-			return ok && p.Spec.NodeName != "" && dra.UsesClaims(p)
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*corev1.Pod)
-			n, ok2 := e.ObjectNew.(*corev1.Pod)
-			return ok1 && ok2 && o.Spec.NodeName == "" && n.Spec.NodeName != "" && dra.UsesClaims(n)
-		},
 	}
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 		return c.reconcileAllocations(ctx, k, req)
 	})
-	// The claim's allocation may reach the cache after the pod's binding
-	// (two watches): its allocation brings the job here too.
-	allocated := predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool {
-			cl, ok := e.Object.(*resourcev1.ResourceClaim)
-			return ok && cl.Status.Allocation != nil
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			o, ok1 := e.ObjectOld.(*resourcev1.ResourceClaim)
-			n, ok2 := e.ObjectNew.(*resourcev1.ResourceClaim)
-			return ok1 && ok2 && o.Status.Allocation == nil && n.Status.Allocation != nil
-		},
-	}
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
-		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&corev1.Pod{}), handler.EnqueueRequestsFromMapFunc(c.podsJob(k)), bound)).
-		WatchesRawSource(source.Kind(c.mgr.GetCache(), client.Object(&resourcev1.ResourceClaim{}), handler.EnqueueRequestsFromMapFunc(c.claimsJob(k)), allocated)).
+		WatchesRawSource(router.source(k.GVK().Kind, toAllocations)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("controller: %s allocations reconciler: %w", k.GVK().Kind, err)
 	}
 	return nil
-}
-
-// podsJob maps a pod to its job of kind k: the job that controls it, or
-// through the batch Job that does (JobSet and TrainJob pods, an MPIJob's
-// launcher; jobOf reads each batch Job once).
-func (c *Controller) podsJob(k kubeflow.Kind) handler.MapFunc {
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		p, ok := o.(*corev1.Pod)
-		if !ok {
-			return nil
-		}
-		ref, ok, err := c.jobOf(ctx, p)
-		if err != nil || !ok || ref.kind != k.GVK().Kind {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.name}}}
-	}
-}
-
-// claimsJob maps an allocated claim to the jobs of kind k of the bound
-// pods it is reserved for.
-func (c *Controller) claimsJob(k kubeflow.Kind) handler.MapFunc {
-	pods := c.podsJob(k)
-	return func(ctx context.Context, o client.Object) []reconcile.Request {
-		cl, ok := o.(*resourcev1.ResourceClaim)
-		if !ok {
-			return nil
-		}
-		var out []reconcile.Request
-		for _, r := range cl.Status.ReservedFor {
-			if r.Resource != "pods" || r.APIGroup != "" {
-				continue
-			}
-			p := &corev1.Pod{}
-			if err := c.client.Get(ctx, types.NamespacedName{Namespace: cl.Namespace, Name: r.Name}, p); err != nil || p.UID != r.UID || p.Spec.NodeName == "" {
-				continue
-			}
-			out = append(out, pods(ctx, p)...)
-		}
-		return out
-	}
 }
 
 // reconcileAllocations adds the ranks of the job req names whose claims

@@ -10,7 +10,6 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -241,19 +240,6 @@ func (c *Controller) startModel(ctx context.Context) error {
 	}
 	_, err = pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, n any) { stale(n) }, DeleteFunc: stale})
 	return err
-}
-
-// refreshNode brings one node of the model up to the cache (a node
-// event's handlers run in no fixed order: the re-judging handler reads
-// the cache itself).
-func (c *Controller) refreshNode(ctx context.Context, name string) {
-	n := &corev1.Node{}
-	switch err := c.client.Get(ctx, types.NamespacedName{Name: name}, n); {
-	case apierrors.IsNotFound(err):
-		c.model.remove(name)
-	case err == nil:
-		c.model.apply(n)
-	}
 }
 
 // podsChanged forgets the kept workload of the watched jobs named job in

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,8 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -36,70 +33,27 @@ func (c *Controller) setupReconcilers() error {
 	if err := c.startDRA(context.Background()); err != nil {
 		return err
 	}
+	router := c.newRouter()
 	for _, k := range c.kinds {
 		k := k
+		kind := k.GVK().Kind
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 			return c.reconcile(ctx, k, req)
 		})
-		nodeChanged := predicate.Funcs{
-			GenericFunc: func(event.GenericEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				o, ok1 := e.ObjectOld.(*corev1.Node)
-				n, ok2 := e.ObjectNew.(*corev1.Node)
-				if !ok1 || !ok2 {
-					return false
-				}
-				c.noteNodeChange(o, n)
-				return nodeMatters(o, n)
-			},
-		}
-		podChanged := predicate.Funcs{
-			CreateFunc:  func(event.CreateEvent) bool { return false },
-			DeleteFunc:  func(event.DeleteEvent) bool { return false },
-			GenericFunc: func(event.GenericEvent) bool { return false },
-			UpdateFunc: func(e event.UpdateEvent) bool {
-				o, ok1 := e.ObjectOld.(*corev1.Pod)
-				n, ok2 := e.ObjectNew.(*corev1.Pod)
-				return ok1 && ok2 && unschedulable(n) != unschedulable(o)
-			},
-		}
-		bld := builder.ControllerManagedBy(c.mgr).
-			Named(k.GVK().Kind).
+		// Besides its own jobs' changes, a kind's reconciler gets what the
+		// router sends it (router.go): its jobs with a pod becoming (un)
+		// schedulable, the Pending jobs a node or device change may fail,
+		// the jobs of a namespace whose opt-in changed.
+		err := builder.ControllerManagedBy(c.mgr).
+			Named(kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-			// A pod becoming (un)schedulable wakes its job's watchdog:
-			// its job as the gate finds it (jobOf), which for a JobSet's
-			// and a TrainJob's pods (controlled by a batch Job) and an
-			// MPIJob's launcher is not the pod's controller owner.
-			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(c.podsJob(k)), builder.WithPredicates(podChanged)).
-			// A node change re-judges the jobs with unschedulable pods
-			// that it can fail (model.go).
-			Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-				c.refreshNode(ctx, o.GetName())
-				return c.affectedPending(k.GVK().Kind)
-			}), builder.WithPredicates(nodeChanged)).
-			// A namespace opted in (or out) later: its jobs are looked at
-			// (the Pending watchdog judges jobs that predate the opt-in).
-			Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-				return c.jobsIn(ctx, k, o.GetName())
-			}), builder.WithPredicates(optInChanged))
-		if c.dra.served {
-			// A change of the published devices re-judges the jobs with
-			// unschedulable pods whose devices come through DRA (dra.go).
-			bld = bld.Watches(&resourcev1.ResourceSlice{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-				return c.affectedByDevices(k.GVK().Kind)
-			}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+			WatchesRawSource(router.source(kind, toJob)).
+			WithOptions(controllerOptions()).
+			Complete(r)
+		if err != nil {
+			return fmt.Errorf("controller: %s reconciler: %w", kind, err)
 		}
-		if c.dra.rulesServed {
-			// So does a DeviceTaintRule added, changed or deleted: its
-			// taint takes devices out or gives them back.
-			bld = bld.Watches(&resourcev1.DeviceTaintRule{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-				return c.affectedByDevices(k.GVK().Kind)
-			}), builder.WithPredicates(predicate.GenerationChangedPredicate{}))
-		}
-		if err := bld.WithOptions(controllerOptions()).Complete(r); err != nil {
-			return fmt.Errorf("controller: %s reconciler: %w", k.GVK().Kind, err)
-		}
-		if err := c.setupAllocations(k); err != nil {
+		if err := c.setupAllocations(k, router); err != nil {
 			return err
 		}
 	}
@@ -312,21 +266,15 @@ func (c *Controller) noteUndecided(key string, k kubeflow.Kind, obj client.Objec
 	}
 }
 
-// optInChanged passes a namespace update that changes its opt-in label.
-var optInChanged = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	DeleteFunc:  func(event.DeleteEvent) bool { return false },
-	GenericFunc: func(event.GenericEvent) bool { return false },
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld != nil && e.ObjectNew != nil && e.ObjectOld.GetLabels()[contract.KeyGate] != e.ObjectNew.GetLabels()[contract.KeyGate]
-	},
-}
-
 // jobsIn lists the cached jobs of kind k in namespace ns as requests.
-func (c *Controller) jobsIn(ctx context.Context, k kubeflow.Kind, ns string) []reconcile.Request {
+func (c *Controller) jobsIn(ctx context.Context, kind, ns string) []reconcile.Request {
+	k, ok := kubeflow.ByName(kind)
+	if !ok {
+		return nil
+	}
 	list := k.NewList()
 	if err := c.client.List(ctx, list, client.InNamespace(ns)); err != nil {
-		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", k.GVK().Kind)
+		c.log.Error(err, "listing the jobs of a namespace whose opt-in changed", "namespace", ns, "kind", kind)
 		return nil
 	}
 	var out []reconcile.Request

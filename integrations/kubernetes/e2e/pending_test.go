@@ -151,6 +151,24 @@ func TestE2EPendingShapeMismatchSuspended(t *testing.T) {
 	t.Logf("suspended after %s\nreason: %s\nevent: %s", took.Round(time.Millisecond), a[contract.AnnotationReason], ev["PendingFailed"][0])
 }
 
+// A hopeless job in a namespace that opts in only after its pods are
+// Pending: the opt-in alone (no change of the job or its pods) brings it
+// to the Pending watchdog, which suspends it.
+func TestE2EPendingNamespaceOptedInLater(t *testing.T) {
+	ns := newNamespace(t, "e2e-pending-opt-in-later", false)
+	startScheduler(t)
+	a100All1g20(t, "pend-a100-1g-later")
+	c := startController(t, controller.Options{GangTimeout: time.Hour, PendingGrace: ptr.To(time.Duration(0))})
+	job, _ := pendingJob(t, ns, "later", nil, "nvidia.com/mig-2g.20gb", 1)
+	require.Never(t, func() bool { return isSuspended(t, job) }, 3*time.Second, 200*time.Millisecond, "judged before its namespace opted in")
+	o := &corev1.Namespace{}
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Name: ns}, o))
+	o.Labels = map[string]string{contract.KeyGate: "enabled"}
+	require.NoError(t, k8s.Update(context.Background(), o))
+	require.Eventually(t, func() bool { return isSuspended(t, job) }, 15*time.Second, 100*time.Millisecond, c.logs.String())
+	require.Contains(t, strings.Split(appliedVerdict(t, job)[contract.AnnotationRules], ","), verdict.RuleShapeMismatch)
+}
+
 // busyNode is a node of 8 GPUs of res, all held by a bound pod outside
 // any job; it carries label pending-test=<name> for the job's selector.
 func busyNode(t testing.TB, ns, name, res string) *corev1.Pod {
