@@ -261,7 +261,7 @@ type Controller struct {
 	gate    *gateserver.Server
 	kinds   []kubeflow.Kind
 	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
-	pw      pendingWatches     // jobs with unschedulable pods (pending.go)
+	wd      *watchdog          // the Pending watchdog: jobs with unschedulable pods (watchdog.go)
 	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
@@ -350,6 +350,7 @@ func newController(opts Options) *Controller {
 	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
 		res: map[types.UID]*gangRes{}, engine: schedule.New()}
 	c.unexpected.max = maxMisfits
+	c.wd = newWatchdog(c, c.clock(), c.log, &c.opts)
 	return c
 }
 

@@ -11,10 +11,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
@@ -284,25 +282,6 @@ func (d *draCaches) validateObjects(context.Context) (*validate.DRAObjects, erro
 // usesDRA: a pod set of w gets devices through DRA.
 func usesDRA(w schedule.Workload) bool {
 	return slices.ContainsFunc(w.PodSets, func(ps schedule.PodSet) bool { return ps.DRA != "" })
-}
-
-// affectedByDevices are the watched jobs of kind that a change of the
-// published devices (a ResourceSlice) may judge differently: those past
-// their grace whose last judgement saw DRA pod sets, or that have none
-// since their pods changed. The others do not read the slices.
-func (c *Controller) affectedByDevices(kind string) []reconcile.Request {
-	now := c.now()
-	var out []reconcile.Request
-	c.pw.mu.Lock()
-	for _, p := range c.pw.jobs {
-		if p.kind != kind || now.Before(p.due) || (p.judged != nil && !usesDRA(p.judged.w)) {
-			continue
-		}
-		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.ns, Name: p.name}})
-	}
-	c.pw.mu.Unlock()
-	slices.SortFunc(out, func(a, b reconcile.Request) int { return strings.Compare(a.String(), b.String()) })
-	return out
 }
 
 // workloadKey tells workloads apart by everything the engine reads of

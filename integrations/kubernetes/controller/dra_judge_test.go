@@ -230,14 +230,14 @@ func TestTrimDRAObjects(t *testing.T) {
 // or jobs of another kind.
 func TestAffectedByDevices(t *testing.T) {
 	now := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
-	c := &Controller{opts: Options{Clock: clocktesting.NewFakeClock(now)}}
+	wd := &watchdog{clk: clocktesting.NewFakeClock(now)}
 	dra := &judged{w: schedule.Workload{PodSets: []schedule.PodSet{{Name: "Worker", Count: 2, DRA: "resource claims gpu"}}}}
 	plain := &judged{w: schedule.Workload{PodSets: []schedule.PodSet{{Name: "Worker", Count: 2, Requests: schedule.Resources{"nvidia.com/gpu": 1}}}}}
 	watch := func(kind, name string, due time.Time, j *judged) {
-		if c.pw.jobs == nil {
-			c.pw.jobs = map[string]*pendingJob{}
+		if wd.jobs == nil {
+			wd.jobs = map[string]*pendingJob{}
 		}
-		c.pw.jobs["ns/"+kind+"/"+name] = &pendingJob{kind: kind, ns: "ns", name: name, due: due, judged: j}
+		wd.jobs["ns/"+kind+"/"+name] = &pendingJob{kind: kind, ns: "ns", name: name, due: due, judged: j}
 	}
 	watch("PyTorchJob", "dra", now.Add(-time.Second), dra)
 	watch("PyTorchJob", "changed", now, nil)
@@ -245,14 +245,14 @@ func TestAffectedByDevices(t *testing.T) {
 	watch("PyTorchJob", "in-grace", now.Add(time.Second), dra)
 	watch("MPIJob", "other-kind", now.Add(-time.Second), dra)
 	var names []string
-	for _, r := range c.affectedByDevices("PyTorchJob") {
+	for _, r := range wd.affectedByDevices("PyTorchJob") {
 		require.Equal(t, "ns", r.Namespace)
 		names = append(names, r.Name)
 	}
 	require.Equal(t, []string{"changed", "dra"}, names)
 	require.Equal(t, []types.NamespacedName{{Namespace: "ns", Name: "other-kind"}}, func() []types.NamespacedName {
 		var out []types.NamespacedName
-		for _, r := range c.affectedByDevices("MPIJob") {
+		for _, r := range wd.affectedByDevices("MPIJob") {
 			out = append(out, r.NamespacedName)
 		}
 		return out

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -45,6 +42,11 @@ type nodeModel struct {
 	gpu     map[string]bool   // nodes whose allocatable has a GPU resource
 	gen     uint64            // bumped by every change
 	synced  func() bool       // the informer handler has seen the initial list
+
+	// liveMu serialises liveCluster (usage.go); live is its last result:
+	// the model with every bound pod's usage.
+	liveMu sync.Mutex
+	live   *liveSnapshot
 
 	// The node-event shortcut's judgements, by workload signature, for
 	// generation memoGen.
@@ -235,53 +237,9 @@ func (c *Controller) startModel(ctx context.Context) error {
 			o = t.Obj
 		}
 		if p, ok := o.(*corev1.Pod); ok && p.Labels[LabelJobName] != "" {
-			c.podsChanged(p.Namespace, p.Labels[LabelJobName])
+			c.wd.podsChanged(p.Namespace, p.Labels[LabelJobName])
 		}
 	}
 	_, err = pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, n any) { stale(n) }, DeleteFunc: stale})
 	return err
-}
-
-// podsChanged forgets the kept workload of the watched jobs named job in
-// ns: their next node event reconciles them in full.
-func (c *Controller) podsChanged(ns, job string) {
-	c.pw.mu.Lock()
-	defer c.pw.mu.Unlock()
-	for _, k := range c.kinds {
-		if p := c.pw.jobs[ns+"/"+k.GVK().Kind+"/"+job]; p != nil {
-			p.judged = nil
-		}
-	}
-}
-
-// affectedPending are the watched jobs of kind that the node event just
-// applied to the model may fail (see the top of this file).
-func (c *Controller) affectedPending(kind string) []reconcile.Request {
-	cl, gen, cerr := c.model.cluster()
-	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
-	type cand struct {
-		req reconcile.Request
-		j   *judged
-	}
-	now := c.now()
-	var cands []cand
-	c.pw.mu.Lock()
-	for _, p := range c.pw.jobs {
-		if p.kind != kind || now.Before(p.due) {
-			continue
-		}
-		cands = append(cands, cand{reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.ns, Name: p.name}}, p.judged})
-	}
-	c.pw.mu.Unlock()
-	var out []reconcile.Request
-	for _, cd := range cands {
-		if cerr != nil || cd.j == nil || c.model.hopeless(gen, cd.j.sig, func() bool {
-			h, _ := pendingCause(c.engine.Diagnose(cl, cd.j.w), onDemand) // hopeless never depends on free capacity
-			return h
-		}) {
-			out = append(out, cd.req)
-		}
-	}
-	slices.SortFunc(out, func(a, b reconcile.Request) int { return strings.Compare(a.String(), b.String()) })
-	return out
 }

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
@@ -59,7 +61,8 @@ func BenchmarkNodeEvent(b *testing.B) {
 		for _, n := range bp.nodes {
 			c.model.apply(n)
 		}
-		c.pw.jobs = map[string]*pendingJob{}
+		c.wd = newWatchdog(c, clock.RealClock{}, logr.Discard(), &Options{})
+		c.wd.jobs = map[string]*pendingJob{}
 		cl, _, _ := c.model.cluster()
 		for i, j := range bp.jobs {
 			res, w, used, ok, err := judgeOn(e, cl, nil, j, bp.pods[i], false)
@@ -69,7 +72,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 			if h, _ := pendingCause(res, false); h {
 				b.Fatalf("%s is hopeless: %s", j.Name(), res.Report.Reason(0))
 			}
-			c.pw.jobs["ml/PyTorchJob/"+j.Name()] = &pendingJob{kind: "PyTorchJob", ns: "ml", name: j.Name(),
+			c.wd.jobs["ml/PyTorchJob/"+j.Name()] = &pendingJob{kind: "PyTorchJob", ns: "ml", name: j.Name(),
 				judged: &judged{w: w, used: used, sig: signature(w)}}
 		}
 		n := bp.nodes[17].DeepCopy()
@@ -80,7 +83,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 			n.Spec.Unschedulable = !n.Spec.Unschedulable
 			n.ResourceVersion = fmt.Sprint(i + 2)
 			c.model.apply(n)
-			if got := c.affectedPending("PyTorchJob"); len(got) != 0 {
+			if got := c.wd.affectedByNode("PyTorchJob"); len(got) != 0 {
 				b.Fatalf("%d jobs failed", len(got))
 			}
 		}

@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
@@ -77,66 +74,6 @@ const (
 // migLabels are the labels mig-manager changes around a layout change.
 var migLabels = []string{"nvidia.com/mig.config", "nvidia.com/mig.config.state", "nvidia.com/gpu.deploy.device-plugin"}
 
-// noteNodeChange remembers when a node's MIG state last changed, and when
-// any node last lost GPU devices it advertised or changed readiness (a
-// device plugin re-registering, a node restarting).
-func (c *Controller) noteNodeChange(o, n *corev1.Node) {
-	if gpuTransient(o, n) {
-		c.pw.mu.Lock()
-		c.pw.transientAt = c.now()
-		c.pw.mu.Unlock()
-	}
-	for _, l := range migLabels {
-		if o.Labels[l] != n.Labels[l] {
-			c.pw.mu.Lock()
-			if c.pw.migChanged == nil {
-				c.pw.migChanged = map[string]time.Time{}
-			}
-			c.pw.migChanged[n.Name] = c.now()
-			for name, at := range c.pw.migChanged {
-				if c.since(at) > migSettle {
-					delete(c.pw.migChanged, name)
-				}
-			}
-			c.pw.mu.Unlock()
-			return
-		}
-	}
-}
-
-// settling: every fail finding of rep is MIG_LAYOUT_INVALID about nodes
-// whose MIG state changed within migSettle (the device plugin may not have
-// re-registered yet); left is how long until the last of them settles.
-//
-// Any hopeless verdict also waits while a node lost GPU devices or changed
-// readiness within transientSettle: a device plugin that re-registers advertises
-// 0 devices for a moment, and a restarting node is NotReady; either can
-// make a shape look absent that is only away for seconds.
-func (c *Controller) settling(rep verdict.Report) (left time.Duration, ok bool) {
-	c.pw.mu.Lock()
-	defer c.pw.mu.Unlock()
-	if l := c.until(c.pw.transientAt.Add(transientSettle)); l > 0 {
-		return l, true
-	}
-	for _, f := range rep.Findings {
-		if f.Severity != verdict.SeverityFail {
-			continue
-		}
-		if f.Rule != verdict.RuleMIGLayoutInvalid || len(f.Nodes) == 0 {
-			return 0, false
-		}
-		for _, n := range f.Nodes {
-			at, seen := c.pw.migChanged[n]
-			l := c.until(at.Add(migSettle))
-			if !seen || l <= 0 {
-				return 0, false
-			}
-			left = max(left, l)
-		}
-	}
-	return left, left > 0
-}
-
 func (o *Options) pendingDefaults() error {
 	if err := durationDefault(&o.PendingGrace, DefaultPendingGrace, "PendingGrace"); err != nil {
 		return err
@@ -152,19 +89,6 @@ func (o *Options) pendingDefaults() error {
 		return fmt.Errorf("mig-reconfigure %q: want off or on-demand", o.MIGReconfigure)
 	}
 	return nil
-}
-
-// pendingWatches are the jobs with unschedulable pods (by namespace/kind/name).
-type pendingWatches struct {
-	mu   sync.Mutex
-	jobs map[string]*pendingJob
-	// liveMu serialises liveCluster; snap is its last result.
-	liveMu sync.Mutex
-	snap   *liveSnapshot
-	// migChanged: when each node's MIG labels last changed (noteNodeChange).
-	migChanged map[string]time.Time
-	// transientAt: when a node last lost GPU devices or changed readiness.
-	transientAt time.Time
 }
 
 // gpuTransient: between o and n the node advertises fewer of some GPU
@@ -191,26 +115,6 @@ type pendingJob struct {
 	due            time.Time       // when its grace ends
 	judged         *judged         // its last judgement on the model (nil: none, or its pods changed since)
 	last           *lastJudgement  // its last judgement on the model with the pods' usage
-}
-
-func (c *Controller) watchedPending(key string, o client.Object, kind string) *pendingJob {
-	c.pw.mu.Lock()
-	defer c.pw.mu.Unlock()
-	if c.pw.jobs == nil {
-		c.pw.jobs = map[string]*pendingJob{}
-	}
-	p := c.pw.jobs[key]
-	if p == nil || p.uid != o.GetUID() {
-		p = &pendingJob{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), seen: c.now()}
-		c.pw.jobs[key] = p
-	}
-	return p
-}
-
-func (c *Controller) unwatchPending(key string) {
-	c.pw.mu.Lock()
-	delete(c.pw.jobs, key)
-	c.pw.mu.Unlock()
 }
 
 // nodeMatters: a node change the engine's model sees.
@@ -296,129 +200,6 @@ func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.
 	return c.fittingPods(wrap(obj), out), nil
 }
 
-// watchPending is the watchdog's step for one gated job without a
-// verdict (from reconcile). It returns when to look again (0: on events
-// only) and whether the job was failed.
-func (c *Controller) watchPending(ctx context.Context, k kubeflow.Kind, obj client.Object) (time.Duration, bool) {
-	key := obj.GetNamespace() + "/" + k.GVK().Kind + "/" + obj.GetName()
-	j := wrap(obj)
-	pods, err := c.jobPods(ctx, obj)
-	if err != nil {
-		c.log.Error(err, "listing the job's pods for the Pending watchdog", "job", key)
-		return time.Second, false
-	}
-	c.pw.mu.Lock()
-	w := c.pw.jobs[key]
-	c.pw.mu.Unlock()
-	seen := c.now()
-	if w != nil {
-		seen = w.seen
-	}
-	since, any := unschedulableSince(pods, seen)
-	if !any || j.Suspended() || obj.GetDeletionTimestamp() != nil {
-		c.unwatchPending(key)
-		if _, ok := obj.GetAnnotations()[contract.AnnotationWaitingFor]; ok {
-			c.wantWaitingFor(obj, k.GVK().Kind, nil)
-		}
-		return 0, false
-	}
-	w = c.watchedPending(key, obj, k.GVK().Kind)
-	grace, err := jobDuration(obj, contract.AnnotationPendingGrace, *c.opts.PendingGrace)
-	if err != nil {
-		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
-	}
-	c.pw.mu.Lock()
-	w.due = since.Add(grace)
-	c.pw.mu.Unlock()
-	if left := c.until(since.Add(grace)); left > 0 {
-		return left, false
-	}
-	return c.judgePending(ctx, k, obj, key, w, pods, since)
-}
-
-// judgePending judges a job whose pods have been unschedulable past their
-// grace: a hopeless job fails; a waiting one is told what it waits for,
-// and fails at its pending timeout. It returns when to look again, and
-// whether the job was failed.
-func (c *Controller) judgePending(ctx context.Context, k kubeflow.Kind, obj client.Object, key string, w *pendingJob, pods []*corev1.Pod, since time.Time) (time.Duration, bool) {
-	j := wrap(obj)
-	// The whole job, with its pod templates (the cache strips them).
-	full := k.New()
-	if err := c.api.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, full); err != nil || full.GetUID() != obj.GetUID() {
-		if err != nil && !apierrors.IsNotFound(err) {
-			c.log.Error(err, "reading the job for the Pending watchdog", "job", key)
-			return time.Second, false
-		}
-		return 0, false
-	}
-	fj := wrap(full)
-	res, wl, err := c.judgeLive(ctx, fj, pods, w)
-	c.pw.mu.Lock()
-	w.judged = nil
-	if err == nil {
-		w.judged = &judged{w: wl, sig: signature(wl)}
-	}
-	c.pw.mu.Unlock()
-	if err != nil {
-		c.log.Info("cannot judge the unschedulable job; looking again later", "job", key, "error", err.Error())
-		return waitRecheck, false
-	}
-	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
-	hopeless, f := pendingCause(res, onDemand)
-	if hopeless {
-		if left, ok := c.settling(res.Report); ok {
-			return left, false
-		}
-		c.failPending(j, key, res.Report, "hopeless")
-		return 0, true
-	}
-	return c.noteWaiting(ctx, obj, j, key, w, res.Report.Subject, c.waitingCause(w, f), since)
-}
-
-// waitingCause is what a waiting job waits for: f, the cause just judged,
-// where its rule differs from the last one or the last is older than
-// liveEvery (the use of the busy nodes it names changes with every pod
-// bound or finished; what the job waits for is written only when it
-// changes), else the last one.
-func (c *Controller) waitingCause(w *pendingJob, f verdict.Finding) verdict.Finding {
-	c.pw.mu.Lock()
-	defer c.pw.mu.Unlock()
-	if w.cause.Rule != f.Rule || c.since(w.liveAt) >= liveEvery {
-		w.liveAt, w.cause = c.now(), f
-	}
-	return w.cause
-}
-
-// noteWaiting fails a job waiting past its pending timeout, and otherwise
-// writes what it waits for when that changed.
-func (c *Controller) noteWaiting(ctx context.Context, obj client.Object, j job, key string, w *pendingJob, subject string, cause verdict.Finding, since time.Time) (time.Duration, bool) {
-	timeout, err := jobDuration(obj, contract.AnnotationPendingTimeout, c.opts.PendingTimeout)
-	if err != nil {
-		c.log.Info("ignoring bad annotation", "job", key, "error", err.Error())
-	}
-	waited := c.since(since)
-	if timeout > 0 && waited >= timeout {
-		c.failPending(j, key, timeoutReport(subject, cause, waited, timeout), "pending-timeout")
-		return 0, true
-	}
-	// Only a change of cause is written (the cache may not show this
-	// replica's last write yet).
-	if v := waitingFor(cause); obj.GetAnnotations()[contract.AnnotationWaitingFor] != v {
-		c.pw.mu.Lock()
-		fresh := w.written != v
-		w.written = v
-		c.pw.mu.Unlock()
-		if fresh {
-			c.wantWaitingFor(obj, j.Kind(), &cause)
-		}
-	}
-	next := waitRecheck
-	if timeout > 0 && timeout-waited < next {
-		next = timeout - waited
-	}
-	return next, false
-}
-
 // pendingCause reads the engine's result: hopeless, or what the job
 // waits for (the finding of the primary rule).
 func pendingCause(res schedule.Result, onDemand bool) (hopeless bool, cause verdict.Finding) {
@@ -477,55 +258,79 @@ func timeoutReport(subject string, cause verdict.Finding, waited, timeout time.D
 	return verdict.NewReport(subject, []verdict.Finding{f, cause})
 }
 
-// failPending fails the job through the gang path.
-func (c *Controller) failPending(j job, key string, rep verdict.Report, why string) {
-	c.unwatchPending(key)
-	c.log.Info("failing an unschedulable job", "job", key, "why", why, "rules", strings.Join(rep.RuleIDs(), ","))
-	g := c.ensureGang(j)
-	c.askDecide(g, ask{why: trigPending, pre: &rep})
-}
-
 // judgeLive judges job j with its cached pods as `rankgate diagnose job`
 // does: against every node with the requests of every bound, unfinished
 // pod (liveCluster, from the informers; usage.go). It returns the job's
-// workload too. The same workload on the same snapshot is judged once: p
-// keeps the last judgement (a waiting job is looked at again every
-// waitRecheck and after each write of its annotation).
-func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, p *pendingJob) (schedule.Result, schedule.Workload, error) {
+// workload too, and the judgement to keep. The same workload on the same
+// snapshot is judged once: last is the job's last judgement (a waiting
+// job is looked at again every waitRecheck and after each write of its
+// annotation).
+func (c *Controller) judgeLive(ctx context.Context, j job, pods []*corev1.Pod, last *lastJudgement) (schedule.Result, schedule.Workload, *lastJudgement, error) {
 	if err := j.Validate(); err != nil {
-		return schedule.Result{}, schedule.Workload{}, err
+		return schedule.Result{}, schedule.Workload{}, last, err
 	}
 	pods, err := c.judgedPods(ctx, j, pods)
 	if err != nil {
-		return schedule.Result{}, schedule.Workload{}, err
+		return schedule.Result{}, schedule.Workload{}, last, err
 	}
 	// A job whose devices come through DRA is judged on the published
 	// devices (dra.go); where they are not known, the engine answers
 	// DRA_NOT_JUDGED, a waiting cause that is never hopeless.
 	dra, err := c.draState(ctx)
 	if err != nil {
-		return schedule.Result{}, schedule.Workload{}, err
+		return schedule.Result{}, schedule.Workload{}, last, err
 	}
 	w, _, err := jobWorkload(dra.builder(), dra, true, j, pods, false)
 	if err != nil {
-		return schedule.Result{}, w, err
+		return schedule.Result{}, w, last, err
 	}
 	s, err := c.liveCluster(ctx)
 	if err != nil {
-		return schedule.Result{}, w, err
+		return schedule.Result{}, w, last, err
 	}
 	key := workloadKey(w)
-	c.pw.mu.Lock()
-	m := p.last
-	c.pw.mu.Unlock()
-	if m != nil && m.seq == s.seq && m.key == key {
-		return m.res, w, nil
+	if last != nil && last.seq == s.seq && last.key == key {
+		return last.res, w, last, nil
 	}
 	res := c.engine.Diagnose(s.cl, w)
-	c.pw.mu.Lock()
-	p.last = &lastJudgement{seq: s.seq, key: key, res: res}
-	c.pw.mu.Unlock()
-	return res, w, nil
+	return res, w, &lastJudgement{seq: s.seq, key: key, res: res}, nil
+}
+
+// fullJob reads obj whole from the API server (the cache strips its pod
+// templates); nil when it is gone or was replaced.
+func (c *Controller) fullJob(ctx context.Context, k kubeflow.Kind, obj client.Object) (client.Object, error) {
+	full := k.New()
+	if err := c.api.Get(ctx, types.NamespacedName{Namespace: obj.GetNamespace(), Name: obj.GetName()}, full); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if full.GetUID() != obj.GetUID() {
+		return nil, nil
+	}
+	return full, nil
+}
+
+// modelJudge judges workloads on the node model as it is now (a node
+// event's re-judging, model.go): hopeless, or the model cannot judge.
+// Hopelessness never depends on free capacity, so no pod's usage is
+// needed; equal workloads are judged once per model generation.
+func (c *Controller) modelJudge() func(*judged) bool {
+	cl, gen, err := c.model.cluster()
+	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
+	return func(j *judged) bool {
+		return err != nil || c.model.hopeless(gen, j.sig, func() bool {
+			h, _ := pendingCause(c.engine.Diagnose(cl, j.w), onDemand)
+			return h
+		})
+	}
+}
+
+// fail fails job j with the Pending watchdog's report through the gang
+// path (record, then apply).
+func (c *Controller) fail(j job, rep verdict.Report) {
+	c.askDecide(c.ensureGang(j), ask{why: trigPending, pre: &rep})
 }
 
 // lastJudgement is a Pending job's last judgement (judgeLive): of its

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/clock"
 
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -41,17 +42,17 @@ func TestTransientNodeChangesHoldHopelessVerdicts(t *testing.T) {
 		{"nothing GPU changes", transientNode("8", corev1.ConditionTrue), transientNode("8", corev1.ConditionTrue), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &Controller{}
-			c.noteNodeChange(tc.o, tc.n)
-			left, ok := c.settling(hopeless)
+			wd := &watchdog{clk: clock.RealClock{}}
+			wd.noteNodeChange(tc.o, tc.n)
+			left, ok := wd.settling(hopeless)
 			require.Equal(t, tc.settle, ok)
 			if tc.settle {
 				require.InDelta(t, transientSettle.Seconds(), left.Seconds(), 1)
 			}
 		})
 	}
-	c := &Controller{}
-	c.pw.transientAt = time.Now().Add(-transientSettle - time.Second)
-	_, ok := c.settling(hopeless)
+	wd := &watchdog{clk: clock.RealClock{}}
+	wd.transientAt = time.Now().Add(-transientSettle - time.Second)
+	_, ok := wd.settling(hopeless)
 	require.False(t, ok, "settled")
 }

@@ -49,7 +49,7 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 	if err != nil || !ok {
 		return nil
 	}
-	if _, settling := c.settling(res.Report); settling {
+	if _, settling := c.wd.settling(res.Report); settling {
 		return nil // a node just lost devices or changed readiness: the deadline still applies
 	}
 	return hopelessPods(res, w)

@@ -77,7 +77,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 		if apierrors.IsNotFound(err) {
 			c.forget(key)
 			c.dropRes(key, nil)
-			c.unwatchPending(key)
+			c.wd.unwatch(key)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -87,7 +87,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	} else if !in {
 		c.forget(key)
 		c.dropRes(key, nil)
-		c.unwatchPending(key)
+		c.wd.unwatch(key)
 		return reconcile.Result{}, nil
 	}
 	c.ensureJobCA(ctx, obj)
@@ -118,7 +118,7 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	}
 	c.noteUndecided(key, k, obj)
 	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
-	again, failed := c.watchPending(ctx, k, obj)
+	again, failed := c.wd.step(ctx, k, obj)
 	if failed {
 		return reconcile.Result{}, nil
 	}
@@ -168,7 +168,7 @@ func (c *Controller) reconcileDecided(ctx context.Context, key string, j job, d 
 		g.Answer(d, c.now())
 		c.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	}
-	c.unwatchPending(key)
+	c.wd.unwatch(key)
 	return reconcile.Result{}, nil
 }
 

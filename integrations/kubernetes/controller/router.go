@@ -367,7 +367,7 @@ func (c *Controller) newRouter() *eventRouter {
 			p := &corev1.Pod{}
 			return p, c.client.Get(ctx, key, p)
 		},
-		nodeChanged: c.noteNodeChange,
+		nodeChanged: c.wd.noteNodeChange,
 		nodeApplied: func(name string, n *corev1.Node) {
 			if n == nil {
 				c.model.remove(name)
@@ -375,8 +375,8 @@ func (c *Controller) newRouter() *eventRouter {
 			}
 			c.model.apply(n)
 		},
-		affectedByNode:    c.affectedPending,
-		affectedByDevices: c.affectedByDevices,
+		affectedByNode:    c.wd.affectedByNode,
+		affectedByDevices: c.wd.affectedByDevices,
 		jobsIn:            c.jobsIn,
 		informer: func(ctx context.Context, o client.Object) (crcache.Informer, error) {
 			return c.mgr.GetCache().GetInformer(ctx, o)

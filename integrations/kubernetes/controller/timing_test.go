@@ -448,21 +448,21 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	ctx := context.Background()
 
 	l.clk.Step(4 * time.Second)
-	again, failed := l.watchPending(ctx, k, l.job(t))
+	again, failed := l.wd.step(ctx, k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, 6*time.Second, again, "looked at again when its grace ends")
-	w := l.pw.jobs["ml/PyTorchJob/j"]
+	w := l.wd.jobs["ml/PyTorchJob/j"]
 	require.NotNil(t, w)
 	require.Nil(t, w.last, "judged within its grace")
 
 	l.clk.Step(6*time.Second - time.Millisecond)
-	again, failed = l.watchPending(ctx, k, l.job(t))
+	again, failed = l.wd.step(ctx, k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, time.Millisecond, again)
 	require.Nil(t, w.last, "judged within its grace")
 
 	l.clk.Step(time.Millisecond)
-	_, failed = l.watchPending(ctx, k, l.job(t))
+	_, failed = l.wd.step(ctx, k, l.job(t))
 	require.True(t, failed, "a pod that can never be placed fails its job once the grace ends")
 	require.Eventually(t, func() bool { _, ok := l.decided(wrap(l.job(t))); return ok }, eventually, tick)
 	d, _ := l.decided(wrap(l.job(t)))
@@ -480,7 +480,7 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	l.pendingSetup(t, "nvidia.com/gpu")
 	k, _ := kubeflow.ByName("PyTorchJob")
 	l.clk.Step(DefaultPendingGrace)
-	again, failed := l.watchPending(context.Background(), k, l.job(t))
+	again, failed := l.wd.step(context.Background(), k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, waitRecheck, again)
 	// The writes put it on the job (jobwrites.go).

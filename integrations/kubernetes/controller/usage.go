@@ -221,8 +221,8 @@ func (c *Controller) startUsage(ctx context.Context, cs kubernetes.Interface) er
 // a pod change once it is liveFresh old; until then every judgement shares
 // it. It waits for the informers' initial lists. Read it only.
 func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
-	c.pw.liveMu.Lock()
-	defer c.pw.liveMu.Unlock()
+	c.model.liveMu.Lock()
+	defer c.model.liveMu.Unlock()
 	deadline := c.now().Add(time.Minute)
 	for {
 		base, gen, err := c.model.cluster()
@@ -231,7 +231,7 @@ func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 			ugen, err = c.usage.generation()
 		}
 		if err == nil {
-			if s := c.pw.snap; s != nil && s.gen == gen && (s.ugen == ugen || c.since(s.at) < liveFresh) {
+			if s := c.model.live; s != nil && s.gen == gen && (s.ugen == ugen || c.since(s.at) < liveFresh) {
 				return s, nil
 			}
 			used, ugen, err := c.usage.used()
@@ -239,11 +239,11 @@ func (c *Controller) liveCluster(ctx context.Context) (*liveSnapshot, error) {
 				return nil, err
 			}
 			seq := uint64(1)
-			if c.pw.snap != nil {
-				seq = c.pw.snap.seq + 1
+			if c.model.live != nil {
+				seq = c.model.live.seq + 1
 			}
-			c.pw.snap = &liveSnapshot{cl: base.WithUsed(used), seq: seq, gen: gen, ugen: ugen, at: c.now()}
-			return c.pw.snap, nil
+			c.model.live = &liveSnapshot{cl: base.WithUsed(used), seq: seq, gen: gen, ugen: ugen, at: c.now()}
+			return c.model.live, nil
 		}
 		if !errors.Is(err, errModelNotSynced) && !errors.Is(err, errUsageNotSynced) || c.now().After(deadline) {
 			return nil, err
