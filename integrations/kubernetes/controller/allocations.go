@@ -6,12 +6,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -104,19 +105,31 @@ func (c *Controller) draSource() devicesource.Source {
 // read only).
 var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
 
-// setupAllocations registers, where DRA is served, kind's allocations
-// reconciler: a rank pod bound with resource claims (the scheduler
-// allocated them first), or a claim whose allocation reaches the cache
-// after its pod's binding, brings its job here (the router sends it,
-// router.go), to fromAllocations alone, not to the job's full reconcile
-// (the Pending watchdog's judgement has nothing to do on a bind). Leader
+// allocations is the allocations reconciler (one controller-runtime
+// controller per job kind where DRA is served, this one type): a rank pod
+// bound with resource claims (the scheduler allocated them first), or a
+// claim whose allocation reaches the cache after its pod's binding,
+// brings its job here (the router sends it, router.go). It adds to the
+// job's gang the ranks whose claims are allocated, as reports of the DRA
+// device source, and asks for the decision when the gang is complete or
+// already fails. It writes nothing itself. The job reconciler runs its
+// add step too (a job's first look, after a leader change).
+type allocations struct {
+	jobs   jobView
+	gangs  gangAsks
+	source func() devicesource.Source // nil: DRA not served, or not synced
+	clk    clock.PassiveClock
+	log    logr.Logger
+}
+
+// setupAllocations registers kind k's allocations reconciler. Leader
 // only, like the job reconcilers.
 func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter) error {
 	if !c.dra.served {
 		return nil
 	}
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-		return c.reconcileAllocations(ctx, k, req)
+		return c.alloc.reconcile(ctx, k, req)
 	})
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
 		WatchesRawSource(router.source(k.GVK().Kind, toAllocations)).
@@ -128,24 +141,24 @@ func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter) erro
 	return nil
 }
 
-// reconcileAllocations adds the ranks of the job req names whose claims
-// are allocated to its gang (fromAllocations): an opted-in job without a
-// recorded verdict, once the recorded verdicts are loaded.
-func (c *Controller) reconcileAllocations(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
-	if !c.recovered.Load() {
+// reconcile adds the ranks of the job req names whose claims are
+// allocated to its gang (add): an opted-in job without a recorded
+// verdict, once the recorded verdicts are loaded.
+func (a *allocations) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
+	if !a.jobs.verdictsLoaded() {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
-	obj := k.New()
-	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	obj, err := a.jobs.cachedJob(ctx, k, req.NamespacedName)
+	if err != nil || obj == nil {
+		return reconcile.Result{}, err
 	}
-	if in, err := c.optedIn(ctx, obj); err != nil || !in {
+	if in, err := a.jobs.optedIn(ctx, obj); err != nil || !in {
 		return reconcile.Result{}, err
 	}
 	if _, ok := recordedDecision(obj); ok {
 		return reconcile.Result{}, nil
 	}
-	wait, err := c.fromAllocations(ctx, wrap(obj))
+	wait, err := a.add(ctx, wrap(obj))
 	if err != nil || !wait {
 		return reconcile.Result{}, err
 	}
@@ -157,54 +170,54 @@ func (c *Controller) reconcileAllocations(ctx context.Context, k kubeflow.Kind, 
 // claim and pod informers deliver apart).
 const allocationRecheck = 500 * time.Millisecond
 
-// fromAllocations adds to j's gang the ranks whose pods' claims are
-// allocated and that have not reported themselves, and asks for the
-// decision when the gang is complete or already fails. wait: a bound
-// rank pod's allocation is not in the caches yet.
-func (c *Controller) fromAllocations(ctx context.Context, j job) (wait bool, err error) {
-	src := c.draSource()
+// add adds to j's gang the ranks whose pods' claims are allocated and
+// that have not reported themselves, and asks for the decision when the
+// gang is complete or already fails. wait: a bound rank pod's allocation
+// is not in the caches yet.
+func (a *allocations) add(ctx context.Context, j job) (wait bool, err error) {
+	src := a.source()
 	if src == nil {
 		return false, nil
 	}
-	if g := c.gangs.Get(j.Object().GetUID()); g != nil && !g.Open() {
-		return false, nil
-	}
 	held := func(int) bool { return false }
-	if g := c.gangs.Get(j.Object().GetUID()); g != nil {
+	if g := a.gangs.openGang(j.Object().GetUID()); g != nil {
+		if !g.Open() {
+			return false, nil
+		}
 		held = func(rank int) bool { _, ok := g.HolderOf(rank); return ok }
 	}
-	known, wait, err := c.allocatedRanks(ctx, j, src, held)
+	known, wait, err := a.ranks(ctx, j, src, held)
 	if err != nil || len(known) == 0 {
 		return wait, err
 	}
-	g := c.ensureGang(j)
+	g := a.gangs.ensureGang(j)
 	if !g.Open() {
 		return false, nil
 	}
-	now := c.now()
-	c.startClock(g, now)
+	now := a.clk.Now()
+	a.gangs.startClock(g, now)
 	added, ready := addAllocated(g, known, now)
 	if added == 0 {
 		return wait, nil
 	}
-	c.log.Info("ranks known from their DRA allocations", "job", g.Key(), "added", added, "expected", g.Expected())
-	c.touchProgress(g.UID(), false)
+	a.log.Info("ranks known from their DRA allocations", "job", g.Key(), "added", added, "expected", g.Expected())
+	a.gangs.touchProgress(g.UID(), false)
 	switch ready {
 	case gangstore.Complete:
-		c.askDecide(g, ask{why: trigComplete})
+		a.gangs.askDecide(g, ask{why: trigComplete})
 	case gangstore.EarlyFail:
-		c.askDecide(g, ask{why: trigEarlyFail})
+		a.gangs.askDecide(g, ask{why: trigEarlyFail})
 	}
 	return wait, nil
 }
 
-// allocatedRanks are the reports src makes of j's bound rank pods whose
-// claims are allocated, but for ranks held already; wait: a bound rank
-// pod's allocation is not known yet.
-func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource.Source, held func(rank int) bool) (known []allocatedRank, wait bool, err error) {
+// ranks are the reports src makes of j's bound rank pods whose claims
+// are allocated, but for ranks held already; wait: a bound rank pod's
+// allocation is not known yet.
+func (a *allocations) ranks(ctx context.Context, j job, src devicesource.Source, held func(rank int) bool) (known []allocatedRank, wait bool, err error) {
 	pods := &corev1.PodList{}
 	o := j.Object()
-	if err := c.listJobPods(ctx, pods, o.GetNamespace(), o.GetName()); err != nil {
+	if err := a.jobs.listJobPods(ctx, pods, o.GetNamespace(), o.GetName()); err != nil {
 		return nil, false, fmt.Errorf("listing the pods of %s: %w", jobKey(j), err)
 	}
 	for i := range pods.Items {
@@ -212,7 +225,7 @@ func (c *Controller) allocatedRanks(ctx context.Context, j job, src devicesource
 		if !dra.UsesClaims(p) || p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Annotations[annoClaimsCut] != "" {
 			continue
 		}
-		if ref, ok, err := c.jobOf(ctx, p); err != nil || !ok || ref.uid != o.GetUID() || podFits(j, p) != nil {
+		if ref, ok, err := a.jobs.jobOf(ctx, p); err != nil || !ok || ref.uid != o.GetUID() || podFits(j, p) != nil {
 			continue
 		}
 		rank, err := kubeflow.RankOf(j, p)

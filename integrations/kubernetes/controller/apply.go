@@ -245,11 +245,11 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r := c.lookupRes(t.uid)
+	r := c.book.lookup(t.uid)
 	if r == nil || r.t.attempt != t.attempt {
 		r = &gangRes{t: t}
 	}
-	defer c.dropRes(t.key(), &t)
+	defer c.book.drop(t.key(), &t)
 	obj := r.current()
 	reason, msg := "VerdictOnJob", "the job carries the verdict"
 	if d.Report.Failed() {

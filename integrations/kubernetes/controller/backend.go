@@ -150,7 +150,7 @@ func (c *Controller) decided(j job) (*decision, bool) {
 	if d, ok := recordedDecision(j.Object()); ok {
 		return d, true
 	}
-	return c.pendingDecision(j.Object().GetUID())
+	return c.book.pending(j.Object().GetUID())
 }
 
 // resolve finds the authenticated pod, its job and its rank, refusing what
@@ -274,7 +274,7 @@ func (c *Controller) ensureGang(j job) *gang {
 			c.warnGateBound(j, g.Expected())
 		}
 	}
-	if r := c.resFor(o, j.Kind()); r.current() == nil {
+	if r := c.book.forJob(o, j.Kind(), c.opts.GangTimeout); r.current() == nil {
 		c.touchProgress(g.UID(), true) // its Gang, before the verdict needs it
 	}
 	c.adoptFirstReport(g, o)

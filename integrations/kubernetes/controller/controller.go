@@ -32,7 +32,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -262,6 +261,8 @@ type Controller struct {
 	kinds   []kubeflow.Kind
 	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
 	wd      *watchdog          // the Pending watchdog: jobs with unschedulable pods (watchdog.go)
+	alloc   *allocations       // the allocations reconcilers (allocations.go)
+	jobRec  *jobReconciler     // the job reconcilers (reconcile.go)
 	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
@@ -284,8 +285,7 @@ type Controller struct {
 	leaderSince atomic.Int64           // unix nanos
 
 	gangs *gangstore.Store[decision] // the open gangs (reports in, answers out)
-	mu    sync.Mutex
-	res   map[types.UID]*gangRes // the Gangs of the jobs being gated (by job UID), with their writes' state
+	book  *gangBook                  // the Gangs of the jobs being gated, with their writes' state (gangres.go)
 
 	// writeQ: the leader's writes (writes.go).
 	writeQ atomic.Pointer[writeQueues]
@@ -348,9 +348,12 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 // without its clients: New adds them, unit tests add fakes.
 func newController(opts Options) *Controller {
 	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
-		res: map[types.UID]*gangRes{}, engine: schedule.New()}
+		book: newGangBook(), engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	c.wd = newWatchdog(c, c.clock(), c.log, &c.opts)
+	c.alloc = &allocations{jobs: c, gangs: c, source: c.draSource, clk: c.clock(), log: c.log}
+	c.jobRec = &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.alloc,
+		clk: c.clock(), log: c.log, gangTimeout: opts.GangTimeout}
 	return c
 }
 

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -232,24 +231,25 @@ func TestTrimPod(t *testing.T) {
 // The unapplied-verdicts gauge counts the verdicts recorded and not yet
 // on their jobs.
 func TestUnappliedGauge(t *testing.T) {
-	c := &Controller{res: map[types.UID]*gangRes{}}
+	c := &Controller{book: newGangBook()}
 	r1 := &gangRes{t: target{ns: "ml", uid: "u1"}}
 	r2 := &gangRes{t: target{ns: "ml", uid: "u2"}}
-	c.res["u1"], c.res["u2"] = r1, r2
+	c.book.adopt(r1, true)
+	c.book.adopt(r2, true)
 	d := &decision{Report: verdict.NewReport("", nil)}
 	c.setPending(r1, d)
 	c.setPending(r2, d)
 	c.setPending(r2, d)
 	require.Equal(t, 2.0, testutil.ToFloat64(metricUnapplied))
-	got, ok := c.pendingDecision("u1")
+	got, ok := c.book.pending("u1")
 	require.True(t, ok)
 	require.Same(t, d, got)
 	r1.onJobAt = t0
 	c.countUnapplied()
 	require.Equal(t, 1.0, testutil.ToFloat64(metricUnapplied))
-	_, ok = c.pendingDecision("u1")
+	_, ok = c.book.pending("u1")
 	require.False(t, ok)
-	c.dropRes("ml//", nil)
+	c.book.drop("ml//", nil)
 	c.countUnapplied()
 	require.Zero(t, testutil.ToFloat64(metricUnapplied))
 }

@@ -58,7 +58,7 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	started := g.Started()
 	// A Gang's first report is an earlier leader's, loaded when this one
 	// took the lead: it matters before this leader's own first report.
-	if r := c.lookupRes(g.UID()); s == "" && r != nil && !started {
+	if r := c.book.lookup(g.UID()); s == "" && r != nil && !started {
 		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
 			// Stored to the second: the report came within the second
 			// after it. The end of that second never shortens the gang's

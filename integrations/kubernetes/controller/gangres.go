@@ -106,42 +106,85 @@ func (r *gangRes) key() types.NamespacedName {
 	return types.NamespacedName{Namespace: r.t.ns, Name: v1alpha1.GangName(r.t.kind, r.t.name, r.t.attempt)}
 }
 
-// resFor returns the Gang resource of job o's current attempt. A cache
-// that still shows an earlier attempt keeps the later one.
-func (c *Controller) resFor(o client.Object, kind string) *gangRes {
+// gangBook is the Gang resources of the jobs this replica gates, by job
+// UID, each with its writes' state: the one owner of that table.
+type gangBook struct {
+	mu  sync.Mutex
+	res map[types.UID]*gangRes
+}
+
+func newGangBook() *gangBook { return &gangBook{res: map[types.UID]*gangRes{}} }
+
+// forJob returns the Gang resource of job o's current attempt (a gang
+// timeout of def unless the job sets its own). A cache that still shows
+// an earlier attempt keeps the later one.
+func (b *gangBook) forJob(o client.Object, kind string, def time.Duration) *gangRes {
 	attempt := jobAttempt(o)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r := c.res[o.GetUID()]; r != nil && r.t.attempt >= attempt {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r := b.res[o.GetUID()]; r != nil && r.t.attempt >= attempt {
 		return r
 	}
-	timeout, _ := jobTimeout(o, c.opts.GangTimeout)
+	timeout, _ := jobTimeout(o, def)
 	k, _ := kubeflow.ByName(kind)
 	r := &gangRes{
 		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
 		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(wrap(o))), timeout: timeout,
 	}
-	c.res[o.GetUID()] = r
+	b.res[o.GetUID()] = r
 	return r
 }
 
-// lookupRes is the Gang resource this replica knows for job uid.
-func (c *Controller) lookupRes(uid types.UID) *gangRes {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.res[uid]
+// lookup is the Gang resource this replica knows for job uid.
+func (b *gangBook) lookup(uid types.UID) *gangRes {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.res[uid]
 }
 
-// dropRes forgets the Gang resource of job key (namespace/kind/name), or
+// drop forgets the Gang resource of job key (namespace/kind/name), or
 // only attempt t's when t is given.
-func (c *Controller) dropRes(key string, t *target) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for uid, r := range c.res {
+func (b *gangBook) drop(key string, t *target) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for uid, r := range b.res {
 		if r.t.key() == key && (t == nil || (r.t.uid == t.uid && r.t.attempt == t.attempt)) {
-			delete(c.res, uid)
+			delete(b.res, uid)
 		}
 	}
+}
+
+// adopt takes in r, a Gang an earlier leader wrote: always with
+// replace, else unless a later attempt of its job is known.
+func (b *gangBook) adopt(r *gangRes, replace bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.res[r.t.uid]; replace || cur == nil || cur.t.attempt < r.t.attempt {
+		b.res[r.t.uid] = r
+	}
+}
+
+// pending is job uid's verdict that is recorded and not yet on the job.
+func (b *gangBook) pending(uid types.UID) (*decision, bool) {
+	r := b.lookup(uid)
+	if r == nil {
+		return nil, false
+	}
+	d, _ := r.unapplied()
+	return d, d != nil
+}
+
+// unapplied counts the verdicts recorded and not yet on their jobs.
+func (b *gangBook) unapplied() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, r := range b.res {
+		if d, _ := r.unapplied(); d != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // newGangObject is the Gang r names, without status.

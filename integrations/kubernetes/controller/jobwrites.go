@@ -26,7 +26,7 @@ import (
 // more) as the Pending watchdog judged it, for its annotation and the
 // Gang's waitingFor, and asks for the write.
 func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	r := c.resFor(obj, kind)
+	r := c.book.forJob(obj, kind, c.opts.GangTimeout)
 	v := ""
 	if cause != nil {
 		v = waitingFor(*cause)
@@ -92,7 +92,7 @@ func jobObject(t target) client.Object {
 // askRegate asks to re-gate job obj, which a person resumed after a fail
 // verdict (the job reconciler saw it: reconcileDecided).
 func (c *Controller) askRegate(obj client.Object, kind string) {
-	r := c.resFor(obj, kind)
+	r := c.book.forJob(obj, kind, c.opts.GangTimeout)
 	r.mu.Lock()
 	r.regate = true
 	r.mu.Unlock()

@@ -43,7 +43,7 @@ func (c *Controller) progressInterval() time.Duration {
 // touchProgress marks job uid's Gang dirty: written within progressEvery,
 // or at once with soon (a Gang that does not exist yet).
 func (c *Controller) touchProgress(uid types.UID, soon bool) {
-	r := c.lookupRes(uid)
+	r := c.book.lookup(uid)
 	if r == nil {
 		return
 	}

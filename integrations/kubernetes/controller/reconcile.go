@@ -7,11 +7,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +23,8 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
+	"github.com/rankgate/rankgate/preflight"
 )
 
 // setupReconcilers registers one reconciler per installed job kind. They
@@ -38,7 +42,7 @@ func (c *Controller) setupReconcilers() error {
 		k := k
 		kind := k.GVK().Kind
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			return c.reconcile(ctx, k, req)
+			return c.jobRec.reconcile(ctx, k, req)
 		})
 		// Besides its own jobs' changes, a kind's reconciler gets what the
 		// router sends it (router.go): its jobs with a pod becoming (un)
@@ -70,38 +74,78 @@ func (c *Controller) setupReconcilers() error {
 	return nil
 }
 
-func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
+// jobReconciler is the job reconciler (one controller-runtime controller
+// per job kind, this one type). It keeps the gang of each opted-in job in
+// step with the job: drops the gangs of deleted and opted-out jobs, keeps
+// a Gang for every gated job, runs the Pending watchdog's and the
+// allocations' steps, arms the deadline of a gang an earlier leader
+// started, fails a gang at once when a missing rank can never be placed,
+// and asks for a re-gate when a person resumed a failed job. It writes
+// nothing itself: it asks the writes.
+type jobReconciler struct {
+	jobs    jobView
+	gangs   gangAsks
+	host    jobHost
+	open    *gangstore.Store[decision] // the open gangs
+	book    *gangBook                  // the Gangs of the gated jobs
+	pending *watchdog
+	alloc   *allocations
+	clk     clock.PassiveClock
+	log     logr.Logger
+	// gangTimeout: a gang's timeout unless its job sets its own.
+	gangTimeout time.Duration
+}
+
+// jobHost is what the job reconciler asks besides the gangs.
+type jobHost interface {
+	// ensureJobCA gives the job's namespace the gate's CA bundle.
+	ensureJobCA(ctx context.Context, o client.Object)
+	// resumedAfterFail: a person resumed the job after a fail verdict.
+	resumedAfterFail(ctx context.Context, obj client.Object) (bool, error)
+	// askRegate asks the writes to re-gate the job.
+	askRegate(obj client.Object, kind string)
+	// missingRanks are g's missing ranks (only those that can never be
+	// placed, with onlyUnplaceable).
+	missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank
+}
+
+// forget drops what is held for job key: its gang, its Gang resource
+// and, with unwatch, its Pending watch.
+func (r *jobReconciler) forget(key string, unwatch bool) {
+	r.open.Forget(key)
+	r.book.drop(key, nil)
+	if unwatch {
+		r.pending.unwatch(key)
+	}
+}
+
+func (r *jobReconciler) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
 	key := req.Namespace + "/" + k.GVK().Kind + "/" + req.Name
-	obj := k.New()
-	if err := c.client.Get(ctx, req.NamespacedName, obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			c.forget(key)
-			c.dropRes(key, nil)
-			c.wd.unwatch(key)
-			return reconcile.Result{}, nil
-		}
+	obj, err := r.jobs.cachedJob(ctx, k, req.NamespacedName)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if in, err := c.optedIn(ctx, obj); err != nil {
-		return reconcile.Result{}, err
-	} else if !in {
-		c.forget(key)
-		c.dropRes(key, nil)
-		c.wd.unwatch(key)
+	if obj == nil {
+		r.forget(key, true)
 		return reconcile.Result{}, nil
 	}
-	c.ensureJobCA(ctx, obj)
-	if uid, ok := c.gangs.UIDOf(key); ok && uid != obj.GetUID() {
-		c.forget(key) // the job was deleted and created again
-		c.dropRes(key, nil)
+	if in, err := r.jobs.optedIn(ctx, obj); err != nil {
+		return reconcile.Result{}, err
+	} else if !in {
+		r.forget(key, true)
+		return reconcile.Result{}, nil
 	}
-	if !c.recovered.Load() {
+	r.host.ensureJobCA(ctx, obj)
+	if uid, ok := r.open.UIDOf(key); ok && uid != obj.GetUID() {
+		r.forget(key, false) // the job was deleted and created again
+	}
+	if !r.jobs.verdictsLoaded() {
 		// The verdicts an earlier leader recorded are not loaded yet: what
 		// is pending is unknown.
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	j := wrap(obj)
-	if _, ok := c.pendingDecision(obj.GetUID()); ok {
+	if _, ok := r.book.pending(obj.GetUID()); ok {
 		// Decided; being applied to the job. Looked at again once it is
 		// (a person may resume the job right after, and that change may
 		// have been the event that brought it here).
@@ -114,61 +158,61 @@ func (c *Controller) reconcile(ctx context.Context, k kubeflow.Kind, req reconci
 	// job's Gang. Here they only tell that a person resumed a
 	// suspended job, which re-gates it (clearing them; nothing more).
 	if d, ok := recordedDecision(obj); ok {
-		return c.reconcileDecided(ctx, key, j, d)
+		return r.decided(ctx, key, j, d)
 	}
-	c.noteUndecided(key, k, obj)
-	// Pods the scheduler cannot place: the Pending watchdog (pending.go).
-	again, failed := c.wd.step(ctx, k, obj)
+	r.undecided(key, k, obj)
+	// Pods the scheduler cannot place: the Pending watchdog (watchdog.go).
+	again, failed := r.pending.step(ctx, k, obj)
 	if failed {
 		return reconcile.Result{}, nil
 	}
 	// Ranks whose DRA claims are allocated are known before they report.
-	if wait, err := c.fromAllocations(ctx, j); err != nil {
-		c.log.Error(err, "reading the job's DRA allocations", "job", key)
+	if wait, err := r.alloc.add(ctx, j); err != nil {
+		r.log.Error(err, "reading the job's DRA allocations", "job", key)
 	} else if wait && (again == 0 || again > allocationRecheck) {
 		again = allocationRecheck
 	}
-	uid, tracked := c.gangs.UIDOf(key)
-	if !c.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
+	uid, tracked := r.open.UIDOf(key)
+	if !r.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
 		return reconcile.Result{RequeueAfter: again}, nil
 	}
 	// A gang is running (possibly started before this leader): make sure
 	// its deadline is armed, and fail it now if a missing rank can never
 	// be placed.
-	g := c.ensureGang(j)
+	g := r.gangs.ensureGang(j)
 	if g.Open() {
-		if m := c.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
-			c.askDecide(g, ask{why: trigUnplaceable, missing: m})
+		if m := r.host.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
+			r.gangs.askDecide(g, ask{why: trigUnplaceable, missing: m})
 		}
 	}
 	return reconcile.Result{RequeueAfter: again}, nil
 }
 
-// reconcileDecided looks at job j, which carries verdict d: a person who
-// resumed it after a fail re-gates it; a gang of that attempt still open
-// here is answered with d.
-func (c *Controller) reconcileDecided(ctx context.Context, key string, j job, d *decision) (reconcile.Result, error) {
+// decided looks at job j, which carries verdict d: a person who resumed
+// it after a fail re-gates it; a gang of that attempt still open here is
+// answered with d.
+func (r *jobReconciler) decided(ctx context.Context, key string, j job, d *decision) (reconcile.Result, error) {
 	obj := j.Object()
 	// A Kueue-managed job runs again when its Workload is active again;
 	// until Kueue suspends it, a deactivated one is not resumed. The
 	// writes re-gate it (jobwrites.go).
-	resumed, err := c.resumedAfterFail(ctx, obj)
+	resumed, err := r.host.resumedAfterFail(ctx, obj)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if resumed {
-		c.askRegate(obj, j.Kind())
+		r.host.askRegate(obj, j.Kind())
 		return reconcile.Result{}, nil
 	}
 	// Decided and applied by another replica (one that led before this
 	// one, or at the same moment): a gang of that attempt still open here
 	// is answered with the job's verdict now, not at its ranks' next poll.
-	if g := c.gangs.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
+	if g := r.open.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
 		d.applied = true
-		g.Answer(d, c.now())
-		c.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+		g.Answer(d, r.clk.Now())
+		r.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	}
-	c.wd.unwatch(key)
+	r.pending.unwatch(key)
 	return reconcile.Result{}, nil
 }
 
@@ -186,7 +230,7 @@ func (c *Controller) regate(ctx context.Context, key string, obj client.Object) 
 		return again, err
 	}
 	c.forget(key)
-	c.dropRes(key, nil)
+	c.book.drop(key, nil)
 	a := obj.GetAnnotations()
 	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
 	return false, nil
@@ -238,31 +282,30 @@ func controllerOptions() crcontroller.Options {
 // firstReported: a rank of the job's current attempt reported, as its
 // Gang (loaded when this replica took the lead) or, from earlier
 // releases, its rankgate.io/first-report-at says.
-func (c *Controller) firstReported(o client.Object) bool {
+func (r *jobReconciler) firstReported(o client.Object) bool {
 	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
 		return true
 	}
-	r := c.lookupRes(o.GetUID())
-	if r == nil || r.t.attempt != jobAttempt(o) {
+	res := r.book.lookup(o.GetUID())
+	if res == nil || res.t.attempt != jobAttempt(o) {
 		return false
 	}
-	obj := r.current()
+	obj := res.current()
 	return obj != nil && obj.Status.FirstReportAt != nil
 }
 
-// noteUndecided keeps the Gang of an opted-in job without a verdict: it
+// undecided keeps the Gang of an opted-in job without a verdict: it
 // exists (0/N while no rank reported), and a decided gang whose verdict a
 // person removed from the job is forgotten (the next verdict write starts
 // a new attempt).
-func (c *Controller) noteUndecided(key string, k kubeflow.Kind, obj client.Object) {
-	if g := c.gangs.Get(obj.GetUID()); g != nil {
+func (r *jobReconciler) undecided(key string, k kubeflow.Kind, obj client.Object) {
+	if g := r.open.Get(obj.GetUID()); g != nil {
 		if d := g.Verdict(); d != nil && !d.unrecorded {
-			c.forget(key)
-			c.dropRes(key, nil)
+			r.forget(key, false)
 		}
 	}
-	if r := c.resFor(obj, k.GVK().Kind); r.current() == nil {
-		c.touchProgress(obj.GetUID(), true)
+	if res := r.book.forJob(obj, k.GVK().Kind, r.gangTimeout); res.current() == nil {
+		r.gangs.touchProgress(obj.GetUID(), true)
 	}
 }
 

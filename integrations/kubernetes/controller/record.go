@@ -74,7 +74,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		return old, false, nil
 	}
 	c.chooseAction(ctx, g, k, obj, d)
-	r := c.resFor(obj, g.Kind())
+	r := c.book.forJob(obj, g.Kind(), c.opts.GangTimeout)
 	g.SetAttempt(r.t.attempt)
 	snap := g.Snapshot()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -149,26 +149,7 @@ func (c *Controller) setPending(r *gangRes, d *decision) {
 // countUnapplied sets the gauge of verdicts recorded and not yet on
 // their jobs.
 func (c *Controller) countUnapplied() {
-	c.mu.Lock()
-	n := 0
-	for _, r := range c.res {
-		if d, _ := r.unapplied(); d != nil {
-			n++
-		}
-	}
-	c.mu.Unlock()
-	metricUnapplied.Set(float64(n))
-}
-
-// pendingDecision is job uid's verdict that is recorded and not yet on
-// the job.
-func (c *Controller) pendingDecision(uid types.UID) (*decision, bool) {
-	r := c.lookupRes(uid)
-	if r == nil {
-		return nil, false
-	}
-	d, _ := r.unapplied()
-	return d, d != nil
+	metricUnapplied.Set(float64(c.book.unapplied()))
 }
 
 // nextAttempt counts one more attempt on job g (rankgate.io/attempt) whose
@@ -188,15 +169,15 @@ func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types
 		return nil, d, nil
 	}
 	if a := jobAttempt(obj); a > r.t.attempt {
-		return c.resFor(obj, g.Kind()), nil, nil
+		return c.book.forJob(obj, g.Kind(), c.opts.GangTimeout), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
 	c.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", jobAttempt(obj))
-	c.dropRes(g.Key(), nil)
-	next = c.resFor(obj, g.Kind())
+	c.book.drop(g.Key(), nil)
+	next = c.book.forJob(obj, g.Kind(), c.opts.GangTimeout)
 	g.SetAttempt(next.t.attempt)
 	return next, nil, nil
 }
@@ -293,11 +274,7 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*gangRes, 
 	if !decided {
 		if g.Status.FirstReportAt != nil {
 			r.set(g)
-			c.mu.Lock()
-			if cur := c.res[t.uid]; cur == nil || cur.t.attempt < t.attempt {
-				c.res[t.uid] = r
-			}
-			c.mu.Unlock()
+			c.book.adopt(r, false)
 		}
 		return nil, nil
 	}
@@ -311,9 +288,7 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*gangRes, 
 	}
 	r.set(g)
 	r.recorded = d
-	c.mu.Lock()
-	c.res[t.uid] = r
-	c.mu.Unlock()
+	c.book.adopt(r, true)
 	c.countUnapplied()
 	return r, nil
 }

@@ -74,7 +74,7 @@ func (c *Controller) checkRestart(r rankOf) error {
 
 // askRestart asks the leader's writes to open job j's attempt for restart.
 func (c *Controller) askRestart(j job, restart int32) {
-	r := c.resFor(j.Object(), j.Kind())
+	r := c.book.forJob(j.Object(), j.Kind(), c.opts.GangTimeout)
 	r.mu.Lock()
 	asked := restart > r.restart
 	if asked {
@@ -92,7 +92,7 @@ func (c *Controller) askRestart(j job, restart int32) {
 // yet on the job goes on it first (it is the previous attempt's). It says
 // whether the job's writes are done for this pass.
 func (c *Controller) restartStep(ctx context.Context, uid types.UID) bool {
-	r := c.lookupRes(uid)
+	r := c.book.lookup(uid)
 	if r == nil {
 		return false
 	}
@@ -139,7 +139,7 @@ func (c *Controller) restartStep(ctx context.Context, uid types.UID) bool {
 		return true
 	}
 	c.forget(t.key())
-	c.dropRes(t.key(), nil)
+	c.book.drop(t.key(), nil)
 	c.log.Info("job restarted: its new pods are a new gang", "job", t.key(), "restartAttempt", restart, "newAttempt", bump)
 	return true
 }

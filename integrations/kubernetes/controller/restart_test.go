@@ -56,7 +56,7 @@ func TestCheckRestart(t *testing.T) {
 	require.True(t, errors.As(err, &ge))
 	require.Equal(t, gate.CodeUnavailable, ge.Code, err.Error())
 	require.True(t, ge.Retryable())
-	require.NotNil(t, l.lookupRes("js-uid"))
+	require.NotNil(t, l.book.lookup("js-uid"))
 	require.Eventually(t, func() bool { return reads.Load() > before }, eventually, tick, "the next attempt is not asked for")
 
 	pj, pods := gangJob(t, 1)
@@ -76,7 +76,7 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	require.NotNil(t, g)
 	k, _ := kubeflow.ByName("PyTorchJob")
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "j"}}
-	_, err := l.reconcile(context.Background(), k, req)
+	_, err := l.jobRec.reconcile(context.Background(), k, req)
 	require.NoError(t, err)
 	require.True(t, g.Open(), "answered without a verdict on the job")
 
@@ -87,13 +87,13 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	job.Annotations = decisionAnnotationsFor(d, job.Annotations)
 	job.Spec.RunPolicy.Suspend = ptr.To(true) // as replica b suspended it
 	require.NoError(t, l.cl.Update(context.Background(), job))
-	_, err = l.reconcile(context.Background(), k, req)
+	_, err = l.jobRec.reconcile(context.Background(), k, req)
 	require.NoError(t, err)
 	require.False(t, g.Open())
 	require.NotNil(t, g.Verdict())
 	require.Equal(t, verdict.VerdictFail, g.Verdict().Report.Verdict)
 	require.Equal(t, "replica-b", g.Verdict().DecidedBy)
 	require.Zero(t, l.Decisions(), "adopted, not decided")
-	_, pending := l.pendingDecision(pj.UID)
+	_, pending := l.book.pending(pj.UID)
 	require.False(t, pending, "nothing left to apply")
 }

@@ -315,7 +315,7 @@ func TestVerdictAppliedThenMarkedAfterTheDelay(t *testing.T) {
 	require.Eventually(t, func() bool { return applied(l.gangObj(t)) }, eventually, tick)
 	cond := meta.FindStatusCondition(l.gangObj(t).Status.Conditions, contract.ConditionApplied)
 	require.Equal(t, "JobSuspended", cond.Reason)
-	_, pending := l.pendingDecision(pj.UID)
+	_, pending := l.book.pending(pj.UID)
 	require.False(t, pending, "the verdict is no longer pending once on its job")
 }
 
@@ -366,11 +366,11 @@ func (w *statusWrites) count() int {
 func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
 	k, _ := kubeflow.ByName("PyTorchJob")
-	l.noteUndecided("ml/PyTorchJob/j", k, pj)
+	l.jobRec.undecided("ml/PyTorchJob/j", k, pj)
 	// Written with its progress, and known as written: a report before
 	// then would write it again, and a verdict write would conflict.
 	require.Eventually(t, func() bool {
-		r := l.lookupRes(pj.UID)
+		r := l.book.lookup(pj.UID)
 		return r != nil && r.current() != nil && r.current().Status.Progress != ""
 	}, eventually, tick)
 	require.Equal(t, int32(0), l.gangObj(t).Status.ReportedRanks)

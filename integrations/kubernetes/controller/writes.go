@@ -232,7 +232,7 @@ type ask struct {
 // the watchdog's report) ahead of every other write. A complete gang's
 // ask replaces an earlier one (it sees every rank), except the watchdog's.
 func (c *Controller) askDecide(g *gang, a ask) {
-	r := c.lookupRes(g.UID())
+	r := c.book.lookup(g.UID())
 	if r == nil || !g.Open() {
 		return // ensureGang made r; none: the job is no longer gated
 	}
@@ -266,7 +266,7 @@ func (c *Controller) reconcileBook(ctx context.Context, uid types.UID) {
 		// earlier requeue keeps its time).
 		defer c.forgetStep(g)
 	}
-	r := c.lookupRes(uid)
+	r := c.book.lookup(uid)
 	if r == nil {
 		return
 	}
@@ -293,7 +293,7 @@ func (c *Controller) decideStep(ctx context.Context, g *gang) {
 		return
 	}
 	var a *ask
-	r := c.lookupRes(g.UID())
+	r := c.book.lookup(g.UID())
 	if r != nil {
 		r.mu.Lock()
 		a = r.ask

@@ -1,0 +1,65 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+)
+
+// What the reconcilers (the job reconcilers, the allocations reconcilers,
+// the Pending watchdog) read and ask. They write nothing themselves:
+// they read jobs and pods from the caches (jobView) and ask the leader's
+// writes for what is to be written (gangAsks, watchdogHost); the writes
+// are the one writer of Gangs, jobs and Kueue Workloads (writes.go).
+
+// jobView reads jobs and their pods as the reconcilers see them.
+type jobView interface {
+	// verdictsLoaded: the verdicts earlier leaders recorded are loaded
+	// (until then what is pending is unknown).
+	verdictsLoaded() bool
+	// cachedJob is the cached job of kind k at key; nil when there is none.
+	cachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error)
+	// optedIn: the job is gated (its own setting, else its namespace's).
+	optedIn(ctx context.Context, o client.Object) (bool, error)
+	// listJobPods lists the cached pods labelled with job name in ns.
+	listJobPods(ctx context.Context, pods *corev1.PodList, ns, name string) error
+	// jobOf maps a pod to its job.
+	jobOf(ctx context.Context, pod *corev1.Pod) (jobRef, bool, error)
+}
+
+// gangAsks are the open gangs and what a reconciler asks of the writes
+// about them.
+type gangAsks interface {
+	// openGang is the gang of the job with uid, nil when none is held.
+	openGang(uid types.UID) *gang
+	// ensureGang is j's gang, created (with its Gang asked for) if needed.
+	ensureGang(j job) *gang
+	// startClock sets g's first report at (the earliest known) and arms
+	// its deadline.
+	startClock(g *gang, at time.Time)
+	// touchProgress asks for g's progress to be written (at once: soon).
+	touchProgress(uid types.UID, soon bool)
+	// askDecide asks for g to be decided, ahead of every other write.
+	askDecide(g *gang, a ask)
+}
+
+func (c *Controller) verdictsLoaded() bool { return c.recovered.Load() }
+
+func (c *Controller) cachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error) {
+	obj := k.New()
+	if err := c.client.Get(ctx, key, obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return obj, nil
+}
+
+func (c *Controller) openGang(uid types.UID) *gang { return c.gangs.Get(uid) }
