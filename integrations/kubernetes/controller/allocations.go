@@ -122,14 +122,19 @@ type allocations struct {
 	log    logr.Logger
 }
 
-// setupAllocations registers kind k's allocations reconciler. Leader
+// allocations is c's allocations reconciler.
+func (c *Controller) allocations() *allocations {
+	return &allocations{jobs: c, gangs: c, source: c.draSource, clk: c.clock(), log: c.log}
+}
+
+// setupAllocations registers kind k's allocations reconciler a. Leader
 // only, like the job reconcilers.
-func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter) error {
+func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter, a *allocations) error {
 	if !c.dra.served {
 		return nil
 	}
 	r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-		return c.alloc.reconcile(ctx, k, req)
+		return a.reconcile(ctx, k, req)
 	})
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
 		WatchesRawSource(router.source(k.GVK().Kind, toAllocations)).

@@ -138,7 +138,7 @@ func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.N
 		if kueueManaged(obj) {
 			// Kueue owns runPolicy.suspend: stop the job through its
 			// Workload, then annotate (a retry deactivates again, a no-op).
-			how, err := c.deactivateWorkload(ctx, obj)
+			how, err := c.workloads().deactivate(ctx, obj)
 			if err != nil {
 				return false, nil, nil, err
 			}
@@ -208,7 +208,7 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		}
 		orig := obj.DeepCopyObject().(client.Object)
 		if kueue {
-			how, err := c.deactivateWorkload(ctx, obj)
+			how, err := c.workloads().deactivate(ctx, obj)
 			if err != nil {
 				return err
 			}

@@ -261,8 +261,6 @@ type Controller struct {
 	kinds   []kubeflow.Kind
 	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
 	wd      *watchdog          // the Pending watchdog: jobs with unschedulable pods (watchdog.go)
-	alloc   *allocations       // the allocations reconcilers (allocations.go)
-	jobRec  *jobReconciler     // the job reconcilers (reconcile.go)
 	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
@@ -351,9 +349,6 @@ func newController(opts Options) *Controller {
 		book: newGangBook(), engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	c.wd = newWatchdog(c, c.clock(), c.log, &c.opts)
-	c.alloc = &allocations{jobs: c, gangs: c, source: c.draSource, clk: c.clock(), log: c.log}
-	c.jobRec = &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.alloc,
-		clk: c.clock(), log: c.log, gangTimeout: opts.GangTimeout}
 	return c
 }
 

@@ -268,15 +268,14 @@ func (o *draObjects) addTo(b *cluster.Builder, withNodes bool) error {
 }
 
 // validateObjects is the validating webhook's DRA source: the cached
-// slices, claims, claim templates and device taint rules (the webhook
-// adds its nodes); nil
-// until the caches have synced.
+// nodes, slices, claims, claim templates and device taint rules (listed
+// from the caches, not copied); nil until the caches have synced.
 func (d *draCaches) validateObjects(context.Context) (*validate.DRAObjects, error) {
 	o, err := d.objects()
 	if err != nil || o == nil {
 		return nil, err
 	}
-	return &validate.DRAObjects{Slices: o.slices, Claims: o.claims, Templates: o.templates, TaintRules: o.rules}, nil
+	return &validate.DRAObjects{Nodes: o.nodes, Slices: o.slices, Claims: o.claims, Templates: o.templates, TaintRules: o.rules}, nil
 }
 
 // usesDRA: a pod set of w gets devices through DRA.

@@ -147,7 +147,7 @@ func (c *Controller) resumedAfterFail(ctx context.Context, obj client.Object) (b
 		return false, nil
 	}
 	if kueueManaged(obj) {
-		return c.kueueResumed(ctx, obj)
+		return c.workloads().resumed(ctx, obj)
 	}
 	return true, nil
 }

@@ -29,6 +29,17 @@ const LabelKueueQueue = "kueue.x-k8s.io/queue-name"
 // (served by Kueue v0.17.0 as v1beta2, its storage version).
 var WorkloadGVK = schema.GroupVersionKind{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "Workload"}
 
+// kueueWorkloads reads and deactivates the Kueue Workloads of jobs: read
+// from the API server (the controller caches none), patched as the
+// controller.
+type kueueWorkloads struct {
+	api    client.Reader
+	client client.Client
+}
+
+// workloads are the controller's Kueue Workload operations.
+func (c *Controller) workloads() kueueWorkloads { return kueueWorkloads{api: c.api, client: c.client} }
+
 // kueueManaged says whether Kueue manages job (a non-empty queue-name label).
 func kueueManaged(job client.Object) bool {
 	return job.GetLabels()[LabelKueueQueue] != ""
@@ -39,10 +50,10 @@ func kueueManaged(job client.Object) bool {
 // the job), but anyone allowed to create Workloads can add one for a
 // while: every verdict acts on all of them, so that a forged Workload
 // never stands in for the real one.
-func (c *Controller) jobWorkloads(ctx context.Context, job client.Object) ([]*unstructured.Unstructured, error) {
+func (k kueueWorkloads) list(ctx context.Context, job client.Object) ([]*unstructured.Unstructured, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(WorkloadGVK.GroupVersion().WithKind(WorkloadGVK.Kind + "List"))
-	if err := c.api.List(ctx, list, client.InNamespace(job.GetNamespace())); err != nil {
+	if err := k.api.List(ctx, list, client.InNamespace(job.GetNamespace())); err != nil {
 		return nil, fmt.Errorf("listing Kueue Workloads in namespace %s: %w", job.GetNamespace(), err)
 	}
 	var out []*unstructured.Unstructured
@@ -65,8 +76,8 @@ func workloadActive(w *unstructured.Unstructured) bool {
 // deactivateWorkload stops a Kueue-managed job by deactivating its
 // Workloads (every one the job controls: the real one among them). It
 // returns the Event's account of what was done.
-func (c *Controller) deactivateWorkload(ctx context.Context, job client.Object) (string, error) {
-	ws, err := c.jobWorkloads(ctx, job)
+func (k kueueWorkloads) deactivate(ctx context.Context, job client.Object) (string, error) {
+	ws, err := k.list(ctx, job)
 	if err != nil {
 		return "", err
 	}
@@ -75,7 +86,7 @@ func (c *Controller) deactivateWorkload(ctx context.Context, job client.Object) 
 	}
 	var done, gone []string
 	for _, w := range ws {
-		ok, err := c.deactivateOne(ctx, w)
+		ok, err := k.deactivateOne(ctx, w)
 		if err != nil {
 			return "", err
 		}
@@ -93,12 +104,12 @@ func (c *Controller) deactivateWorkload(ctx context.Context, job client.Object) 
 
 // deactivateOne sets spec.active=false on w; false when w was gone or
 // replaced meanwhile.
-func (c *Controller) deactivateOne(ctx context.Context, w *unstructured.Unstructured) (bool, error) {
+func (k kueueWorkloads) deactivateOne(ctx context.Context, w *unstructured.Unstructured) (bool, error) {
 	if !workloadActive(w) {
 		return true, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"uid":%q},"spec":{"active":false}}`, w.GetUID())
-	err := c.client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(patch)))
+	err := k.client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(patch)))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return false, nil
 	}
@@ -117,8 +128,8 @@ func (c *Controller) deactivateOne(ctx context.Context, w *unstructured.Unstruct
 // active again (a forged active one alongside the deactivated real one
 // does not count). Without a Workload the job stays as the verdict left
 // it.
-func (c *Controller) kueueResumed(ctx context.Context, job client.Object) (bool, error) {
-	ws, err := c.jobWorkloads(ctx, job)
+func (k kueueWorkloads) resumed(ctx context.Context, job client.Object) (bool, error) {
+	ws, err := k.list(ctx, job)
 	if err != nil || len(ws) == 0 {
 		return false, err
 	}

@@ -38,11 +38,12 @@ func (c *Controller) setupReconcilers() error {
 		return err
 	}
 	router := c.newRouter()
+	jobs := c.jobReconciler()
 	for _, k := range c.kinds {
 		k := k
 		kind := k.GVK().Kind
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			return c.jobRec.reconcile(ctx, k, req)
+			return jobs.reconcile(ctx, k, req)
 		})
 		// Besides its own jobs' changes, a kind's reconciler gets what the
 		// router sends it (router.go): its jobs with a pod becoming (un)
@@ -57,7 +58,7 @@ func (c *Controller) setupReconcilers() error {
 		if err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", kind, err)
 		}
-		if err := c.setupAllocations(k, router); err != nil {
+		if err := c.setupAllocations(k, router, jobs.alloc); err != nil {
 			return err
 		}
 	}
@@ -94,6 +95,12 @@ type jobReconciler struct {
 	log     logr.Logger
 	// gangTimeout: a gang's timeout unless its job sets its own.
 	gangTimeout time.Duration
+}
+
+// jobReconciler is c's job reconciler.
+func (c *Controller) jobReconciler() *jobReconciler {
+	return &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.allocations(),
+		clk: c.clock(), log: c.log, gangTimeout: c.opts.GangTimeout}
 }
 
 // jobHost is what the job reconciler asks besides the gangs.

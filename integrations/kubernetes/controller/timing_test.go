@@ -366,7 +366,7 @@ func (w *statusWrites) count() int {
 func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
 	k, _ := kubeflow.ByName("PyTorchJob")
-	l.jobRec.undecided("ml/PyTorchJob/j", k, pj)
+	l.jobReconciler().undecided("ml/PyTorchJob/j", k, pj)
 	// Written with its progress, and known as written: a report before
 	// then would write it again, and a verdict write would conflict.
 	require.Eventually(t, func() bool {

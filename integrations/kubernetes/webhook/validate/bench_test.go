@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -196,6 +197,69 @@ func BenchmarkAdmissionFleetSource(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
 				if resp := h.Handle(context.Background(), req); !resp.Allowed {
+					b.Fatal(resp.Result.Message)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAdmissionDRANodes: one admission of a PyTorchJob whose ranks
+// get 1g.10gb MIG devices through a claim template (judged on the
+// published devices: cluster/testdata/dra/02), in a cluster of that DRA
+// node and the 128-node fleet, with the prepared fleet (Fleet) as the
+// controller passes it: the nodes the DRA judgement needs listed for the
+// admission (a deep copy of each, as controller-runtime's cached client
+// lists them) or handed over by the DRA source (the controller's caches,
+// not copied).
+func BenchmarkAdmissionDRANodes(b *testing.B) {
+	ctx := context.Background()
+	ns, dcs, dra, job := draDump(b, mig1gTemplate)
+	for _, rs := range job.Spec.PyTorchReplicaSpecs {
+		rs.Template.Spec.ResourceClaims[0].ResourceClaimTemplateName = ptr.To("mig-1g")
+	}
+	dumped, err := ns(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	all := append(benchFleet(), dumped...)
+	listed := func(context.Context) ([]corev1.Node, error) {
+		out := make([]corev1.Node, len(all))
+		for i := range all {
+			all[i].DeepCopyInto(&out[i])
+		}
+		return out, nil
+	}
+	objs, err := dra(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	withNodes := *objs
+	bld := cluster.NewBuilder()
+	gpuNodes := 0
+	for i := range all {
+		withNodes.Nodes = append(withNodes.Nodes, &all[i])
+		if err := bld.AddNode(&all[i]); err != nil {
+			b.Fatal(err)
+		}
+		if len(all[i].Status.Allocatable) > 0 {
+			gpuNodes++
+		}
+	}
+	engine := schedule.New()
+	cl := engine.NewCluster(bld.Nodes())
+	fleet := func(context.Context) (*schedule.Cluster, int, error) { return cl, gpuNodes, nil }
+	for _, tc := range []struct {
+		name string
+		src  *validate.DRAObjects
+	}{{"nodes-listed", objs}, {"nodes-from-source", &withNodes}} {
+		b.Run(tc.name, func(b *testing.B) {
+			h := validate.NewHandler(validate.Options{Nodes: listed, Fleet: fleet, Engine: engine, DeviceClasses: dcs,
+				DRAObjects: func(context.Context) (*validate.DRAObjects, error) { return tc.src, nil }})
+			req := request(b, job, admissionv1.Create)
+			b.ReportAllocs()
+			for range b.N {
+				if resp := h.Handle(ctx, req); !resp.Allowed {
 					b.Fatal(resp.Result.Message)
 				}
 			}

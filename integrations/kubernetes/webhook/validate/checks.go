@@ -95,12 +95,7 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	if err != nil || gpuNodes == 0 && !dra {
 		return nil, err
 	}
-	if dra && h.dra != nil {
-		if nodes == nil && h.nodes != nil {
-			if nodes, err = h.nodes(ctx); err != nil {
-				return nil, fmt.Errorf("reading nodes: %w", err)
-			}
-		}
+	if dra && h.objects != nil {
 		if w, err = h.withDRA(ctx, b, j, nodes); err != nil {
 			return nil, err
 		}
@@ -136,16 +131,30 @@ func (h *handler) fleetNow(ctx context.Context) (*schedule.Cluster, int, []corev
 }
 
 // withDRA is the job's workload judged on the published DRA devices, with
-// the nodes they are on; the workload without DRA facts where the DRA
-// objects are not known.
+// the nodes they are on (the DRA source's; else nodes, else listed); the
+// workload without DRA facts where the DRA objects are not known (not
+// served, or the caches have not synced): never refused then.
 func (h *handler) withDRA(ctx context.Context, b *cluster.Builder, j kubeflow.Job, nodes []corev1.Node) (schedule.Workload, error) {
-	for i := range nodes {
-		if err := b.AddNode(&nodes[i]); err != nil {
-			return schedule.Workload{}, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+	o, err := h.objects(ctx)
+	if err != nil {
+		return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
+	}
+	if o == nil || o.Nodes == nil {
+		if nodes == nil && h.nodes != nil {
+			if nodes, err = h.nodes(ctx); err != nil {
+				return schedule.Workload{}, fmt.Errorf("reading nodes: %w", err)
+			}
+		}
+		for i := range nodes {
+			if err := b.AddNode(&nodes[i]); err != nil {
+				return schedule.Workload{}, fmt.Errorf("node %s: %w", nodes[i].Name, err)
+			}
 		}
 	}
-	if _, err := h.dra(ctx, b); err != nil {
-		return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
+	if o != nil {
+		if err := o.addTo(b); err != nil {
+			return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
+		}
 	}
 	return b.WorkloadFor(j)
 }

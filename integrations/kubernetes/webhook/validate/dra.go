@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,17 +36,14 @@ func ListDeviceClasses(c client.Reader) DeviceClassSource {
 	}
 }
 
-// DRASource adds the cluster's ResourceSlices, ResourceClaims,
-// ResourceClaimTemplates and DeviceTaintRules (resource.k8s.io/v1) to b, as live diagnose adds
-// what it lists; known is false where they are not known (not served, or
-// the caches have not synced): a job whose devices come through DRA is
-// then not judged (DRA_NOT_JUDGED, never refused).
-type DRASource func(ctx context.Context, b *cluster.Builder) (known bool, err error)
-
 // DRAObjects are the cluster's ResourceSlices, ResourceClaims,
 // ResourceClaimTemplates and DeviceTaintRules (resource.k8s.io/v1), as the controller's caches
 // hold them (read only: never changed by the handler).
 type DRAObjects struct {
+	// Nodes are the cluster's nodes, where the source holds them (a
+	// judged DRA job needs them, the nodes its devices are on); nil: the
+	// handler lists them (Options.Nodes).
+	Nodes     []*corev1.Node
 	Slices    []*resourcev1.ResourceSlice
 	Claims    []*resourcev1.ResourceClaim
 	Templates []*resourcev1.ResourceClaimTemplate
@@ -96,11 +94,17 @@ func ListDRAObjects(c client.Reader) DRAObjectSource {
 	}
 }
 
-// addTo is o as a DRASource: the claims, templates and device taint
-// rules, then the slices in
+// addTo adds o to b, as live diagnose adds what it lists: the nodes, if
+// o has them, the claims, templates and device taint rules, then the
+// slices in
 // name order (the allocator tries pools in the order it is given them),
 // as the controller adds its cached objects.
 func (o *DRAObjects) addTo(b *cluster.Builder) error {
+	for _, n := range o.Nodes {
+		if err := b.AddNode(n); err != nil {
+			return fmt.Errorf("node %s: %w", n.Name, err)
+		}
+	}
 	for _, c := range o.Claims {
 		if err := b.AddResourceClaim(c); err != nil {
 			return fmt.Errorf("resourceclaim %s/%s: %w", c.Namespace, c.Name, err)
@@ -126,13 +130,3 @@ func (o *DRAObjects) addTo(b *cluster.Builder) error {
 	return nil
 }
 
-// draFrom is the DRASource over a DRAObjectSource.
-func draFrom(src DRAObjectSource) DRASource {
-	return func(ctx context.Context, b *cluster.Builder) (bool, error) {
-		o, err := src(ctx)
-		if err != nil || o == nil {
-			return false, err
-		}
-		return true, o.addTo(b)
-	}
-}

@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow/kubeflowtest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/webhook/validate"
+	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
 func classes(dcs ...*resourcev1.DeviceClass) validate.DeviceClassSource {
@@ -109,11 +111,59 @@ func TestHandleAdmitsDRAJobs(t *testing.T) {
 	}
 }
 
+// Where the DRA source holds the nodes (the controller's caches), a DRA
+// job is judged on them: with the prepared fleet (Fleet) the handler
+// lists no node for a DRA job, and still names the node of the nearest
+// devices.
+func TestHandleDRANodesFromTheSource(t *testing.T) {
+	ctx := context.Background()
+	ns, dcs, dra, job := draDump(t, "")
+	listed, err := ns(ctx)
+	require.NoError(t, err)
+	objs, err := dra(ctx)
+	require.NoError(t, err)
+	withNodes := *objs
+	b := cluster.NewBuilder()
+	gpuNodes := 0
+	for i := range listed {
+		withNodes.Nodes = append(withNodes.Nodes, &listed[i])
+		require.NoError(t, b.AddNode(&listed[i]))
+		if len(listed[i].Status.Allocatable) > 0 {
+			gpuNodes++
+		}
+	}
+	engine := schedule.New()
+	fleet := engine.NewCluster(b.Nodes())
+	for _, tc := range []struct {
+		name  string
+		src   *validate.DRAObjects
+		lists int
+	}{
+		{"nodes from the DRA source", &withNodes, 0},
+		{"a source without nodes: listed", objs, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			h := validate.NewHandler(validate.Options{
+				Nodes:         func(ctx context.Context) ([]corev1.Node, error) { calls++; return ns(ctx) },
+				Fleet:         func(context.Context) (*schedule.Cluster, int, error) { return fleet, gpuNodes, nil },
+				Engine:        engine,
+				DeviceClasses: dcs,
+				DRAObjects:    func(context.Context) (*validate.DRAObjects, error) { return tc.src, nil },
+			})
+			resp := h.Handle(ctx, request(t, job, admissionv1.Create))
+			require.False(t, resp.Allowed)
+			require.Contains(t, resp.Result.Message, "7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1")
+			require.Equal(t, tc.lists, calls, "node lists")
+		})
+	}
+}
+
 // draDump is cluster/testdata/dra/02 (an H100 split into seven 1g.10gb
 // MIG devices, published as NVIDIA's DRA driver does; a PyTorchJob whose
 // claim template asks a 7g.80gb device) split into what the webhook's
 // sources give it, with extra claim templates.
-func draDump(t *testing.T, extra string) (validate.NodeSource, validate.DeviceClassSource, validate.DRAObjectSource, *kubeflowv1.PyTorchJob) {
+func draDump(t testing.TB, extra string) (validate.NodeSource, validate.DeviceClassSource, validate.DRAObjectSource, *kubeflowv1.PyTorchJob) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "cluster", "testdata", "dra", "02-claim-profile-mismatch.yaml"))
 	require.NoError(t, err)

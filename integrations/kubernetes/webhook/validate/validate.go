@@ -184,9 +184,6 @@ func NewHandler(opts Options) admission.Handler {
 	for id, p := range opts.Policies {
 		h.policy[id] = p
 	}
-	if h.objects != nil {
-		h.dra = draFrom(h.objects)
-	}
 	if h.engine == nil {
 		h.engine = schedule.New()
 	}
@@ -211,7 +208,6 @@ type handler struct {
 	nodes   NodeSource
 	fleet   FleetSource
 	classes DeviceClassSource
-	dra     DRASource
 	objects DRAObjectSource
 	engine  *schedule.Engine
 	// cel compiles the claims' selectors once (the scheduler's CEL).
