@@ -129,4 +129,3 @@ func (o *DRAObjects) addTo(b *cluster.Builder) error {
 	}
 	return nil
 }
-
