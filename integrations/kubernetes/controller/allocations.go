@@ -21,7 +21,6 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
-	"github.com/rankgate/rankgate/verdict"
 )
 
 // A rank's devices come from one of two sources (package devicesource):
@@ -277,58 +276,6 @@ func addAllocated(g *gang, known []allocatedRank, now time.Time) (added int, rea
 type allocatedRank struct {
 	pod *corev1.Pod
 	rr  preflight.RankReport
-}
-
-// againstAllocation adds to rr, the rank's own report, the disagreement
-// with its pod's DRA allocation, if any.
-func (c *Controller) againstAllocation(ctx context.Context, pod *corev1.Pod, rr *preflight.RankReport) {
-	if !dra.UsesClaims(pod) {
-		return
-	}
-	src := c.draSource()
-	if src == nil {
-		return
-	}
-	alloc, err := src.Rank(ctx, pod, rr.Rank)
-	if err != nil || !alloc.Known {
-		return
-	}
-	if f := devicesource.Disagreement(*rr, alloc.Report); f != nil {
-		findings := append(append([]verdict.Finding(nil), rr.Report.Findings...), *f)
-		rep := verdict.NewReport(rr.Report.Subject, findings)
-		rep.Mode, rep.Devices = rr.Report.Mode, rr.Report.Devices
-		rr.Report = rep
-	}
-}
-
-// ownReportFails is the answer to a rank that reports itself after its
-// gang was decided, when its own report fails (its devices' health, or
-// a disagreement with its allocation) and the verdict does not: that
-// rank is answered fail, with the verdict's findings and its own, so that
-// it does not start on devices the verdict did not see; nil otherwise.
-func (c *Controller) ownReportFails(r rankOf, rr preflight.RankReport, d *decision) *decision {
-	if d.Report.Failed() || !rr.Report.Failed() {
-		return nil
-	}
-	own := make([]string, 0, len(rr.Report.Findings))
-	for _, f := range rr.Report.Findings {
-		if f.Severity == verdict.SeverityFail {
-			own = append(own, f.Rule+": "+f.Message)
-		}
-	}
-	findings := append([]verdict.Finding(nil), d.Report.Findings...)
-	findings = append(findings, verdict.Finding{
-		Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail, Ranks: []int{rr.Rank}, Pods: []string{rr.Pod}, Nodes: []string{rr.Node},
-		Message: fmt.Sprintf("rank %d (pod %s on %s) reported itself after the gang's verdict (%s) and fails its own rules: %s",
-			rr.Rank, rr.Pod, rr.Node, d.Report.Verdict, joinLimited(own, 4)),
-		Remediation: "fix the rank's devices as its findings say, then delete its pod so that it starts again",
-	})
-	out := *d
-	out.Report = verdict.NewReport(d.Report.Subject, findings)
-	out.Report.Devices = rr.Report.Devices
-	c.log.Info("a rank reported after the verdict and fails its own rules; answered fail", "job", jobKey(r.job), "rank", rr.Rank, "pod", rr.Pod,
-		"rules", fmt.Sprint(gangstore.RuleIDs(rr.Report, 8)))
-	return &out
 }
 
 // joinLimited joins the first n of s with "; " and says how many more.

@@ -67,19 +67,19 @@ func TestOwnReportAgainstAllocation(t *testing.T) {
 
 	own := preflight.RankReport{Rank: 0, Pod: "p", Node: "n1", Report: verdict.Report{Verdict: verdict.VerdictPass,
 		Devices: []verdict.DeviceSummary{{ID: "GPU-b", Kind: "gpu"}}}}
-	c.againstAllocation(context.Background(), claimPod(), &own)
+	c.gateBackend().againstAllocation(context.Background(), claimPod(), &own)
 	require.Equal(t, verdict.VerdictPass, own.Report.Verdict)
 	require.Empty(t, own.Report.Findings)
 
 	own.Report.Devices[0].ID = "GPU-a"
-	c.againstAllocation(context.Background(), claimPod(), &own)
+	c.gateBackend().againstAllocation(context.Background(), claimPod(), &own)
 	require.Equal(t, verdict.VerdictFail, own.Report.Verdict)
 	require.Equal(t, []string{verdict.RuleDRADevicesDisagree}, own.Report.RuleIDs())
 	require.Len(t, own.Report.Devices, 1, "the report keeps its devices")
 
 	// A pod without claims is not compared.
 	plain := preflight.RankReport{Report: verdict.Report{Verdict: verdict.VerdictPass, Devices: []verdict.DeviceSummary{{ID: "GPU-z"}}}}
-	c.againstAllocation(context.Background(), &corev1.Pod{}, &plain)
+	c.gateBackend().againstAllocation(context.Background(), &corev1.Pod{}, &plain)
 	require.Empty(t, plain.Report.Findings)
 }
 
@@ -91,17 +91,17 @@ func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	r := rankOf{job: wrap(ptJob(true, 1)), rank: 1}
 	pass := &decision{Report: verdict.NewReport("ns/j: 2 of 2 ranks reported (2 known from their DRA allocations)", nil)}
 	good := preflight.RankReport{Rank: 1, Pod: "p1", Node: "n1", Report: verdict.NewReport("", nil)}
-	require.Nil(t, c.ownReportFails(r, good, pass))
+	require.Nil(t, c.gateBackend().ownReportFails(r, good, pass))
 	bad := good
 	bad.Report = verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGPULost, Severity: verdict.SeverityFail, Message: "GPU 1 has fallen off the bus"}})
-	d := c.ownReportFails(r, bad, pass)
+	d := c.gateBackend().ownReportFails(r, bad, pass)
 	require.NotNil(t, d)
 	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
 	require.Equal(t, []string{verdict.RuleRankFailed}, d.Report.RuleIDs())
 	require.Contains(t, d.Report.Findings[0].Message, "rank 1 (pod p1 on n1) reported itself after the gang's verdict (pass) and fails its own rules: GPU_LOST: GPU 1 has fallen off the bus")
 	require.Equal(t, verdict.VerdictPass, pass.Report.Verdict, "the recorded verdict is not changed")
 	fail := &decision{Report: verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail}})}
-	require.Nil(t, c.ownReportFails(r, bad, fail))
+	require.Nil(t, c.gateBackend().ownReportFails(r, bad, fail))
 	require.Equal(t, 0, fromDRA([]preflight.RankReport{good}))
 	require.Equal(t, 1, fromDRA([]preflight.RankReport{good, {Source: devicesource.DRA}}))
 }

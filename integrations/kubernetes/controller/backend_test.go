@@ -17,25 +17,26 @@ import (
 func TestReportReusesAdmittedRank(t *testing.T) {
 	c := &Controller{}
 	c.leader.Store(true)
+	b := c.gateBackend()
 	id := gateserver.Identity{Namespace: "ml", Pod: "w-0", PodUID: "u"}
 	want := rankOf{pod: &corev1.Pod{}, rank: 3}
 	ctx := context.WithValue(context.Background(), admittedKey{}, admitted{id: id, r: want})
 
-	got, err := c.resolveReport(ctx, id)
+	got, err := b.resolveReport(ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, 3, got.rank)
 
 	// Another identity: resolved now (caches not synced here: Unavailable).
 	other := id
 	other.Pod = "w-1"
-	_, err = c.resolveReport(ctx, other)
+	_, err = b.resolveReport(ctx, other)
 	var ge *gate.Error
 	require.ErrorAs(t, err, &ge)
 	require.Equal(t, gate.CodeUnavailable, ge.Code)
 
 	// Leadership lost after Admit: NotLeader, not the admitted rank.
 	c.leader.Store(false)
-	_, err = c.resolveReport(ctx, id)
+	_, err = b.resolveReport(ctx, id)
 	require.ErrorAs(t, err, &ge)
 	require.Equal(t, gate.CodeNotLeader, ge.Code)
 }

@@ -258,6 +258,7 @@ type Controller struct {
 	gangAPI client.Client
 	rec     events.EventRecorder
 	gate    *gateserver.Server
+	backend *gateBackend // the gate's backend: reports in, answers out (backend.go)
 	kinds   []kubeflow.Kind
 	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
 	wd      *watchdog          // the Pending watchdog: jobs with unschedulable pods (watchdog.go)
@@ -273,7 +274,6 @@ type Controller struct {
 
 	unexpected  uidSet        // pods reported as not the job's (podfit.go); max maxMisfits
 	placements  placementMemo // placement rules read of unbound pods (podfacts.go)
-	notRanks    uidSet        // pods read once and found without a job-name label (gatepod.go)
 	batchOwners batchOwners   // the MPIJob (or none) controlling each batch Job read (gatepod.go)
 
 	leader      atomic.Bool
@@ -419,10 +419,11 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.backend = c.gateBackend()
 	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
 		Auth:    gateserver.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
-		Backend: c, MaxWait: opts.MaxWait, MaxConns: opts.GateMaxConnections, Log: c.log.WithName("gate"), Observe: observeRequest,
+		Backend: c.backend, MaxWait: opts.MaxWait, MaxConns: opts.GateMaxConnections, Log: c.log.WithName("gate"), Observe: observeRequest,
 	})
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err

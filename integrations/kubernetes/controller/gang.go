@@ -2,20 +2,16 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // gang is one job's ranks as the leader holds them until its verdict
@@ -108,63 +104,6 @@ func (c *Controller) oldestRankPod(ctx context.Context, g *gang) (time.Time, err
 		}
 	}
 	return oldest, nil
-}
-
-// addReport adds r's report to g unless another pod that still exists
-// holds the rank. Anyone who may create pods in the job's namespace can
-// make one that claims a rank (the job's controller owner reference and
-// rank labels are plain metadata): the first pod to report a rank keeps it
-// while it exists and runs, and a second one is refused, named in the log
-// and in an Event on the job, and cannot fail the gang. A holder that is
-// gone, terminated or being deleted gives the rank up (a pod the operator
-// re-created).
-func (c *Controller) addReport(ctx context.Context, g *gang, r rankOf, rr preflight.RankReport, now time.Time) (isNew, decide bool, why trigger, err error) {
-	for attempt := 0; ; attempt++ {
-		isNew, ready, h := g.Add(rr, string(r.pod.UID), now)
-		if h == nil {
-			switch ready {
-			case gangstore.Complete:
-				return isNew, true, trigComplete, nil
-			case gangstore.EarlyFail:
-				return isNew, true, trigEarlyFail, nil
-			}
-			return isNew, false, 0, nil
-		}
-		alive, err := c.podRuns(ctx, r.pod.Namespace, h.Pod, h.UID)
-		if err != nil {
-			return false, false, 0, gate.Errorf(gate.CodeUnavailable, "reading pod %s/%s, holder of rank %d: %v", r.pod.Namespace, h.Pod, r.rank, err)
-		}
-		if alive || attempt >= 2 {
-			return false, false, 0, c.refuseClaim(g, r, h)
-		}
-		g.Release(r.rank, h.UID)
-	}
-}
-
-// refuseClaim is the answer to a pod claiming a rank another pod holds.
-func (c *Controller) refuseClaim(g *gang, r rankOf, h *gangstore.Holder) error {
-	msg := fmt.Sprintf("rank %d of %s is held by pod %s (uid %s), which reported it first and still runs; pod %s (uid %s) claims the same rank and is refused: a pod the job's operator did not create, or one that replaces a pod still running",
-		r.rank, g.Key(), h.Pod, h.UID, r.pod.Name, r.pod.UID)
-	if g.FirstRefusal(r.pod.UID) {
-		c.log.Info("refused a second pod for a rank another pod holds", "job", g.Key(), "rank", r.rank, "pod", r.pod.Name, "podUID", string(r.pod.UID), "holder", h.Pod, "holderUID", h.UID)
-		c.rec.Eventf(r.job.Object(), r.pod, corev1.EventTypeWarning, contract.ReasonRankClaimedTwice, "Gate", "%s", msg)
-	}
-	return gate.Errorf(gate.CodeForbidden, "%s", msg)
-}
-
-// podRuns says whether pod ns/name with uid exists, is not being deleted
-// and has not terminated (read from the API server: a holder the cache
-// does not show yet must not lose its rank).
-func (c *Controller) podRuns(ctx context.Context, ns, name, uid string) (bool, error) {
-	p := &corev1.Pod{}
-	err := c.api.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, p)
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return string(p.UID) == uid && p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed, nil
 }
 
 // response is the gate's answer for rank of gang g.

@@ -61,7 +61,7 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 	k, _ := kubeflow.ByName(g.Kind())
 	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
-	err = c.getFresh(ctx, key, obj, string(g.UID()))
+	err = getFresh(ctx, c.client, c.api, key, obj, string(g.UID()))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
 		d.unrecorded = true
 		return d, false, nil

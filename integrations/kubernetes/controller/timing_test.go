@@ -90,6 +90,7 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.client, c.api, c.gangAPI = api, api, api
 	rec := events.NewFakeRecorder(100)
 	c.rec = rec
+	c.backend = c.gateBackend()
 	c.kinds = kubeflow.All()
 	c.model = newNodeModel(c.engine)
 	c.model.synced = func() bool { return true }
@@ -138,7 +139,7 @@ func (l *leader) report(t *testing.T, pods []*corev1.Pod, i int, v verdict.Verdi
 	p := pods[i]
 	id := gateserver.Identity{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID)}
 	rr := rankReport(i, v, 1)
-	resp, err := l.Report(context.Background(), id, &gate.ReportRequest{Node: p.Spec.NodeName, DriverVersion: "580.65.06", Report: rr.Report}, 0)
+	resp, err := l.backend.Report(context.Background(), id, &gate.ReportRequest{Node: p.Spec.NodeName, DriverVersion: "580.65.06", Report: rr.Report}, 0)
 	require.NoError(t, err)
 	return resp
 }
@@ -147,7 +148,7 @@ func (l *leader) report(t *testing.T, pods []*corev1.Pod, i int, v verdict.Verdi
 func (l *leader) answer(t *testing.T, pods []*corev1.Pod, i int) *gate.Response {
 	t.Helper()
 	p := pods[i]
-	resp, err := l.Verdict(context.Background(), gateserver.Identity{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID)}, 0)
+	resp, err := l.backend.Verdict(context.Background(), gateserver.Identity{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID)}, 0)
 	require.NoError(t, err)
 	return resp
 }
@@ -464,8 +465,8 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	l.clk.Step(time.Millisecond)
 	_, failed = l.wd.step(ctx, k, l.job(t))
 	require.True(t, failed, "a pod that can never be placed fails its job once the grace ends")
-	require.Eventually(t, func() bool { _, ok := l.decided(wrap(l.job(t))); return ok }, eventually, tick)
-	d, _ := l.decided(wrap(l.job(t)))
+	require.Eventually(t, func() bool { _, ok := l.backend.decided(wrap(l.job(t))); return ok }, eventually, tick)
+	d, _ := l.backend.decided(wrap(l.job(t)))
 	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
 	require.Equal(t, t0.Add(grace), d.DecidedAt)
 	require.True(t, pendingReport(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
@@ -485,7 +486,7 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	require.Equal(t, waitRecheck, again)
 	// The writes put it on the job (jobwrites.go).
 	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationWaitingFor] != "" }, eventually, tick)
-	_, decided := l.decided(wrap(l.job(t)))
+	_, decided := l.backend.decided(wrap(l.job(t)))
 	require.False(t, decided)
 }
 
