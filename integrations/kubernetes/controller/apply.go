@@ -25,43 +25,43 @@ import (
 // AppliedDelay later (markStep): until then it reads Decided, and a new
 // leader's sweep finds the job carrying the verdict (nothing to do) and
 // marks it.
-func (c *Controller) applyStep(ctx context.Context, r *gangRes) bool {
+func (w *writes) applyStep(ctx context.Context, r *gangRes) bool {
 	d, t := r.unapplied()
 	if d == nil {
 		return false
 	}
-	if err := c.apply(ctx, t, d); err != nil {
+	if err := w.apply(ctx, t, d); err != nil {
 		if ctx.Err() != nil {
 			return true // stopped leading: the next leader's sweep applies it
 		}
 		metricAPIErrors.WithLabelValues("verdict").Inc()
-		c.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key())
-		c.retryLater(t.uid, applyPriority(d))
+		w.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key())
+		w.retryLater(t.uid, applyPriority(d))
 		return true
 	}
-	c.succeeded(t.uid, applyPriority(d))
+	w.succeeded(t.uid, applyPriority(d))
 	r.mu.Lock()
-	r.onJobAt = c.now()
+	r.onJobAt = w.now()
 	r.mu.Unlock()
-	c.countUnapplied()
+	w.countUnapplied()
 	return false
 }
 
 // markStep marks r's Gang Applied once AppliedDelay has passed since its
 // job carried the verdict (requeued for then), and forgets r. It says
 // whether r's writes are done for this pass.
-func (c *Controller) markStep(ctx context.Context, r *gangRes) bool {
+func (w *writes) markStep(ctx context.Context, r *gangRes) bool {
 	r.mu.Lock()
 	d, t, at := r.recorded, r.t, r.onJobAt
 	r.mu.Unlock()
 	if d == nil || at.IsZero() {
 		return false
 	}
-	if left := *c.opts.AppliedDelay - c.since(at); left > 0 {
-		c.enqueue(t.uid, prioBook, left)
+	if left := *w.opts.AppliedDelay - w.since(at); left > 0 {
+		w.enqueue(t.uid, prioBook, left)
 		return true
 	}
-	c.markApplied(ctx, t, d)
+	w.markApplied(ctx, t, d)
 	return true
 }
 
@@ -72,34 +72,34 @@ func (c *Controller) markStep(ctx context.Context, r *gangRes) bool {
 // a delete verdict still deletes it (the Gang is marked Applied only
 // after the delete, so a leader that dies in between leaves it to the
 // next one).
-func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
+func (w *writes) apply(ctx context.Context, t target, d *decision) error {
 	k, _ := kubeflow.ByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
 	var lastErr error
 	for attempt := 0; attempt < 10; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		done, obj, ev, err := c.applyOnce(actx, k, key, t, d, attempt > 0)
+		done, obj, ev, err := w.applyOnce(actx, k, key, t, d, attempt > 0)
 		cancel()
 		switch {
 		case err == nil && done:
 			if obj != nil && !d.adopted {
-				metricApplyLag.Observe(c.since(d.DecidedAt).Seconds())
+				metricApplyLag.Observe(w.since(d.DecidedAt).Seconds())
 			}
 			if d.Report.Failed() && d.Action == ActionDelete {
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
-				err := c.deleteJob(dctx, t)
+				err := w.deleteJob(dctx, t)
 				if apierrors.IsForbidden(err) {
 					// Allowed when the verdict was recorded, refused now
 					// (the permission went, or an admission policy).
-					return c.suspendInstead(dctx, k, key, t, d, c.refusedText(k, t.ns))
+					return w.suspendInstead(dctx, k, key, t, d, w.refusedText(k, t.ns))
 				}
 				if err != nil {
 					return err
 				}
 			}
 			if obj != nil {
-				c.emitEvent(obj, ev)
+				w.emitEvent(obj, ev)
 			}
 			return nil
 		case apierrors.IsConflict(err):
@@ -115,13 +115,13 @@ func (c *Controller) apply(ctx context.Context, t target, d *decision) error {
 // applyOnce is one try of apply. done with a nil object: nothing to write
 // (job gone, replaced, or already carrying a verdict). ev is the decision
 // the Event tells (d, with how a Kueue-managed job was stopped).
-func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
+func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
 	obj := k.New()
 	var err error
 	if fresh {
-		err = c.api.Get(ctx, key, obj)
+		err = w.api.Get(ctx, key, obj)
 	} else {
-		err = c.client.Get(ctx, key, obj)
+		err = w.client.Get(ctx, key, obj)
 	}
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
 		return true, nil, nil, nil
@@ -138,7 +138,7 @@ func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.N
 		if kueueManaged(obj) {
 			// Kueue owns runPolicy.suspend: stop the job through its
 			// Workload, then annotate (a retry deactivates again, a no-op).
-			how, err := c.workloads().deactivate(ctx, obj)
+			how, err := w.workloads().deactivate(ctx, obj)
 			if err != nil {
 				return false, nil, nil, err
 			}
@@ -160,7 +160,7 @@ func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.N
 	// wrote goes in the same patch (the watchdog no longer looks at it).
 	delete(ann, contract.AnnotationWaitingFor)
 	obj.SetAnnotations(ann)
-	err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	err = w.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
 		return true, nil, nil, nil
 	}
@@ -173,15 +173,15 @@ func (c *Controller) applyOnce(ctx context.Context, k kubeflow.Kind, key types.N
 // deleteRefused asks the API server, with a dry run, whether the
 // controller may delete job; it returns why not when the answer is
 // Forbidden, "" otherwise (other errors leave it to the real delete).
-func (c *Controller) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.Object) string {
-	err := c.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
+func (w *writes) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.Object) string {
+	err := w.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
 	if apierrors.IsForbidden(err) {
-		return c.refusedText(k, job.GetNamespace())
+		return w.refusedText(k, job.GetNamespace())
 	}
 	return ""
 }
 
-func (c *Controller) refusedText(k kubeflow.Kind, ns string) string {
+func (w *writes) refusedText(k kubeflow.Kind, ns string) string {
 	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK().Kind), ns)
 }
 
@@ -189,12 +189,12 @@ func (c *Controller) refusedText(k kubeflow.Kind, ns string) string {
 // refused, and sets its action annotation to suspend. The in-memory
 // decision keeps delete (ranks were answered with it); the job, its
 // annotations and the Event say what happened.
-func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, why string) error {
+func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, why string) error {
 	s := *d
 	s.Action, s.deleteRefused = ActionSuspend, why
 	for attempt := 0; attempt < 10; attempt++ {
 		obj := k.New()
-		err := c.api.Get(ctx, key, obj)
+		err := w.api.Get(ctx, key, obj)
 		if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != t.uid) {
 			return nil
 		}
@@ -208,7 +208,7 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		}
 		orig := obj.DeepCopyObject().(client.Object)
 		if kueue {
-			how, err := c.workloads().deactivate(ctx, obj)
+			how, err := w.workloads().deactivate(ctx, obj)
 			if err != nil {
 				return err
 			}
@@ -222,7 +222,7 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		}
 		ann[contract.AnnotationAction] = ActionSuspend
 		obj.SetAnnotations(ann)
-		err = c.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+		err = w.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
 		case apierrors.IsConflict(err):
 			continue
@@ -231,8 +231,8 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 		case err != nil:
 			return fmt.Errorf("suspending job %s, whose delete is refused: %w", t.key(), err)
 		}
-		c.log.Info("the controller may not delete the job: suspended it instead", "job", t.key(), "why", why)
-		c.emitEvent(obj, &s)
+		w.log.Info("the controller may not delete the job: suspended it instead", "job", t.key(), "why", why)
+		w.emitEvent(obj, &s)
 		return nil
 	}
 	return fmt.Errorf("job %s kept changing while being suspended", t.key())
@@ -242,14 +242,14 @@ func (c *Controller) suspendInstead(ctx context.Context, k kubeflow.Kind, key ty
 // verdict d (the job patch, and a delete verdict's delete, are done), and
 // forgets the Gang: it stays as the job's history. A Gang that is gone
 // (deleted with its job) needs nothing.
-func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
+func (w *writes) markApplied(ctx context.Context, t target, d *decision) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r := c.book.lookup(t.uid)
+	r := w.book.lookup(t.uid)
 	if r == nil || r.t.attempt != t.attempt {
 		r = &gangRes{t: t}
 	}
-	defer c.book.drop(t.key(), &t)
+	defer w.book.drop(t.key(), &t)
 	obj := r.current()
 	reason, msg := "VerdictOnJob", "the job carries the verdict"
 	if d.Report.Failed() {
@@ -263,9 +263,9 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 	for attempt := 0; attempt < 5; attempt++ {
 		if obj == nil {
 			cur := &v1alpha1.Gang{}
-			if err := c.gangAPI.Get(ctx, r.key(), cur); err != nil {
+			if err := w.gangAPI.Get(ctx, r.key(), cur); err != nil {
 				if !apierrors.IsNotFound(err) {
-					c.log.Info("marking the gang applied", "gang", r.key().String(), "error", err.Error())
+					w.log.Info("marking the gang applied", "gang", r.key().String(), "error", err.Error())
 				}
 				return
 			}
@@ -277,7 +277,7 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 		}
 		meta.SetStatusCondition(&obj.Status.Conditions, metav1.Condition{Type: contract.ConditionApplied, Status: metav1.ConditionTrue,
 			Reason: reason, Message: msg, ObservedGeneration: obj.Generation})
-		err := c.gangAPI.Status().Update(ctx, obj)
+		err := w.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			return
@@ -285,7 +285,7 @@ func (c *Controller) markApplied(ctx context.Context, t target, d *decision) {
 			obj = nil
 		default:
 			metricAPIErrors.WithLabelValues("gang-applied").Inc()
-			c.log.Info("marking the gang applied; the next leader's sweep applies it again (a no-op) and retries", "gang", r.key().String(), "error", err.Error())
+			w.log.Info("marking the gang applied; the next leader's sweep applies it again (a no-op) and retries", "gang", r.key().String(), "error", err.Error())
 			return
 		}
 	}

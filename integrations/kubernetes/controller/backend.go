@@ -351,12 +351,9 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 	}
 	// The deadline is a requeue of the gang's writes (writes.go).
 	if deadline := g.Start(at, grace); !deadline.IsZero() {
-		c.armDeadline(g.UID(), deadline)
+		c.w.armDeadline(g.UID(), deadline)
 	}
 }
-
-// forget drops a gang (job deleted, opted out, or re-gated).
-func (c *Controller) forget(key string) { c.gangs.Forget(key) }
 
 // addReport adds r's report to g unless another pod that still exists
 // holds the rank. Anyone who may create pods in the job's namespace can

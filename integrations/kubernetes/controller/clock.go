@@ -23,9 +23,6 @@ func (c *Controller) now() time.Time { return c.clock().Now() }
 // since is the time elapsed since t on the controller's clock.
 func (c *Controller) since(t time.Time) time.Duration { return c.clock().Since(t) }
 
-// until is the time left until t on the controller's clock.
-func (c *Controller) until(t time.Time) time.Duration { return t.Sub(c.clock().Now()) }
-
 func clockOr(clk clock.WithTickerAndDelayedExecution) clock.WithTickerAndDelayedExecution {
 	if clk == nil {
 		return clock.RealClock{}

@@ -285,12 +285,9 @@ type Controller struct {
 	gangs *gangstore.Store[decision] // the open gangs (reports in, answers out)
 	book  *gangBook                  // the Gangs of the jobs being gated, with their writes' state (gangres.go)
 
-	// writeQ: the leader's writes (writes.go).
-	writeQ atomic.Pointer[writeQueues]
-	// deciding: the decisions in flight, which the other writes wait for.
-	deciding decisionsInFlight
-
-	decisions atomic.Int64
+	// w: the leader's writes (writes.go), the one writer of Gangs, of
+	// rankgate's writes on jobs and of Kueue Workloads.
+	w *writes
 }
 
 // managerOptions are the controller-runtime manager's options for opts.
@@ -366,8 +363,6 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.kinds = kinds
-	qs := newWriteQueues()
-	c.writeQ.Store(&qs)
 	c.model = newNodeModel(c.engine)
 	c.usage = newPodUsage()
 
@@ -419,6 +414,8 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	qs := newWriteQueues()
+	c.w = c.newWrites(&qs)
 	c.backend = c.gateBackend()
 	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
@@ -487,7 +484,7 @@ func (c *Controller) GateAddr() (net.Addr, error) { return c.gate.Listen() }
 
 // Decisions counts the verdicts this replica decided and recorded itself
 // (adopted ones not included).
-func (c *Controller) Decisions() int64 { return c.decisions.Load() }
+func (c *Controller) Decisions() int64 { return c.w.decisions.Load() }
 
 // IsLeader reports whether this replica holds the gangs.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
@@ -519,7 +516,7 @@ func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leaderSince.Store(c.now().UnixNano())
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
-	c.runWriters(ctx, nil)
+	c.w.runWriters(ctx, nil)
 	go c.sweep(ctx)
 	published := c.publishGateEndpoint(ctx) // the gate Service routes to this replica
 	<-ctx.Done()

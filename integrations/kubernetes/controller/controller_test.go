@@ -232,24 +232,25 @@ func TestTrimPod(t *testing.T) {
 // on their jobs.
 func TestUnappliedGauge(t *testing.T) {
 	c := &Controller{book: newGangBook()}
+	c.w = c.newWrites(nil)
 	r1 := &gangRes{t: target{ns: "ml", uid: "u1"}}
 	r2 := &gangRes{t: target{ns: "ml", uid: "u2"}}
 	c.book.adopt(r1, true)
 	c.book.adopt(r2, true)
 	d := &decision{Report: verdict.NewReport("", nil)}
-	c.setPending(r1, d)
-	c.setPending(r2, d)
-	c.setPending(r2, d)
+	c.w.setPending(r1, d)
+	c.w.setPending(r2, d)
+	c.w.setPending(r2, d)
 	require.Equal(t, 2.0, testutil.ToFloat64(metricUnapplied))
 	got, ok := c.book.pending("u1")
 	require.True(t, ok)
 	require.Same(t, d, got)
 	r1.onJobAt = t0
-	c.countUnapplied()
+	c.w.countUnapplied()
 	require.Equal(t, 1.0, testutil.ToFloat64(metricUnapplied))
 	_, ok = c.book.pending("u1")
 	require.False(t, ok)
 	c.book.drop("ml//", nil)
-	c.countUnapplied()
+	c.w.countUnapplied()
 	require.Zero(t, testutil.ToFloat64(metricUnapplied))
 }

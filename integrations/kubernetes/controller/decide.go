@@ -36,7 +36,7 @@ const (
 // waiting rank. It runs in the leader's writes (writes.go), never twice at
 // once for one gang; a verdict already recorded (by an earlier leader) is
 // adopted, never decided again. Applying it to the job is the next write.
-func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
+func (w *writes) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
 	taken, ok := g.Begin()
 	if !ok {
 		return decideDone
@@ -52,7 +52,7 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 		in.Expected = expected
 	case trigDeadline:
 		in.Expected = expected
-		in.Missing = c.missingRanks(rctx, g, ranks, false)
+		in.Missing = w.host.missingRanks(rctx, g, ranks, false)
 		last = time.Time{}
 	case trigUnplaceable:
 		in.Missing = a.missing
@@ -64,7 +64,7 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 	if a.pre != nil {
 		report = *a.pre
 	} else {
-		in.NCCL = c.ncclSettings(rctx, g)
+		in.NCCL = w.host.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
 		report.Subject = fmt.Sprintf("%s: %d of %d ranks reported", g.Key(), len(ranks), expected)
 		if n := fromDRA(ranks); n > 0 {
@@ -77,22 +77,22 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 		undecided()
 		return decideWaiting
 	}
-	d := &decision{Report: report, DecidedAt: c.now(), DecidedBy: c.opts.Identity}
-	recStart := c.now()
-	rec, wrote, err := c.record(rctx, g, d)
-	recTook := c.since(recStart)
+	d := &decision{Report: report, DecidedAt: w.now(), DecidedBy: w.opts.Identity}
+	recStart := w.now()
+	rec, wrote, err := w.record(rctx, g, d)
+	recTook := w.since(recStart)
 	if err != nil {
 		metricAPIErrors.WithLabelValues("verdict").Inc()
 		if apierrors.IsForbidden(err) || isNoGangKind(err) {
-			err = fmt.Errorf("%w (%s)", err, c.gangsRBACHint("create and update"))
+			err = fmt.Errorf("%w (%s)", err, w.host.gangsRBACHint("create and update"))
 		}
-		c.log.Error(err, "recording verdict; retrying", "job", g.Key())
+		w.log.Error(err, "recording verdict; retrying", "job", g.Key())
 		undecided()
 		return decideRetry
 	}
-	g.Answer(rec, c.now())
+	g.Answer(rec, w.now())
 
-	log := c.log.WithValues("job", g.Key(), "verdict", rec.Report.Verdict, "trigger", a.why.String())
+	log := w.log.WithValues("job", g.Key(), "verdict", rec.Report.Verdict, "trigger", a.why.String())
 	switch {
 	case rec.unrecorded:
 		log.Info("job deleted or replaced; verdict answered, not recorded")
@@ -101,35 +101,35 @@ func (c *Controller) decideWith(ctx context.Context, g *gang, a ask) decideOutco
 	case !wrote:
 		log.Info("verdict recorded by an earlier leader; adopted")
 	default:
-		c.decisions.Add(1)
-		observeVerdict(rec.Report, first, last, c.now()) // recorded and answered
+		w.decisions.Add(1)
+		observeVerdict(rec.Report, first, last, w.now()) // recorded and answered
 		log.Info("gang decided", "ranks", len(ranks), "expected", expected, "action", rec.Action, "rules", strings.Join(rec.Report.RuleIDs(), ","),
-			"sinceLastReport", c.sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
+			"sinceLastReport", w.sinceOrZero(last), "recordTook", recTook.Round(time.Microsecond).String())
 	}
 	return decideDone
 }
 
-func (c *Controller) sinceOrZero(t time.Time) string {
+func (w *writes) sinceOrZero(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return c.since(t).Round(time.Microsecond).String()
+	return w.since(t).Round(time.Microsecond).String()
 }
 
 // adoptVerdict closes the open gang g with d, a verdict another replica
 // recorded in its Gang (one that led before this one): the waiting ranks
 // are answered with it, and it is applied (the next write).
-func (c *Controller) adoptVerdict(g *gang, d *decision) {
+func (w *writes) adoptVerdict(g *gang, d *decision) {
 	if !g.Open() {
 		return
 	}
-	g.Answer(d, c.now())
-	c.log.Info("verdict recorded by another replica; adopted", "job", g.Key(), "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
-	c.enqueue(g.UID(), applyPriority(d), 0)
+	g.Answer(d, w.now())
+	w.log.Info("verdict recorded by another replica; adopted", "job", g.Key(), "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
+	w.enqueue(g.UID(), applyPriority(d), 0)
 }
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.
-func (c *Controller) emitEvent(obj client.Object, d *decision) {
+func (w *writes) emitEvent(obj client.Object, d *decision) {
 	typ, reason := corev1.EventTypeNormal, contract.ReasonGangPassed
 	note := summary(d.Report)
 	switch {
@@ -156,17 +156,17 @@ func (c *Controller) emitEvent(obj client.Object, d *decision) {
 	}
 	// events.k8s.io notes are limited to 1 kB.
 	note = verdict.Truncate(note, 1000)
-	c.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
+	w.rec.Eventf(obj, nil, typ, reason, "Gate", "%s", note)
 }
 
 // deleteJob deletes the job a delete verdict names, only the one with the
 // verdict's UID. A job already gone (or replaced) is done.
-func (c *Controller) deleteJob(ctx context.Context, t target) error {
+func (w *writes) deleteJob(ctx context.Context, t target) error {
 	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
 	obj.SetNamespace(t.ns)
 	obj.SetName(t.name)
-	err := c.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: ptrUID(t.uid)})
+	err := w.client.Delete(ctx, obj, client.PropagationPolicy("Background"), client.Preconditions{UID: ptrUID(t.uid)})
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // Conflict: the UID precondition failed, another job has the name now
 	}

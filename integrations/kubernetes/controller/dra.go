@@ -3,9 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
-	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"slices"
 	"strings"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"

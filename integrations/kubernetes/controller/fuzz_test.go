@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-	"github.com/rankgate/rankgate/verdict"
 	coordv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // FuzzRecordedDecision: the rankgate.io/ annotations of a job or a verdict

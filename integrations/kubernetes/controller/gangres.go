@@ -224,13 +224,13 @@ func ownedBy(g *v1alpha1.Gang, t target) bool {
 // that belongs to another job (one deleted and created again before the
 // garbage collector ran, or one not written by the controller) is deleted
 // and created again.
-func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
+func (w *writes) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
 	if obj := r.current(); obj != nil {
 		return obj, nil
 	}
 	for attempt := 0; attempt < 3; attempt++ {
 		obj := newGangObject(r)
-		err := c.gangAPI.Create(ctx, obj)
+		err := w.gangAPI.Create(ctx, obj)
 		if err == nil {
 			r.set(obj)
 			return obj, nil
@@ -238,7 +238,7 @@ func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Ga
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, err
 		}
-		cur, err := c.refresh(ctx, r)
+		cur, err := w.refresh(ctx, r)
 		if err != nil || cur != nil {
 			return cur, err
 		}
@@ -249,9 +249,9 @@ func (c *Controller) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Ga
 // refresh reads r's Gang from the API server. It returns nil (and no
 // error) when there is none now: it was missing, or it belonged to another
 // job and was deleted.
-func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
+func (w *writes) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
 	cur := &v1alpha1.Gang{}
-	err := c.gangAPI.Get(ctx, r.key(), cur)
+	err := w.gangAPI.Get(ctx, r.key(), cur)
 	if apierrors.IsNotFound(err) {
 		r.mu.Lock()
 		r.obj = nil
@@ -265,9 +265,9 @@ func (c *Controller) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, e
 		r.set(cur)
 		return cur, nil
 	}
-	c.log.Info("deleting a Gang that does not belong to the job it is named for", "gang", r.key().String(),
+	w.log.Info("deleting a Gang that does not belong to the job it is named for", "gang", r.key().String(),
 		"job", r.t.key(), "uid", r.t.uid, "gangJobUID", cur.Spec.Job.UID)
-	err = c.gangAPI.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion})
+	err = w.gangAPI.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return nil, err
 	}

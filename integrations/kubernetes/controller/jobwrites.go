@@ -25,8 +25,8 @@ import (
 // wantWaitingFor records what job obj waits for (cause; nil: nothing any
 // more) as the Pending watchdog judged it, for its annotation and the
 // Gang's waitingFor, and asks for the write.
-func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	r := c.book.forJob(obj, kind, c.opts.GangTimeout)
+func (w *writes) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
+	r := w.book.forJob(obj, kind, w.opts.GangTimeout)
 	v := ""
 	if cause != nil {
 		v = waitingFor(*cause)
@@ -36,14 +36,14 @@ func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdi
 	r.mu.Lock()
 	r.waiting, r.waitingDue, r.waitingCause = v, true, cause
 	r.mu.Unlock()
-	c.touchProgress(obj.GetUID(), true) // the Gang's phase and waitingFor too
+	w.touchProgress(obj.GetUID(), true) // the Gang's phase and waitingFor too
 }
 
 // waitingStep writes the job's rankgate.io/waiting-for as the watchdog
 // last said it (removes it for ""), and the Event for a cause. It says
 // whether r's writes are done for this pass (a failure is retried with
 // the queue's backoff).
-func (c *Controller) waitingStep(ctx context.Context, r *gangRes) bool {
+func (w *writes) waitingStep(ctx context.Context, r *gangRes) bool {
 	r.mu.Lock()
 	due, v, cause, t, decided := r.waitingDue, r.waiting, r.waitingCause, r.t, r.decidedLocked()
 	r.waitingDue = false
@@ -59,22 +59,22 @@ func (c *Controller) waitingStep(ctx context.Context, r *gangRes) bool {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, contract.AnnotationWaitingFor, val)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := c.client.Patch(wctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := w.client.Patch(wctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		if apierrors.IsNotFound(err) || ctx.Err() != nil {
 			return false
 		}
 		metricAPIErrors.WithLabelValues("waiting-for").Inc()
-		c.log.Error(err, "writing rankgate.io/waiting-for; retrying", "job", t.key())
+		w.log.Error(err, "writing rankgate.io/waiting-for; retrying", "job", t.key())
 		r.mu.Lock()
 		if !r.waitingDue { // nothing newer asked for meanwhile
 			r.waitingDue, r.waitingCause = true, cause
 		}
 		r.mu.Unlock()
-		c.retryLater(t.uid, prioBook)
+		w.retryLater(t.uid, prioBook)
 		return true
 	}
 	if cause != nil && obj.GetUID() == t.uid {
-		c.rec.Eventf(obj, nil, corev1.EventTypeNormal, contract.ReasonPendingWaiting, "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
+		w.rec.Eventf(obj, nil, corev1.EventTypeNormal, contract.ReasonPendingWaiting, "Gate", "%s", verdict.Truncate("waiting: "+cause.Line(), 1000))
 	}
 	return false
 }
@@ -91,18 +91,18 @@ func jobObject(t target) client.Object {
 
 // askRegate asks to re-gate job obj, which a person resumed after a fail
 // verdict (the job reconciler saw it: reconcileDecided).
-func (c *Controller) askRegate(obj client.Object, kind string) {
-	r := c.book.forJob(obj, kind, c.opts.GangTimeout)
+func (w *writes) askRegate(obj client.Object, kind string) {
+	r := w.book.forJob(obj, kind, w.opts.GangTimeout)
 	r.mu.Lock()
 	r.regate = true
 	r.mu.Unlock()
-	c.enqueue(obj.GetUID(), prioApply, 0)
+	w.enqueue(obj.GetUID(), prioApply, 0)
 }
 
 // regateStep re-gates the job r asks for (regate), if it is still
 // resumed after its fail verdict, as the cache shows it now. It says
 // whether r's writes are done for this pass.
-func (c *Controller) regateStep(ctx context.Context, r *gangRes) bool {
+func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
 	r.mu.Lock()
 	ask, t := r.regate, r.t
 	r.mu.Unlock()
@@ -111,14 +111,14 @@ func (c *Controller) regateStep(ctx context.Context, r *gangRes) bool {
 	}
 	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
-	err := c.client.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
+	err := w.client.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
 	if err == nil && obj.GetUID() == t.uid {
 		var resumed bool
-		if resumed, err = c.resumedAfterFail(ctx, obj); err == nil && resumed {
+		if resumed, err = w.host.resumedAfterFail(ctx, obj); err == nil && resumed {
 			var again bool
-			again, err = c.regate(ctx, t.key(), obj)
+			again, err = w.regate(ctx, t.key(), obj)
 			if err == nil && again {
-				c.enqueue(t.uid, prioApply, time.Second) // the job changed meanwhile
+				w.enqueue(t.uid, prioApply, time.Second) // the job changed meanwhile
 				return true
 			}
 		}
@@ -126,11 +126,11 @@ func (c *Controller) regateStep(ctx context.Context, r *gangRes) bool {
 	switch {
 	case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
 		metricAPIErrors.WithLabelValues("regate").Inc()
-		c.log.Error(err, "re-gating a resumed job; retrying", "job", t.key())
-		c.retryLater(t.uid, prioApply)
+		w.log.Error(err, "re-gating a resumed job; retrying", "job", t.key())
+		w.retryLater(t.uid, prioApply)
 		return true
 	case err == nil:
-		c.succeeded(t.uid, prioApply)
+		w.succeeded(t.uid, prioApply)
 	}
 	r.mu.Lock()
 	r.regate = false

@@ -5,8 +5,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rankgate/rankgate/verdict"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // Metrics, served on the manager's metrics endpoint (--metrics-addr,

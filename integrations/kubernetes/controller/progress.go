@@ -36,32 +36,32 @@ const (
 )
 
 // progressInterval is how often one dirty Gang is written now.
-func (c *Controller) progressInterval() time.Duration {
-	return max(progressEvery, time.Duration(c.gangs.Open())*time.Second/progressRate)
+func (w *writes) progressInterval() time.Duration {
+	return max(progressEvery, time.Duration(w.gangs.Open())*time.Second/progressRate)
 }
 
 // touchProgress marks job uid's Gang dirty: written within progressEvery,
 // or at once with soon (a Gang that does not exist yet).
-func (c *Controller) touchProgress(uid types.UID, soon bool) {
-	r := c.book.lookup(uid)
+func (w *writes) touchProgress(uid types.UID, soon bool) {
+	r := w.book.lookup(uid)
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	r.dirty = true
 	r.mu.Unlock()
-	delay := c.progressInterval()
+	delay := w.progressInterval()
 	if soon {
 		delay = 0
 	}
-	c.enqueue(uid, prioBook, delay)
+	w.enqueue(uid, prioBook, delay)
 }
 
 // progressStep writes r's Gang (created if needed) with its gang g's
 // progress, if it is dirty and not written within the progress interval
 // (then it is requeued for that time). A gang being decided is left to its
 // verdict write.
-func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
+func (w *writes) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	r.mu.Lock()
 	dirty, done, last := r.dirty, r.decidedLocked(), r.progressAt
 	r.mu.Unlock()
@@ -71,8 +71,8 @@ func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	if g != nil && !g.Open() {
 		return // decided: its verdict write carried the ranks
 	}
-	if left := c.progressInterval() - c.since(last); !last.IsZero() && left > 0 {
-		c.enqueue(r.t.uid, prioBook, left)
+	if left := w.progressInterval() - w.since(last); !last.IsZero() && left > 0 {
+		w.enqueue(r.t.uid, prioBook, left)
 		return
 	}
 	snap := gangSnapshot{Expected: int(r.expected)}
@@ -84,28 +84,28 @@ func (c *Controller) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	r.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err := c.writeProgress(wctx, r, g, snap)
+	err := w.writeProgress(wctx, r, g, snap)
 	if err == nil || ctx.Err() != nil {
 		return
 	}
 	metricAPIErrors.WithLabelValues("gang-progress").Inc()
 	msg := err.Error()
 	if apierrors.IsForbidden(err) || isNoGangKind(err) {
-		msg += " (" + c.gangsRBACHint("create and update") + ")"
+		msg += " (" + w.host.gangsRBACHint("create and update") + ")"
 	}
-	c.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
+	w.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
 	r.mu.Lock()
 	r.dirty = true
 	r.mu.Unlock()
-	c.enqueue(r.t.uid, prioBook, progressRetry)
+	w.enqueue(r.t.uid, prioBook, progressRetry)
 }
 
 // writeProgress writes snap into r's Gang unless it holds a verdict (then
 // an open in-memory gang g adopts it: another replica recorded it) or
 // already shows it.
-func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, snap gangSnapshot) error {
+func (w *writes) writeProgress(ctx context.Context, r *gangRes, g *gang, snap gangSnapshot) error {
 	for attempt := 0; attempt < 3; attempt++ {
-		obj, err := c.ensureObject(ctx, r)
+		obj, err := w.ensureObject(ctx, r)
 		if err != nil {
 			return err
 		}
@@ -126,8 +126,8 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 			// which sees the job's verdict, answers the gang with it
 			// (reconcileDecided).
 			if !meta.IsStatusConditionTrue(obj.Status.Conditions, contract.ConditionApplied) {
-				c.setPending(r, d)
-				c.adoptVerdict(g, d)
+				w.setPending(r, d)
+				w.adoptVerdict(g, d)
 			}
 			return nil
 		}
@@ -144,17 +144,17 @@ func (c *Controller) writeProgress(ctx context.Context, r *gangRes, g *gang, sna
 		for i := range sent {
 			obj.Status.Ranks[i].DeepCopyInto(&sent[i])
 		}
-		err = c.gangAPI.Status().Update(ctx, obj)
+		err = w.gangAPI.Status().Update(ctx, obj)
 		switch {
 		case err == nil:
 			shareRanks(obj.Status.Ranks, sent)
 			r.set(obj)
 			r.mu.Lock()
-			r.progressAt = c.now()
+			r.progressAt = w.now()
 			r.mu.Unlock()
 			return nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-			if _, err := c.refresh(ctx, r); err != nil {
+			if _, err := w.refresh(ctx, r); err != nil {
 				return err
 			}
 		default:

@@ -231,15 +231,15 @@ func (r *jobReconciler) decided(ctx context.Context, key string, j job, d *decis
 //
 // again: the job changed meanwhile (the patch's resourceVersion is
 // stale); look at it again.
-func (c *Controller) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
-	again, err = c.regateFor(ctx, obj, true, nil)
+func (w *writes) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
+	again, err = w.regateFor(ctx, obj, true, nil)
 	if again || err != nil {
 		return again, err
 	}
-	c.forget(key)
-	c.book.drop(key, nil)
+	w.gangs.Forget(key)
+	w.book.drop(key, nil)
 	a := obj.GetAnnotations()
-	c.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
+	w.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
 	return false, nil
 }
 
@@ -249,7 +249,7 @@ func (c *Controller) regate(ctx context.Context, key string, obj client.Object) 
 // (rankgate.io/attempt), with restart it records the restart the new
 // attempt judges (rankgate.io/restart-attempt, restart.go). again: the
 // job changed meanwhile; a job that is gone needs nothing.
-func (c *Controller) regateFor(ctx context.Context, obj client.Object, bump bool, restart *int32) (again bool, err error) {
+func (w *writes) regateFor(ctx context.Context, obj client.Object, bump bool, restart *int32) (again bool, err error) {
 	a := obj.GetAnnotations()
 	set := map[string]any{}
 	for _, k := range []string{contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt,
@@ -269,7 +269,7 @@ func (c *Controller) regateFor(ctx context.Context, obj client.Object, bump bool
 	if err != nil {
 		return false, err
 	}
-	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		switch {
 		case apierrors.IsConflict(err):
 			return true, nil

@@ -57,11 +57,11 @@ func (t target) key() string { return t.ns + "/" + t.kind + "/" + t.name }
 // that stands; wrote says this call recorded it. A job that is gone or
 // replaced gets its verdict answered, not recorded (nil error, wrote
 // false, and rec.unrecorded set).
-func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *decision, wrote bool, err error) {
+func (w *writes) record(ctx context.Context, g *gang, d *decision) (rec *decision, wrote bool, err error) {
 	k, _ := kubeflow.ByName(g.Kind())
 	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
-	err = getFresh(ctx, c.client, c.api, key, obj, string(g.UID()))
+	err = getFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
 		d.unrecorded = true
 		return d, false, nil
@@ -73,12 +73,12 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		old.applied = true
 		return old, false, nil
 	}
-	c.chooseAction(ctx, g, k, obj, d)
-	r := c.book.forJob(obj, g.Kind(), c.opts.GangTimeout)
+	w.chooseAction(ctx, g, k, obj, d)
+	r := w.book.forJob(obj, g.Kind(), w.opts.GangTimeout)
 	g.SetAttempt(r.t.attempt)
 	snap := g.Snapshot()
 	for attempt := 0; attempt < 5; attempt++ {
-		cur, err := c.ensureObject(ctx, r)
+		cur, err := w.ensureObject(ctx, r)
 		if err != nil {
 			return nil, false, err
 		}
@@ -87,12 +87,12 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 		}
 		if old, ok := gangDecision(cur); ok {
 			if !meta.IsStatusConditionTrue(cur.Status.Conditions, contract.ConditionApplied) {
-				c.setPending(r, old)
+				w.setPending(r, old)
 				return old, false, nil
 			}
 			// The job carried this verdict and no longer does: a person
 			// removed it to gate the job again. A new attempt.
-			next, onJob, err := c.nextAttempt(ctx, k, key, g, r)
+			next, onJob, err := w.nextAttempt(ctx, k, key, g, r)
 			if err != nil || onJob != nil {
 				return onJob, false, err
 			}
@@ -100,16 +100,16 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 			continue
 		}
 		setVerdict(&cur.Status, snap, d, cur.Generation)
-		err = c.gangAPI.Status().Update(ctx, cur)
+		err = w.gangAPI.Status().Update(ctx, cur)
 		switch {
 		case err == nil:
 			r.set(cur)
-			c.setPending(r, d)
+			w.setPending(r, d)
 			return d, true, nil
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 			// Written meanwhile (progress, or another replica's verdict),
 			// or gone: read it again.
-			if _, err := c.refresh(ctx, r); err != nil {
+			if _, err := w.refresh(ctx, r); err != nil {
 				return nil, false, err
 			}
 		default:
@@ -122,43 +122,43 @@ func (c *Controller) record(ctx context.Context, g *gang, d *decision) (rec *dec
 // chooseAction sets a fail verdict's action from the job's policy, as the
 // API server will allow it: without delete permission the job is suspended
 // instead (never left running).
-func (c *Controller) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision) {
+func (w *writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision) {
 	if !d.Report.Failed() {
 		return
 	}
-	d.Action = jobAction(obj, c.opts.OnFail)
+	d.Action = jobAction(obj, w.opts.OnFail)
 	if d.Action != ActionDelete {
 		return
 	}
-	if why := c.deleteRefused(ctx, k, obj); why != "" {
+	if why := w.deleteRefused(ctx, k, obj); why != "" {
 		d.Action, d.deleteRefused = ActionSuspend, why
-		c.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.Key(), "why", why)
+		w.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.Key(), "why", why)
 	}
 }
 
 // setPending remembers a recorded verdict in r until it is on its job,
 // and has it applied (writes.go).
-func (c *Controller) setPending(r *gangRes, d *decision) {
+func (w *writes) setPending(r *gangRes, d *decision) {
 	r.mu.Lock()
 	r.recorded, r.onJobAt = d, time.Time{}
 	r.mu.Unlock()
-	c.countUnapplied()
-	c.enqueue(r.t.uid, applyPriority(d), 0)
+	w.countUnapplied()
+	w.enqueue(r.t.uid, applyPriority(d), 0)
 }
 
 // countUnapplied sets the gauge of verdicts recorded and not yet on
 // their jobs.
-func (c *Controller) countUnapplied() {
-	metricUnapplied.Set(float64(c.book.unapplied()))
+func (w *writes) countUnapplied() {
+	metricUnapplied.Set(float64(w.book.unapplied()))
 }
 
 // nextAttempt counts one more attempt on job g (rankgate.io/attempt) whose
 // current attempt's verdict was removed from the job, and returns its Gang
 // resource. onJob is the verdict the job carries after all (read from the
 // API server), if it does.
-func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
+func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
 	obj := k.New()
-	if err := c.api.Get(ctx, key, obj); err != nil {
+	if err := w.api.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
 	}
 	if obj.GetUID() != g.UID() {
@@ -169,15 +169,15 @@ func (c *Controller) nextAttempt(ctx context.Context, k kubeflow.Kind, key types
 		return nil, d, nil
 	}
 	if a := jobAttempt(obj); a > r.t.attempt {
-		return c.book.forJob(obj, g.Kind(), c.opts.GangTimeout), nil, nil
+		return w.book.forJob(obj, g.Kind(), w.opts.GangTimeout), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
-	if err := c.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
-	c.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", jobAttempt(obj))
-	c.book.drop(g.Key(), nil)
-	next = c.book.forJob(obj, g.Kind(), c.opts.GangTimeout)
+	w.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", jobAttempt(obj))
+	w.book.drop(g.Key(), nil)
+	next = w.book.forJob(obj, g.Kind(), w.opts.GangTimeout)
 	g.SetAttempt(next.t.attempt)
 	return next, nil, nil
 }
@@ -206,7 +206,7 @@ func (c *Controller) sweep(ctx context.Context) bool {
 				c.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
 			}
 			for _, r := range left {
-				c.enqueue(r.t.uid, prioFail, 0) // applied by the writes (writes.go)
+				c.w.enqueue(r.t.uid, prioFail, 0) // applied by the writes (writes.go)
 			}
 			return true
 		}
@@ -289,7 +289,7 @@ func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*gangRes, 
 	r.set(g)
 	r.recorded = d
 	c.book.adopt(r, true)
-	c.countUnapplied()
+	c.w.countUnapplied()
 	return r, nil
 }
 

@@ -64,7 +64,7 @@ func (c *Controller) checkRestart(r rankOf) error {
 		return gate.Errorf(gate.CodeNotARank, "pod %s/%s is of restart attempt %d of %s %s, which restarted since (restart attempt %d): its ranks are the new pods",
 			r.pod.Namespace, r.pod.Name, got, r.job.Kind(), o.GetName(), cur)
 	case got > cur:
-		c.askRestart(r.job, got)
+		c.w.askRestart(r.job, got)
 		return &gate.Error{HTTPStatus: 503, Code: gate.CodeUnavailable, RetryAfter: time.Second,
 			Message: fmt.Sprintf("%s %s/%s restarted (restart attempt %d; the gate judged %d): its new pods are gated as a new attempt; retry",
 				r.job.Kind(), o.GetNamespace(), o.GetName(), got, cur)}
@@ -73,8 +73,8 @@ func (c *Controller) checkRestart(r rankOf) error {
 }
 
 // askRestart asks the leader's writes to open job j's attempt for restart.
-func (c *Controller) askRestart(j job, restart int32) {
-	r := c.book.forJob(j.Object(), j.Kind(), c.opts.GangTimeout)
+func (w *writes) askRestart(j job, restart int32) {
+	r := w.book.forJob(j.Object(), j.Kind(), w.opts.GangTimeout)
 	r.mu.Lock()
 	asked := restart > r.restart
 	if asked {
@@ -82,17 +82,17 @@ func (c *Controller) askRestart(j job, restart int32) {
 	}
 	r.mu.Unlock()
 	if asked {
-		c.log.Info("a rank of a restarted job reported: gating its new pods as a new attempt", "job", jobKey(j), "restartAttempt", restart)
+		w.log.Info("a rank of a restarted job reported: gating its new pods as a new attempt", "job", jobKey(j), "restartAttempt", restart)
 	}
-	c.enqueue(j.Object().GetUID(), prioDecide, 0)
+	w.enqueue(j.Object().GetUID(), prioDecide, 0)
 }
 
 // restartStep opens the job's attempt for a restart asked for (askRestart),
 // before anything else is written for the job: a verdict recorded and not
 // yet on the job goes on it first (it is the previous attempt's). It says
 // whether the job's writes are done for this pass.
-func (c *Controller) restartStep(ctx context.Context, uid types.UID) bool {
-	r := c.book.lookup(uid)
+func (w *writes) restartStep(ctx context.Context, uid types.UID) bool {
+	r := w.book.lookup(uid)
 	if r == nil {
 		return false
 	}
@@ -103,17 +103,17 @@ func (c *Controller) restartStep(ctx context.Context, uid types.UID) bool {
 		return false
 	}
 	if d, _ := r.unapplied(); d != nil {
-		if busy := c.applyStep(ctx, r); busy {
+		if busy := w.applyStep(ctx, r); busy {
 			return true
 		}
 	}
 	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
-	err := c.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
+	err := w.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
 	switch {
 	case err != nil && !apierrors.IsNotFound(err):
-		c.log.Error(err, "reading a restarted job; retrying", "job", t.key())
-		c.retryLater(uid, prioDecide)
+		w.log.Error(err, "reading a restarted job; retrying", "job", t.key())
+		w.retryLater(uid, prioDecide)
 		return true
 	case err != nil || obj.GetUID() != t.uid || jobRestartAttempt(obj) >= restart:
 		// Gone (the job reconciler forgets it), or opened already (by an
@@ -128,18 +128,18 @@ func (c *Controller) restartStep(ctx context.Context, uid types.UID) bool {
 	// A new attempt (a new Gang) when the old one decided or heard from a
 	// rank; otherwise the restart is only recorded.
 	_, onJob := recordedDecision(obj)
-	g := c.gangs.Get(uid)
+	g := w.gangs.Get(uid)
 	bump := onJob || (g != nil && (g.Verdict() != nil || len(g.Reported()) > 0))
-	again, err := c.regateFor(ctx, obj, bump, &restart)
+	again, err := w.regateFor(ctx, obj, bump, &restart)
 	if again || err != nil {
 		if err != nil {
-			c.log.Error(err, "gating a restarted job again; retrying", "job", t.key())
+			w.log.Error(err, "gating a restarted job again; retrying", "job", t.key())
 		}
-		c.retryLater(uid, prioDecide)
+		w.retryLater(uid, prioDecide)
 		return true
 	}
-	c.forget(t.key())
-	c.book.drop(t.key(), nil)
-	c.log.Info("job restarted: its new pods are a new gang", "job", t.key(), "restartAttempt", restart, "newAttempt", bump)
+	w.gangs.Forget(t.key())
+	w.book.drop(t.key(), nil)
+	w.log.Info("job restarted: its new pods are a new gang", "job", t.key(), "restartAttempt", restart, "newAttempt", bump)
 	return true
 }

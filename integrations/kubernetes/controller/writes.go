@@ -3,15 +3,22 @@ package controller
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 
+	"github.com/go-logr/logr"
+
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
+	"github.com/rankgate/rankgate/preflight/ncclenv"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -50,6 +57,83 @@ const (
 	// prioDecide marks a decision's work (the decisions queue).
 	prioDecide = 30
 )
+
+// writes are the leader's writes (above): the one writer of Gangs, of
+// what rankgate puts on jobs (verdicts, the fail action, waiting-for,
+// re-gates, restarts) and of Kueue Workloads, and of the verdict Events.
+// Everyone else asks: askDecide, touchProgress, wantWaitingFor,
+// askRegate, askRestart. It holds the queues, the decisions in flight
+// and the Gang book's writes' state.
+type writes struct {
+	host    writesHost
+	opts    *Options
+	log     logr.Logger
+	clk     clock.WithTickerAndDelayedExecution
+	client  client.Client // cached reads; job and Workload writes
+	api     client.Reader // uncached reads
+	gangAPI client.Client // Gang reads and writes (see Controller.gangAPI)
+	rec     events.EventRecorder
+	gangs   *gangstore.Store[decision]
+	book    *gangBook
+
+	queues   atomic.Pointer[writeQueues]
+	deciding decisionsInFlight // the decisions in flight, which the other writes wait for
+	// decisions counts the verdicts decided.
+	decisions atomic.Int64
+}
+
+// writesHost is what the writes ask of the controller: judgements the
+// decision reads, and what the shipped RBAC grants.
+type writesHost interface {
+	// missingRanks are g's missing ranks, and why each is missing.
+	missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank
+	// ncclSettings are the NCCL settings g's ranks run with.
+	ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank
+	// resumedAfterFail: a person resumed the job after a fail verdict.
+	resumedAfterFail(ctx context.Context, obj client.Object) (bool, error)
+	// gangsRBACHint says what RBAC on Gangs the controller needs for verbs.
+	gangsRBACHint(verbs string) string
+}
+
+// newWrites are c's writes, on qs.
+func (c *Controller) newWrites(qs *writeQueues) *writes {
+	w := &writes{host: c, opts: &c.opts, log: c.log, clk: c.clock(), client: c.client, api: c.api, gangAPI: c.gangAPI, rec: c.rec, gangs: c.gangs, book: c.book}
+	w.queues.Store(qs)
+	return w
+}
+
+func (w *writes) clock() clock.WithTickerAndDelayedExecution { return w.clk }
+func (w *writes) now() time.Time                             { return w.clk.Now() }
+func (w *writes) since(t time.Time) time.Duration            { return w.clk.Since(t) }
+func (w *writes) until(t time.Time) time.Duration            { return t.Sub(w.clk.Now()) }
+func (w *writes) workloads() kueueWorkloads                  { return kueueWorkloads{api: w.api, client: w.client} }
+
+// The asks of the reconcilers, the gate and the watchdog (nil writes: a
+// Controller without writes, in unit tests of other parts).
+
+func (c *Controller) askDecide(g *gang, a ask) {
+	if c.w != nil {
+		c.w.askDecide(g, a)
+	}
+}
+
+func (c *Controller) touchProgress(uid types.UID, soon bool) {
+	if c.w != nil {
+		c.w.touchProgress(uid, soon)
+	}
+}
+
+func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
+	if c.w != nil {
+		c.w.wantWaitingFor(obj, kind, cause)
+	}
+}
+
+func (c *Controller) askRegate(obj client.Object, kind string) {
+	if c.w != nil {
+		c.w.askRegate(obj, kind)
+	}
+}
 
 // Bookkeepers also wait while decisions are in flight (decisionsInFlight),
 // at most maxBookYield: measured side by side on a quiet 2-core machine
@@ -98,10 +182,9 @@ func newWriteQueues() writeQueues {
 	return writeQueues{decide: q("rankgate-decisions"), book: q("rankgate-writes")}
 }
 
-// queueFor is the queue of work of priority prio (nil: a Controller
-// without writes, in unit tests of other parts).
-func (c *Controller) queueFor(prio int) writeQueue {
-	qs := c.writeQ.Load()
+// queueFor is the queue of work of priority prio (nil: no queues).
+func (w *writes) queueFor(prio int) writeQueue {
+	qs := w.queues.Load()
 	if qs == nil {
 		return nil
 	}
@@ -114,22 +197,22 @@ func (c *Controller) queueFor(prio int) writeQueue {
 // enqueue asks for job uid's work of priority prio to be looked at after
 // after (a queue keeps the highest priority and the earliest time asked
 // for).
-func (c *Controller) enqueue(uid types.UID, prio int, after time.Duration) {
-	if q := c.queueFor(prio); q != nil {
+func (w *writes) enqueue(uid types.UID, prio int, after time.Duration) {
+	if q := w.queueFor(prio); q != nil {
 		q.AddWithOpts(priorityqueue.AddOpts{After: max(after, 0), Priority: ptr.To(prio)}, uid)
 	}
 }
 
 // retryLater retries job uid's work of priority prio with the queue's
 // backoff; succeeded ends the backoff once the work is done.
-func (c *Controller) retryLater(uid types.UID, prio int) {
-	if q := c.queueFor(prio); q != nil {
+func (w *writes) retryLater(uid types.UID, prio int) {
+	if q := w.queueFor(prio); q != nil {
 		q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: ptr.To(prio)}, uid)
 	}
 }
 
-func (c *Controller) succeeded(uid types.UID, prio int) {
-	if q := c.queueFor(prio); q != nil {
+func (w *writes) succeeded(uid types.UID, prio int) {
+	if q := w.queueFor(prio); q != nil {
 		q.Forget(uid)
 	}
 }
@@ -139,11 +222,11 @@ func (c *Controller) succeeded(uid types.UID, prio int) {
 // that started first, is worked then. A replica that stops leading shuts
 // its queues down: it exits (controller-runtime gives up a lost lease that
 // way) and the next leader starts from the Gangs and the jobs.
-func (c *Controller) runWriters(ctx context.Context, qs *writeQueues) {
+func (w *writes) runWriters(ctx context.Context, qs *writeQueues) {
 	if qs != nil {
-		c.writeQ.Store(qs)
+		w.queues.Store(qs)
 	}
-	qs = c.writeQ.Load()
+	qs = w.queues.Load()
 	go func() {
 		<-ctx.Done()
 		qs.decide.ShutDown()
@@ -166,13 +249,13 @@ func (c *Controller) runWriters(ctx context.Context, qs *writeQueues) {
 		}
 	}
 	work(qs.decide, deciders, func(ctx context.Context, uid types.UID) {
-		c.deciding.begin()
-		defer c.deciding.end()
-		c.reconcileDecide(ctx, uid)
+		w.deciding.begin()
+		defer w.deciding.end()
+		w.reconcileDecide(ctx, uid)
 	})
 	work(qs.book, bookkeepers, func(ctx context.Context, uid types.UID) {
-		c.deciding.wait(ctx, c.clock(), maxBookYield)
-		c.reconcileBook(ctx, uid)
+		w.deciding.wait(ctx, w.clock(), maxBookYield)
+		w.reconcileBook(ctx, uid)
 	})
 }
 
@@ -231,8 +314,8 @@ type ask struct {
 // askDecide asks for gang g to be decided (why, with the missing ranks or
 // the watchdog's report) ahead of every other write. A complete gang's
 // ask replaces an earlier one (it sees every rank), except the watchdog's.
-func (c *Controller) askDecide(g *gang, a ask) {
-	r := c.book.lookup(g.UID())
+func (w *writes) askDecide(g *gang, a ask) {
+	r := w.book.lookup(g.UID())
 	if r == nil || !g.Open() {
 		return // ensureGang made r; none: the job is no longer gated
 	}
@@ -241,75 +324,75 @@ func (c *Controller) askDecide(g *gang, a ask) {
 		r.ask = &a
 	}
 	r.mu.Unlock()
-	c.enqueue(g.UID(), prioDecide, 0)
+	w.enqueue(g.UID(), prioDecide, 0)
 }
 
 // reconcileDecide decides job uid's gang if it was asked to or its
 // deadline has come (a restart asked for comes first: restart.go), and
 // requeues it for its deadline otherwise.
-func (c *Controller) reconcileDecide(ctx context.Context, uid types.UID) {
-	if c.restartStep(ctx, uid) {
+func (w *writes) reconcileDecide(ctx context.Context, uid types.UID) {
+	if w.restartStep(ctx, uid) {
 		return // the job's next attempt: the old gang is gone
 	}
-	if g := c.gangs.Get(uid); g != nil {
-		c.decideStep(ctx, g)
+	if g := w.gangs.Get(uid); g != nil {
+		w.decideStep(ctx, g)
 	}
 }
 
 // reconcileBook does the writes nobody waits for, for job uid: put its
 // verdict on the job, mark the Gang Applied, write progress; forget a
 // decided gang in time; and requeues uid for what is due later.
-func (c *Controller) reconcileBook(ctx context.Context, uid types.UID) {
-	g := c.gangs.Get(uid)
+func (w *writes) reconcileBook(ctx context.Context, uid types.UID) {
+	g := w.gangs.Get(uid)
 	if g != nil {
 		// A decided gang is forgotten later (requeued for then; an
 		// earlier requeue keeps its time).
-		defer c.forgetStep(g)
+		defer w.forgetStep(g)
 	}
-	r := c.book.lookup(uid)
+	r := w.book.lookup(uid)
 	if r == nil {
 		return
 	}
-	if busy := c.applyStep(ctx, r); busy {
+	if busy := w.applyStep(ctx, r); busy {
 		return
 	}
-	if busy := c.regateStep(ctx, r); busy {
+	if busy := w.regateStep(ctx, r); busy {
 		return
 	}
-	if busy := c.waitingStep(ctx, r); busy {
+	if busy := w.waitingStep(ctx, r); busy {
 		return
 	}
-	if busy := c.markStep(ctx, r); busy {
+	if busy := w.markStep(ctx, r); busy {
 		return
 	}
-	c.progressStep(ctx, r, g)
+	w.progressStep(ctx, r, g)
 }
 
 // decideStep decides g if it was asked to, or its deadline has come, and
 // requeues g for its deadline otherwise. A verdict recorded goes to the
 // other queue to be put on its job.
-func (c *Controller) decideStep(ctx context.Context, g *gang) {
+func (w *writes) decideStep(ctx context.Context, g *gang) {
 	if g.Verdict() != nil {
 		return
 	}
 	var a *ask
-	r := c.book.lookup(g.UID())
+	r := w.book.lookup(g.UID())
 	if r != nil {
 		r.mu.Lock()
 		a = r.ask
 		r.mu.Unlock()
 	}
 	deadline := g.Deadline()
-	if a == nil && !deadline.IsZero() && !c.now().Before(deadline) {
+	if a == nil && !deadline.IsZero() && !w.now().Before(deadline) {
 		a = &ask{why: trigDeadline}
 	}
 	if a == nil {
-		c.armDeadline(g.UID(), deadline)
+		w.armDeadline(g.UID(), deadline)
 		return
 	}
-	out := c.decideWith(ctx, g, *a)
+	out := w.decideWith(ctx, g, *a)
 	if out == decideRetry {
-		c.retryLater(g.UID(), prioDecide)
+		w.retryLater(g.UID(), prioDecide)
 		return
 	}
 	if r != nil {
@@ -320,13 +403,13 @@ func (c *Controller) decideStep(ctx context.Context, g *gang) {
 		r.mu.Unlock()
 	}
 	if out == decideWaiting {
-		c.armDeadline(g.UID(), deadline)
+		w.armDeadline(g.UID(), deadline)
 		return
 	}
-	c.succeeded(g.UID(), prioDecide)
+	w.succeeded(g.UID(), prioDecide)
 	// Put on its job by the other queue (setPending asked for it), and the
 	// gang forgotten in time.
-	c.enqueue(g.UID(), prioBook, decidedGangTTL)
+	w.enqueue(g.UID(), prioBook, decidedGangTTL)
 }
 
 // applyPriority: a fail verdict's action frees GPUs; a pass only says so.
@@ -339,22 +422,22 @@ func applyPriority(d *decision) int {
 
 // armDeadline requeues job uid's decision for its gang's deadline (none
 // when zero).
-func (c *Controller) armDeadline(uid types.UID, deadline time.Time) {
+func (w *writes) armDeadline(uid types.UID, deadline time.Time) {
 	if !deadline.IsZero() {
-		c.enqueue(uid, prioDecide, c.until(deadline))
+		w.enqueue(uid, prioDecide, w.until(deadline))
 	}
 }
 
 // forgetStep drops a decided gang decidedGangTTL after its verdict (late
 // polls are answered from it until then, from the job after), and
 // requeues it for then.
-func (c *Controller) forgetStep(g *gang) {
+func (w *writes) forgetStep(g *gang) {
 	if g.Verdict() == nil {
 		return
 	}
-	if left := decidedGangTTL - c.since(g.AnsweredAt()); left > 0 {
-		c.enqueue(g.UID(), prioBook, left)
+	if left := decidedGangTTL - w.since(g.AnsweredAt()); left > 0 {
+		w.enqueue(g.UID(), prioBook, left)
 		return
 	}
-	c.gangs.ForgetGang(g)
+	w.gangs.ForgetGang(g)
 }
