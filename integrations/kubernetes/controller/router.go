@@ -208,14 +208,17 @@ func (r *eventRouter) addHandlers(ctx context.Context) error {
 	return nil
 }
 
-// toPod is the pod in an informer's object, a tombstone's included.
-func toPod(o any) (*corev1.Pod, bool) {
+// informed is the T in an informer's object, a tombstone's included.
+func informed[T any](o any) (T, bool) {
 	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}
-	p, ok := o.(*corev1.Pod)
-	return p, ok
+	v, ok := o.(T)
+	return v, ok
 }
+
+func toPod(o any) (*corev1.Pod, bool)   { return informed[*corev1.Pod](o) }
+func toNode(o any) (*corev1.Node, bool) { return informed[*corev1.Node](o) }
 
 // podAdded: a pod created bound with claims (the scheduler allocated
 // them) brings its job to the allocations reconciler.
@@ -259,14 +262,6 @@ func (r *eventRouter) routePod(p *corev1.Pod, to ...destination) {
 	for _, d := range to {
 		r.send(route{kind: ref.kind, to: d}, req)
 	}
-}
-
-func toNode(o any) (*corev1.Node, bool) {
-	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-		o = t.Obj
-	}
-	n, ok := o.(*corev1.Node)
-	return n, ok
 }
 
 func (r *eventRouter) nodeAdded(o any) {
