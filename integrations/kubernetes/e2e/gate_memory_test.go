@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -43,6 +44,7 @@ type gateProc struct {
 	cmd     *exec.Cmd
 	URL     string // the gate (HTTPS)
 	metrics string // /metrics on loopback, in clear
+	health  string // the probes
 	stderr  *lockedBuffer
 }
 
@@ -60,10 +62,62 @@ func kubeconfigFile(t testing.TB) string {
 }
 
 // startGateProcess runs the controller binary (leader, no election) with
-// the shipped GOMEMLIMIT, and extra flags, and waits until it is Ready.
+// the shipped GOMEMLIMIT, and extra flags, and waits until it is Ready and
+// serves its metrics. Its ports are picked free and handed to it, so
+// another process may take one in between (an outgoing connection's local
+// port): a process that exits because a port is taken is started again on
+// new ones.
 func startGateProcess(t *testing.T, extra ...string) *gateProc {
 	t.Helper()
 	ensureNamespace(t, controllerNamespace)
+	for try := 1; ; try++ {
+		p, exited := runGateProcess(t, extra...)
+		err := p.waitUp(exited, 60*time.Second)
+		if err == nil {
+			return p
+		}
+		if try < 3 && strings.Contains(p.stderr.String(), "address already in use") {
+			t.Logf("controller process lost a port to another process; starting it again on new ports")
+			continue
+		}
+		t.Fatalf("%v: %s", err, p.stderr.String())
+	}
+}
+
+// waitUp waits until p is Ready and serves its metrics; an error when it
+// exits first or is not up within most.
+func (p *gateProc) waitUp(exited <-chan struct{}, most time.Duration) error {
+	up := func() bool {
+		for _, u := range []string{"http://" + p.health + "/readyz", "http://" + p.metrics + "/metrics"} {
+			r, err := http.Get(u)
+			if err != nil {
+				return false
+			}
+			r.Body.Close()
+			if r.StatusCode != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(most)
+	for !up() {
+		select {
+		case <-exited:
+			return errors.New("controller exited before it was ready")
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return errors.New("controller never ready")
+		}
+	}
+	return nil
+}
+
+// runGateProcess starts the controller process on free ports; exited is
+// closed when it exits.
+func runGateProcess(t *testing.T, extra ...string) (p *gateProc, exited chan struct{}) {
+	t.Helper()
 	gateAddr, metrics, health := freePort(t), freePort(t), freePort(t)
 	cmd := exec.Command(binary, "controller", "--kubeconfig", kubeconfigFile(t), "--leader-elect=false",
 		"--namespace", controllerNamespace, "--gate-addr", gateAddr, "--cert-dir", certs.Dir, "--manage-certs=false",
@@ -71,25 +125,22 @@ func startGateProcess(t *testing.T, extra ...string) *gateProc {
 		"--profiling") // pprof's heap?gc=1 collects before the live heap is read
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "GOMEMLIMIT=120MiB"}
-	p := &gateProc{cmd: cmd, URL: "https://" + gateAddr, metrics: metrics, stderr: &lockedBuffer{}}
+	p = &gateProc{cmd: cmd, URL: "https://" + gateAddr, metrics: metrics, health: health, stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
+	exited = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		if t.Failed() || verbose {
 			t.Logf("controller log:\n%s", p.stderr.String())
 		}
 	})
-	require.Eventually(t, func() bool {
-		r, err := http.Get("http://" + health + "/readyz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}, 60*time.Second, 100*time.Millisecond, "controller never ready: %s", p.stderr.String())
-	return p
+	return p, exited
 }
 
 // mem is the process's resident memory now and at its peak since the last
