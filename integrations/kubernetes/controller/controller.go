@@ -1,17 +1,27 @@
 // Package controller is `rankgate controller`: it watches opted-in
-// PyTorchJobs and MPIJobs and their pods, serves the gate API (package
-// gate) to their ranks, decides one gang verdict per job with
-// preflight.GangRules, records it on the job, and acts on a failure
+// TrainJobs, JobSets, PyTorchJobs and MPIJobs (the kinds of package
+// kubeflow) and their pods, serves the gate API (package gate) to their
+// ranks, decides one gang verdict per job with preflight.GangRules,
+// records it in the job's Gang and on the job, and acts on a failure
 // (suspend, delete, or annotate only).
+//
+// Its parts, each the owner of its state: the gate's backend (reports in,
+// answers out, through the gang store: package gangstore); the event
+// router (one handler per informer for the reconcilers); the job and
+// allocations reconcilers and the Pending watchdog (they read the caches
+// and ask); the leader's writes (the one writer of Gangs, of rankgate's
+// writes on jobs and of Kueue Workloads), with the Gang book; the node
+// model, the pods' usage and the DRA caches (the cluster as the engine
+// judges it, on every replica). Controller wires them.
 //
 // Only the leader (controller-runtime leader election) holds gangs, and it
 // publishes itself as the gate Service's only endpoint (leaderendpoint.go);
 // other replicas are Ready (probes), answer a rank that still reaches them
 // with NotLeader and close the connection, and ranks retry on a new one.
-// Gang state is in memory but nothing is lost on a restart:
-// verdicts are recorded in the controller's namespace and then on the job,
-// the time of a gang's first report on the job, and waiting ranks re-send
-// their reports on every poll.
+// Gang state is in memory but nothing is lost on a restart: verdicts are
+// recorded in the job's Gang (in the job's namespace) and then on the
+// job, the time of a gang's first report in its Gang, and waiting ranks
+// re-send their reports on every poll.
 package controller
 
 import (

@@ -45,7 +45,7 @@ func kueueManaged(job client.Object) bool {
 	return job.GetLabels()[LabelKueueQueue] != ""
 }
 
-// jobWorkloads lists the Kueue Workloads in job's namespace whose
+// list lists the Kueue Workloads in job's namespace whose
 // controller owner is job. Kueue keeps one (it deletes others that claim
 // the job), but anyone allowed to create Workloads can add one for a
 // while: every verdict acts on all of them, so that a forged Workload
@@ -73,7 +73,7 @@ func workloadActive(w *unstructured.Unstructured) bool {
 	return !found || err != nil || active
 }
 
-// deactivateWorkload stops a Kueue-managed job by deactivating its
+// deactivate stops a Kueue-managed job by deactivating its
 // Workloads (every one the job controls: the real one among them). It
 // returns the Event's account of what was done.
 func (k kueueWorkloads) deactivate(ctx context.Context, job client.Object) (string, error) {
@@ -123,7 +123,7 @@ func (k kueueWorkloads) deactivateOne(ctx context.Context, w *unstructured.Unstr
 	return true, nil
 }
 
-// kueueResumed says whether a Kueue-managed job that carries a suspend
+// resumed says whether a Kueue-managed job that carries a suspend
 // verdict was resumed by a person: every Workload the job controls is
 // active again (a forged active one alongside the deactivated real one
 // does not count). Without a Workload the job stays as the verdict left
