@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
@@ -108,7 +109,7 @@ var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
 // controller per job kind where DRA is served, this one type): a rank pod
 // bound with resource claims (the scheduler allocated them first), or a
 // claim whose allocation reaches the cache after its pod's binding,
-// brings its job here (the router sends it, router.go). It adds to the
+// brings its job here (the router sends it, package router). It adds to the
 // job's gang the ranks whose claims are allocated, as reports of the DRA
 // device source, and asks for the decision when the gang is complete or
 // already fails. It writes nothing itself. The job reconciler runs its
@@ -128,7 +129,7 @@ func (c *Controller) allocations() *allocations {
 
 // setupAllocations registers kind k's allocations reconciler a. Leader
 // only, like the job reconcilers.
-func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter, a *allocations) error {
+func (c *Controller) setupAllocations(k kubeflow.Kind, events *router.Router, a *allocations) error {
 	if !c.dra.served {
 		return nil
 	}
@@ -136,7 +137,7 @@ func (c *Controller) setupAllocations(k kubeflow.Kind, router *eventRouter, a *a
 		return a.reconcile(ctx, k, req)
 	})
 	err := builder.ControllerManagedBy(c.mgr).Named(k.GVK().Kind + "Allocations").
-		WatchesRawSource(router.source(k.GVK().Kind, toAllocations)).
+		WatchesRawSource(events.Source(k.GVK().Kind, router.ToAllocations)).
 		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 8, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {

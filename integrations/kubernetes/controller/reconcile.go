@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -37,7 +39,7 @@ func (c *Controller) setupReconcilers() error {
 	if err := c.startDRA(context.Background()); err != nil {
 		return err
 	}
-	router := c.newRouter()
+	events := c.newRouter()
 	jobs := c.jobReconciler()
 	for _, k := range c.kinds {
 		k := k
@@ -46,19 +48,19 @@ func (c *Controller) setupReconcilers() error {
 			return jobs.reconcile(ctx, k, req)
 		})
 		// Besides its own jobs' changes, a kind's reconciler gets what the
-		// router sends it (router.go): its jobs with a pod becoming (un)
+		// router sends it (package router): its jobs with a pod becoming (un)
 		// schedulable, the Pending jobs a node or device change may fail,
 		// the jobs of a namespace whose opt-in changed.
 		err := builder.ControllerManagedBy(c.mgr).
 			Named(kind).
 			For(k.New(), builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, predicate.LabelChangedPredicate{}))).
-			WatchesRawSource(router.source(kind, toJob)).
+			WatchesRawSource(events.Source(kind, router.ToJob)).
 			WithOptions(controllerOptions()).
 			Complete(r)
 		if err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", kind, err)
 		}
-		if err := c.setupAllocations(k, router, jobs.alloc); err != nil {
+		if err := c.setupAllocations(k, events, jobs.alloc); err != nil {
 			return err
 		}
 	}
@@ -335,4 +337,37 @@ func (c *Controller) jobsIn(ctx context.Context, kind, ns string) []reconcile.Re
 		return nil
 	})
 	return out
+}
+
+// newRouter is the router of c's job reconcilers.
+func (c *Controller) newRouter() *router.Router {
+	return router.New(router.Deps{
+		JobOf: func(ctx context.Context, p *corev1.Pod) (string, string, bool, error) {
+			ref, ok, err := c.jobOf(ctx, p)
+			return ref.kind, ref.name, ok, err
+		},
+		PodWakes:    func(o, n *corev1.Pod) bool { return unschedulable(n) != unschedulable(o) },
+		NodeMatters: nodeMatters,
+		Pod: func(ctx context.Context, key types.NamespacedName) (*corev1.Pod, error) {
+			p := &corev1.Pod{}
+			return p, c.client.Get(ctx, key, p)
+		},
+		NodeChanged: c.wd.noteNodeChange,
+		NodeApplied: func(name string, n *corev1.Node) {
+			if n == nil {
+				c.model.remove(name)
+				return
+			}
+			c.model.apply(n)
+		},
+		AffectedByNode:    c.wd.affectedByNode,
+		AffectedByDevices: c.wd.affectedByDevices,
+		JobsIn:            c.jobsIn,
+		Informer: func(ctx context.Context, o client.Object) (crcache.Informer, error) {
+			return c.mgr.GetCache().GetInformer(ctx, o)
+		},
+		DRA:   c.dra.served,
+		Rules: c.dra.rulesServed,
+		Log:   func(err error, msg string, kv ...any) { c.log.Error(err, msg, kv...) },
+	})
 }

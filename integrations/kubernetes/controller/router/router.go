@@ -1,4 +1,8 @@
-package controller
+// Package router is the event router of rankgate controller's job
+// reconcilers: one handler on each informer, however many job kinds are
+// installed, doing the shared work of an event once and handing the
+// requests to the queue of the reconciler they are for.
+package router
 
 import (
 	"context"
@@ -13,34 +17,32 @@ import (
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 )
 
-// The cluster events the job reconcilers act on reach them through one
-// router: one handler on each informer, however many job kinds are
-// installed, doing the shared work of an event once and handing the
-// requests to the queue of the reconciler they are for. A pod event is
+// A pod event is
 // mapped to its job once (jobOf: the pod's controller, or the job behind
 // its batch Job, read the first time) and goes to that job's kind only; a
 // node event updates the node model once and re-judges the Pending jobs
 // of every kind it may fail; an allocated claim is mapped to the jobs of
 // the pods it is reserved for once. The reconcilers' queues are
 // controller-runtime's; each kind's reconcilers take the router's sources
-// (routed) instead of watching pods, nodes, namespaces and DRA objects
-// themselves.
+// (Router.Source) instead of watching pods, nodes, namespaces and DRA
+// objects themselves.
 
-// destination is which reconciler of a kind a request is for.
-type destination int
+// Destination is which reconciler of a kind a request is for.
+type Destination int
 
 const (
-	toJob         destination = iota // the kind's job reconciler (reconcile.go)
-	toAllocations                    // the kind's allocations reconciler (allocations.go)
+	ToJob         Destination = iota // the kind's job reconciler
+	ToAllocations                    // the kind's allocations reconciler (DRA)
 )
 
-func (d destination) String() string {
-	if d == toAllocations {
+func (d Destination) String() string {
+	if d == ToAllocations {
 		return "allocations"
 	}
 	return "job"
@@ -48,40 +50,44 @@ func (d destination) String() string {
 
 type route struct {
 	kind string
-	to   destination
+	to   Destination
 }
 
-// routeDeps is what the router asks of the controller, each owned
-// elsewhere: the job of a pod, the node model and the Pending watchdog's
-// jobs.
-type routeDeps struct {
-	// jobOf maps a pod to its job (job.go).
-	jobOf func(context.Context, *corev1.Pod) (jobRef, bool, error)
-	// pod reads a cached pod (the claims' consumers).
-	pod func(context.Context, types.NamespacedName) (*corev1.Pod, error)
-	// nodeChanged records what a node update tells the watchdog
-	// (noteNodeChange), and nodeApplied puts the node (nil: gone) into the
-	// model before the jobs it affects are judged.
-	nodeChanged func(o, n *corev1.Node)
-	nodeApplied func(name string, n *corev1.Node)
-	// affectedByNode and affectedByDevices: the watched Pending jobs of a
+// Deps is what the router asks of the controller, each owned elsewhere:
+// the job of a pod, the node model and the Pending watchdog's jobs.
+type Deps struct {
+	// JobOf maps a pod to its job (its kind and name).
+	JobOf func(context.Context, *corev1.Pod) (kind, name string, ok bool, err error)
+	// PodWakes: a pod update that the job reconciler acts on (a pod
+	// becoming schedulable or unschedulable).
+	PodWakes func(o, n *corev1.Pod) bool
+	// Pod reads a cached pod (the claims' consumers).
+	Pod func(context.Context, types.NamespacedName) (*corev1.Pod, error)
+	// NodeMatters: a node update the engine's model sees. NodeChanged
+	// records what any node update tells the Pending watchdog, and
+	// NodeApplied puts the node (nil: gone) into the model before the jobs
+	// it affects are judged.
+	NodeMatters func(o, n *corev1.Node) bool
+	NodeChanged func(o, n *corev1.Node)
+	NodeApplied func(name string, n *corev1.Node)
+	// AffectedByNode and AffectedByDevices: the watched Pending jobs of a
 	// kind that a node event, or a change of the published devices or
-	// their taint rules, may fail (model.go, dra.go).
-	affectedByNode    func(kind string) []reconcile.Request
-	affectedByDevices func(kind string) []reconcile.Request
-	// jobsIn: the jobs of a kind in a namespace whose opt-in changed.
-	jobsIn func(ctx context.Context, kind, ns string) []reconcile.Request
-	// informer: the manager's informer of an object's type.
-	informer func(context.Context, client.Object) (crcache.Informer, error)
-	// dra, rules: DRA objects, DeviceTaintRules are served.
-	dra, rules bool
-	log        func(err error, msg string, kv ...any)
+	// their taint rules, may fail.
+	AffectedByNode    func(kind string) []reconcile.Request
+	AffectedByDevices func(kind string) []reconcile.Request
+	// JobsIn: the jobs of a kind in a namespace whose opt-in changed.
+	JobsIn func(ctx context.Context, kind, ns string) []reconcile.Request
+	// Informer: the manager's informer of an object's type.
+	Informer func(context.Context, client.Object) (crcache.Informer, error)
+	// DRA, Rules: DRA objects, DeviceTaintRules are served.
+	DRA, Rules bool
+	Log        func(err error, msg string, kv ...any)
 }
 
-// eventRouter owns the informer handlers of the job reconcilers and the
-// table of their queues.
-type eventRouter struct {
-	deps routeDeps
+// Router owns the informer handlers of the job reconcilers and the table
+// of their queues.
+type Router struct {
+	deps Deps
 
 	mu     sync.RWMutex
 	queues map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -93,18 +99,19 @@ type eventRouter struct {
 	ctx       context.Context
 }
 
-func newEventRouter(deps routeDeps) *eventRouter {
-	return &eventRouter{deps: deps, queues: map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]{}}
+// New is a router with deps.
+func New(deps Deps) *Router {
+	return &Router{deps: deps, queues: map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]{}}
 }
 
-// source is the router's source for kind's reconciler to.
-func (r *eventRouter) source(kind string, to destination) routedSource {
+// Source is the router's source for kind's reconciler to.
+func (r *Router) Source(kind string, to Destination) source.TypedSyncingSource[reconcile.Request] {
 	return routedSource{r: r, route: route{kind: kind, to: to}}
 }
 
 // routedSource is one reconciler's share of the router's events.
 type routedSource struct {
-	r     *eventRouter
+	r     *Router
 	route route
 }
 
@@ -131,17 +138,17 @@ func (s routedSource) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-func (r *eventRouter) register(rt route, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (r *Router) register(rt route, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.queues[rt]; !ok && rt.to == toJob {
+	if _, ok := r.queues[rt]; !ok && rt.to == ToJob {
 		r.kinds = append(r.kinds, rt.kind)
 	}
 	r.queues[rt] = q
 }
 
 // send adds reqs to rt's queue, if its reconciler runs.
-func (r *eventRouter) send(rt route, reqs ...reconcile.Request) {
+func (r *Router) send(rt route, reqs ...reconcile.Request) {
 	if len(reqs) == 0 {
 		return
 	}
@@ -157,16 +164,16 @@ func (r *eventRouter) send(rt route, reqs ...reconcile.Request) {
 }
 
 // eachKind sends each kind's requests to its job reconciler.
-func (r *eventRouter) eachKind(reqs func(kind string) []reconcile.Request) {
+func (r *Router) eachKind(reqs func(kind string) []reconcile.Request) {
 	r.mu.RLock()
 	kinds := r.kinds
 	r.mu.RUnlock()
 	for _, k := range kinds {
-		r.send(route{kind: k, to: toJob}, reqs(k)...)
+		r.send(route{kind: k, to: ToJob}, reqs(k)...)
 	}
 }
 
-func (r *eventRouter) start(ctx context.Context) error {
+func (r *Router) start(ctx context.Context) error {
 	r.startOnce.Do(func() {
 		r.ctx = ctx
 		r.startErr = r.addHandlers(ctx)
@@ -174,7 +181,7 @@ func (r *eventRouter) start(ctx context.Context) error {
 	return r.startErr
 }
 
-func (r *eventRouter) addHandlers(ctx context.Context) error {
+func (r *Router) addHandlers(ctx context.Context) error {
 	handlers := []struct {
 		obj client.Object
 		h   toolscache.ResourceEventHandler
@@ -183,16 +190,16 @@ func (r *eventRouter) addHandlers(ctx context.Context) error {
 		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated}, true},
 		{&corev1.Node{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.nodeAdded, UpdateFunc: r.nodeUpdated, DeleteFunc: r.nodeDeleted}, true},
 		{&corev1.Namespace{}, toolscache.ResourceEventHandlerFuncs{UpdateFunc: r.namespaceUpdated}, true},
-		{&resourcev1.ResourceClaim{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.claimAdded, UpdateFunc: r.claimUpdated}, r.deps.dra},
-		{&resourcev1.ResourceSlice{}, devicesChanged(r), r.deps.dra},
-		{&resourcev1.DeviceTaintRule{}, devicesChanged(r), r.deps.dra && r.deps.rules},
+		{&resourcev1.ResourceClaim{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.claimAdded, UpdateFunc: r.claimUpdated}, r.deps.DRA},
+		{&resourcev1.ResourceSlice{}, devicesChanged(r), r.deps.DRA},
+		{&resourcev1.DeviceTaintRule{}, devicesChanged(r), r.deps.DRA && r.deps.Rules},
 	}
 	var synced []toolscache.InformerSynced
 	for _, h := range handlers {
 		if !h.on {
 			continue
 		}
-		inf, err := r.deps.informer(ctx, h.obj)
+		inf, err := r.deps.Informer(ctx, h.obj)
 		if err != nil {
 			return fmt.Errorf("controller: the event router's %T informer: %w", h.obj, err)
 		}
@@ -222,26 +229,26 @@ func toNode(o any) (*corev1.Node, bool) { return informed[*corev1.Node](o) }
 
 // podAdded: a pod created bound with claims (the scheduler allocated
 // them) brings its job to the allocations reconciler.
-func (r *eventRouter) podAdded(o any) {
-	if p, ok := toPod(o); ok && r.deps.dra && p.Spec.NodeName != "" && dra.UsesClaims(p) {
-		r.routePod(p, toAllocations)
+func (r *Router) podAdded(o any) {
+	if p, ok := toPod(o); ok && r.deps.DRA && p.Spec.NodeName != "" && dra.UsesClaims(p) {
+		r.routePod(p, ToAllocations)
 	}
 }
 
 // podUpdated: a pod becoming (un)schedulable wakes its job's watchdog; a
 // pod just bound with claims, its job's allocations.
-func (r *eventRouter) podUpdated(o, n any) {
+func (r *Router) podUpdated(o, n any) {
 	op, ok1 := toPod(o)
 	np, ok2 := toPod(n)
 	if !ok1 || !ok2 {
 		return
 	}
-	var to []destination
-	if unschedulable(np) != unschedulable(op) {
-		to = append(to, toJob)
+	var to []Destination
+	if r.deps.PodWakes(op, np) {
+		to = append(to, ToJob)
 	}
-	if r.deps.dra && op.Spec.NodeName == "" && np.Spec.NodeName != "" && dra.UsesClaims(np) {
-		to = append(to, toAllocations)
+	if r.deps.DRA && op.Spec.NodeName == "" && np.Spec.NodeName != "" && dra.UsesClaims(np) {
+		to = append(to, ToAllocations)
 	}
 	if len(to) > 0 {
 		r.routePod(np, to...)
@@ -249,40 +256,40 @@ func (r *eventRouter) podUpdated(o, n any) {
 }
 
 // routePod sends the job of p, mapped once, to its kind's reconcilers to.
-func (r *eventRouter) routePod(p *corev1.Pod, to ...destination) {
-	ref, ok, err := r.deps.jobOf(r.ctx, p)
+func (r *Router) routePod(p *corev1.Pod, to ...Destination) {
+	kind, name, ok, err := r.deps.JobOf(r.ctx, p)
 	if err != nil {
-		r.deps.log(err, "mapping a pod event to its job", "pod", p.Namespace+"/"+p.Name)
+		r.deps.Log(err, "mapping a pod event to its job", "pod", p.Namespace+"/"+p.Name)
 		return
 	}
 	if !ok {
 		return
 	}
-	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: ref.name}}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: p.Namespace, Name: name}}
 	for _, d := range to {
-		r.send(route{kind: ref.kind, to: d}, req)
+		r.send(route{kind: kind, to: d}, req)
 	}
 }
 
-func (r *eventRouter) nodeAdded(o any) {
+func (r *Router) nodeAdded(o any) {
 	if n, ok := toNode(o); ok {
 		r.nodeEvent(n.Name, n)
 	}
 }
 
-func (r *eventRouter) nodeUpdated(o, n any) {
+func (r *Router) nodeUpdated(o, n any) {
 	on, ok1 := toNode(o)
 	nn, ok2 := toNode(n)
 	if !ok1 || !ok2 {
 		return
 	}
-	r.deps.nodeChanged(on, nn)
-	if nodeMatters(on, nn) {
+	r.deps.NodeChanged(on, nn)
+	if r.deps.NodeMatters(on, nn) {
 		r.nodeEvent(nn.Name, nn)
 	}
 }
 
-func (r *eventRouter) nodeDeleted(o any) {
+func (r *Router) nodeDeleted(o any) {
 	if n, ok := toNode(o); ok {
 		r.nodeEvent(n.Name, nil)
 	}
@@ -290,26 +297,26 @@ func (r *eventRouter) nodeDeleted(o any) {
 
 // nodeEvent applies the node to the model once, then re-judges each
 // kind's Pending jobs it may fail.
-func (r *eventRouter) nodeEvent(name string, n *corev1.Node) {
-	r.deps.nodeApplied(name, n)
-	r.eachKind(r.deps.affectedByNode)
+func (r *Router) nodeEvent(name string, n *corev1.Node) {
+	r.deps.NodeApplied(name, n)
+	r.eachKind(r.deps.AffectedByNode)
 }
 
 // namespaceUpdated: a namespace opted in (or out) later has its jobs
 // looked at (the Pending watchdog judges jobs that predate the opt-in).
-func (r *eventRouter) namespaceUpdated(o, n any) {
+func (r *Router) namespaceUpdated(o, n any) {
 	on, ok1 := o.(*corev1.Namespace)
 	nn, ok2 := n.(*corev1.Namespace)
 	if !ok1 || !ok2 || on.Labels[contract.KeyGate] == nn.Labels[contract.KeyGate] {
 		return
 	}
-	r.eachKind(func(kind string) []reconcile.Request { return r.deps.jobsIn(r.ctx, kind, nn.Name) })
+	r.eachKind(func(kind string) []reconcile.Request { return r.deps.JobsIn(r.ctx, kind, nn.Name) })
 }
 
 // devicesChanged re-judges the Pending DRA jobs of every kind when a
 // ResourceSlice or DeviceTaintRule is added, deleted or changes its spec.
-func devicesChanged(r *eventRouter) toolscache.ResourceEventHandler {
-	all := func(any) { r.eachKind(r.deps.affectedByDevices) }
+func devicesChanged(r *Router) toolscache.ResourceEventHandler {
+	all := func(any) { r.eachKind(r.deps.AffectedByDevices) }
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    all,
 		DeleteFunc: all,
@@ -327,13 +334,13 @@ func devicesChanged(r *eventRouter) toolscache.ResourceEventHandler {
 // claimAdded and claimUpdated: a claim's allocation may reach the cache
 // after its pod's binding (two informers): its allocation brings the jobs
 // of the bound pods it is reserved for to their allocations reconcilers.
-func (r *eventRouter) claimAdded(o any) {
+func (r *Router) claimAdded(o any) {
 	if cl, ok := o.(*resourcev1.ResourceClaim); ok && cl.Status.Allocation != nil {
 		r.claimAllocated(cl)
 	}
 }
 
-func (r *eventRouter) claimUpdated(o, n any) {
+func (r *Router) claimUpdated(o, n any) {
 	oc, ok1 := o.(*resourcev1.ResourceClaim)
 	nc, ok2 := n.(*resourcev1.ResourceClaim)
 	if ok1 && ok2 && oc.Status.Allocation == nil && nc.Status.Allocation != nil {
@@ -341,43 +348,15 @@ func (r *eventRouter) claimUpdated(o, n any) {
 	}
 }
 
-func (r *eventRouter) claimAllocated(cl *resourcev1.ResourceClaim) {
+func (r *Router) claimAllocated(cl *resourcev1.ResourceClaim) {
 	for _, ref := range cl.Status.ReservedFor {
 		if ref.Resource != "pods" || ref.APIGroup != "" {
 			continue
 		}
-		p, err := r.deps.pod(r.ctx, types.NamespacedName{Namespace: cl.Namespace, Name: ref.Name})
+		p, err := r.deps.Pod(r.ctx, types.NamespacedName{Namespace: cl.Namespace, Name: ref.Name})
 		if err != nil || p.UID != ref.UID || p.Spec.NodeName == "" {
 			continue
 		}
-		r.routePod(p, toAllocations)
+		r.routePod(p, ToAllocations)
 	}
-}
-
-// newRouter is the router of c's job reconcilers.
-func (c *Controller) newRouter() *eventRouter {
-	return newEventRouter(routeDeps{
-		jobOf: c.jobOf,
-		pod: func(ctx context.Context, key types.NamespacedName) (*corev1.Pod, error) {
-			p := &corev1.Pod{}
-			return p, c.client.Get(ctx, key, p)
-		},
-		nodeChanged: c.wd.noteNodeChange,
-		nodeApplied: func(name string, n *corev1.Node) {
-			if n == nil {
-				c.model.remove(name)
-				return
-			}
-			c.model.apply(n)
-		},
-		affectedByNode:    c.wd.affectedByNode,
-		affectedByDevices: c.wd.affectedByDevices,
-		jobsIn:            c.jobsIn,
-		informer: func(ctx context.Context, o client.Object) (crcache.Informer, error) {
-			return c.mgr.GetCache().GetInformer(ctx, o)
-		},
-		dra:   c.dra.served,
-		rules: c.dra.rulesServed,
-		log:   func(err error, msg string, kv ...any) { c.log.Error(err, msg, kv...) },
-	})
 }

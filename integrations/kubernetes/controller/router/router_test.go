@@ -1,4 +1,4 @@
-package controller
+package router
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,7 +23,7 @@ import (
 )
 
 type routerFixture struct {
-	r      *eventRouter
+	r      *Router
 	queues map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]
 	jobOfs int      // jobOf calls
 	nodes  []string // nodeApplied calls ("-name" for a removal)
@@ -36,47 +37,51 @@ var routerKinds = []string{"PyTorchJob", "MPIJob", "JobSet", "TrainJob"}
 // kind named "job".
 func newRouterFixture(t *testing.T) *routerFixture {
 	f := &routerFixture{queues: map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]{}, pods: map[types.NamespacedName]*corev1.Pod{}}
-	f.r = newEventRouter(routeDeps{
-		jobOf: func(_ context.Context, p *corev1.Pod) (jobRef, bool, error) {
+	f.r = New(Deps{
+		JobOf: func(_ context.Context, p *corev1.Pod) (string, string, bool, error) {
 			f.jobOfs++
 			for _, k := range routerKinds {
 				if len(p.Name) > len(k) && p.Name[:len(k)] == k {
-					return jobRef{kind: k, name: "job"}, true, nil
+					return k, "job", true, nil
 				}
 			}
 			if p.Name == "broken" {
-				return jobRef{}, false, errors.New("read failed")
+				return "", "", false, errors.New("read failed")
 			}
-			return jobRef{}, false, nil
+			return "", "", false, nil
 		},
-		pod: func(_ context.Context, key types.NamespacedName) (*corev1.Pod, error) {
+		PodWakes: func(o, n *corev1.Pod) bool { return unschedulable(o) != unschedulable(n) },
+		NodeMatters: func(o, n *corev1.Node) bool {
+			return !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable)
+		},
+		Pod: func(_ context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			if p := f.pods[key]; p != nil {
 				return p, nil
 			}
 			return nil, errors.New("not found")
 		},
-		nodeChanged: func(o, n *corev1.Node) {},
-		nodeApplied: func(name string, n *corev1.Node) {
+		NodeChanged: func(o, n *corev1.Node) {},
+		NodeApplied: func(name string, n *corev1.Node) {
 			if n == nil {
 				name = "-" + name
 			}
 			f.nodes = append(f.nodes, name)
 		},
-		affectedByNode: func(kind string) []reconcile.Request {
+		AffectedByNode: func(kind string) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "node", Name: kind}}}
 		},
-		affectedByDevices: func(kind string) []reconcile.Request {
+		AffectedByDevices: func(kind string) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "devices", Name: kind}}}
 		},
-		jobsIn: func(_ context.Context, kind, ns string) []reconcile.Request {
+		JobsIn: func(_ context.Context, kind, ns string) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: kind}}}
 		},
-		dra: true, rules: true,
-		log: func(error, string, ...any) {},
+		DRA: true, Rules: true,
+		Log: func(error, string, ...any) {},
 	})
 	f.r.ctx = context.Background()
 	for _, k := range routerKinds {
-		for _, to := range []destination{toJob, toAllocations} {
+		for _, to := range []Destination{ToJob, ToAllocations} {
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			t.Cleanup(q.ShutDown)
 			f.queues[route{kind: k, to: to}] = q
@@ -149,7 +154,7 @@ func TestRouterBoundDRAPodGoesToAllocations(t *testing.T) {
 	assert.Equal(t, map[string][]string{"JobSet/allocations": {"ns/job"}, "JobSet/job": {"ns/job"}}, f.drain())
 
 	// Without DRA served, a bound pod with claims is not mapped.
-	f.r.deps.dra = false
+	f.r.deps.DRA = false
 	f.r.podAdded(routedClaimPod("TrainJob-node-2", "n1"))
 	assert.Equal(t, 3, f.jobOfs)
 	assert.Empty(t, f.drain())
@@ -234,4 +239,15 @@ func TestRouterDevicesAndClaims(t *testing.T) {
 	assert.Empty(t, f.drain())
 	f.r.claimUpdated(claim(false, ref(bound)), claim(true, ref(bound)))
 	assert.Equal(t, map[string][]string{"PyTorchJob/allocations": {"ns/job"}}, f.drain())
+}
+
+// unschedulable: the scheduler marked p unschedulable (as the
+// controller's job reconciler asks, PodWakes).
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return p.Spec.NodeName == ""
+		}
+	}
+	return false
 }
