@@ -353,9 +353,15 @@ func TestE2EChainJobSetRestart(t *testing.T) {
 	ns := chainNamespace(t, "e2e-chain-restart", true)
 	ctx := context.Background()
 
+	// With JobSet's defaults set (as simpleJobSet does): once in a full
+	// run, JobSet's own validating webhook panicked on a JobSet that
+	// reached it without them.
 	js := &jobsetapi.JobSet{ObjectMeta: metav1.ObjectMeta{Name: "restarts", Namespace: ns},
 		Spec: jobsetapi.JobSetSpec{FailurePolicy: &jobsetapi.FailurePolicy{MaxRestarts: 1},
-			ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}}}}
+			ReplicatedJobs: []jobsetapi.ReplicatedJob{{Name: "node", Replicas: 1}},
+			Network:        &jobsetapi.Network{EnableDNSHostnames: ptr.To(true), PublishNotReadyAddresses: ptr.To(true)},
+			SuccessPolicy:  &jobsetapi.SuccessPolicy{Operator: jobsetapi.OperatorAll},
+			StartupPolicy:  &jobsetapi.StartupPolicy{StartupPolicyOrder: jobsetapi.AnyOrder}}}
 	jt := &js.Spec.ReplicatedJobs[0].Template.Spec
 	jt.Parallelism, jt.Completions, jt.CompletionMode, jt.BackoffLimit = ptr.To(int32(2)), ptr.To(int32(2)), ptr.To(batchv1.IndexedCompletion), ptr.To(int32(0))
 	jt.Template.Spec = corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, SchedulerName: testScheduler, ServiceAccountName: serviceAccount,
