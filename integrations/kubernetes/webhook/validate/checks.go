@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/ncclsettings"
@@ -23,14 +24,15 @@ import (
 // that does not exist yet.
 func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Finding, notes []string) {
 	on := func(id string) bool { return h.policy[id] != Off }
+	rd := &reads{h: h}
 	if on(verdict.RuleShapeMismatch) || on(verdict.RuleStrategyMismatch) {
 		var err error
-		fs, err = h.placement(ctx, j, on)
+		fs, err = h.placement(ctx, rd, j, on)
 		if err != nil {
 			notes = append(notes, "rankgate: placement checks (SHAPE_MISMATCH, STRATEGY_MISMATCH) skipped: "+clip(err.Error(), 150))
 		}
 	}
-	notes = append(notes, h.claimChecks(ctx, j, on, &fs)...)
+	notes = append(notes, h.claimChecks(ctx, rd, j, on, &fs)...)
 	if on(verdict.RuleMIGMultiplePerProcess) {
 		fs = append(fs, migPerContainer(j)...)
 	}
@@ -62,7 +64,7 @@ func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Findi
 // request's DeviceClass and are MIG devices. Where the DRA objects are not known, it is not judged (the
 // engine stands down with DRA_NOT_JUDGED, a warning this check does not
 // keep).
-func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
+func (h *handler) placement(ctx context.Context, rd *reads, j kubeflow.Job, on func(string) bool) ([]verdict.Finding, error) {
 	if h.nodes == nil && h.fleet == nil {
 		return nil, nil
 	}
@@ -73,7 +75,7 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 	// The templates alone: no pods exist yet.
 	b := cluster.NewBuilder()
 	if h.classes != nil {
-		classes, err := h.classes(ctx)
+		classes, err := rd.deviceClasses(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("reading DeviceClasses: %w", err)
 		}
@@ -96,7 +98,7 @@ func (h *handler) placement(ctx context.Context, j kubeflow.Job, on func(string)
 		return nil, err
 	}
 	if dra && h.objects != nil {
-		if w, err = h.withDRA(ctx, b, j, nodes); err != nil {
+		if w, err = h.withDRA(ctx, rd, b, j, nodes); err != nil {
 			return nil, err
 		}
 	}
@@ -134,8 +136,8 @@ func (h *handler) fleetNow(ctx context.Context) (*schedule.Cluster, int, []corev
 // the nodes they are on (the DRA source's; else nodes, else listed); the
 // workload without DRA facts where the DRA objects are not known (not
 // served, or the caches have not synced): never refused then.
-func (h *handler) withDRA(ctx context.Context, b *cluster.Builder, j kubeflow.Job, nodes []corev1.Node) (schedule.Workload, error) {
-	o, err := h.objects(ctx)
+func (h *handler) withDRA(ctx context.Context, rd *reads, b *cluster.Builder, j kubeflow.Job, nodes []corev1.Node) (schedule.Workload, error) {
+	o, err := rd.draObjects(ctx)
 	if err != nil {
 		return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
 	}
@@ -457,4 +459,31 @@ func commandLine(c *corev1.Container) []string {
 		}
 	}
 	return argv
+}
+
+// reads are the DeviceClass and DRA object reads of one admission, each
+// done at most once: the placement and the claim checks both need them
+// (in the controller each is a listing of its caches).
+type reads struct {
+	h                        *handler
+	classesRead, objectsRead bool
+	classes                  []resourcev1.DeviceClass
+	objects                  *DRAObjects
+	classesErr, objectsErr   error
+}
+
+func (r *reads) deviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error) {
+	if !r.classesRead {
+		r.classes, r.classesErr = r.h.classes(ctx)
+		r.classesRead = true
+	}
+	return r.classes, r.classesErr
+}
+
+func (r *reads) draObjects(ctx context.Context) (*DRAObjects, error) {
+	if !r.objectsRead {
+		r.objects, r.objectsErr = r.h.objects(ctx)
+		r.objectsRead = true
+	}
+	return r.objects, r.objectsErr
 }

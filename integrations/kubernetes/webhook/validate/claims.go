@@ -47,14 +47,14 @@ import (
 // claims and the DeviceClasses and DRA objects are known, adding their
 // findings to fs; it returns the notes: claims the pods name that do not
 // exist, or why the checks could not run.
-func (h *handler) claimChecks(ctx context.Context, j kubeflow.Job, on func(string) bool, fs *[]verdict.Finding) []string {
+func (h *handler) claimChecks(ctx context.Context, rd *reads, j kubeflow.Job, on func(string) bool, fs *[]verdict.Finding) []string {
 	if h.objects == nil || h.classes == nil || (!on(verdict.RuleDRAClaimUnmatched) && !on(verdict.RuleDRAMIGMaySpanGPUs)) || !hasClaims(j) {
 		return nil
 	}
-	classes, err := h.classes(ctx)
+	classes, err := rd.deviceClasses(ctx)
 	var o *DRAObjects
 	if err == nil {
-		o, err = h.objects(ctx)
+		o, err = rd.draObjects(ctx)
 	}
 	if err != nil {
 		return []string{"rankgate: claim checks (DRA_CLAIM_UNMATCHED, DRA_MIG_MAY_SPAN_GPUS) skipped: " + clip(err.Error(), 150)}

@@ -143,18 +143,24 @@ func TestHandleDRANodesFromTheSource(t *testing.T) {
 		{"a source without nodes: listed", objs, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls := 0
+			calls, objectReads, classReads := 0, 0, 0
 			h := validate.NewHandler(validate.Options{
-				Nodes:         func(ctx context.Context) ([]corev1.Node, error) { calls++; return ns(ctx) },
-				Fleet:         func(context.Context) (*schedule.Cluster, int, error) { return fleet, gpuNodes, nil },
-				Engine:        engine,
-				DeviceClasses: dcs,
-				DRAObjects:    func(context.Context) (*validate.DRAObjects, error) { return tc.src, nil },
+				Nodes:  func(ctx context.Context) ([]corev1.Node, error) { calls++; return ns(ctx) },
+				Fleet:  func(context.Context) (*schedule.Cluster, int, error) { return fleet, gpuNodes, nil },
+				Engine: engine,
+				DeviceClasses: func(ctx context.Context) ([]resourcev1.DeviceClass, error) {
+					classReads++
+					return dcs(ctx)
+				},
+				DRAObjects: func(context.Context) (*validate.DRAObjects, error) { objectReads++; return tc.src, nil },
 			})
 			resp := h.Handle(ctx, request(t, job, admissionv1.Create))
 			require.False(t, resp.Allowed)
 			require.Contains(t, resp.Result.Message, "7 x MIG 1g.10gb of NVIDIA H100 80GB HBM3 (16 SMs, 9984Mi, driver 580.126.20) on dgx-h100-1")
 			require.Equal(t, tc.lists, calls, "node lists")
+			// The placement and the claim checks share one read of each.
+			require.Equal(t, 1, objectReads, "DRA object reads")
+			require.Equal(t, 1, classReads, "DeviceClass reads")
 		})
 	}
 }
