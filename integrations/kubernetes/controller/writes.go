@@ -108,32 +108,17 @@ func (w *writes) since(t time.Time) time.Duration            { return w.clk.Sinc
 func (w *writes) until(t time.Time) time.Duration            { return t.Sub(w.clk.Now()) }
 func (w *writes) workloads() kueueWorkloads                  { return kueueWorkloads{api: w.api, client: w.client} }
 
-// The asks of the reconcilers, the gate and the watchdog (nil writes: a
-// Controller without writes, in unit tests of other parts).
+// The asks of the reconcilers, the gate and the watchdog go to the writes.
 
-func (c *Controller) askDecide(g *gang, a ask) {
-	if c.w != nil {
-		c.w.askDecide(g, a)
-	}
-}
+func (c *Controller) askDecide(g *gang, a ask) { c.w.askDecide(g, a) }
 
-func (c *Controller) touchProgress(uid types.UID, soon bool) {
-	if c.w != nil {
-		c.w.touchProgress(uid, soon)
-	}
-}
+func (c *Controller) touchProgress(uid types.UID, soon bool) { c.w.touchProgress(uid, soon) }
 
 func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	if c.w != nil {
-		c.w.wantWaitingFor(obj, kind, cause)
-	}
+	c.w.wantWaitingFor(obj, kind, cause)
 }
 
-func (c *Controller) askRegate(obj client.Object, kind string) {
-	if c.w != nil {
-		c.w.askRegate(obj, kind)
-	}
-}
+func (c *Controller) askRegate(obj client.Object, kind string) { c.w.askRegate(obj, kind) }
 
 // Bookkeepers also wait while decisions are in flight (decisionsInFlight),
 // at most maxBookYield: measured side by side on a quiet 2-core machine
