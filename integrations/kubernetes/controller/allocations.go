@@ -207,11 +207,8 @@ func (a *allocations) add(ctx context.Context, j job) (wait bool, err error) {
 	}
 	a.log.Info("ranks known from their DRA allocations", "job", g.Key(), "added", added, "expected", g.Expected())
 	a.gangs.touchProgress(g.UID(), false)
-	switch ready {
-	case gangstore.Complete:
-		a.gangs.askDecide(g, ask{why: trigComplete})
-	case gangstore.EarlyFail:
-		a.gangs.askDecide(g, ask{why: trigEarlyFail})
+	if why, decide := readyTrigger(ready); decide {
+		a.gangs.askDecide(g, ask{why: why})
 	}
 	return wait, nil
 }

@@ -367,13 +367,8 @@ func (b *gateBackend) addReport(ctx context.Context, g *gang, r rankOf, rr prefl
 	for attempt := 0; ; attempt++ {
 		isNew, ready, h := g.Add(rr, string(r.pod.UID), now)
 		if h == nil {
-			switch ready {
-			case gangstore.Complete:
-				return isNew, true, trigComplete, nil
-			case gangstore.EarlyFail:
-				return isNew, true, trigEarlyFail, nil
-			}
-			return isNew, false, 0, nil
+			why, decide := readyTrigger(ready)
+			return isNew, decide, why, nil
 		}
 		alive, err := b.podRuns(ctx, r.pod.Namespace, h.Pod, h.UID)
 		if err != nil {

@@ -130,3 +130,15 @@ func fillDecided(r *gate.Response, d *decision) {
 	}
 	r.Action = d.Action
 }
+
+// readyTrigger is why a gang whose Add answered ready is to be decided;
+// false: not yet.
+func readyTrigger(ready gangstore.Ready) (trigger, bool) {
+	switch ready {
+	case gangstore.Complete:
+		return trigComplete, true
+	case gangstore.EarlyFail:
+		return trigEarlyFail, true
+	}
+	return 0, false
+}

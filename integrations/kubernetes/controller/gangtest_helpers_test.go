@@ -18,11 +18,6 @@ func newTestGang(j job, timeout time.Duration, multiNodeNVLink bool) *gang {
 // addRank adds rr to g as the gate does, and says why g is to be decided.
 func addRank(g *gang, rr preflight.RankReport, podUID string, now time.Time) (isNew, decide bool, why trigger, h *gangstore.Holder) {
 	isNew, ready, h := g.Add(rr, podUID, now)
-	switch ready {
-	case gangstore.Complete:
-		return isNew, true, trigComplete, h
-	case gangstore.EarlyFail:
-		return isNew, true, trigEarlyFail, h
-	}
-	return isNew, false, 0, h
+	why, decide = readyTrigger(ready)
+	return isNew, decide, why, h
 }
