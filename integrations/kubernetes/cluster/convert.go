@@ -136,6 +136,17 @@ func NodeFromCore(n *corev1.Node) (schedule.Node, error) {
 	return out, nil
 }
 
+// NodeReady: the node's Ready condition is True (a node without one is
+// not ready).
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // PodRequests is a pod's effective request as kube-scheduler computes it:
 // the larger of the app containers plus sidecars and of each init container
 // (with the sidecars started before it), plus overhead; pod-level resources

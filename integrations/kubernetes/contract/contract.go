@@ -105,6 +105,10 @@ const (
 	AnnotationWaitingFor = "rankgate.io/waiting-for"
 )
 
+// MaxReasonLen bounds rankgate.io/reason and rankgate.io/waiting-for, in
+// bytes.
+const MaxReasonLen = 2048
+
 // Labels every Gang carries, written by the controller, so that a job's
 // Gangs can be listed by selector (`rankgate status`, diagnose, people).
 const (

@@ -33,7 +33,7 @@ func ValidAction(s string) bool {
 // job can be tens of KiB), so the report is trimmed to what is left when it
 // would not fit (applyOnce).
 const (
-	maxReasonLen      = 2048
+	maxReasonLen      = contract.MaxReasonLen
 	maxReportLen      = 64 << 10
 	annotationsLimit  = 256 << 10
 	annotationsMargin = 4 << 10 // the API server's own bookkeeping, rounding

@@ -7,9 +7,9 @@
 //
 // Its parts, each the owner of its state: the gate's backend (reports in,
 // answers out, through the gang store: package gangstore); the event
-// router (one handler per informer for the reconcilers); the job and
-// allocations reconcilers and the Pending watchdog (they read the caches
-// and ask); the leader's writes (the one writer of Gangs, of rankgate's
+// router (package router: one handler per informer for the reconcilers);
+// the job and allocations reconcilers and the Pending watchdog (package
+// watchdog; they read the caches and ask); the leader's writes (the one writer of Gangs, of rankgate's
 // writes on jobs and of Kueue Workloads), with the Gang book; the node
 // model, the pods' usage and the DRA caches (the cluster as the engine
 // judges it, on every replica). Controller wires them.
@@ -56,6 +56,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
@@ -271,7 +272,7 @@ type Controller struct {
 	backend *gateBackend // the gate's backend: reports in, answers out (backend.go)
 	kinds   []kubeflow.Kind
 	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
-	wd      *watchdog          // the Pending watchdog: jobs with unschedulable pods (watchdog.go)
+	wd      *watchdog.Watchdog // the Pending watchdog: jobs with unschedulable pods (pending.go)
 	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
 	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
 	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
@@ -355,7 +356,7 @@ func newController(opts Options) *Controller {
 	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
 		book: newGangBook(), engine: schedule.New()}
 	c.unexpected.max = maxMisfits
-	c.wd = newWatchdog(c, c.clock(), c.log, &c.opts)
+	c.wd = c.newWatchdog()
 	return c
 }
 

@@ -12,7 +12,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -135,7 +137,7 @@ func (w *writes) emitEvent(obj client.Object, d *decision) {
 	switch {
 	case d.Report.Failed():
 		typ, reason = corev1.EventTypeWarning, contract.ReasonGangFailed
-		if pendingReport(d.Report) {
+		if watchdog.Ours(d.Report) {
 			reason = contract.ReasonPendingFailed
 		}
 		note = failReason(d.Report, 0)
@@ -207,7 +209,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 			continue
 		}
 		out[rank] = preflight.MissingRank{Pod: p.Name, Node: p.Spec.NodeName, State: c.podState(ctx, p)}
-		if unschedulable(p) {
+		if watchdog.Unschedulable(p) {
 			waiting = append(waiting, p)
 			waitingRank[p] = rank
 		}
@@ -281,20 +283,8 @@ func (c *Controller) podState(ctx context.Context, p *corev1.Pod) string {
 	n := &corev1.Node{}
 	if err := c.client.Get(ctx, types.NamespacedName{Name: p.Spec.NodeName}, n); apierrors.IsNotFound(err) {
 		s += " (its node does not exist)"
-	} else if err == nil && !nodeReady(n) {
+	} else if err == nil && !cluster.NodeReady(n) {
 		s += " (its node is NotReady)"
 	}
 	return s
-}
-
-func unschedulable(p *corev1.Pod) bool {
-	if p.Spec.NodeName != "" {
-		return false
-	}
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			return true
-		}
-	}
-	return false
 }

@@ -279,11 +279,6 @@ func (d *draCaches) validateObjects(context.Context) (*validate.DRAObjects, erro
 	return &validate.DRAObjects{Nodes: o.nodes, Slices: o.slices, Claims: o.claims, Templates: o.templates, TaintRules: o.rules}, nil
 }
 
-// usesDRA: a pod set of w gets devices through DRA.
-func usesDRA(w schedule.Workload) bool {
-	return slices.ContainsFunc(w.PodSets, func(ps schedule.PodSet) bool { return ps.DRA != "" })
-}
-
 // workloadKey tells workloads apart by everything the engine reads of
 // them, their DRA facts by value.
 func workloadKey(w schedule.Workload) string {

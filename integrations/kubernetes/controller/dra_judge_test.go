@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
@@ -14,9 +13,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -222,41 +219,6 @@ func TestTrimDRAObjects(t *testing.T) {
 	o, err = trimResourceSlice(toolscache.DeletedFinalStateUnknown{Key: "x", Obj: slice.DeepCopy()})
 	require.NoError(t, err)
 	require.Equal(t, want, o.(toolscache.DeletedFinalStateUnknown).Obj.(*resourcev1.ResourceSlice).ObjectMeta)
-}
-
-// A ResourceSlice change re-judges the watched jobs past their grace that
-// read the slices: those with a DRA pod set, and those not judged since
-// their pods changed; not jobs in their grace, jobs judged without DRA,
-// or jobs of another kind.
-func TestAffectedByDevices(t *testing.T) {
-	now := time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
-	wd := &watchdog{clk: clocktesting.NewFakeClock(now)}
-	dra := &judged{w: schedule.Workload{PodSets: []schedule.PodSet{{Name: "Worker", Count: 2, DRA: "resource claims gpu"}}}}
-	plain := &judged{w: schedule.Workload{PodSets: []schedule.PodSet{{Name: "Worker", Count: 2, Requests: schedule.Resources{"nvidia.com/gpu": 1}}}}}
-	watch := func(kind, name string, due time.Time, j *judged) {
-		if wd.jobs == nil {
-			wd.jobs = map[string]*pendingJob{}
-		}
-		wd.jobs["ns/"+kind+"/"+name] = &pendingJob{kind: kind, ns: "ns", name: name, due: due, judged: j}
-	}
-	watch("PyTorchJob", "dra", now.Add(-time.Second), dra)
-	watch("PyTorchJob", "changed", now, nil)
-	watch("PyTorchJob", "plain", now.Add(-time.Second), plain)
-	watch("PyTorchJob", "in-grace", now.Add(time.Second), dra)
-	watch("MPIJob", "other-kind", now.Add(-time.Second), dra)
-	var names []string
-	for _, r := range wd.affectedByDevices("PyTorchJob") {
-		require.Equal(t, "ns", r.Namespace)
-		names = append(names, r.Name)
-	}
-	require.Equal(t, []string{"changed", "dra"}, names)
-	require.Equal(t, []types.NamespacedName{{Namespace: "ns", Name: "other-kind"}}, func() []types.NamespacedName {
-		var out []types.NamespacedName
-		for _, r := range wd.affectedByDevices("MPIJob") {
-			out = append(out, r.NamespacedName)
-		}
-		return out
-	}())
 }
 
 // Two jobs with the same requests but different published devices for

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -77,7 +78,7 @@ func TestJudgeDRARanks(t *testing.T) {
 	require.Contains(t, res.Report.Findings[0].Message, "resource claims gpu")
 
 	// The watchdog reads it as a waiting cause, never hopeless.
-	hopeless, cause := pendingCause(res, false)
+	hopeless, cause := watchdog.Cause(res, false)
 	require.False(t, hopeless)
 	require.Equal(t, verdict.RuleDRANotJudged, cause.Rule)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
@@ -19,12 +20,12 @@ func TestJobDurationsClamped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, gate.MaxJobDuration, d)
 	for _, key := range []string{contract.AnnotationPendingGrace, contract.AnnotationPendingTimeout} {
-		d, err = jobDuration(j, key, time.Minute)
+		d, err = watchdog.JobDuration(j, key, time.Minute)
 		require.NoError(t, err)
 		require.Equal(t, gate.MaxJobDuration, d, key)
 	}
 	j.Annotations[contract.AnnotationPendingGrace] = "-5s"
-	d, err = jobDuration(j, contract.AnnotationPendingGrace, time.Minute)
+	d, err = watchdog.JobDuration(j, contract.AnnotationPendingGrace, time.Minute)
 	require.Error(t, err)
 	require.Equal(t, time.Minute, d)
 }

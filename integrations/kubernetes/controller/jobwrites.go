@@ -12,6 +12,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/verdict"
 )
 
@@ -29,7 +30,7 @@ func (w *writes) wantWaitingFor(obj client.Object, kind string, cause *verdict.F
 	r := w.book.forJob(obj, kind, w.opts.GangTimeout)
 	v := ""
 	if cause != nil {
-		v = waitingFor(*cause)
+		v = watchdog.WaitingFor(*cause)
 		f := *cause
 		cause = &f
 	}

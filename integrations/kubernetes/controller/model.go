@@ -29,7 +29,7 @@ import (
 // judgement per distinct workload (equal jobs share it; names only appear in
 // messages), and only the jobs it finds hopeless are reconciled (and
 // failed). Jobs still in their grace are judged when it ends; waiting ones
-// are looked at again on their own schedule (waitRecheck) and on changes
+// are looked at again on their own schedule (watchdog.Recheck) and on changes
 // of their own pods.
 
 var errModelNotSynced = errors.New("the node model has not seen every node yet")
@@ -149,13 +149,6 @@ func (nm *nodeModel) hopeless(gen uint64, sig string, judge func() bool) bool {
 	return h
 }
 
-// judged is what a job's last judgement on the model saw of the job.
-type judged struct {
-	w    schedule.Workload
-	used map[string]schedule.Resources
-	sig  string
-}
-
 // signature is everything of w that the engine's hopeless verdict reads
 // (with what the published DRA devices offer its DRA pod sets):
 // not the names it only quotes, and not what the job's bound pods hold
@@ -172,25 +165,24 @@ func signature(w schedule.Workload) string {
 
 // judge is judgeJob on the model, or over a fresh list of the cached
 // nodes until the model has seen them all.
-func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyUnbound bool) (schedule.Result, schedule.Workload, *judged, bool, error) {
+func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyUnbound bool) (schedule.Result, schedule.Workload, bool, error) {
 	dra, err := c.draState(ctx)
 	if err != nil {
-		return schedule.Result{}, schedule.Workload{}, nil, false, err
+		return schedule.Result{}, schedule.Workload{}, false, err
 	}
 	cl, _, err := c.model.cluster()
 	if err == nil {
-		res, w, used, ok, err := judgeOn(c.engine, cl, dra, j, pods, onlyUnbound)
-		return res, w, &judged{w: w, used: used, sig: signature(w)}, ok, err
+		res, w, _, ok, err := judgeOn(c.engine, cl, dra, j, pods, onlyUnbound)
+		return res, w, ok, err
 	}
 	if !errors.Is(err, errModelNotSynced) {
-		return schedule.Result{}, schedule.Workload{}, nil, false, err
+		return schedule.Result{}, schedule.Workload{}, false, err
 	}
 	nodes := &corev1.NodeList{}
 	if err := c.client.List(ctx, nodes); err != nil {
-		return schedule.Result{}, schedule.Workload{}, nil, false, fmt.Errorf("listing nodes: %w", err)
+		return schedule.Result{}, schedule.Workload{}, false, fmt.Errorf("listing nodes: %w", err)
 	}
-	res, w, ok, err := judgeJob(c.engine, nodes.Items, dra, j, pods, onlyUnbound)
-	return res, w, nil, ok, err
+	return judgeJob(c.engine, nodes.Items, dra, j, pods, onlyUnbound)
 }
 
 // startModel feeds the model from the node informer and marks the
@@ -237,7 +229,7 @@ func (c *Controller) startModel(ctx context.Context) error {
 			o = t.Obj
 		}
 		if p, ok := o.(*corev1.Pod); ok && p.Labels[LabelJobName] != "" {
-			c.wd.podsChanged(p.Namespace, p.Labels[LabelJobName])
+			c.wd.PodsChanged(p.Namespace, p.Labels[LabelJobName])
 		}
 	}
 	_, err = pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, n any) { stale(n) }, DeleteFunc: stale})

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"syscall"
@@ -10,8 +11,12 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
+	"github.com/rankgate/rankgate/verdict"
 )
 
 // benchPending is the load: 5,000 nodes, 500 Pending gated jobs
@@ -37,6 +42,31 @@ func newBenchPending() *benchPending {
 	return b
 }
 
+// benchWatchHost answers the watchdog from the benchmark's jobs: their
+// pods, their kept judgements; the model's judge is the controller's.
+type benchWatchHost struct {
+	watchdogHost
+	b    *testing.B
+	pods map[string][]*corev1.Pod
+	kept map[string]*watchdog.Judgement
+}
+
+func (h *benchWatchHost) JobPods(_ context.Context, o client.Object) ([]*corev1.Pod, error) {
+	return h.pods[o.GetName()], nil
+}
+
+func (h *benchWatchHost) FullJob(_ context.Context, _ kubeflow.Kind, o client.Object) (client.Object, error) {
+	return o, nil
+}
+
+func (h *benchWatchHost) JudgeLive(_ context.Context, j job, _ []*corev1.Pod, _ *watchdog.Judgement) (*watchdog.Judgement, error) {
+	return h.kept[j.Name()], nil
+}
+
+func (h *benchWatchHost) WantWaitingFor(client.Object, string, *verdict.Finding) {}
+
+func (h *benchWatchHost) Fail(j job, _ verdict.Report) { h.b.Fatalf("%s failed", j.Name()) }
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -61,19 +91,22 @@ func BenchmarkNodeEvent(b *testing.B) {
 		for _, n := range bp.nodes {
 			c.model.apply(n)
 		}
-		c.wd = newWatchdog(c, clock.RealClock{}, logr.Discard(), &Options{})
-		c.wd.jobs = map[string]*pendingJob{}
 		cl, _, _ := c.model.cluster()
+		h := &benchWatchHost{watchdogHost: watchdogHost{c}, b: b, pods: map[string][]*corev1.Pod{}, kept: map[string]*watchdog.Judgement{}}
 		for i, j := range bp.jobs {
-			res, w, used, ok, err := judgeOn(e, cl, nil, j, bp.pods[i], false)
+			res, w, _, ok, err := judgeOn(e, cl, nil, j, bp.pods[i], false)
 			if err != nil || !ok {
 				b.Fatal(err)
 			}
-			if h, _ := pendingCause(res, false); h {
-				b.Fatalf("%s is hopeless: %s", j.Name(), res.Report.Reason(0))
+			h.pods[j.Name()], h.kept[j.Name()] = bp.pods[i], &watchdog.Judgement{Result: res, Workload: w, Sig: signature(w)}
+		}
+		// Every job watched past its grace, with its judgement kept.
+		c.wd = watchdog.New(h, clock.RealClock{}, logr.Discard(), watchdog.Settings{Kinds: []string{"PyTorchJob"}})
+		k, _ := kubeflow.ByName("PyTorchJob")
+		for _, j := range bp.jobs {
+			if _, failed := c.wd.Step(context.Background(), k, j.Object()); failed {
+				b.Fatalf("%s is hopeless", j.Name())
 			}
-			c.wd.jobs["ml/PyTorchJob/"+j.Name()] = &pendingJob{kind: "PyTorchJob", ns: "ml", name: j.Name(),
-				judged: &judged{w: w, used: used, sig: signature(w)}}
 		}
 		n := bp.nodes[17].DeepCopy()
 		b.ResetTimer()
@@ -83,7 +116,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 			n.Spec.Unschedulable = !n.Spec.Unschedulable
 			n.ResourceVersion = fmt.Sprint(i + 2)
 			c.model.apply(n)
-			if got := c.wd.affectedByNode("PyTorchJob"); len(got) != 0 {
+			if got := c.wd.AffectedByNode("PyTorchJob"); len(got) != 0 {
 				b.Fatalf("%d jobs failed", len(got))
 			}
 		}
@@ -103,7 +136,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if h, _ := pendingCause(res, false); h {
+				if h, _ := watchdog.Cause(res, false); h {
 					b.Fatal("hopeless")
 				}
 			}
@@ -132,10 +165,10 @@ func BenchmarkModelMemory(b *testing.B) {
 			nm.apply(n)
 		}
 		cl, _, _ := nm.cluster()
-		kept := make([]*judged, len(bp.jobs))
+		kept := make([]*watchdog.Judgement, len(bp.jobs))
 		for k, j := range bp.jobs {
-			_, w, used, _, _ := judgeOn(e, cl, nil, j, bp.pods[k], false)
-			kept[k] = &judged{w: w, used: used, sig: signature(w)}
+			res, w, _, _, _ := judgeOn(e, cl, nil, j, bp.pods[k], false)
+			kept[k] = &watchdog.Judgement{Result: res, Workload: w, Sig: signature(w)}
 		}
 		after := heap()
 		runtime.KeepAlive(nm)

@@ -17,6 +17,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
 
@@ -205,9 +206,9 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 				if onlyUnbound || !fok {
 					continue
 				}
-				want, _ := pendingCause(fres, false)
+				want, _ := watchdog.Cause(fres, false)
 				got := nm.hopeless(gen, signature(iw), func() bool {
-					h, _ := pendingCause(e.Diagnose(cl, iw), false)
+					h, _ := watchdog.Cause(e.Diagnose(cl, iw), false)
 					return h
 				})
 				require.Equal(t, want, got, "step %d %s: shortcut", step, jp.j.Name())

@@ -41,7 +41,7 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 	var w schedule.Workload
 	ok := false
 	if err == nil {
-		res, w, _, ok, err = c.judge(ctx, j, pods, true)
+		res, w, ok, err = c.judge(ctx, j, pods, true)
 	}
 	if err != nil {
 		c.log.Info("cannot judge whether the missing ranks can ever be placed; the gang deadline still applies", "job", jobKey(j), "error", err.Error())
@@ -49,7 +49,7 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 	if err != nil || !ok {
 		return nil
 	}
-	if _, settling := c.wd.settling(res.Report); settling {
+	if _, settling := c.wd.Settling(res.Report); settling {
 		return nil // a node just lost devices or changed readiness: the deadline still applies
 	}
 	return hopelessPods(res, w)

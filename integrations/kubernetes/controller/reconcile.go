@@ -25,6 +25,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -91,7 +92,7 @@ type jobReconciler struct {
 	host    jobHost
 	open    *gangstore.Store[decision] // the open gangs
 	book    *gangBook                  // the Gangs of the gated jobs
-	pending *watchdog
+	pending *watchdog.Watchdog
 	alloc   *allocations
 	clk     clock.PassiveClock
 	log     logr.Logger
@@ -124,7 +125,7 @@ func (r *jobReconciler) forget(key string, unwatch bool) {
 	r.open.Forget(key)
 	r.book.drop(key, nil)
 	if unwatch {
-		r.pending.unwatch(key)
+		r.pending.Unwatch(key)
 	}
 }
 
@@ -170,8 +171,8 @@ func (r *jobReconciler) reconcile(ctx context.Context, k kubeflow.Kind, req reco
 		return r.decided(ctx, key, j, d)
 	}
 	r.undecided(key, k, obj)
-	// Pods the scheduler cannot place: the Pending watchdog (watchdog.go).
-	again, failed := r.pending.step(ctx, k, obj)
+	// Pods the scheduler cannot place: the Pending watchdog (package watchdog).
+	again, failed := r.pending.Step(ctx, k, obj)
 	if failed {
 		return reconcile.Result{}, nil
 	}
@@ -221,7 +222,7 @@ func (r *jobReconciler) decided(ctx context.Context, key string, j job, d *decis
 		g.Answer(d, r.clk.Now())
 		r.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	}
-	r.pending.unwatch(key)
+	r.pending.Unwatch(key)
 	return reconcile.Result{}, nil
 }
 
@@ -346,13 +347,13 @@ func (c *Controller) newRouter() *router.Router {
 			ref, ok, err := c.jobOf(ctx, p)
 			return ref.kind, ref.name, ok, err
 		},
-		PodWakes:    func(o, n *corev1.Pod) bool { return unschedulable(n) != unschedulable(o) },
+		PodWakes:    func(o, n *corev1.Pod) bool { return watchdog.Unschedulable(n) != watchdog.Unschedulable(o) },
 		NodeMatters: nodeMatters,
 		Pod: func(ctx context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			p := &corev1.Pod{}
 			return p, c.client.Get(ctx, key, p)
 		},
-		NodeChanged: c.wd.noteNodeChange,
+		NodeChanged: c.wd.NoteNodeChange,
 		NodeApplied: func(name string, n *corev1.Node) {
 			if n == nil {
 				c.model.remove(name)
@@ -360,8 +361,8 @@ func (c *Controller) newRouter() *router.Router {
 			}
 			c.model.apply(n)
 		},
-		AffectedByNode:    c.wd.affectedByNode,
-		AffectedByDevices: c.wd.affectedByDevices,
+		AffectedByNode:    c.wd.AffectedByNode,
+		AffectedByDevices: c.wd.AffectedByDevices,
 		JobsIn:            c.jobsIn,
 		Informer: func(ctx context.Context, o client.Object) (crcache.Informer, error) {
 			return c.mgr.GetCache().GetInformer(ctx, o)

@@ -6,7 +6,6 @@ import (
 	"net/http/pprof"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -58,13 +57,3 @@ func onLoopback(addr string) bool {
 }
 
 func ptrDuration(d time.Duration) *time.Duration { return &d }
-
-// nodeReady reads a trimmed node's Ready condition.
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

@@ -28,6 +28,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 	"github.com/rankgate/rankgate/verdict"
@@ -450,27 +451,28 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	ctx := context.Background()
 
 	l.clk.Step(4 * time.Second)
-	again, failed := l.wd.step(ctx, k, l.job(t))
+	again, failed := l.wd.Step(ctx, k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, 6*time.Second, again, "looked at again when its grace ends")
-	w := l.wd.jobs["ml/PyTorchJob/j"]
-	require.NotNil(t, w)
-	require.Nil(t, w.last, "judged within its grace")
+	last, watched := l.wd.Watching("ml/PyTorchJob/j")
+	require.True(t, watched)
+	require.Nil(t, last, "judged within its grace")
 
 	l.clk.Step(6*time.Second - time.Millisecond)
-	again, failed = l.wd.step(ctx, k, l.job(t))
+	again, failed = l.wd.Step(ctx, k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, time.Millisecond, again)
-	require.Nil(t, w.last, "judged within its grace")
+	last, _ = l.wd.Watching("ml/PyTorchJob/j")
+	require.Nil(t, last, "judged within its grace")
 
 	l.clk.Step(time.Millisecond)
-	_, failed = l.wd.step(ctx, k, l.job(t))
+	_, failed = l.wd.Step(ctx, k, l.job(t))
 	require.True(t, failed, "a pod that can never be placed fails its job once the grace ends")
 	require.Eventually(t, func() bool { _, ok := l.backend.decided(wrap(l.job(t))); return ok }, eventually, tick)
 	d, _ := l.backend.decided(wrap(l.job(t)))
 	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
 	require.Equal(t, t0.Add(grace), d.DecidedAt)
-	require.True(t, pendingReport(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
+	require.True(t, watchdog.Ours(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
 	require.Eventually(t, func() bool { return suspended(l.job(t)) }, eventually, tick)
 	require.Contains(t, <-l.rec.Events, contract.ReasonPendingFailed)
 }
@@ -482,9 +484,9 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	l.pendingSetup(t, "nvidia.com/gpu")
 	k, _ := kubeflow.ByName("PyTorchJob")
 	l.clk.Step(DefaultPendingGrace)
-	again, failed := l.wd.step(context.Background(), k, l.job(t))
+	again, failed := l.wd.Step(context.Background(), k, l.job(t))
 	require.False(t, failed)
-	require.Equal(t, waitRecheck, again)
+	require.Equal(t, watchdog.Recheck, again)
 	// The writes put it on the job (jobwrites.go).
 	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationWaitingFor] != "" }, eventually, tick)
 	_, decided := l.backend.decided(wrap(l.job(t)))
