@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
@@ -95,7 +96,7 @@ func (o draCacheObjects) Pool(driver, pool string) []*resourcev1.ResourceSlice {
 // where DRA is not served or the caches have not synced.
 func (c *Controller) draSource() devicesource.Source {
 	d := &c.dra
-	if !d.served || !allSynced(d.synced) || d.claims == nil || d.slices == nil {
+	if !d.served || !clusterstate.AllSynced(d.synced) || d.claims == nil || d.slices == nil {
 		return nil
 	}
 	return &dra.Source{Objects: draCacheObjects{d}, Drivers: draDrivers(), Pools: &d.pools}

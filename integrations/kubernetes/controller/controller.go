@@ -9,10 +9,11 @@
 // answers out, through the gang store: package gangstore); the event
 // router (package router: one handler per informer for the reconcilers);
 // the job and allocations reconcilers and the Pending watchdog (package
-// watchdog; they read the caches and ask); the leader's writes (the one writer of Gangs, of rankgate's
-// writes on jobs and of Kueue Workloads), with the Gang book; the node
-// model, the pods' usage and the DRA caches (the cluster as the engine
-// judges it, on every replica). Controller wires them.
+// watchdog; they read the caches and ask); the leader's writes (the one
+// writer of Gangs, of rankgate's writes on jobs and of Kueue Workloads),
+// with the Gang book; the node model and the pods' usage (package
+// clusterstate) and the DRA caches: the cluster as the engine judges it,
+// on every replica. Controller wires them.
 //
 // Only the leader (controller-runtime leader election) holds gangs, and it
 // publishes itself as the gate Service's only endpoint (leaderendpoint.go);
@@ -56,6 +57,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -271,12 +273,11 @@ type Controller struct {
 	gate    *gateserver.Server
 	backend *gateBackend // the gate's backend: reports in, answers out (backend.go)
 	kinds   []kubeflow.Kind
-	engine  *schedule.Engine   // judges whether a missing rank can ever be placed
-	wd      *watchdog.Watchdog // the Pending watchdog: jobs with unschedulable pods (pending.go)
-	model   *nodeModel         // the engine's cluster model, kept current from the node informer (model.go)
-	usage   *podUsage          // the bound pods' requests per node, kept current from the pod informers (usage.go)
-	certs   *certs.Rotator     // the controller's own CA (ManageCerts)
-	caDist  *certs.Distributor // the one writer of the CA ConfigMaps (nil: no bundle to give)
+	engine  *schedule.Engine    // judges whether a missing rank can ever be placed
+	wd      *watchdog.Watchdog  // the Pending watchdog: jobs with unschedulable pods (pending.go)
+	state   *clusterstate.State // the nodes and the pods' usage as the engine judges them, fed by the informers (model.go, usage.go)
+	certs   *certs.Rotator      // the controller's own CA (ManageCerts)
+	caDist  *certs.Distributor  // the one writer of the CA ConfigMaps (nil: no bundle to give)
 	// dra: the DRA informers, where resource.k8s.io/v1 is served (dra.go).
 	dra draCaches
 	// webhookCert serves the webhook port's certificate (registerWebhooks).
@@ -374,8 +375,7 @@ func New(opts Options) (*Controller, error) {
 		return nil, err
 	}
 	c.kinds = kinds
-	c.model = newNodeModel(c.engine)
-	c.usage = newPodUsage()
+	c.state = clusterstate.New(c.engine, c.clock())
 
 	mopts := managerOptions(opts, kinds)
 	ws, err := c.webhookServer()

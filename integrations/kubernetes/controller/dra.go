@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 
 	corev1 "k8s.io/api/core/v1"
@@ -157,7 +158,7 @@ func (c *Controller) draState(ctx context.Context) (*draState, error) {
 // objects lists the cached DRA objects and nodes; nil until every
 // informer has its initial list.
 func (d *draCaches) objects() (*draObjects, error) {
-	if !d.served || !allSynced(d.synced) || d.nodes == nil || d.slices == nil || d.claims == nil || d.templates == nil || (d.rulesServed && d.rules == nil) {
+	if !d.served || !clusterstate.AllSynced(d.synced) || d.nodes == nil || d.slices == nil || d.claims == nil || d.templates == nil || (d.rulesServed && d.rules == nil) {
 		return nil, nil
 	}
 	// Nodes and slices in name order, as a live read lists them (the

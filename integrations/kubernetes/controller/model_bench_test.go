@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
@@ -86,12 +87,12 @@ func BenchmarkNodeEvent(b *testing.B) {
 	bp := newBenchPending()
 	e := schedule.New()
 	b.Run("incremental", func(b *testing.B) {
-		c := &Controller{engine: e, model: newNodeModel(e)}
-		c.model.synced = func() bool { return true }
+		c := &Controller{engine: e, state: clusterstate.New(e, clock.RealClock{})}
+		c.state.Nodes.SetSynced(func() bool { return true })
 		for _, n := range bp.nodes {
-			c.model.apply(n)
+			c.state.Nodes.Apply(n)
 		}
-		cl, _, _ := c.model.cluster()
+		cl, _, _ := c.state.Nodes.Cluster()
 		h := &benchWatchHost{watchdogHost: watchdogHost{c}, b: b, pods: map[string][]*corev1.Pod{}, kept: map[string]*watchdog.Judgement{}}
 		for i, j := range bp.jobs {
 			res, w, _, ok, err := judgeOn(e, cl, nil, j, bp.pods[i], false)
@@ -115,7 +116,7 @@ func BenchmarkNodeEvent(b *testing.B) {
 			n = n.DeepCopy()
 			n.Spec.Unschedulable = !n.Spec.Unschedulable
 			n.ResourceVersion = fmt.Sprint(i + 2)
-			c.model.apply(n)
+			c.state.Nodes.Apply(n)
 			if got := c.wd.AffectedByNode("PyTorchJob"); len(got) != 0 {
 				b.Fatalf("%d jobs failed", len(got))
 			}
@@ -159,12 +160,12 @@ func BenchmarkModelMemory(b *testing.B) {
 			return ms.HeapAlloc
 		}
 		before := heap()
-		nm := newNodeModel(e)
-		nm.synced = func() bool { return true }
+		nm := clusterstate.NewNodes(e)
+		nm.SetSynced(func() bool { return true })
 		for _, n := range bp.nodes {
-			nm.apply(n)
+			nm.Apply(n)
 		}
-		cl, _, _ := nm.cluster()
+		cl, _, _ := nm.Cluster()
 		kept := make([]*watchdog.Judgement, len(bp.jobs))
 		for k, j := range bp.jobs {
 			res, w, _, _, _ := judgeOn(e, cl, nil, j, bp.pods[k], false)

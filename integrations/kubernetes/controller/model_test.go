@@ -17,6 +17,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
 )
@@ -134,8 +135,8 @@ func mutateNode(rng *rand.Rand, n *corev1.Node, rv int) *corev1.Node {
 // hopeless exactly the jobs a full judgement finds hopeless.
 func TestModelMatchesFullRebuild(t *testing.T) {
 	e := schedule.New()
-	nm := newNodeModel(e)
-	nm.synced = func() bool { return true }
+	nm := clusterstate.NewNodes(e)
+	nm.SetSynced(func() bool { return true })
 	rng := rand.New(rand.NewPCG(3, 5))
 	nodes := map[string]*corev1.Node{}
 	rv := 0
@@ -143,7 +144,7 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 		rv++
 		n := fleetNode(i, i, rv)
 		nodes[n.Name] = n
-		nm.apply(n)
+		nm.Apply(n)
 	}
 	type jobPods struct {
 		j    job
@@ -176,24 +177,24 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 			jp.pods[k] = p
 		case there && rng.IntN(4) == 0:
 			delete(nodes, name)
-			nm.remove(name)
+			nm.Remove(name)
 		case there:
 			n := mutateNode(rng, old, rv)
 			nodes[name] = n
-			nm.apply(n)
+			nm.Apply(n)
 		default:
 			var i int
 			fmt.Sscanf(name, "node-%d", &i)
 			n := fleetNode(i, rng.IntN(len(fleetKinds)), rv)
 			nodes[name] = n
-			nm.apply(n)
+			nm.Apply(n)
 		}
 		// The full rebuild, over the cache's list (in no particular order).
 		list := make([]corev1.Node, 0, len(nodes))
 		for _, n := range nodes {
 			list = append(list, *n)
 		}
-		cl, gen, err := nm.cluster()
+		cl, gen, err := nm.Cluster()
 		require.NoError(t, err)
 		for _, jp := range jobs {
 			for _, onlyUnbound := range []bool{false, true} {
@@ -207,7 +208,7 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 					continue
 				}
 				want, _ := watchdog.Cause(fres, false)
-				got := nm.hopeless(gen, signature(iw), func() bool {
+				got := nm.Hopeless(gen, signature(iw), func() bool {
 					h, _ := watchdog.Cause(e.Diagnose(cl, iw), false)
 					return h
 				})
@@ -229,25 +230,25 @@ func TestModelMatchesFullRebuild(t *testing.T) {
 // nodes advertise a GPU resource now: a node that loses its GPUs, or
 // goes, is no longer counted; nothing is served before the initial list.
 func TestModelFleetCountsGPUNodes(t *testing.T) {
-	nm := newNodeModel(schedule.New())
-	_, _, err := nm.fleet(context.Background())
-	require.ErrorIs(t, err, errModelNotSynced)
-	nm.synced = func() bool { return true }
+	nm := clusterstate.NewNodes(schedule.New())
+	_, _, err := nm.Fleet(context.Background())
+	require.ErrorIs(t, err, clusterstate.ErrNodesNotSynced)
+	nm.SetSynced(func() bool { return true })
 	a, b, cpu := gpuNodeObj("gpu-a", "nvidia.com/gpu", 8), gpuNodeObj("gpu-b", "nvidia.com/mig-1g.10gb", 7), gpuNodeObj("cpu", "example.com/none", 0)
 	for i, n := range []*corev1.Node{a, b, cpu} {
 		n.ResourceVersion = fmt.Sprint(i + 1)
-		nm.apply(n)
+		nm.Apply(n)
 	}
-	cl, gpus, err := nm.fleet(context.Background())
+	cl, gpus, err := nm.Fleet(context.Background())
 	require.NoError(t, err)
 	require.NotNil(t, cl)
 	require.Equal(t, 2, gpus)
 	drained := b.DeepCopy()
 	drained.ResourceVersion = "9"
 	drained.Status.Allocatable["nvidia.com/mig-1g.10gb"] = resource.MustParse("0")
-	nm.apply(drained)
-	nm.remove("gpu-a")
-	_, gpus, err = nm.fleet(context.Background())
+	nm.Apply(drained)
+	nm.Remove("gpu-a")
+	_, gpus, err = nm.Fleet(context.Background())
 	require.NoError(t, err)
 	require.Zero(t, gpus)
 }

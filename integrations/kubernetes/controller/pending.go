@@ -36,9 +36,6 @@ const (
 	MIGReconfigureOnDemand = "on-demand"
 )
 
-// liveFresh: judgements this close share the model with the usage.
-const liveFresh = time.Second
-
 func (o *Options) pendingDefaults() error {
 	if err := durationDefault(&o.PendingGrace, DefaultPendingGrace, "PendingGrace"); err != nil {
 		return err
@@ -126,7 +123,7 @@ func (h watchdogHost) JobPods(ctx context.Context, obj client.Object) ([]*corev1
 
 // JudgeLive judges job j with its cached pods as `rankgate diagnose job`
 // does: against every node with the requests of every bound, unfinished
-// pod (liveCluster, from the informers; usage.go). The same workload on
+// pod (the live snapshot of package clusterstate). The same workload on
 // the same snapshot is judged once: last is the job's last judgement (a
 // waiting job is looked at again every watchdog.Recheck and after each
 // write of its annotation).
@@ -150,15 +147,15 @@ func (h watchdogHost) JudgeLive(ctx context.Context, j job, pods []*corev1.Pod, 
 	if err != nil {
 		return nil, err
 	}
-	s, err := c.liveCluster(ctx)
+	s, err := c.state.Live(ctx)
 	if err != nil {
 		return nil, err
 	}
 	key := workloadKey(w)
-	if last != nil && last.Snapshot == s.seq && last.Key == key {
+	if last != nil && last.Snapshot == s.Seq && last.Key == key {
 		return last, nil
 	}
-	return &watchdog.Judgement{Snapshot: s.seq, Key: key, Result: c.engine.Diagnose(s.cl, w), Workload: w, Sig: signature(w)}, nil
+	return &watchdog.Judgement{Snapshot: s.Seq, Key: key, Result: c.engine.Diagnose(s.Cluster, w), Workload: w, Sig: signature(w)}, nil
 }
 
 // FullJob reads obj whole from the API server (the cache strips its pod
@@ -183,10 +180,10 @@ func (h watchdogHost) FullJob(ctx context.Context, k kubeflow.Kind, obj client.O
 // needed; equal workloads are judged once per model generation.
 func (h watchdogHost) ModelJudge() func(*watchdog.Judgement) bool {
 	c := h.c
-	cl, gen, err := c.model.cluster()
+	cl, gen, err := c.state.Nodes.Cluster()
 	onDemand := c.opts.MIGReconfigure == MIGReconfigureOnDemand
 	return func(j *watchdog.Judgement) bool {
-		return err != nil || c.model.hopeless(gen, j.Sig, func() bool {
+		return err != nil || c.state.Nodes.Hopeless(gen, j.Sig, func() bool {
 			h, _ := watchdog.Cause(c.engine.Diagnose(cl, j.Workload), onDemand)
 			return h
 		})

@@ -356,10 +356,10 @@ func (c *Controller) newRouter() *router.Router {
 		NodeChanged: c.wd.NoteNodeChange,
 		NodeApplied: func(name string, n *corev1.Node) {
 			if n == nil {
-				c.model.remove(name)
+				c.state.Nodes.Remove(name)
 				return
 			}
-			c.model.apply(n)
+			c.state.Nodes.Apply(n)
 		},
 		AffectedByNode:    c.wd.AffectedByNode,
 		AffectedByDevices: c.wd.AffectedByDevices,

@@ -28,6 +28,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
@@ -93,10 +94,9 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.rec = rec
 	c.backend = c.gateBackend()
 	c.kinds = kubeflow.All()
-	c.model = newNodeModel(c.engine)
-	c.model.synced = func() bool { return true }
-	c.usage = newPodUsage()
-	c.usage.addSource(func() bool { return true })
+	c.state = clusterstate.New(c.engine, clk)
+	c.state.Nodes.SetSynced(func() bool { return true })
+	c.state.Usage.AddSource(func() bool { return true })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	c.w = c.newWrites(&writeQueues{decide: newClockQueue(clk), book: newClockQueue(clk)})
@@ -437,7 +437,7 @@ func (l *leader) pendingSetup(t *testing.T, res string) {
 	for _, o := range objects(pj, pods) {
 		require.NoError(t, l.cl.Create(context.Background(), o))
 	}
-	l.model.apply(gpuNodeObj("node-0", "nvidia.com/gpu", 8))
+	l.state.Nodes.Apply(gpuNodeObj("node-0", "nvidia.com/gpu", 8))
 }
 
 // The Pending watchdog leaves a job whose pod is unschedulable alone for

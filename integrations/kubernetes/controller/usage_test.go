@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -54,17 +55,17 @@ func usagePod(name, job string, gpus int) *corev1.Pod {
 // deleted, with and without the job-name label.
 func TestUsageMatchesFullRead(t *testing.T) {
 	e := schedule.New()
-	nm := newNodeModel(e)
-	nm.synced = func() bool { return true }
+	nm := clusterstate.NewNodes(e)
+	nm.SetSynced(func() bool { return true })
 	var nodes []*corev1.Node
 	for i := 0; i < 6; i++ {
 		n := fleetNode(i, []int{0, 3, 4}[i%3], 1)
 		nodes = append(nodes, n)
-		nm.apply(n)
+		nm.Apply(n)
 	}
-	u := newPodUsage()
-	u.addSource(func() bool { return true })
-	jobs, others := u.handler("jobs"), u.handler("other")
+	u := clusterstate.NewUsage()
+	u.AddSource(func() bool { return true })
+	jobs, others := u.Handler("jobs"), u.Handler("other")
 	cached := func(p *corev1.Pod) (toolscache.ResourceEventHandler, *corev1.Pod) {
 		if p.Labels[LabelJobName] != "" {
 			o, err := trimPod(p.DeepCopy())
@@ -143,14 +144,14 @@ func TestUsageMatchesFullRead(t *testing.T) {
 		for _, p := range waiting {
 			require.NoError(t, b.AddPod(p))
 		}
-		used, _, err := u.used()
+		used, _, err := u.Used()
 		require.NoError(t, err)
 		require.Equal(t, b.Usage(), used, "step %d", step)
 		ww, err := b.WorkloadFor(j)
 		require.NoError(t, err)
 		full := e.Diagnose(e.NewCluster(b.Nodes()), ww)
 
-		base, _, err := nm.cluster()
+		base, _, err := nm.Cluster()
 		require.NoError(t, err)
 		var trimmed []*corev1.Pod
 		for _, p := range waiting {
@@ -195,11 +196,11 @@ func TestUsageKeepsRequests(t *testing.T) {
 	}
 	require.EqualValues(t, 12750, want["cpu"])
 
-	u := newPodUsage()
-	_, _, err = u.used()
-	require.ErrorIs(t, err, errUsageNotSynced)
-	u.addSource(func() bool { return true })
-	h := u.handler("other")
+	u := clusterstate.NewUsage()
+	_, _, err = u.Used()
+	require.ErrorIs(t, err, clusterstate.ErrUsageNotSynced)
+	u.AddSource(func() bool { return true })
+	h := u.Handler("other")
 	bad := usagePod("bad", "", 1)
 	bad.Spec.NodeName = "n1"
 	bad.Spec.Containers[0].Resources.Limits["nvidia.com/gpu"] = resource.MustParse("100000")
@@ -207,14 +208,14 @@ func TestUsageKeepsRequests(t *testing.T) {
 	require.NoError(t, err)
 	h.OnAdd(pb, false)
 	h.OnAdd(sbad, false)
-	_, _, err = u.used()
+	_, _, err = u.Used()
 	require.ErrorContains(t, err, "pod ml/bad")
 	h.OnDelete(sbad)
-	used, _, err := u.used()
+	used, _, err := u.Used()
 	require.NoError(t, err)
 	require.EqualValues(t, 2, used["n1"]["nvidia.com/gpu"])
 	h.OnDelete(pb)
-	used, _, err = u.used()
+	used, _, err = u.Used()
 	require.NoError(t, err)
 	require.Empty(t, used)
 }

@@ -237,7 +237,7 @@ func (c *Controller) registerWebhooks(mgr manager.Manager, s *review.Server, sel
 	if err := validate.CheckPolicies(c.opts.AdmissionPolicies); err != nil {
 		return err
 	}
-	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), Fleet: c.model.fleet,
+	vo := validate.Options{Policies: c.opts.AdmissionPolicies, Nodes: validate.ListNodes(mgr.GetClient()), Fleet: c.state.Nodes.Fleet,
 		DeviceClasses: c.dra.deviceClasses, DRAObjects: c.dra.validateObjects, Engine: c.engine}
 	if self != "" {
 		vo.TrustedUsers = []string{self}
