@@ -4,21 +4,18 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
-	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -104,35 +101,6 @@ func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	require.Nil(t, c.gateBackend().ownReportFails(r, bad, fail))
 	require.Equal(t, 0, fromDRA([]preflight.RankReport{good}))
 	require.Equal(t, 1, fromDRA([]preflight.RankReport{good, {Source: devicesource.DRA}}))
-}
-
-// Allocations' reports join the gang unless the rank reported itself or
-// another pod holds it; the last one completes the gang.
-func TestAddAllocated(t *testing.T) {
-	now := time.Now()
-	g := newTestGang(wrap(ptJob(true, 2)), time.Minute, false) // 3 ranks
-	dev := func(id string) []verdict.DeviceSummary {
-		return []verdict.DeviceSummary{{ID: id, Kind: "mig", GPUUUID: "GPU-a", Profile: "1g.10gb", SMs: 16}}
-	}
-	alloc := func(rank int, uid, id string) allocatedRank {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("p", rank), UID: types.UID(uid)}}
-		return allocatedRank{pod: p, rr: preflight.RankReport{Rank: rank, Pod: p.Name, Source: devicesource.DRA, Report: verdict.Report{Verdict: verdict.VerdictPass, Devices: dev(id)}}}
-	}
-	// Rank 0 reported itself; rank 1 is held by another pod.
-	_, _, h := g.Add(preflight.RankReport{Rank: 0, Pod: "p0", Report: verdict.Report{Verdict: verdict.VerdictPass, Devices: dev("MIG-0")}}, "u0", now)
-	require.Nil(t, h)
-	_, _, h = g.Add(preflight.RankReport{Rank: 1, Pod: "other", Source: devicesource.DRA, Report: verdict.Report{Verdict: verdict.VerdictPass, Devices: dev("MIG-1")}}, "other", now)
-	require.Nil(t, h)
-	added, ready := addAllocated(g, []allocatedRank{alloc(0, "u0", "MIG-0"), alloc(1, "u1", "MIG-1")}, now)
-	require.Equal(t, 0, added)
-	require.Equal(t, gangstore.NotReady, ready)
-	h0, _ := g.HolderOf(0)
-	require.Equal(t, devicesource.Reported, h0.Source, "the rank's own report stands")
-	added, ready = addAllocated(g, []allocatedRank{alloc(2, "u2", "MIG-2")}, now)
-	require.Equal(t, 1, added)
-	require.Equal(t, gangstore.Complete, ready)
-	h2, _ := g.HolderOf(2)
-	require.Equal(t, devicesource.DRA, h2.Source)
 }
 
 // The cache keeps a pod's claim names, bounded.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/allocations"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
@@ -93,7 +94,7 @@ type jobReconciler struct {
 	open    *gangstore.Store[decision] // the open gangs
 	book    *gangBook                  // the Gangs of the gated jobs
 	pending *watchdog.Watchdog
-	alloc   *allocations
+	alloc   *allocations.Reconciler[decision]
 	clk     clock.PassiveClock
 	log     logr.Logger
 	// gangTimeout: a gang's timeout unless its job sets its own.
@@ -102,7 +103,7 @@ type jobReconciler struct {
 
 // jobReconciler is c's job reconciler.
 func (c *Controller) jobReconciler() *jobReconciler {
-	return &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.allocations(),
+	return &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.newAllocations(),
 		clk: c.clock(), log: c.log, gangTimeout: c.opts.GangTimeout}
 }
 
@@ -177,10 +178,10 @@ func (r *jobReconciler) reconcile(ctx context.Context, k kubeflow.Kind, req reco
 		return reconcile.Result{}, nil
 	}
 	// Ranks whose DRA claims are allocated are known before they report.
-	if wait, err := r.alloc.add(ctx, j); err != nil {
+	if wait, err := r.alloc.Add(ctx, j); err != nil {
 		r.log.Error(err, "reading the job's DRA allocations", "job", key)
-	} else if wait && (again == 0 || again > allocationRecheck) {
-		again = allocationRecheck
+	} else if wait && (again == 0 || again > allocations.Recheck) {
+		again = allocations.Recheck
 	}
 	uid, tracked := r.open.UIDOf(key)
 	if !r.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
