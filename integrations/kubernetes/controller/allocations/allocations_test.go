@@ -83,7 +83,7 @@ func (w *world) CachedJob(_ context.Context, _ kubeflow.Kind, key types.Namespac
 	return w.job, nil
 }
 func (w *world) OptedIn(context.Context, client.Object) (bool, error) { return true, nil }
-func (w *world) Decided(client.Object) bool                          { return w.decided }
+func (w *world) Decided(client.Object) bool                           { return w.decided }
 func (w *world) JobPods(context.Context, client.Object) ([]*corev1.Pod, error) {
 	return w.pods, nil
 }
