@@ -9,7 +9,10 @@
 // line can all read the one declaration. rankgate sets no finalizers.
 package contract
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Prefix starts every rankgate label and annotation key. The controller
 // writes only annotations under it on jobs, and its validating webhook
@@ -104,6 +107,16 @@ const (
 	// "<RULE>: <message>"; the Pending watchdog writes and removes it.
 	AnnotationWaitingFor = "rankgate.io/waiting-for"
 )
+
+// Attempt is a job's gated attempt, from its annotations
+// (rankgate.io/attempt; 1 when absent or not a positive number).
+func Attempt(annotations map[string]string) int32 {
+	n, err := strconv.ParseInt(annotations[AnnotationAttempt], 10, 32)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return int32(n)
+}
 
 // MaxReasonLen bounds rankgate.io/reason and rankgate.io/waiting-for, in
 // bytes.

@@ -3,7 +3,6 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -226,16 +225,6 @@ func jobTimeout(o client.Object, def time.Duration) (time.Duration, error) {
 		return def, fmt.Errorf("annotation %s=%q is not a positive duration like 15m", contract.AnnotationGangTimeout, s)
 	}
 	return d, nil
-}
-
-// jobAttempt is the job's gated attempt (rankgate.io/attempt; 1 when
-// absent or not a positive number).
-func jobAttempt(o client.Object) int32 {
-	n, err := strconv.ParseInt(o.GetAnnotations()[contract.AnnotationAttempt], 10, 32)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return int32(n)
 }
 
 // jobAction is the job's fail policy: its annotation, else def.

@@ -8,9 +8,9 @@
 // Its parts, each the owner of its state: the gate's backend (reports in,
 // answers out, through the gang store: package gangstore); the event
 // router (package router: one handler per informer for the reconcilers);
-// the job reconcilers, the allocations reconcilers (package allocations)
-// and the Pending watchdog (package watchdog): they read the caches and
-// ask; the leader's writes (the one
+// the job reconcilers (package jobs), the allocations reconcilers
+// (package allocations) and the Pending watchdog (package watchdog): they
+// read the caches and ask; the leader's writes (the one
 // writer of Gangs, of rankgate's writes on jobs and of Kueue Workloads),
 // with the Gang book; the node model and the pods' usage (package
 // clusterstate) and the DRA caches: the cluster as the engine judges it,

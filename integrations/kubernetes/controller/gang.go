@@ -22,7 +22,7 @@ type gang = gangstore.Gang[decision]
 func gangSpec(j job, timeout time.Duration) gangstore.Spec {
 	o := j.Object()
 	return gangstore.Spec{
-		UID: o.GetUID(), Key: jobKey(j), Kind: j.Kind(), Namespace: o.GetNamespace(), Name: o.GetName(), Attempt: jobAttempt(o),
+		UID: o.GetUID(), Key: jobKey(j), Kind: j.Kind(), Namespace: o.GetNamespace(), Name: o.GetName(), Attempt: contract.Attempt(o.GetAnnotations()),
 		Expected: kubeflow.RankPods(j), Timeout: timeout,
 		MultiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink])),
 	}
@@ -55,7 +55,7 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	// A Gang's first report is an earlier leader's, loaded when this one
 	// took the lead: it matters before this leader's own first report.
 	if r := c.book.lookup(g.UID()); s == "" && r != nil && !started {
-		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == jobAttempt(o) {
+		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == contract.Attempt(o.GetAnnotations()) {
 			// Stored to the second: the report came within the second
 			// after it. The end of that second never shortens the gang's
 			// time (this leader's own first report is never later).

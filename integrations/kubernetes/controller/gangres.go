@@ -119,7 +119,7 @@ func newGangBook() *gangBook { return &gangBook{res: map[types.UID]*gangRes{}} }
 // timeout of def unless the job sets its own). A cache that still shows
 // an earlier attempt keeps the later one.
 func (b *gangBook) forJob(o client.Object, kind string, def time.Duration) *gangRes {
-	attempt := jobAttempt(o)
+	attempt := contract.Attempt(o.GetAnnotations())
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r := b.res[o.GetUID()]; r != nil && r.t.attempt >= attempt {

@@ -32,7 +32,7 @@ func TestResumedJobRegatedByTheWrites(t *testing.T) {
 	require.NoError(t, l.cl.Update(context.Background(), j))
 	k, _ := kubeflow.ByName("PyTorchJob")
 	require.Eventually(t, func() bool {
-		_, err := l.jobReconciler().reconcile(context.Background(), k, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "j"}})
+		_, err := l.newJobReconciler().Reconcile(context.Background(), k, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "j"}})
 		require.NoError(t, err)
 		return l.job(t).Annotations[contract.AnnotationVerdict] == ""
 	}, eventually, tick, "the resumed job was not re-gated")

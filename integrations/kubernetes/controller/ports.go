@@ -12,28 +12,22 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 )
 
-// What the reconcilers (the job reconcilers, the allocations reconcilers,
-// the Pending watchdog) read and ask. They write nothing themselves:
-// they read jobs and pods from the caches (jobView) and ask the leader's
-// writes for what is to be written (gangAsks, watchdogHost); the writes
-// are the one writer of Gangs, jobs and Kueue Workloads (writes.go).
+// What the gate's backend (backend.go) reads and asks: the job
+// reconcilers, the allocations reconcilers and the Pending watchdog have
+// their own ports in their packages (jobs.Jobs, allocations.Jobs,
+// watchdog.Host, ...), served by the controller's hosts (jobHost,
+// allocHost, watchdogHost). None of them writes: they ask the leader's
+// writes, the one writer of Gangs, jobs and Kueue Workloads (writes.go).
 
-// jobView reads jobs and their pods as the reconcilers see them.
+// jobView reads jobs and their pods as the gate sees them.
 type jobView interface {
-	// verdictsLoaded: the verdicts earlier leaders recorded are loaded
-	// (until then what is pending is unknown).
-	verdictsLoaded() bool
-	// cachedJob is the cached job of kind k at key; nil when there is none.
-	cachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error)
 	// optedIn: the job is gated (its own setting, else its namespace's).
 	optedIn(ctx context.Context, o client.Object) (bool, error)
-	// listJobPods lists the cached pods labelled with job name in ns.
-	listJobPods(ctx context.Context, pods *corev1.PodList, ns, name string) error
 	// jobOf maps a pod to its job.
 	jobOf(ctx context.Context, pod *corev1.Pod) (jobRef, bool, error)
 }
 
-// gangAsks are the open gangs and what a reconciler asks of the writes
+// gangAsks are the open gangs and what the gate asks of the writes
 // about them.
 type gangAsks interface {
 	// openGang is the gang of the job with uid, nil when none is held.

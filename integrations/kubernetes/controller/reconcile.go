@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -24,11 +21,9 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller/allocations"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/jobs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
-	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
-	"github.com/rankgate/rankgate/preflight"
 )
 
 // setupReconcilers registers one reconciler per installed job kind. They
@@ -42,12 +37,12 @@ func (c *Controller) setupReconcilers() error {
 		return err
 	}
 	events := c.newRouter()
-	jobs := c.jobReconciler()
+	jr := c.newJobReconciler()
 	for _, k := range c.kinds {
 		k := k
 		kind := k.GVK().Kind
 		r := reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			return jobs.reconcile(ctx, k, req)
+			return jr.Reconcile(ctx, k, req)
 		})
 		// Besides its own jobs' changes, a kind's reconciler gets what the
 		// router sends it (package router): its jobs with a pod becoming (un)
@@ -62,7 +57,7 @@ func (c *Controller) setupReconcilers() error {
 		if err != nil {
 			return fmt.Errorf("controller: %s reconciler: %w", kind, err)
 		}
-		if err := c.setupAllocations(k, events, jobs.alloc); err != nil {
+		if err := c.setupAllocations(k, events, jr.Alloc); err != nil {
 			return err
 		}
 	}
@@ -79,152 +74,80 @@ func (c *Controller) setupReconcilers() error {
 	return nil
 }
 
-// jobReconciler is the job reconciler (one controller-runtime controller
-// per job kind, this one type). It keeps the gang of each opted-in job in
-// step with the job: drops the gangs of deleted and opted-out jobs, keeps
-// a Gang for every gated job, runs the Pending watchdog's and the
-// allocations' steps, arms the deadline of a gang an earlier leader
-// started, fails a gang at once when a missing rank can never be placed,
-// and asks for a re-gate when a person resumed a failed job. It writes
-// nothing itself: it asks the writes.
-type jobReconciler struct {
-	jobs    jobView
-	gangs   gangAsks
-	host    jobHost
-	open    *gangstore.Store[decision] // the open gangs
-	book    *gangBook                  // the Gangs of the gated jobs
-	pending *watchdog.Watchdog
-	alloc   *allocations.Reconciler[decision]
-	clk     clock.PassiveClock
-	log     logr.Logger
-	// gangTimeout: a gang's timeout unless its job sets its own.
-	gangTimeout time.Duration
+// newJobReconciler is c's job reconciler (package jobs).
+func (c *Controller) newJobReconciler() *jobs.Reconciler[decision] {
+	h := jobHost{c}
+	return &jobs.Reconciler[decision]{Jobs: h, Verdicts: h, Book: h, Asks: h, Open: c.gangs, Pending: c.wd,
+		Alloc: c.newAllocations(), Clock: c.clock(), Log: c.log}
 }
 
-// jobReconciler is c's job reconciler.
-func (c *Controller) jobReconciler() *jobReconciler {
-	return &jobReconciler{jobs: c, gangs: c, host: c, open: c.gangs, book: c.book, pending: c.wd, alloc: c.newAllocations(),
-		clk: c.clock(), log: c.log, gangTimeout: c.opts.GangTimeout}
+// jobHost is what the job reconciler asks of c.
+type jobHost struct{ c *Controller }
+
+func (h jobHost) VerdictsLoaded() bool { return h.c.verdictsLoaded() }
+
+func (h jobHost) CachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error) {
+	return h.c.cachedJob(ctx, k, key)
 }
 
-// jobHost is what the job reconciler asks besides the gangs.
-type jobHost interface {
-	// ensureJobCA gives the job's namespace the gate's CA bundle.
-	ensureJobCA(ctx context.Context, o client.Object)
-	// resumedAfterFail: a person resumed the job after a fail verdict.
-	resumedAfterFail(ctx context.Context, obj client.Object) (bool, error)
-	// askRegate asks the writes to re-gate the job.
-	askRegate(obj client.Object, kind string)
-	// missingRanks are g's missing ranks (only those that can never be
-	// placed, with onlyUnplaceable).
-	missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank
+func (h jobHost) OptedIn(ctx context.Context, o client.Object) (bool, error) {
+	return h.c.optedIn(ctx, o)
 }
 
-// forget drops what is held for job key: its gang, its Gang resource
-// and, with unwatch, its Pending watch.
-func (r *jobReconciler) forget(key string, unwatch bool) {
-	r.open.Forget(key)
-	r.book.drop(key, nil)
-	if unwatch {
-		r.pending.Unwatch(key)
-	}
+func (h jobHost) ResumedAfterFail(ctx context.Context, o client.Object) (bool, error) {
+	return h.c.resumedAfterFail(ctx, o)
 }
 
-func (r *jobReconciler) reconcile(ctx context.Context, k kubeflow.Kind, req reconcile.Request) (reconcile.Result, error) {
-	key := req.Namespace + "/" + k.GVK().Kind + "/" + req.Name
-	obj, err := r.jobs.cachedJob(ctx, k, req.NamespacedName)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if obj == nil {
-		r.forget(key, true)
-		return reconcile.Result{}, nil
-	}
-	if in, err := r.jobs.optedIn(ctx, obj); err != nil {
-		return reconcile.Result{}, err
-	} else if !in {
-		r.forget(key, true)
-		return reconcile.Result{}, nil
-	}
-	r.host.ensureJobCA(ctx, obj)
-	if uid, ok := r.open.UIDOf(key); ok && uid != obj.GetUID() {
-		r.forget(key, false) // the job was deleted and created again
-	}
-	if !r.jobs.verdictsLoaded() {
-		// The verdicts an earlier leader recorded are not loaded yet: what
-		// is pending is unknown.
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	j := wrap(obj)
-	if _, ok := r.book.pending(obj.GetUID()); ok {
-		// Decided; being applied to the job. Looked at again once it is
-		// (a person may resume the job right after, and that change may
-		// have been the event that brought it here).
-		return reconcile.Result{RequeueAfter: time.Second}, nil
-	}
-	// The job's rankgate.io/ annotations are a report for people, and
-	// anyone who may patch the job may write them: they are never an
-	// instruction. A fail verdict is acted on (suspend, delete) only by
-	// apply, from the verdict this controller decided or recorded in the
-	// job's Gang. Here they only tell that a person resumed a
-	// suspended job, which re-gates it (clearing them; nothing more).
-	if d, ok := recordedDecision(obj); ok {
-		return r.decided(ctx, key, j, d)
-	}
-	r.undecided(key, k, obj)
-	// Pods the scheduler cannot place: the Pending watchdog (package watchdog).
-	again, failed := r.pending.Step(ctx, k, obj)
-	if failed {
-		return reconcile.Result{}, nil
-	}
-	// Ranks whose DRA claims are allocated are known before they report.
-	if wait, err := r.alloc.Add(ctx, j); err != nil {
-		r.log.Error(err, "reading the job's DRA allocations", "job", key)
-	} else if wait && (again == 0 || again > allocations.Recheck) {
-		again = allocations.Recheck
-	}
-	uid, tracked := r.open.UIDOf(key)
-	if !r.firstReported(obj) && !(tracked && uid == obj.GetUID()) {
-		return reconcile.Result{RequeueAfter: again}, nil
-	}
-	// A gang is running (possibly started before this leader): make sure
-	// its deadline is armed, and fail it now if a missing rank can never
-	// be placed.
-	g := r.gangs.ensureGang(j)
-	if g.Open() {
-		if m := r.host.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
-			r.gangs.askDecide(g, ask{why: trigUnplaceable, missing: m})
-		}
-	}
-	return reconcile.Result{RequeueAfter: again}, nil
-}
-
-// decided looks at job j, which carries verdict d: a person who resumed
-// it after a fail re-gates it; a gang of that attempt still open here is
-// answered with d.
-func (r *jobReconciler) decided(ctx context.Context, key string, j job, d *decision) (reconcile.Result, error) {
-	obj := j.Object()
-	// A Kueue-managed job runs again when its Workload is active again;
-	// until Kueue suspends it, a deactivated one is not resumed. The
-	// writes re-gate it (jobwrites.go).
-	resumed, err := r.host.resumedAfterFail(ctx, obj)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if resumed {
-		r.host.askRegate(obj, j.Kind())
-		return reconcile.Result{}, nil
-	}
-	// Decided and applied by another replica (one that led before this
-	// one, or at the same moment): a gang of that attempt still open here
-	// is answered with the job's verdict now, not at its ranks' next poll.
-	if g := r.open.Get(obj.GetUID()); g != nil && g.Open() && g.Attempt() == jobAttempt(obj) {
+// Carried is the verdict o carries, as applied (it is on the job).
+func (h jobHost) Carried(o client.Object) (*decision, bool) {
+	d, ok := recordedDecision(o)
+	if ok {
 		d.applied = true
-		g.Answer(d, r.clk.Now())
-		r.log.Info("verdict on the job from another replica; open gang answered with it", "job", key, "verdict", d.Report.Verdict, "decidedBy", d.DecidedBy)
 	}
-	r.pending.Unwatch(key)
-	return reconcile.Result{}, nil
+	return d, ok
+}
+
+func (h jobHost) Unrecorded(d *decision) bool { return d.unrecorded }
+
+func (h jobHost) Applying(uid types.UID) bool {
+	_, ok := h.c.book.pending(uid)
+	return ok
+}
+
+// FirstReported: a rank of the job's current attempt reported, as its
+// Gang (loaded when this replica took the lead) or, from earlier
+// releases, its rankgate.io/first-report-at says.
+func (h jobHost) FirstReported(o client.Object) bool {
+	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
+		return true
+	}
+	res := h.c.book.lookup(o.GetUID())
+	if res == nil || res.t.attempt != contract.Attempt(o.GetAnnotations()) {
+		return false
+	}
+	obj := res.current()
+	return obj != nil && obj.Status.FirstReportAt != nil
+}
+
+// Keep asks for the Gang of o when the book holds none yet.
+func (h jobHost) Keep(o client.Object, kind string) {
+	if res := h.c.book.forJob(o, kind, h.c.opts.GangTimeout); res.current() == nil {
+		h.c.touchProgress(o.GetUID(), true)
+	}
+}
+
+func (h jobHost) Drop(key string) { h.c.book.drop(key, nil) }
+
+func (h jobHost) EnsureJobCA(ctx context.Context, o client.Object) { h.c.ensureJobCA(ctx, o) }
+func (h jobHost) AskRegate(o client.Object, kind string)           { h.c.askRegate(o, kind) }
+func (h jobHost) EnsureGang(j job) *gang                           { return h.c.ensureGang(j) }
+
+// FailUnplaceable asks for g to be decided at once when a missing rank
+// can never be placed.
+func (h jobHost) FailUnplaceable(ctx context.Context, g *gang) {
+	if m := h.c.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
+		h.c.askDecide(g, ask{why: trigUnplaceable, missing: m})
+	}
 }
 
 // regate clears a fail verdict from a job a person resumed (suspend set
@@ -264,7 +187,7 @@ func (w *writes) regateFor(ctx context.Context, obj client.Object, bump bool, re
 		set[contract.AnnotationPreviousVerdict] = fmt.Sprintf("%s %s %s", v, a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
 	}
 	if bump {
-		set[contract.AnnotationAttempt] = strconv.Itoa(int(jobAttempt(obj)) + 1)
+		set[contract.AnnotationAttempt] = strconv.Itoa(int(contract.Attempt(obj.GetAnnotations())) + 1)
 	}
 	if restart != nil {
 		set[contract.AnnotationRestartAttempt] = strconv.Itoa(int(*restart))
@@ -288,36 +211,6 @@ func (w *writes) regateFor(ctx context.Context, obj client.Object, bump bool, re
 func controllerOptions() crcontroller.Options {
 	// Several controllers may run in one process (tests, benchmarks).
 	return crcontroller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(true)}
-}
-
-// firstReported: a rank of the job's current attempt reported, as its
-// Gang (loaded when this replica took the lead) or, from earlier
-// releases, its rankgate.io/first-report-at says.
-func (r *jobReconciler) firstReported(o client.Object) bool {
-	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
-		return true
-	}
-	res := r.book.lookup(o.GetUID())
-	if res == nil || res.t.attempt != jobAttempt(o) {
-		return false
-	}
-	obj := res.current()
-	return obj != nil && obj.Status.FirstReportAt != nil
-}
-
-// undecided keeps the Gang of an opted-in job without a verdict: it
-// exists (0/N while no rank reported), and a decided gang whose verdict a
-// person removed from the job is forgotten (the next verdict write starts
-// a new attempt).
-func (r *jobReconciler) undecided(key string, k kubeflow.Kind, obj client.Object) {
-	if g := r.open.Get(obj.GetUID()); g != nil {
-		if d := g.Verdict(); d != nil && !d.unrecorded {
-			r.forget(key, false)
-		}
-	}
-	if res := r.book.forJob(obj, k.GVK().Kind, r.gangTimeout); res.current() == nil {
-		r.gangs.touchProgress(obj.GetUID(), true)
-	}
 }
 
 // jobsIn lists the cached jobs of kind k in namespace ns as requests.

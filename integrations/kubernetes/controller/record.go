@@ -168,14 +168,14 @@ func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.Nam
 		d.applied = true
 		return nil, d, nil
 	}
-	if a := jobAttempt(obj); a > r.t.attempt {
+	if a := contract.Attempt(obj.GetAnnotations()); a > r.t.attempt {
 		return w.book.forJob(obj, g.Kind(), w.opts.GangTimeout), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
-	w.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", jobAttempt(obj))
+	w.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", contract.Attempt(obj.GetAnnotations()))
 	w.book.drop(g.Key(), nil)
 	next = w.book.forJob(obj, g.Kind(), w.opts.GangTimeout)
 	g.SetAttempt(next.t.attempt)
@@ -314,7 +314,7 @@ func (c *Controller) recordStale(ctx context.Context, t target) (string, error) 
 	if !in {
 		return "the job is not opted in", nil
 	}
-	if a := jobAttempt(obj); a != t.attempt {
+	if a := contract.Attempt(obj.GetAnnotations()); a != t.attempt {
 		return fmt.Sprintf("the job is at attempt %d, not %d", a, t.attempt), nil
 	}
 	return "", nil

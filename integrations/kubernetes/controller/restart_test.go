@@ -76,7 +76,7 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	require.NotNil(t, g)
 	k, _ := kubeflow.ByName("PyTorchJob")
 	req := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ml", Name: "j"}}
-	_, err := l.jobReconciler().reconcile(context.Background(), k, req)
+	_, err := l.newJobReconciler().Reconcile(context.Background(), k, req)
 	require.NoError(t, err)
 	require.True(t, g.Open(), "answered without a verdict on the job")
 
@@ -87,7 +87,7 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	job.Annotations = decisionAnnotationsFor(d, job.Annotations)
 	job.Spec.RunPolicy.Suspend = ptr.To(true) // as replica b suspended it
 	require.NoError(t, l.cl.Update(context.Background(), job))
-	_, err = l.jobReconciler().reconcile(context.Background(), k, req)
+	_, err = l.newJobReconciler().Reconcile(context.Background(), k, req)
 	require.NoError(t, err)
 	require.False(t, g.Open())
 	require.NotNil(t, g.Verdict())

@@ -368,8 +368,7 @@ func (w *statusWrites) count() int {
 // verdict: its Gang is created at once, 0/N.
 func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
-	k, _ := kubeflow.ByName("PyTorchJob")
-	l.jobReconciler().undecided("ml/PyTorchJob/j", k, pj)
+	jobHost{l.Controller}.Keep(pj, "PyTorchJob")
 	// Written with its progress, and known as written: a report before
 	// then would write it again, and a verdict write would conflict.
 	require.Eventually(t, func() bool {
