@@ -4,15 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -22,14 +18,13 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
-	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 )
 
 // The allocations reconcilers (package allocations) add to the gangs the
-// ranks whose DRA claims are allocated; here are their wiring and what
-// they ask of the controller (allocHost), and the DRA device source over
-// the controller's caches.
+// ranks whose DRA claims are allocated; here are their wiring (what they
+// ask of the controller: reconcilerHost, hosts.go) and the DRA device
+// source over the controller's caches.
 //
 // A rank that reports itself after the gang was decided is answered with
 // the verdict, unless its pod gets devices through DRA (its gang may have
@@ -99,41 +94,6 @@ func (c *Controller) draSource() devicesource.Source {
 // draDrivers is the embedded known-bad driver table, parsed once (it is
 // read only).
 var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
-
-// newAllocations is c's allocations reconciler.
-func (c *Controller) newAllocations() *allocations.Reconciler[decision] {
-	h := allocHost{c}
-	return &allocations.Reconciler[decision]{Jobs: h, Gangs: h, Source: c.draSource, Clock: c.clock(), Log: c.log}
-}
-
-// allocHost is what the allocations reconcilers ask of c.
-type allocHost struct{ c *Controller }
-
-func (h allocHost) VerdictsLoaded() bool { return h.c.verdictsLoaded() }
-
-func (h allocHost) CachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error) {
-	return h.c.cachedJob(ctx, k, key)
-}
-
-func (h allocHost) OptedIn(ctx context.Context, o client.Object) (bool, error) {
-	return h.c.optedIn(ctx, o)
-}
-
-func (h allocHost) Decided(o client.Object) bool { _, ok := recordedDecision(o); return ok }
-
-func (h allocHost) JobPods(ctx context.Context, o client.Object) ([]*corev1.Pod, error) {
-	return h.c.jobPods(ctx, o)
-}
-
-func (h allocHost) OpenGang(uid types.UID) *gang     { return h.c.openGang(uid) }
-func (h allocHost) EnsureGang(j job) *gang           { return h.c.ensureGang(j) }
-func (h allocHost) StartClock(g *gang, at time.Time) { h.c.startClock(g, at) }
-func (h allocHost) TouchProgress(uid types.UID)      { h.c.touchProgress(uid, false) }
-func (h allocHost) Decide(g *gang, r gangstore.Ready) {
-	if why, ok := readyTrigger(r); ok {
-		h.c.askDecide(g, ask{why: why})
-	}
-}
 
 // setupAllocations registers kind k's allocations reconciler a. Leader
 // only, like the job reconcilers.

@@ -15,8 +15,8 @@ import (
 // What the gate's backend (backend.go) reads and asks: the job
 // reconcilers, the allocations reconcilers and the Pending watchdog have
 // their own ports in their packages (jobs.Jobs, allocations.Jobs,
-// watchdog.Host, ...), served by the controller's hosts (jobHost,
-// allocHost, watchdogHost). None of them writes: they ask the leader's
+// watchdog.Host, ...), served by the controller's hosts (reconcilerHost,
+// watchdogHost). None of them writes: they ask the leader's
 // writes, the one writer of Gangs, jobs and Kueue Workloads (writes.go).
 
 // jobView reads jobs and their pods as the gate sees them.

@@ -21,7 +21,6 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller/jobs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 )
@@ -72,82 +71,6 @@ func (c *Controller) setupReconcilers() error {
 		}
 	}
 	return nil
-}
-
-// newJobReconciler is c's job reconciler (package jobs).
-func (c *Controller) newJobReconciler() *jobs.Reconciler[decision] {
-	h := jobHost{c}
-	return &jobs.Reconciler[decision]{Jobs: h, Verdicts: h, Book: h, Asks: h, Open: c.gangs, Pending: c.wd,
-		Alloc: c.newAllocations(), Clock: c.clock(), Log: c.log}
-}
-
-// jobHost is what the job reconciler asks of c.
-type jobHost struct{ c *Controller }
-
-func (h jobHost) VerdictsLoaded() bool { return h.c.verdictsLoaded() }
-
-func (h jobHost) CachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error) {
-	return h.c.cachedJob(ctx, k, key)
-}
-
-func (h jobHost) OptedIn(ctx context.Context, o client.Object) (bool, error) {
-	return h.c.optedIn(ctx, o)
-}
-
-func (h jobHost) ResumedAfterFail(ctx context.Context, o client.Object) (bool, error) {
-	return h.c.resumedAfterFail(ctx, o)
-}
-
-// Carried is the verdict o carries, as applied (it is on the job).
-func (h jobHost) Carried(o client.Object) (*decision, bool) {
-	d, ok := recordedDecision(o)
-	if ok {
-		d.applied = true
-	}
-	return d, ok
-}
-
-func (h jobHost) Unrecorded(d *decision) bool { return d.unrecorded }
-
-func (h jobHost) Applying(uid types.UID) bool {
-	_, ok := h.c.book.pending(uid)
-	return ok
-}
-
-// FirstReported: a rank of the job's current attempt reported, as its
-// Gang (loaded when this replica took the lead) or, from earlier
-// releases, its rankgate.io/first-report-at says.
-func (h jobHost) FirstReported(o client.Object) bool {
-	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
-		return true
-	}
-	res := h.c.book.lookup(o.GetUID())
-	if res == nil || res.t.attempt != contract.Attempt(o.GetAnnotations()) {
-		return false
-	}
-	obj := res.current()
-	return obj != nil && obj.Status.FirstReportAt != nil
-}
-
-// Keep asks for the Gang of o when the book holds none yet.
-func (h jobHost) Keep(o client.Object, kind string) {
-	if res := h.c.book.forJob(o, kind, h.c.opts.GangTimeout); res.current() == nil {
-		h.c.touchProgress(o.GetUID(), true)
-	}
-}
-
-func (h jobHost) Drop(key string) { h.c.book.drop(key, nil) }
-
-func (h jobHost) EnsureJobCA(ctx context.Context, o client.Object) { h.c.ensureJobCA(ctx, o) }
-func (h jobHost) AskRegate(o client.Object, kind string)           { h.c.askRegate(o, kind) }
-func (h jobHost) EnsureGang(j job) *gang                           { return h.c.ensureGang(j) }
-
-// FailUnplaceable asks for g to be decided at once when a missing rank
-// can never be placed.
-func (h jobHost) FailUnplaceable(ctx context.Context, g *gang) {
-	if m := h.c.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
-		h.c.askDecide(g, ask{why: trigUnplaceable, missing: m})
-	}
 }
 
 // regate clears a fail verdict from a job a person resumed (suspend set

@@ -368,7 +368,7 @@ func (w *statusWrites) count() int {
 // verdict: its Gang is created at once, 0/N.
 func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
-	jobHost{l.Controller}.Keep(pj, "PyTorchJob")
+	reconcilerHost{l.Controller}.Keep(pj, "PyTorchJob")
 	// Written with its progress, and known as written: a report before
 	// then would write it again, and a verdict write would conflict.
 	require.Eventually(t, func() bool {

@@ -112,15 +112,24 @@ func (nm *Nodes) clusterLocked() (*schedule.Cluster, uint64, error) {
 	if nm.synced == nil || !nm.synced() {
 		return nil, 0, ErrNodesNotSynced
 	}
-	if len(nm.refused) > 0 {
-		names := make([]string, 0, len(nm.refused))
-		for n := range nm.refused {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return nil, 0, nm.refused[names[0]]
+	if err := firstError(nm.refused); err != nil {
+		return nil, 0, err
 	}
 	return nm.m.Cluster(), nm.gen, nil
+}
+
+// firstError is the error of errs with the first key, nil for none: the
+// same error every time while the same ones stand.
+func firstError(errs map[string]error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(errs))
+	for k := range errs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return errs[keys[0]]
 }
 
 // Fleet is the validating webhook's view of the nodes: the current

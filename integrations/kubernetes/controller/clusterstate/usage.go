@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"unique"
 
@@ -127,13 +126,8 @@ func (u *Usage) Used() (map[string]schedule.Resources, uint64, error) {
 	if len(u.synced) == 0 || !AllSynced(u.synced) {
 		return nil, 0, ErrUsageNotSynced
 	}
-	if len(u.bad) > 0 {
-		keys := make([]string, 0, len(u.bad))
-		for k := range u.bad {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		return nil, 0, u.bad[keys[0]]
+	if err := firstError(u.bad); err != nil {
+		return nil, 0, err
 	}
 	out := make(map[string]schedule.Resources, len(u.nodes))
 	for node, v := range u.nodes {
