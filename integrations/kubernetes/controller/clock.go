@@ -20,9 +20,6 @@ func (c *Controller) clock() clock.WithTickerAndDelayedExecution {
 // now is the controller's current time.
 func (c *Controller) now() time.Time { return c.clock().Now() }
 
-// since is the time elapsed since t on the controller's clock.
-func (c *Controller) since(t time.Time) time.Duration { return c.clock().Since(t) }
-
 func clockOr(clk clock.WithTickerAndDelayedExecution) clock.WithTickerAndDelayedExecution {
 	if clk == nil {
 		return clock.RealClock{}
