@@ -118,10 +118,6 @@ func Attempt(annotations map[string]string) int32 {
 	return int32(n)
 }
 
-// MaxReasonLen bounds rankgate.io/reason and rankgate.io/waiting-for, in
-// bytes.
-const MaxReasonLen = 2048
-
 // Labels every Gang carries, written by the controller, so that a job's
 // Gangs can be listed by selector (`rankgate status`, diagnose, people).
 const (

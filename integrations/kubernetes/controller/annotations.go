@@ -32,7 +32,7 @@ func ValidAction(s string) bool {
 // job can be tens of KiB), so the report is trimmed to what is left when it
 // would not fit (applyOnce).
 const (
-	maxReasonLen      = contract.MaxReasonLen
+	maxReasonLen      = 2048
 	maxReportLen      = 64 << 10
 	annotationsLimit  = 256 << 10
 	annotationsMargin = 4 << 10 // the API server's own bookkeeping, rounding

@@ -9,12 +9,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/topology"
 	"github.com/rankgate/rankgate/verdict"
 )
+
+// MaxWaitingFor bounds rankgate.io/waiting-for, in bytes (as the
+// controller bounds rankgate.io/reason).
+const MaxWaitingFor = 2048
 
 // Unschedulable: the scheduler marked the unbound pod unschedulable.
 func Unschedulable(p *corev1.Pod) bool {
@@ -139,7 +142,7 @@ func TimeoutReport(subject string, cause verdict.Finding, waited, timeout time.D
 
 // WaitingFor is rankgate.io/waiting-for's value for cause.
 func WaitingFor(cause verdict.Finding) string {
-	return verdict.Truncate(cause.Rule+": "+cause.Message, contract.MaxReasonLen)
+	return verdict.Truncate(cause.Rule+": "+cause.Message, MaxWaitingFor)
 }
 
 // Ours: r is a verdict of the Pending watchdog (placement rules or
