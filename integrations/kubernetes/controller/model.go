@@ -62,35 +62,15 @@ func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyU
 	return judgeJob(c.engine, nodes.Items, dra, j, pods, onlyUnbound)
 }
 
-// startModel feeds the model from the node informer and marks the
+// startModel feeds the model from the node informer (its handler tells
+// the event router of each change, once applied) and marks the
 // watched jobs' workloads stale on their pods' events.
 func (c *Controller) startModel(ctx context.Context) error {
 	ni, err := c.mgr.GetCache().GetInformer(ctx, &corev1.Node{})
 	if err != nil {
 		return err
 	}
-	reg, err := ni.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			if n, ok := o.(*corev1.Node); ok {
-				c.state.Nodes.Apply(n)
-			}
-		},
-		UpdateFunc: func(o, n any) {
-			on, ok1 := o.(*corev1.Node)
-			nn, ok2 := n.(*corev1.Node)
-			if ok1 && ok2 && nodeMatters(on, nn) {
-				c.state.Nodes.Apply(nn)
-			}
-		},
-		DeleteFunc: func(o any) {
-			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-				o = t.Obj
-			}
-			if n, ok := o.(*corev1.Node); ok {
-				c.state.Nodes.Remove(n.Name)
-			}
-		},
-	})
+	reg, err := ni.AddEventHandler(c.state.Nodes.Handler())
 	if err != nil {
 		return err
 	}

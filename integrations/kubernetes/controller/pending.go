@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
-	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -63,38 +61,6 @@ func (c *Controller) newWatchdog() *watchdog.Watchdog {
 		s.Kinds = append(s.Kinds, k.GVK().Kind)
 	}
 	return watchdog.New(watchdogHost{c}, c.clock(), c.log, s)
-}
-
-// nodeMatters: a node change the engine's model sees.
-func nodeMatters(o, n *corev1.Node) bool {
-	return !equalStrings(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
-		!slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) ||
-		!equalResources(o.Status.Allocatable, n.Status.Allocatable) || !equalResources(o.Status.Capacity, n.Status.Capacity) ||
-		cluster.NodeReady(o) != cluster.NodeReady(n)
-}
-
-func equalStrings(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func equalResources(a, b corev1.ResourceList) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || !w.Equal(v) {
-			return false
-		}
-	}
-	return true
 }
 
 // jobPods are the cached pods of the job with obj's UID that fit its spec

@@ -164,20 +164,13 @@ func (c *Controller) newRouter() *router.Router {
 			ref, ok, err := c.jobOf(ctx, p)
 			return ref.kind, ref.name, ok, err
 		},
-		PodWakes:    func(o, n *corev1.Pod) bool { return watchdog.Unschedulable(n) != watchdog.Unschedulable(o) },
-		NodeMatters: nodeMatters,
+		PodWakes: func(o, n *corev1.Pod) bool { return watchdog.Unschedulable(n) != watchdog.Unschedulable(o) },
 		Pod: func(ctx context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			p := &corev1.Pod{}
 			return p, c.client.Get(ctx, key, p)
 		},
-		NodeChanged: c.wd.NoteNodeChange,
-		NodeApplied: func(name string, n *corev1.Node) {
-			if n == nil {
-				c.state.Nodes.Remove(name)
-				return
-			}
-			c.state.Nodes.Apply(n)
-		},
+		NodeChanged:       c.wd.NoteNodeChange,
+		WatchNodes:        c.state.Nodes.Watch,
 		AffectedByNode:    c.wd.AffectedByNode,
 		AffectedByDevices: c.wd.AffectedByDevices,
 		JobsIn:            c.jobsIn,

@@ -11,10 +11,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -40,6 +44,10 @@ type Nodes struct {
 	gpu     map[string]bool   // nodes whose allocatable has a GPU resource
 	gen     uint64            // bumped by every change
 	synced  func() bool       // the informer handler has seen the initial list
+
+	// watchers are told of every change applied (Watch).
+	watchMu  sync.Mutex
+	watchers []func(o, n *corev1.Node)
 
 	// The node-event shortcut's judgements, by workload signature, for
 	// generation memoGen.
@@ -83,6 +91,68 @@ func (nm *Nodes) Apply(n *corev1.Node) {
 	}
 	delete(nm.refused, n.Name)
 	nm.m.Set(sn)
+}
+
+// Matters: a node change the model sees (labels, unschedulable, taints,
+// allocatable, capacity, readiness); a heartbeat does not.
+func Matters(o, n *corev1.Node) bool {
+	return !maps.Equal(o.Labels, n.Labels) || o.Spec.Unschedulable != n.Spec.Unschedulable ||
+		!slices.EqualFunc(o.Spec.Taints, n.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) ||
+		!equalResources(o.Status.Allocatable, n.Status.Allocatable) || !equalResources(o.Status.Capacity, n.Status.Capacity) ||
+		cluster.NodeReady(o) != cluster.NodeReady(n)
+}
+
+func equalResources(a, b corev1.ResourceList) bool {
+	return maps.EqualFunc(a, b, func(x, y resource.Quantity) bool { return x.Equal(y) })
+}
+
+// Handler feeds the model from the node informer, its one writer: every
+// node added or deleted, every change that Matters; then it tells the
+// watchers (Watch), so that whoever re-judges on a node event judges on
+// the model with that node in it.
+func (nm *Nodes) Handler() toolscache.ResourceEventHandler {
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if n, ok := o.(*corev1.Node); ok {
+				nm.Apply(n)
+				nm.tell(nil, n)
+			}
+		},
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if ok1 && ok2 && Matters(on, nn) {
+				nm.Apply(nn)
+				nm.tell(on, nn)
+			}
+		},
+		DeleteFunc: func(o any) {
+			if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if n, ok := o.(*corev1.Node); ok {
+				nm.Remove(n.Name)
+				nm.tell(n, nil)
+			}
+		},
+	}
+}
+
+// Watch adds f, told after each node change Handler applied: o is nil for
+// a node added, n nil for a node deleted.
+func (nm *Nodes) Watch(f func(o, n *corev1.Node)) {
+	nm.watchMu.Lock()
+	nm.watchers = append(nm.watchers, f)
+	nm.watchMu.Unlock()
+}
+
+func (nm *Nodes) tell(o, n *corev1.Node) {
+	nm.watchMu.Lock()
+	ws := nm.watchers
+	nm.watchMu.Unlock()
+	for _, f := range ws {
+		f(o, n)
+	}
 }
 
 // Remove drops a deleted node.

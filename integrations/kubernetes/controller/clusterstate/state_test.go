@@ -2,6 +2,7 @@ package clusterstate
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -151,4 +153,45 @@ func TestUsageUnreadableAndFinished(t *testing.T) {
 	used, _, err = u.Used()
 	require.NoError(t, err)
 	require.Empty(t, used, "a finished pod holds nothing")
+}
+
+// The node informer's handler is the model's one writer: it applies every
+// add and delete and every change that Matters, then tells the watchers,
+// who find the node in the model; a heartbeat changes nothing and is
+// told to no one.
+func TestNodesHandlerAppliesThenTells(t *testing.T) {
+	nm := NewNodes(schedule.New())
+	nm.SetSynced(func() bool { return true })
+	var told []string
+	nm.Watch(func(o, n *corev1.Node) {
+		cl, _, err := nm.Cluster()
+		require.NoError(t, err)
+		switch {
+		case o == nil:
+			told = append(told, fmt.Sprintf("+%s %d", n.Name, cl.NodeCount()))
+		case n == nil:
+			told = append(told, fmt.Sprintf("-%s %d", o.Name, cl.NodeCount()))
+		default:
+			told = append(told, fmt.Sprintf("~%s %d", n.Name, cl.NodeCount()))
+		}
+	})
+	h := nm.Handler()
+	h.OnAdd(gpuNode("n1", "1", 8), false)
+	_, gen, _ := nm.Cluster()
+	beat := gpuNode("n1", "2", 8)
+	beat.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0)
+	h.OnUpdate(gpuNode("n1", "1", 8), beat)
+	_, gen2, _ := nm.Cluster()
+	require.Equal(t, gen, gen2, "a heartbeat is not applied")
+	h.OnUpdate(beat, gpuNode("n1", "3", 4))
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "n1", Obj: gpuNode("n1", "3", 4)})
+	require.Equal(t, []string{"+n1 1", "~n1 1", "-n1 0"}, told)
+
+	cordoned := gpuNode("n2", "1", 8)
+	require.False(t, Matters(cordoned, gpuNode("n2", "2", 8)))
+	cordoned.Spec.Unschedulable = true
+	require.True(t, Matters(gpuNode("n2", "1", 8), cordoned))
+	tainted := gpuNode("n2", "1", 8)
+	tainted.Spec.Taints = []corev1.Taint{{Key: "k", Value: "v", Effect: corev1.TaintEffectNoSchedule}}
+	require.True(t, Matters(gpuNode("n2", "1", 8), tainted))
 }

@@ -26,8 +26,8 @@ import (
 // A pod event is
 // mapped to its job once (jobOf: the pod's controller, or the job behind
 // its batch Job, read the first time) and goes to that job's kind only; a
-// node event updates the node model once and re-judges the Pending jobs
-// of every kind it may fail; an allocated claim is mapped to the jobs of
+// node change, once the node model applied it (the model's own handler),
+// re-judges the Pending jobs of every kind it may fail; an allocated claim is mapped to the jobs of
 // the pods it is reserved for once. The reconcilers' queues are
 // controller-runtime's; each kind's reconcilers take the router's sources
 // (Router.Source) instead of watching pods, nodes, namespaces and DRA
@@ -54,7 +54,8 @@ type route struct {
 }
 
 // Deps is what the router asks of the controller, each owned elsewhere:
-// the job of a pod, the node model and the Pending watchdog's jobs.
+// the job of a pod, the node model's changes and the Pending watchdog's
+// jobs.
 type Deps struct {
 	// JobOf maps a pod to its job (its kind and name).
 	JobOf func(context.Context, *corev1.Pod) (kind, name string, ok bool, err error)
@@ -63,13 +64,12 @@ type Deps struct {
 	PodWakes func(o, n *corev1.Pod) bool
 	// Pod reads a cached pod (the claims' consumers).
 	Pod func(context.Context, types.NamespacedName) (*corev1.Pod, error)
-	// NodeMatters: a node update the engine's model sees. NodeChanged
-	// records what any node update tells the Pending watchdog, and
-	// NodeApplied puts the node (nil: gone) into the model before the jobs
-	// it affects are judged.
-	NodeMatters func(o, n *corev1.Node) bool
+	// WatchNodes registers a func the node model calls after each node
+	// change it applied (o nil: added; n nil: deleted): the jobs a node
+	// event affects are judged on the model with the node in it.
+	// NodeChanged records what a node update tells the Pending watchdog.
+	WatchNodes  func(func(o, n *corev1.Node))
 	NodeChanged func(o, n *corev1.Node)
-	NodeApplied func(name string, n *corev1.Node)
 	// AffectedByNode and AffectedByDevices: the watched Pending jobs of a
 	// kind that a node event, or a change of the published devices or
 	// their taint rules, may fail.
@@ -188,11 +188,13 @@ func (r *Router) addHandlers(ctx context.Context) error {
 		on  bool
 	}{
 		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated}, true},
-		{&corev1.Node{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.nodeAdded, UpdateFunc: r.nodeUpdated, DeleteFunc: r.nodeDeleted}, true},
 		{&corev1.Namespace{}, toolscache.ResourceEventHandlerFuncs{UpdateFunc: r.namespaceUpdated}, true},
 		{&resourcev1.ResourceClaim{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.claimAdded, UpdateFunc: r.claimUpdated}, r.deps.DRA},
 		{&resourcev1.ResourceSlice{}, devicesChanged(r), r.deps.DRA},
 		{&resourcev1.DeviceTaintRule{}, devicesChanged(r), r.deps.DRA && r.deps.Rules},
+	}
+	if r.deps.WatchNodes != nil {
+		r.deps.WatchNodes(r.nodeEvent)
 	}
 	var synced []toolscache.InformerSynced
 	for _, h := range handlers {
@@ -224,8 +226,7 @@ func informed[T any](o any) (T, bool) {
 	return v, ok
 }
 
-func toPod(o any) (*corev1.Pod, bool)   { return informed[*corev1.Pod](o) }
-func toNode(o any) (*corev1.Node, bool) { return informed[*corev1.Node](o) }
+func toPod(o any) (*corev1.Pod, bool) { return informed[*corev1.Pod](o) }
 
 // podAdded: a pod created bound with claims (the scheduler allocated
 // them) brings its job to the allocations reconciler.
@@ -271,34 +272,12 @@ func (r *Router) routePod(p *corev1.Pod, to ...Destination) {
 	}
 }
 
-func (r *Router) nodeAdded(o any) {
-	if n, ok := toNode(o); ok {
-		r.nodeEvent(n.Name, n)
+// nodeEvent re-judges each kind's Pending jobs a node change the model
+// just applied may fail (o nil: the node was added; n nil: deleted).
+func (r *Router) nodeEvent(o, n *corev1.Node) {
+	if o != nil && n != nil {
+		r.deps.NodeChanged(o, n)
 	}
-}
-
-func (r *Router) nodeUpdated(o, n any) {
-	on, ok1 := toNode(o)
-	nn, ok2 := toNode(n)
-	if !ok1 || !ok2 {
-		return
-	}
-	r.deps.NodeChanged(on, nn)
-	if r.deps.NodeMatters(on, nn) {
-		r.nodeEvent(nn.Name, nn)
-	}
-}
-
-func (r *Router) nodeDeleted(o any) {
-	if n, ok := toNode(o); ok {
-		r.nodeEvent(n.Name, nil)
-	}
-}
-
-// nodeEvent applies the node to the model once, then re-judges each
-// kind's Pending jobs it may fail.
-func (r *Router) nodeEvent(name string, n *corev1.Node) {
-	r.deps.NodeApplied(name, n)
 	r.eachKind(r.deps.AffectedByNode)
 }
 

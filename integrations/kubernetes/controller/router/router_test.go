@@ -10,13 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache/informertest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
@@ -26,7 +29,8 @@ type routerFixture struct {
 	r      *Router
 	queues map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]
 	jobOfs int      // jobOf calls
-	nodes  []string // nodeApplied calls ("-name" for a removal)
+	nodes  []string // NodeChanged calls
+	watch  func(o, n *corev1.Node)
 	pods   map[types.NamespacedName]*corev1.Pod
 }
 
@@ -51,22 +55,14 @@ func newRouterFixture(t *testing.T) *routerFixture {
 			return "", "", false, nil
 		},
 		PodWakes: func(o, n *corev1.Pod) bool { return unschedulable(o) != unschedulable(n) },
-		NodeMatters: func(o, n *corev1.Node) bool {
-			return !equality.Semantic.DeepEqual(o.Status.Allocatable, n.Status.Allocatable)
-		},
 		Pod: func(_ context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			if p := f.pods[key]; p != nil {
 				return p, nil
 			}
 			return nil, errors.New("not found")
 		},
-		NodeChanged: func(o, n *corev1.Node) {},
-		NodeApplied: func(name string, n *corev1.Node) {
-			if n == nil {
-				name = "-" + name
-			}
-			f.nodes = append(f.nodes, name)
-		},
+		NodeChanged: func(o, n *corev1.Node) { f.nodes = append(f.nodes, n.Name) },
+		WatchNodes:  func(w func(o, n *corev1.Node)) { f.watch = w },
 		AffectedByNode: func(kind string) []reconcile.Request {
 			return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: "node", Name: kind}}}
 		},
@@ -160,13 +156,23 @@ func TestRouterBoundDRAPodGoesToAllocations(t *testing.T) {
 	assert.Empty(t, f.drain())
 }
 
-func TestRouterNodeEventAppliesOnceAndReachesEveryKind(t *testing.T) {
+// A node change the model applied reaches every kind's job reconciler
+// (its Pending jobs it may fail), once per kind; an update tells the
+// watchdog, an add or a delete does not. The router watches the model
+// from its start.
+func TestRouterNodeEventReachesEveryKind(t *testing.T) {
 	f := newRouterFixture(t)
+	informers := &informertest.FakeInformers{Scheme: scheme.Scheme}
+	f.r.deps.Informer = func(ctx context.Context, o client.Object) (crcache.Informer, error) {
+		return informers.GetInformer(ctx, o)
+	}
+	require.NoError(t, f.r.addHandlers(context.Background()))
+	require.NotNil(t, f.watch, "the router watches the node model")
 	gpu := func(rv, n string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: rv},
 			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}}}
 	}
-	f.r.nodeUpdated(gpu("1", "8"), gpu("2", "7"))
+	f.watch(gpu("1", "8"), gpu("2", "7"))
 	assert.Equal(t, []string{"n1"}, f.nodes)
 	got := f.drain()
 	for _, k := range routerKinds {
@@ -174,14 +180,9 @@ func TestRouterNodeEventAppliesOnceAndReachesEveryKind(t *testing.T) {
 	}
 	assert.Len(t, got, len(routerKinds), "no allocations queue gets node events")
 
-	// A heartbeat-only update: no model change, no re-judging.
-	f.r.nodeUpdated(gpu("2", "7"), gpu("3", "7"))
-	assert.Equal(t, []string{"n1"}, f.nodes)
-	assert.Empty(t, f.drain())
-
-	f.r.nodeDeleted(toolscache.DeletedFinalStateUnknown{Key: "n1", Obj: gpu("3", "7")})
-	f.r.nodeAdded(gpu("4", "8"))
-	assert.Equal(t, []string{"n1", "-n1", "n1"}, f.nodes)
+	f.watch(gpu("2", "7"), nil)
+	f.watch(nil, gpu("4", "8"))
+	assert.Equal(t, []string{"n1"}, f.nodes, "a node deleted or added is no update")
 	assert.Len(t, f.drain()["MPIJob/job"], 1, "equal requests collapse in the queue")
 }
 
