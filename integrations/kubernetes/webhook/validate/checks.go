@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -24,7 +25,7 @@ import (
 // that does not exist yet.
 func (h *handler) judge(ctx context.Context, j kubeflow.Job) (fs []verdict.Finding, notes []string) {
 	on := func(id string) bool { return h.policy[id] != Off }
-	rd := &reads{h: h}
+	rd := h.reads(ctx)
 	if on(verdict.RuleShapeMismatch) || on(verdict.RuleStrategyMismatch) {
 		var err error
 		fs, err = h.placement(ctx, rd, j, on)
@@ -75,7 +76,7 @@ func (h *handler) placement(ctx context.Context, rd *reads, j kubeflow.Job, on f
 	// The templates alone: no pods exist yet.
 	b := cluster.NewBuilder()
 	if h.classes != nil {
-		classes, err := rd.deviceClasses(ctx)
+		classes, err := rd.deviceClasses()
 		if err != nil {
 			return nil, fmt.Errorf("reading DeviceClasses: %w", err)
 		}
@@ -137,7 +138,7 @@ func (h *handler) fleetNow(ctx context.Context) (*schedule.Cluster, int, []corev
 // workload without DRA facts where the DRA objects are not known (not
 // served, or the caches have not synced): never refused then.
 func (h *handler) withDRA(ctx context.Context, rd *reads, b *cluster.Builder, j kubeflow.Job, nodes []corev1.Node) (schedule.Workload, error) {
-	o, err := rd.draObjects(ctx)
+	o, err := rd.draObjects()
 	if err != nil {
 		return schedule.Workload{}, fmt.Errorf("reading DRA objects: %w", err)
 	}
@@ -465,25 +466,13 @@ func commandLine(c *corev1.Container) []string {
 // done at most once: the placement and the claim checks both need them
 // (in the controller each is a listing of its caches).
 type reads struct {
-	h                        *handler
-	classesRead, objectsRead bool
-	classes                  []resourcev1.DeviceClass
-	objects                  *DRAObjects
-	classesErr, objectsErr   error
+	deviceClasses func() ([]resourcev1.DeviceClass, error)
+	draObjects    func() (*DRAObjects, error)
 }
 
-func (r *reads) deviceClasses(ctx context.Context) ([]resourcev1.DeviceClass, error) {
-	if !r.classesRead {
-		r.classes, r.classesErr = r.h.classes(ctx)
-		r.classesRead = true
+func (h *handler) reads(ctx context.Context) *reads {
+	return &reads{
+		deviceClasses: sync.OnceValues(func() ([]resourcev1.DeviceClass, error) { return h.classes(ctx) }),
+		draObjects:    sync.OnceValues(func() (*DRAObjects, error) { return h.objects(ctx) }),
 	}
-	return r.classes, r.classesErr
-}
-
-func (r *reads) draObjects(ctx context.Context) (*DRAObjects, error) {
-	if !r.objectsRead {
-		r.objects, r.objectsErr = r.h.objects(ctx)
-		r.objectsRead = true
-	}
-	return r.objects, r.objectsErr
 }

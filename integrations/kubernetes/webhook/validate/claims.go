@@ -51,10 +51,10 @@ func (h *handler) claimChecks(ctx context.Context, rd *reads, j kubeflow.Job, on
 	if h.objects == nil || h.classes == nil || (!on(verdict.RuleDRAClaimUnmatched) && !on(verdict.RuleDRAMIGMaySpanGPUs)) || !hasClaims(j) {
 		return nil
 	}
-	classes, err := rd.deviceClasses(ctx)
+	classes, err := rd.deviceClasses()
 	var o *DRAObjects
 	if err == nil {
-		o, err = rd.draObjects(ctx)
+		o, err = rd.draObjects()
 	}
 	if err != nil {
 		return []string{"rankgate: claim checks (DRA_CLAIM_UNMATCHED, DRA_MIG_MAY_SPAN_GPUS) skipped: " + clip(err.Error(), 150)}
