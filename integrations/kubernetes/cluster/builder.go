@@ -267,13 +267,7 @@ func (b *Builder) Nodes() []schedule.Node {
 		if len(u) == 0 {
 			continue
 		}
-		used := make(schedule.Resources, len(u))
-		for j, v := range u {
-			if v != 0 {
-				used[b.resName[j]] = v
-			}
-		}
-		out[i].Used = used
+		out[i].Used = NamedSums(b.resName, u)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -284,14 +278,20 @@ func (b *Builder) Nodes() []schedule.Node {
 func (b *Builder) Usage() map[string]schedule.Resources {
 	out := make(map[string]schedule.Resources, len(b.usage))
 	for name, u := range b.usage {
-		used := make(schedule.Resources, len(u))
-		for j, v := range u {
-			if v != 0 {
-				used[b.resName[j]] = v
-			}
-		}
-		if len(used) > 0 {
+		if used := NamedSums(b.resName, u); len(used) > 0 {
 			out[name] = used
+		}
+	}
+	return out
+}
+
+// NamedSums are sums kept by resource index as resources by name (names
+// by index), the zero ones left out.
+func NamedSums(names []string, sums []int64) schedule.Resources {
+	out := make(schedule.Resources, len(sums))
+	for i, v := range sums {
+		if v != 0 {
+			out[names[i]] = v
 		}
 	}
 	return out

@@ -131,13 +131,7 @@ func (u *Usage) Used() (map[string]schedule.Resources, uint64, error) {
 	}
 	out := make(map[string]schedule.Resources, len(u.nodes))
 	for node, v := range u.nodes {
-		rs := make(schedule.Resources, len(v))
-		for i, q := range v {
-			if q != 0 {
-				rs[u.names[i]] = q
-			}
-		}
-		out[node] = rs
+		out[node] = cluster.NamedSums(u.names, v)
 	}
 	return out, u.gen, nil
 }
