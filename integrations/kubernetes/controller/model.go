@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -63,8 +62,7 @@ func (c *Controller) judge(ctx context.Context, j job, pods []*corev1.Pod, onlyU
 }
 
 // startModel feeds the model from the node informer (its handler tells
-// the event router of each change, once applied) and marks the
-// watched jobs' workloads stale on their pods' events.
+// the event router of each change, once applied).
 func (c *Controller) startModel(ctx context.Context) error {
 	ni, err := c.mgr.GetCache().GetInformer(ctx, &corev1.Node{})
 	if err != nil {
@@ -75,18 +73,5 @@ func (c *Controller) startModel(ctx context.Context) error {
 		return err
 	}
 	c.state.Nodes.SetSynced(reg.HasSynced)
-	pi, err := c.mgr.GetCache().GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		return err
-	}
-	stale := func(o any) {
-		if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
-			o = t.Obj
-		}
-		if p, ok := o.(*corev1.Pod); ok && p.Labels[LabelJobName] != "" {
-			c.wd.PodsChanged(p.Namespace, p.Labels[LabelJobName])
-		}
-	}
-	_, err = pi.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: stale, UpdateFunc: func(_, n any) { stale(n) }, DeleteFunc: stale})
-	return err
+	return nil
 }

@@ -165,6 +165,11 @@ func (c *Controller) newRouter() *router.Router {
 			return ref.kind, ref.name, ok, err
 		},
 		PodWakes: func(o, n *corev1.Pod) bool { return watchdog.Unschedulable(n) != watchdog.Unschedulable(o) },
+		PodChanged: func(p *corev1.Pod) {
+			if name := p.Labels[LabelJobName]; name != "" {
+				c.wd.PodsChanged(p.Namespace, name)
+			}
+		},
 		Pod: func(ctx context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			p := &corev1.Pod{}
 			return p, c.client.Get(ctx, key, p)

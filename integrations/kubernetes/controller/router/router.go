@@ -62,6 +62,9 @@ type Deps struct {
 	// PodWakes: a pod update that the job reconciler acts on (a pod
 	// becoming schedulable or unschedulable).
 	PodWakes func(o, n *corev1.Pod) bool
+	// PodChanged is told of every pod added, updated or deleted (the
+	// Pending watchdog's last judgement of its job is stale).
+	PodChanged func(*corev1.Pod)
 	// Pod reads a cached pod (the claims' consumers).
 	Pod func(context.Context, types.NamespacedName) (*corev1.Pod, error)
 	// WatchNodes registers a func the node model calls after each node
@@ -187,7 +190,7 @@ func (r *Router) addHandlers(ctx context.Context) error {
 		h   toolscache.ResourceEventHandler
 		on  bool
 	}{
-		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated}, true},
+		{&corev1.Pod{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.podAdded, UpdateFunc: r.podUpdated, DeleteFunc: r.podDeleted}, true},
 		{&corev1.Namespace{}, toolscache.ResourceEventHandlerFuncs{UpdateFunc: r.namespaceUpdated}, true},
 		{&resourcev1.ResourceClaim{}, toolscache.ResourceEventHandlerFuncs{AddFunc: r.claimAdded, UpdateFunc: r.claimUpdated}, r.deps.DRA},
 		{&resourcev1.ResourceSlice{}, devicesChanged(r), r.deps.DRA},
@@ -231,8 +234,19 @@ func toPod(o any) (*corev1.Pod, bool) { return informed[*corev1.Pod](o) }
 // podAdded: a pod created bound with claims (the scheduler allocated
 // them) brings its job to the allocations reconciler.
 func (r *Router) podAdded(o any) {
-	if p, ok := toPod(o); ok && r.deps.DRA && p.Spec.NodeName != "" && dra.UsesClaims(p) {
+	p, ok := toPod(o)
+	if !ok {
+		return
+	}
+	r.deps.PodChanged(p)
+	if r.deps.DRA && p.Spec.NodeName != "" && dra.UsesClaims(p) {
 		r.routePod(p, ToAllocations)
+	}
+}
+
+func (r *Router) podDeleted(o any) {
+	if p, ok := toPod(o); ok {
+		r.deps.PodChanged(p)
 	}
 }
 
@@ -244,6 +258,7 @@ func (r *Router) podUpdated(o, n any) {
 	if !ok1 || !ok2 {
 		return
 	}
+	r.deps.PodChanged(np)
 	var to []Destination
 	if r.deps.PodWakes(op, np) {
 		to = append(to, ToJob)

@@ -26,12 +26,13 @@ import (
 )
 
 type routerFixture struct {
-	r      *Router
-	queues map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]
-	jobOfs int      // jobOf calls
-	nodes  []string // NodeChanged calls
-	watch  func(o, n *corev1.Node)
-	pods   map[types.NamespacedName]*corev1.Pod
+	r       *Router
+	queues  map[route]workqueue.TypedRateLimitingInterface[reconcile.Request]
+	jobOfs  int      // jobOf calls
+	nodes   []string // NodeChanged calls
+	changed []string // PodChanged calls
+	watch   func(o, n *corev1.Node)
+	pods    map[types.NamespacedName]*corev1.Pod
 }
 
 var routerKinds = []string{"PyTorchJob", "MPIJob", "JobSet", "TrainJob"}
@@ -54,7 +55,8 @@ func newRouterFixture(t *testing.T) *routerFixture {
 			}
 			return "", "", false, nil
 		},
-		PodWakes: func(o, n *corev1.Pod) bool { return unschedulable(o) != unschedulable(n) },
+		PodWakes:   func(o, n *corev1.Pod) bool { return unschedulable(o) != unschedulable(n) },
+		PodChanged: func(p *corev1.Pod) { f.changed = append(f.changed, p.Name) },
 		Pod: func(_ context.Context, key types.NamespacedName) (*corev1.Pod, error) {
 			if p := f.pods[key]; p != nil {
 				return p, nil
@@ -130,6 +132,13 @@ func TestRouterPodEventGoesToItsKindOnly(t *testing.T) {
 	f.r.podUpdated(routedPod("broken", false), routedPod("broken", true))
 	assert.Equal(t, 3, f.jobOfs)
 	assert.Empty(t, f.drain(), "a pod of no job, and one whose job could not be read, go nowhere")
+
+	// Every pod event, a delete's tombstone too, tells PodChanged (the
+	// watchdog's judgement of its job is stale), routed or not.
+	f.r.podAdded(routedPod("JobSet-1", false))
+	f.r.podDeleted(toolscache.DeletedFinalStateUnknown{Key: "ns/JobSet-1", Obj: routedPod("JobSet-1", false)})
+	assert.Equal(t, []string{"JobSet-0", "MPIJob-0", "nobody", "broken", "JobSet-1", "JobSet-1"}, f.changed)
+	assert.Empty(t, f.drain(), "an unbound pod added or deleted is routed nowhere")
 }
 
 func TestRouterBoundDRAPodGoesToAllocations(t *testing.T) {
