@@ -44,9 +44,7 @@ type Nodes struct {
 	gpu     map[string]bool   // nodes whose allocatable has a GPU resource
 	gen     uint64            // bumped by every change
 	synced  func() bool       // the informer handler has seen the initial list
-
-	// watchers are told of every change applied (Watch).
-	watchMu  sync.Mutex
+	// watchers are told of every change Handler applied (Watch).
 	watchers []func(o, n *corev1.Node)
 
 	// The node-event shortcut's judgements, by workload signature, for
@@ -141,15 +139,15 @@ func (nm *Nodes) Handler() toolscache.ResourceEventHandler {
 // Watch adds f, told after each node change Handler applied: o is nil for
 // a node added, n nil for a node deleted.
 func (nm *Nodes) Watch(f func(o, n *corev1.Node)) {
-	nm.watchMu.Lock()
+	nm.mu.Lock()
 	nm.watchers = append(nm.watchers, f)
-	nm.watchMu.Unlock()
+	nm.mu.Unlock()
 }
 
 func (nm *Nodes) tell(o, n *corev1.Node) {
-	nm.watchMu.Lock()
+	nm.mu.Lock()
 	ws := nm.watchers
-	nm.watchMu.Unlock()
+	nm.mu.Unlock()
 	for _, f := range ws {
 		f(o, n)
 	}
