@@ -21,9 +21,9 @@ import (
 // caches, judgements on the controller's cluster state, and the writes.
 //
 // A job is judged as diagnose judges it, on every relevant change (pods,
-// nodes): on the engine's node model (model.go) with the requests of every
-// bound, unfinished pod summed per node (usage.go), both kept current from
-// the informers. Hopelessness never depends on free capacity; what a job
+// nodes): on the engine's node model with the requests of every bound,
+// unfinished pod summed per node (package clusterstate), both kept current
+// from the informers. Hopelessness never depends on free capacity; what a job
 // waits for does (who holds the devices), and its text changes with every
 // pod bound or finished on a busy node: it is renewed at most once per
 // watchdog.LiveEvery while its rule stays the same.
