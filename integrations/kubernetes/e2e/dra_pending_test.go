@@ -314,15 +314,20 @@ func TestE2EControllerValidatesDRAJobs(t *testing.T) {
 		}
 		return j
 	}
-	bad := claimed("no-device", tmpl.Name)
-	var err error
-	require.Eventually(t, func() bool {
-		err = k8s.Create(ctx, bad.DeepCopy())
-		if err == nil {
-			_ = k8s.Delete(ctx, bad.DeepCopy())
-		}
-		return err != nil
-	}, 30*time.Second, 500*time.Millisecond, "the job was admitted")
+	// The webhook answers from the controller's caches, which trail the
+	// API server by a moment: a refusal is waited for.
+	refused := func(j *kubeflowv1.PyTorchJob) error {
+		var err error
+		require.Eventually(t, func() bool {
+			err = k8s.Create(ctx, j.DeepCopy())
+			if err == nil {
+				_ = k8s.Delete(ctx, j.DeepCopy())
+			}
+			return err != nil
+		}, 30*time.Second, 500*time.Millisecond, "the job was admitted")
+		return err
+	}
+	err := refused(claimed("no-device", tmpl.Name))
 	require.True(t, apierrors.IsForbidden(err), "%v", err)
 	require.Contains(t, err.Error(), verdict.RuleShapeMismatch)
 	require.Contains(t, err.Error(), "Fix:")
@@ -331,7 +336,7 @@ func TestE2EControllerValidatesDRAJobs(t *testing.T) {
 	// The same problem through the device plugin: refused the same way.
 	gpuNode(t, "e2e-wh-dra-plugin", "nvidia.com/mig-1g.10gb", 7)
 	t.Cleanup(func() { _ = k8s.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "e2e-wh-dra-plugin"}}) })
-	err = k8s.Create(ctx, draPyTorchJob(ns, "no-mig-shape", "nvidia.com/mig-5g.999gb", 1))
+	err = refused(draPyTorchJob(ns, "no-mig-shape", "nvidia.com/mig-5g.999gb", 1))
 	require.True(t, apierrors.IsForbidden(err), "%v", err)
 	require.Contains(t, err.Error(), verdict.RuleShapeMismatch)
 
