@@ -15,6 +15,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/allocations"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
@@ -97,7 +98,7 @@ var draDrivers = sync.OnceValue(preflight.DefaultDriverTable)
 
 // setupAllocations registers kind k's allocations reconciler a. Leader
 // only, like the job reconcilers.
-func (c *Controller) setupAllocations(k kubeflow.Kind, events *router.Router, a *allocations.Reconciler[decision]) error {
+func (c *Controller) setupAllocations(k kubeflow.Kind, events *router.Router, a *allocations.Reconciler[decision.Decision]) error {
 	if !c.dra.served {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight"
@@ -86,7 +87,7 @@ func TestOwnReportAgainstAllocation(t *testing.T) {
 func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	c := &Controller{log: logr.Discard()}
 	r := rankOf{job: wrap(ptJob(true, 1)), rank: 1}
-	pass := &decision{Report: verdict.NewReport("ns/j: 2 of 2 ranks reported (2 known from their DRA allocations)", nil)}
+	pass := &decision.Decision{Report: verdict.NewReport("ns/j: 2 of 2 ranks reported (2 known from their DRA allocations)", nil)}
 	good := preflight.RankReport{Rank: 1, Pod: "p1", Node: "n1", Report: verdict.NewReport("", nil)}
 	require.Nil(t, c.gateBackend().ownReportFails(r, good, pass))
 	bad := good
@@ -97,7 +98,7 @@ func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	require.Equal(t, []string{verdict.RuleRankFailed}, d.Report.RuleIDs())
 	require.Contains(t, d.Report.Findings[0].Message, "rank 1 (pod p1 on n1) reported itself after the gang's verdict (pass) and fails its own rules: GPU_LOST: GPU 1 has fallen off the bus")
 	require.Equal(t, verdict.VerdictPass, pass.Report.Verdict, "the recorded verdict is not changed")
-	fail := &decision{Report: verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail}})}
+	fail := &decision.Decision{Report: verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail}})}
 	require.Nil(t, c.gateBackend().ownReportFails(r, bad, fail))
 	require.Equal(t, 0, fromDRA([]preflight.RankReport{good}))
 	require.Equal(t, 1, fromDRA([]preflight.RankReport{good, {Source: devicesource.DRA}}))

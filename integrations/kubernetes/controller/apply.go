@@ -16,6 +16,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 )
 
 // applyStep puts r's recorded verdict on its job (apply), once per pass
@@ -72,7 +73,7 @@ func (w *writes) markStep(ctx context.Context, r *gangRes) bool {
 // a delete verdict still deletes it (the Gang is marked Applied only
 // after the delete, so a leader that dies in between leaves it to the
 // next one).
-func (w *writes) apply(ctx context.Context, t target, d *decision) error {
+func (w *writes) apply(ctx context.Context, t target, d *decision.Decision) error {
 	k, _ := kubeflow.ByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
 	var lastErr error
@@ -82,7 +83,7 @@ func (w *writes) apply(ctx context.Context, t target, d *decision) error {
 		cancel()
 		switch {
 		case err == nil && done:
-			if obj != nil && !d.adopted {
+			if obj != nil && !d.Adopted {
 				metricApplyLag.Observe(w.since(d.DecidedAt).Seconds())
 			}
 			if d.Report.Failed() && d.Action == ActionDelete {
@@ -115,7 +116,7 @@ func (w *writes) apply(ctx context.Context, t target, d *decision) error {
 // applyOnce is one try of apply. done with a nil object: nothing to write
 // (job gone, replaced, or already carrying a verdict). ev is the decision
 // the Event tells (d, with how a Kueue-managed job was stopped).
-func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, fresh bool) (bool, client.Object, *decision, error) {
+func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, fresh bool) (bool, client.Object, *decision.Decision, error) {
 	obj := k.New()
 	var err error
 	if fresh {
@@ -129,7 +130,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 	if err != nil {
 		return false, nil, nil, err
 	}
-	if _, ok := recordedDecision(obj); ok {
+	if _, ok := decision.FromJob(obj); ok {
 		return true, nil, nil, nil
 	}
 	orig := obj.DeepCopyObject().(client.Object)
@@ -143,7 +144,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 				return false, nil, nil, err
 			}
 			e := *d
-			e.kueue = how
+			e.Kueue = how
 			ev = &e
 		} else {
 			wrap(obj).SetSuspended(true)
@@ -153,7 +154,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 	if ann == nil {
 		ann = map[string]string{}
 	}
-	for k, v := range decisionAnnotationsFor(d, ann) {
+	for k, v := range decision.AnnotationsFor(d, ann) {
 		ann[k] = v
 	}
 	// A decided job waits for nothing: what the Pending watchdog last
@@ -189,9 +190,9 @@ func (w *writes) refusedText(k kubeflow.Kind, ns string) string {
 // refused, and sets its action annotation to suspend. The in-memory
 // decision keeps delete (ranks were answered with it); the job, its
 // annotations and the Event say what happened.
-func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision, why string) error {
+func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, why string) error {
 	s := *d
-	s.Action, s.deleteRefused = ActionSuspend, why
+	s.Action, s.DeleteRefused = ActionSuspend, why
 	for attempt := 0; attempt < 10; attempt++ {
 		obj := k.New()
 		err := w.api.Get(ctx, key, obj)
@@ -212,7 +213,7 @@ func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 			if err != nil {
 				return err
 			}
-			s.kueue = how
+			s.Kueue = how
 		} else {
 			j.SetSuspended(true)
 		}
@@ -242,7 +243,7 @@ func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 // verdict d (the job patch, and a delete verdict's delete, are done), and
 // forgets the Gang: it stays as the job's history. A Gang that is gone
 // (deleted with its job) needs nothing.
-func (w *writes) markApplied(ctx context.Context, t target, d *decision) {
+func (w *writes) markApplied(ctx context.Context, t target, d *decision.Decision) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	r := w.book.lookup(t.uid)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
@@ -177,7 +178,7 @@ func (b *gateBackend) Report(ctx context.Context, id gateserver.Identity, req *g
 	}
 	b.log.V(1).Info("rank reported", "job", g.Key(), "rank", r.rank, "pod", r.pod.Name, "node", node, "verdict", req.Report.Verdict, "new", isNew)
 	if decide {
-		b.gangs.askDecide(g, ask{why: why})
+		b.gangs.askDecide(g, decision.Ask{Why: why})
 	}
 	g.Wait(ctx, b.clk, wait)
 	return response(g, r.rank), nil
@@ -202,7 +203,7 @@ func (b *gateBackend) Verdict(ctx context.Context, id gateserver.Identity, wait 
 	return response(g, r.rank), nil
 }
 
-func (b *gateBackend) answerDecided(r rankOf, d *decision) *gate.Response {
+func (b *gateBackend) answerDecided(r rankOf, d *decision.Decision) *gate.Response {
 	resp := &gate.Response{Job: jobKey(r.job), Rank: r.rank, Expected: kubeflow.RankPods(r.job)}
 	fillDecided(resp, d)
 	return resp
@@ -210,13 +211,13 @@ func (b *gateBackend) answerDecided(r rankOf, d *decision) *gate.Response {
 
 // decided returns the job's verdict: the in-memory gang's, else the one
 // recorded on the job (by this or an earlier leader).
-func (b *gateBackend) decided(j job) (*decision, bool) {
+func (b *gateBackend) decided(j job) (*decision.Decision, bool) {
 	if g := b.gangs.openGang(j.Object().GetUID()); g != nil {
 		if d := g.Verdict(); d != nil {
 			return d, true
 		}
 	}
-	if d, ok := recordedDecision(j.Object()); ok {
+	if d, ok := decision.FromJob(j.Object()); ok {
 		return d, true
 	}
 	return b.book.pending(j.Object().GetUID())
@@ -323,7 +324,7 @@ func (c *Controller) ensureGang(j job) *gang {
 	o := j.Object()
 	g := c.gangs.Get(o.GetUID())
 	if g == nil {
-		timeout, err := jobTimeout(o, c.opts.GangTimeout)
+		timeout, err := decision.JobTimeout(o, c.opts.GangTimeout)
 		if err != nil {
 			c.log.Info("ignoring bad annotation", "job", jobKey(j), "error", err.Error())
 		}
@@ -363,11 +364,11 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 // and in an Event on the job, and cannot fail the gang. A holder that is
 // gone, terminated or being deleted gives the rank up (a pod the operator
 // re-created).
-func (b *gateBackend) addReport(ctx context.Context, g *gang, r rankOf, rr preflight.RankReport, now time.Time) (isNew, decide bool, why trigger, err error) {
+func (b *gateBackend) addReport(ctx context.Context, g *gang, r rankOf, rr preflight.RankReport, now time.Time) (isNew, decide bool, why decision.Trigger, err error) {
 	for attempt := 0; ; attempt++ {
 		isNew, ready, h := g.Add(rr, string(r.pod.UID), now)
 		if h == nil {
-			why, decide := readyTrigger(ready)
+			why, decide := decision.ReadyTrigger(ready)
 			return isNew, decide, why, nil
 		}
 		alive, err := b.podRuns(ctx, r.pod.Namespace, h.Pod, h.UID)
@@ -485,7 +486,7 @@ func (b *gateBackend) againstAllocation(ctx context.Context, pod *corev1.Pod, rr
 // a disagreement with its allocation) and the verdict does not: that
 // rank is answered fail, with the verdict's findings and its own, so that
 // it does not start on devices the verdict did not see; nil otherwise.
-func (b *gateBackend) ownReportFails(r rankOf, rr preflight.RankReport, d *decision) *decision {
+func (b *gateBackend) ownReportFails(r rankOf, rr preflight.RankReport, d *decision.Decision) *decision.Decision {
 	if d.Report.Failed() || !rr.Report.Failed() {
 		return nil
 	}

@@ -59,6 +59,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -295,8 +296,8 @@ type Controller struct {
 	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
 	leaderSince atomic.Int64           // unix nanos
 
-	gangs *gangstore.Store[decision] // the open gangs (reports in, answers out)
-	book  *gangBook                  // the Gangs of the jobs being gated, with their writes' state (gangres.go)
+	gangs *gangstore.Store[decision.Decision] // the open gangs (reports in, answers out)
+	book  *gangBook                           // the Gangs of the jobs being gated, with their writes' state (gangres.go)
 
 	// w: the leader's writes (writes.go), the one writer of Gangs, of
 	// rankgate's writes on jobs and of Kueue Workloads.
@@ -355,7 +356,7 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 // newController is a replica's in-memory state for opts (defaulted),
 // without its clients: New adds them, unit tests add fakes.
 func newController(opts Options) *Controller {
-	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
+	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision.Decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
 		book: newGangBook(), engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	c.wd = c.newWatchdog()

@@ -19,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -120,8 +121,8 @@ func TestSuspend(t *testing.T) {
 
 func TestDecisionRoundTrip(t *testing.T) {
 	rep := preflight.GangRules(preflight.GangInput{Job: "ml/PyTorchJob/j", Expected: 2, Ranks: []preflight.RankReport{{Rank: 0, Report: verdict.NewReport("", nil)}}})
-	d := &decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend, DecidedBy: "replica-a"}
-	ann := decisionAnnotations(d)
+	d := &decision.Decision{Report: rep, DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 5, time.UTC), Action: ActionSuspend, DecidedBy: "replica-a"}
+	ann := decision.Annotations(d)
 	require.Equal(t, "fail", ann[contract.AnnotationVerdict])
 	require.Equal(t, "GANG_INCOMPLETE", ann[contract.AnnotationRules])
 	require.Equal(t, "suspend", ann[contract.AnnotationAction])
@@ -129,7 +130,7 @@ func TestDecisionRoundTrip(t *testing.T) {
 
 	j := ptJob(true, 1)
 	j.Annotations = ann
-	got, ok := recordedDecision(j)
+	got, ok := decision.FromJob(j)
 	require.True(t, ok)
 	require.Equal(t, d.Report, got.Report)
 	require.True(t, got.DecidedAt.Equal(d.DecidedAt))
@@ -138,11 +139,11 @@ func TestDecisionRoundTrip(t *testing.T) {
 
 	// Edited by hand: verdict and reason survive.
 	j.Annotations[contract.AnnotationReport] = "{"
-	got, ok = recordedDecision(j)
+	got, ok = decision.FromJob(j)
 	require.True(t, ok)
 	require.Equal(t, verdict.VerdictFail, got.Report.Verdict)
 	j.Annotations[contract.AnnotationVerdict] = "maybe"
-	_, ok = recordedDecision(j)
+	_, ok = decision.FromJob(j)
 	require.False(t, ok)
 }
 
@@ -151,8 +152,8 @@ func TestCompactReportBounded(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		f = append(f, verdict.Finding{Rule: "RANK_PREFLIGHT_FAILED", Severity: verdict.SeverityFail, Message: strings.Repeat("x", 100), Remediation: strings.Repeat("y", 100), Ranks: []int{i}})
 	}
-	s := compactReport(verdict.NewReport("big", f), maxReportLen)
-	require.LessOrEqual(t, len(s), maxReportLen)
+	s := decision.CompactReport(verdict.NewReport("big", f), decision.MaxReportLen)
+	require.LessOrEqual(t, len(s), decision.MaxReportLen)
 	var r verdict.Report
 	require.NoError(t, json.Unmarshal([]byte(s), &r))
 	require.Equal(t, verdict.VerdictFail, r.Verdict)
@@ -167,16 +168,16 @@ func TestOptInAndOverrides(t *testing.T) {
 	j.Labels = nil
 	j.Annotations = map[string]string{contract.KeyGate: "disabled", contract.AnnotationGangTimeout: "90s", contract.AnnotationOnFail: "delete"}
 	require.True(t, contract.GateDisabled(gateSetting(j)))
-	d, err := jobTimeout(j, time.Minute)
+	d, err := decision.JobTimeout(j, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, 90*time.Second, d)
-	require.Equal(t, ActionDelete, jobAction(j, ActionSuspend))
+	require.Equal(t, ActionDelete, decision.JobAction(j, ActionSuspend))
 	j.Annotations[contract.AnnotationGangTimeout] = "soon"
 	j.Annotations[contract.AnnotationOnFail] = "explode"
-	d, err = jobTimeout(j, time.Minute)
+	d, err = decision.JobTimeout(j, time.Minute)
 	require.Error(t, err)
 	require.Equal(t, time.Minute, d)
-	require.Equal(t, ActionSuspend, jobAction(j, ActionSuspend))
+	require.Equal(t, ActionSuspend, decision.JobAction(j, ActionSuspend))
 }
 
 func TestTrimPod(t *testing.T) {
@@ -237,7 +238,7 @@ func TestUnappliedGauge(t *testing.T) {
 	r2 := &gangRes{t: target{ns: "ml", uid: "u2"}}
 	c.book.adopt(r1, true)
 	c.book.adopt(r2, true)
-	d := &decision{Report: verdict.NewReport("", nil)}
+	d := &decision.Decision{Report: verdict.NewReport("", nil)}
 	c.w.setPending(r1, d)
 	c.w.setPending(r2, d)
 	c.w.setPending(r2, d)

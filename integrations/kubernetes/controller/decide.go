@@ -14,6 +14,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -38,7 +39,7 @@ const (
 // waiting rank. It runs in the leader's writes (writes.go), never twice at
 // once for one gang; a verdict already recorded (by an earlier leader) is
 // adopted, never decided again. Applying it to the job is the next write.
-func (w *writes) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
+func (w *writes) decideWith(ctx context.Context, g *gang, a decision.Ask) decideOutcome {
 	taken, ok := g.Begin()
 	if !ok {
 		return decideDone
@@ -49,22 +50,22 @@ func (w *writes) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	in := preflight.GangInput{Job: g.Key(), Ranks: ranks, ExpectMultiNodeNVLink: taken.MultiNodeNVLink}
-	switch a.why {
-	case trigComplete:
+	switch a.Why {
+	case decision.OnComplete:
 		in.Expected = expected
-	case trigDeadline:
+	case decision.OnDeadline:
 		in.Expected = expected
 		in.Missing = w.host.missingRanks(rctx, g, ranks, false)
 		last = time.Time{}
-	case trigUnplaceable:
-		in.Missing = a.missing
+	case decision.OnUnplaceable:
+		in.Missing = a.Missing
 		last = time.Time{}
-	case trigEarlyFail, trigPending:
+	case decision.OnEarlyFail, decision.OnPending:
 		last = time.Time{}
 	}
 	var report verdict.Report
-	if a.pre != nil {
-		report = *a.pre
+	if a.Pre != nil {
+		report = *a.Pre
 	} else {
 		in.NCCL = w.host.ncclSettings(rctx, g)
 		report = preflight.GangRules(in)
@@ -73,13 +74,13 @@ func (w *writes) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
 			report.Subject += fmt.Sprintf(" (%d known from their DRA allocations)", n)
 		}
 	}
-	if a.why != trigComplete && a.why != trigDeadline && !report.Failed() {
+	if a.Why != decision.OnComplete && a.Why != decision.OnDeadline && !report.Failed() {
 		// A partial view that no longer fails (a rank re-sent a passing
 		// report): keep waiting.
 		undecided()
 		return decideWaiting
 	}
-	d := &decision{Report: report, DecidedAt: w.now(), DecidedBy: w.opts.Identity}
+	d := &decision.Decision{Report: report, DecidedAt: w.now(), DecidedBy: w.opts.Identity}
 	recStart := w.now()
 	rec, wrote, err := w.record(rctx, g, d)
 	recTook := w.since(recStart)
@@ -94,11 +95,11 @@ func (w *writes) decideWith(ctx context.Context, g *gang, a ask) decideOutcome {
 	}
 	g.Answer(rec, w.now())
 
-	log := w.log.WithValues("job", g.Key(), "verdict", rec.Report.Verdict, "trigger", a.why.String())
+	log := w.log.WithValues("job", g.Key(), "verdict", rec.Report.Verdict, "trigger", a.Why.String())
 	switch {
-	case rec.unrecorded:
+	case rec.Unrecorded:
 		log.Info("job deleted or replaced; verdict answered, not recorded")
-	case rec.applied:
+	case rec.Applied:
 		log.Info("verdict already recorded on the job; adopted")
 	case !wrote:
 		log.Info("verdict recorded by an earlier leader; adopted")
@@ -121,7 +122,7 @@ func (w *writes) sinceOrZero(t time.Time) string {
 // adoptVerdict closes the open gang g with d, a verdict another replica
 // recorded in its Gang (one that led before this one): the waiting ranks
 // are answered with it, and it is applied (the next write).
-func (w *writes) adoptVerdict(g *gang, d *decision) {
+func (w *writes) adoptVerdict(g *gang, d *decision.Decision) {
 	if !g.Open() {
 		return
 	}
@@ -131,23 +132,23 @@ func (w *writes) adoptVerdict(g *gang, d *decision) {
 }
 
 // emitEvent puts the verdict on the job as a Kubernetes Event.
-func (w *writes) emitEvent(obj client.Object, d *decision) {
+func (w *writes) emitEvent(obj client.Object, d *decision.Decision) {
 	typ, reason := corev1.EventTypeNormal, contract.ReasonGangPassed
-	note := summary(d.Report)
+	note := decision.Summary(d.Report)
 	switch {
 	case d.Report.Failed():
 		typ, reason = corev1.EventTypeWarning, contract.ReasonGangFailed
 		if watchdog.Ours(d.Report) {
 			reason = contract.ReasonPendingFailed
 		}
-		note = failReason(d.Report, 0)
+		note = decision.FailReason(d.Report, 0)
 		switch {
-		case d.Action == ActionSuspend && d.kueue != "" && d.deleteRefused != "":
-			note = d.kueue + ", job not deleted (" + d.deleteRefused + "): " + note
-		case d.Action == ActionSuspend && d.kueue != "":
-			note = d.kueue + ": " + note
-		case d.Action == ActionSuspend && d.deleteRefused != "":
-			note = "job suspended, not deleted (" + d.deleteRefused + "): " + note
+		case d.Action == ActionSuspend && d.Kueue != "" && d.DeleteRefused != "":
+			note = d.Kueue + ", job not deleted (" + d.DeleteRefused + "): " + note
+		case d.Action == ActionSuspend && d.Kueue != "":
+			note = d.Kueue + ": " + note
+		case d.Action == ActionSuspend && d.DeleteRefused != "":
+			note = "job suspended, not deleted (" + d.DeleteRefused + "): " + note
 		case d.Action == ActionSuspend:
 			note = "job suspended: " + note
 		case d.Action == ActionDelete:

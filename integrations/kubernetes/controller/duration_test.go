@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
@@ -16,7 +17,7 @@ import (
 func TestJobDurationsClamped(t *testing.T) {
 	j := ptJob(true, 1)
 	j.Annotations = map[string]string{contract.AnnotationGangTimeout: "2562047h47m", contract.AnnotationPendingGrace: "2562047h47m", contract.AnnotationPendingTimeout: "1000h"}
-	d, err := jobTimeout(j, time.Minute)
+	d, err := decision.JobTimeout(j, time.Minute)
 	require.NoError(t, err)
 	require.Equal(t, gate.MaxJobDuration, d)
 	for _, key := range []string{contract.AnnotationPendingGrace, contract.AnnotationPendingTimeout} {

@@ -10,13 +10,14 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
 // gang is one job's ranks as the leader holds them until its verdict
 // (package gangstore: reports in, answers out).
-type gang = gangstore.Gang[decision]
+type gang = decision.Gang
 
 // gangSpec is what job j's gang is for.
 func gangSpec(j job, timeout time.Duration) gangstore.Spec {
@@ -26,21 +27,6 @@ func gangSpec(j job, timeout time.Duration) gangstore.Spec {
 		Expected: kubeflow.RankPods(j), Timeout: timeout,
 		MultiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink])),
 	}
-}
-
-// trigger says why a gang is decided.
-type trigger int
-
-const (
-	trigComplete    trigger = iota // every expected rank reported
-	trigEarlyFail                  // the ranks so far already fail together
-	trigDeadline                   // gang timeout with ranks missing
-	trigUnplaceable                // a missing rank's pod can never be placed
-	trigPending                    // the Pending watchdog: hopeless, or past the pending timeout
-)
-
-func (t trigger) String() string {
-	return [...]string{"complete", "early-fail", "deadline", "unplaceable", "pending"}[t]
 }
 
 // adoptFirstReport starts g's clock at the first report its Gang records
@@ -121,7 +107,7 @@ func response(g *gang, rank int) *gate.Response {
 
 // fillDecided answers with d. Every answer of the gang points to d's one
 // report (the gate encodes it once for all of them): d must not change.
-func fillDecided(r *gate.Response, d *decision) {
+func fillDecided(r *gate.Response, d *decision.Decision) {
 	r.State = gate.StateDecided
 	r.Verdict = &d.Report
 	if !d.DecidedAt.IsZero() {
@@ -129,16 +115,4 @@ func fillDecided(r *gate.Response, d *decision) {
 		r.DecidedAt = &at
 	}
 	r.Action = d.Action
-}
-
-// readyTrigger is why a gang whose Add answered ready is to be decided;
-// false: not yet.
-func readyTrigger(ready gangstore.Ready) (trigger, bool) {
-	switch ready {
-	case gangstore.Complete:
-		return trigComplete, true
-	case gangstore.EarlyFail:
-		return trigEarlyFail, true
-	}
-	return 0, false
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -24,17 +25,17 @@ type quadraticGang struct {
 	reports  map[int]preflight.RankReport
 }
 
-func (q *quadraticGang) add(rr preflight.RankReport) (decide bool, why trigger) {
+func (q *quadraticGang) add(rr preflight.RankReport) (decide bool, why decision.Trigger) {
 	_, had := q.reports[rr.Rank]
 	q.reports[rr.Rank] = rr
 	if len(q.reports) >= q.expected {
-		return true, trigComplete
+		return true, decision.OnComplete
 	}
 	if rr.Report.Failed() {
-		return true, trigEarlyFail
+		return true, decision.OnEarlyFail
 	}
 	if !had && len(q.reports) > 1 && preflight.GangRules(preflight.GangInput{Job: q.key, Ranks: q.rankList(), ExpectMultiNodeNVLink: q.multi}).Failed() {
-		return true, trigEarlyFail
+		return true, decision.OnEarlyFail
 	}
 	return false, 0
 }
@@ -100,7 +101,7 @@ func TestGangEarlyFailIncremental(t *testing.T) {
 			require.Equal(t, wantDecide, decide, "job %d after rank %d (%d reported)", job, i, len(ref.reports))
 			require.Equal(t, wantWhy, why)
 			if decide {
-				if why == trigEarlyFail {
+				if why == decision.OnEarlyFail {
 					early++
 				} else {
 					complete++
@@ -128,7 +129,7 @@ func TestGangEarlyFailReplacedAndReleased(t *testing.T) {
 	isNew, decide, why, _ := addRank(g, dup, "uid-1", time.Now())
 	require.False(t, isNew)
 	require.True(t, decide)
-	require.Equal(t, trigEarlyFail, why)
+	require.Equal(t, decision.OnEarlyFail, why)
 	require.True(t, g.Release(1, "uid-1"))
 	_, decide, _, _ = addRank(g, gangRank(nil, 2, 0), "uid-2", time.Now())
 	require.False(t, decide, "the released rank's devices still count")
@@ -161,7 +162,7 @@ func BenchmarkGangAdd(b *testing.B) {
 				g := newTestGang(wrap(ptJob(true, int32(n-1))), time.Minute, false)
 				now := time.Now()
 				for i, rr := range ranks {
-					if _, decide, why, _ := addRank(g, rr, uids[i], now); decide != (i == n-1) || (decide && why != trigComplete) {
+					if _, decide, why, _ := addRank(g, rr, uids[i], now); decide != (i == n-1) || (decide && why != decision.OnComplete) {
 						b.Fatalf("rank %d: decide %v (%s)", i, decide, why)
 					}
 				}

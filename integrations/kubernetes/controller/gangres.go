@@ -21,6 +21,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
@@ -52,9 +53,9 @@ type gangRes struct {
 	// the Gang (by this replica or an earlier leader); onJobAt when the job
 	// was found carrying it (zero: not yet applied); dirty says progress
 	// is to be written, progressAt when it last was.
-	ask        *ask  // a decision asked for, until it is made
-	restart    int32 // a later restart a rank reported from (restart.go)
-	recorded   *decision
+	ask        *decision.Ask // a decision asked for, until it is made
+	restart    int32         // a later restart a rank reported from (restart.go)
+	recorded   *decision.Decision
 	onJobAt    time.Time
 	dirty      bool
 	progressAt time.Time
@@ -68,7 +69,7 @@ type gangRes struct {
 
 // unapplied is r's recorded verdict while its job does not carry it yet
 // (nil once it does), and r's target.
-func (r *gangRes) unapplied() (*decision, target) {
+func (r *gangRes) unapplied() (*decision.Decision, target) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.recorded != nil && r.onJobAt.IsZero() {
@@ -125,7 +126,7 @@ func (b *gangBook) forJob(o client.Object, kind string, def time.Duration) *gang
 	if r := b.res[o.GetUID()]; r != nil && r.t.attempt >= attempt {
 		return r
 	}
-	timeout, _ := jobTimeout(o, def)
+	timeout, _ := decision.JobTimeout(o, def)
 	k, _ := kubeflow.ByName(kind)
 	r := &gangRes{
 		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
@@ -165,7 +166,7 @@ func (b *gangBook) adopt(r *gangRes, replace bool) {
 }
 
 // pending is job uid's verdict that is recorded and not yet on the job.
-func (b *gangBook) pending(uid types.UID) (*decision, bool) {
+func (b *gangBook) pending(uid types.UID) (*decision.Decision, bool) {
 	r := b.lookup(uid)
 	if r == nil {
 		return nil, false
@@ -360,19 +361,19 @@ func oneLine(s string) string {
 
 // setVerdict records d in st (with the gang's latest progress): the
 // verdict fields, the phase and the Decided condition.
-func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation int64) {
+func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision.Decision, generation int64) {
 	setProgress(st, s, "")
 	st.WaitingFor = ""
 	st.Verdict = string(d.Report.Verdict)
 	st.Rules = gangstore.RuleIDs(d.Report, 64)
-	st.Report = compactReport(d.Report, maxReportLen)
+	st.Report = decision.CompactReport(d.Report, decision.MaxReportLen)
 	st.DecidedAt = &metav1.Time{Time: d.DecidedAt}
 	st.DecidedBy = verdict.Truncate(d.DecidedBy, 256)
 	st.Phase, st.Action = v1alpha1.PhasePassed, ""
-	msg := summary(d.Report)
+	msg := decision.Summary(d.Report)
 	if d.Report.Failed() {
 		st.Phase, st.Action = v1alpha1.PhaseFailed, d.Action
-		msg = failReason(d.Report, v1alpha1.MaxMessageLength)
+		msg = decision.FailReason(d.Report, v1alpha1.MaxMessageLength)
 	}
 	st.Message = verdict.Truncate(msg, v1alpha1.MaxMessageLength)
 	st.Reason = oneLine(msg)
@@ -394,7 +395,7 @@ func setVerdict(st *v1alpha1.GangStatus, s gangSnapshot, d *decision, generation
 }
 
 // gangDecision reads the verdict recorded in a Gang's status.
-func gangDecision(g *v1alpha1.Gang) (*decision, bool) {
+func gangDecision(g *v1alpha1.Gang) (*decision.Decision, bool) {
 	st := &g.Status
 	if !meta.IsStatusConditionTrue(st.Conditions, contract.ConditionDecided) {
 		return nil, false
@@ -403,7 +404,7 @@ func gangDecision(g *v1alpha1.Gang) (*decision, bool) {
 	if v != verdict.VerdictPass && v != verdict.VerdictWarn && v != verdict.VerdictFail {
 		return nil, false
 	}
-	d := &decision{Action: st.Action, DecidedBy: st.DecidedBy, adopted: true}
+	d := &decision.Decision{Action: st.Action, DecidedBy: st.DecidedBy, Adopted: true}
 	if st.DecidedAt != nil {
 		d.DecidedAt = st.DecidedAt.Time
 	}

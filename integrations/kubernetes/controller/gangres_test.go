@@ -12,6 +12,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -145,7 +146,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 		{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: strings.Repeat("long ", 100) + "\nand more"},
 		{Rule: "SOME_WARNING", Severity: verdict.SeverityWarn, Message: "w"},
 	})
-	d := &decision{Report: rep, DecidedAt: first.Add(2 * time.Minute), DecidedBy: "replica-a", Action: ActionSuspend}
+	d := &decision.Decision{Report: rep, DecidedAt: first.Add(2 * time.Minute), DecidedBy: "replica-a", Action: ActionSuspend}
 	setVerdict(&st, snap, d, 1)
 	require.Equal(t, v1alpha1.PhaseFailed, st.Phase)
 	require.Equal(t, "fail", st.Verdict)
@@ -166,14 +167,14 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 	require.Equal(t, rep.RuleIDs(), got.Report.RuleIDs())
 	require.Equal(t, ActionSuspend, got.Action)
 	require.Equal(t, "replica-a", got.DecidedBy)
-	require.True(t, got.adopted)
+	require.True(t, got.Adopted)
 
 	// Not decided: no verdict to adopt, whatever the fields say.
 	meta.RemoveStatusCondition(&st.Conditions, contract.ConditionDecided)
 	_, ok = gangDecision(&v1alpha1.Gang{Status: st})
 	require.False(t, ok)
 
-	pass := &decision{Report: verdict.NewReport("ok", nil), DecidedAt: first, DecidedBy: "r"}
+	pass := &decision.Decision{Report: verdict.NewReport("ok", nil), DecidedAt: first, DecidedBy: "r"}
 	var ps v1alpha1.GangStatus
 	snap.Ranks = append(snap.Ranks, rankReport(2, verdict.VerdictPass, 1), rankReport(3, verdict.VerdictPass, 1), rankReport(4, verdict.VerdictPass, 1),
 		rankReport(6, verdict.VerdictPass, 1), rankReport(7, verdict.VerdictPass, 1))

@@ -7,6 +7,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/allocations"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/jobs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	corev1 "k8s.io/api/core/v1"
@@ -15,9 +16,9 @@ import (
 )
 
 // newJobReconciler is c's job reconciler (package jobs).
-func (c *Controller) newJobReconciler() *jobs.Reconciler[decision] {
+func (c *Controller) newJobReconciler() *jobs.Reconciler[decision.Decision] {
 	h := reconcilerHost{c}
-	return &jobs.Reconciler[decision]{Jobs: h, Verdicts: h, Book: h, Asks: h, Open: c.gangs, Pending: c.wd,
+	return &jobs.Reconciler[decision.Decision]{Jobs: h, Verdicts: h, Book: h, Asks: h, Open: c.gangs, Pending: c.wd,
 		Alloc: c.newAllocations(), Clock: c.clock(), Log: c.log}
 }
 
@@ -41,15 +42,15 @@ func (h reconcilerHost) ResumedAfterFail(ctx context.Context, o client.Object) (
 }
 
 // Carried is the verdict o carries, as applied (it is on the job).
-func (h reconcilerHost) Carried(o client.Object) (*decision, bool) {
-	d, ok := recordedDecision(o)
+func (h reconcilerHost) Carried(o client.Object) (*decision.Decision, bool) {
+	d, ok := decision.FromJob(o)
 	if ok {
-		d.applied = true
+		d.Applied = true
 	}
 	return d, ok
 }
 
-func (h reconcilerHost) Unrecorded(d *decision) bool { return d.unrecorded }
+func (h reconcilerHost) Unrecorded(d *decision.Decision) bool { return d.Unrecorded }
 
 func (h reconcilerHost) Applying(uid types.UID) bool {
 	_, ok := h.c.book.pending(uid)
@@ -88,19 +89,19 @@ func (h reconcilerHost) EnsureGang(j job) *gang                           { retu
 // can never be placed.
 func (h reconcilerHost) FailUnplaceable(ctx context.Context, g *gang) {
 	if m := h.c.missingRanks(ctx, g, g.Reported(), true); len(m) > 0 {
-		h.c.askDecide(g, ask{why: trigUnplaceable, missing: m})
+		h.c.askDecide(g, decision.Ask{Why: decision.OnUnplaceable, Missing: m})
 	}
 }
 
 // The allocations reconcilers' own asks.
 
 // newAllocations is c's allocations reconciler.
-func (c *Controller) newAllocations() *allocations.Reconciler[decision] {
+func (c *Controller) newAllocations() *allocations.Reconciler[decision.Decision] {
 	h := reconcilerHost{c}
-	return &allocations.Reconciler[decision]{Jobs: h, Gangs: h, Source: c.draSource, Clock: c.clock(), Log: c.log}
+	return &allocations.Reconciler[decision.Decision]{Jobs: h, Gangs: h, Source: c.draSource, Clock: c.clock(), Log: c.log}
 }
 
-func (h reconcilerHost) Decided(o client.Object) bool { _, ok := recordedDecision(o); return ok }
+func (h reconcilerHost) Decided(o client.Object) bool { _, ok := decision.FromJob(o); return ok }
 
 func (h reconcilerHost) JobPods(ctx context.Context, o client.Object) ([]*corev1.Pod, error) {
 	return h.c.jobPods(ctx, o)
@@ -110,7 +111,7 @@ func (h reconcilerHost) OpenGang(uid types.UID) *gang     { return h.c.openGang(
 func (h reconcilerHost) StartClock(g *gang, at time.Time) { h.c.startClock(g, at) }
 func (h reconcilerHost) TouchProgress(uid types.UID)      { h.c.touchProgress(uid, false) }
 func (h reconcilerHost) Decide(g *gang, r gangstore.Ready) {
-	if why, ok := readyTrigger(r); ok {
-		h.c.askDecide(g, ask{why: why})
+	if why, ok := decision.ReadyTrigger(r); ok {
+		h.c.askDecide(g, decision.Ask{Why: why})
 	}
 }

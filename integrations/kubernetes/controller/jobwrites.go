@@ -12,6 +12,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -143,7 +144,7 @@ func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
 // and a person resumed it (a Kueue-managed job: its Workload is active
 // again).
 func (c *Controller) resumedAfterFail(ctx context.Context, obj client.Object) (bool, error) {
-	d, ok := recordedDecision(obj)
+	d, ok := decision.FromJob(obj)
 	if !ok || !d.Report.Failed() || d.Action != ActionSuspend || wrap(obj).Suspended() || obj.GetDeletionTimestamp() != nil {
 		return false, nil
 	}

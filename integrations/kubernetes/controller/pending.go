@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -163,7 +164,7 @@ func (h watchdogHost) WantWaitingFor(obj client.Object, kind string, cause *verd
 // Fail fails job j with the Pending watchdog's report through the gang
 // path (record, then apply).
 func (h watchdogHost) Fail(j job, rep verdict.Report) {
-	h.c.askDecide(h.c.ensureGang(j), ask{why: trigPending, pre: &rep})
+	h.c.askDecide(h.c.ensureGang(j), decision.Ask{Why: decision.OnPending, Pre: &rep})
 }
 
 // durationDefault sets an optional duration that is not set to def; a

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 )
 
 // What the gate's backend (backend.go) reads and asks: the job
@@ -40,7 +41,7 @@ type gangAsks interface {
 	// touchProgress asks for g's progress to be written (at once: soon).
 	touchProgress(uid types.UID, soon bool)
 	// askDecide asks for g to be decided, ahead of every other write.
-	askDecide(g *gang, a ask)
+	askDecide(g *gang, a decision.Ask)
 }
 
 func (c *Controller) verdictsLoaded() bool { return c.recovered.Load() }

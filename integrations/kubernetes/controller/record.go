@@ -15,6 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 )
 
 // A verdict is made durable in two steps:
@@ -57,20 +58,20 @@ func (t target) key() string { return t.ns + "/" + t.kind + "/" + t.name }
 // that stands; wrote says this call recorded it. A job that is gone or
 // replaced gets its verdict answered, not recorded (nil error, wrote
 // false, and rec.unrecorded set).
-func (w *writes) record(ctx context.Context, g *gang, d *decision) (rec *decision, wrote bool, err error) {
+func (w *writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec *decision.Decision, wrote bool, err error) {
 	k, _ := kubeflow.ByName(g.Kind())
 	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
 	err = getFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
-		d.unrecorded = true
+		d.Unrecorded = true
 		return d, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	if old, ok := recordedDecision(obj); ok {
-		old.applied = true
+	if old, ok := decision.FromJob(obj); ok {
+		old.Applied = true
 		return old, false, nil
 	}
 	w.chooseAction(ctx, g, k, obj, d)
@@ -122,23 +123,23 @@ func (w *writes) record(ctx context.Context, g *gang, d *decision) (rec *decisio
 // chooseAction sets a fail verdict's action from the job's policy, as the
 // API server will allow it: without delete permission the job is suspended
 // instead (never left running).
-func (w *writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision) {
+func (w *writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision.Decision) {
 	if !d.Report.Failed() {
 		return
 	}
-	d.Action = jobAction(obj, w.opts.OnFail)
+	d.Action = decision.JobAction(obj, w.opts.OnFail)
 	if d.Action != ActionDelete {
 		return
 	}
 	if why := w.deleteRefused(ctx, k, obj); why != "" {
-		d.Action, d.deleteRefused = ActionSuspend, why
+		d.Action, d.DeleteRefused = ActionSuspend, why
 		w.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.Key(), "why", why)
 	}
 }
 
 // setPending remembers a recorded verdict in r until it is on its job,
 // and has it applied (writes.go).
-func (w *writes) setPending(r *gangRes, d *decision) {
+func (w *writes) setPending(r *gangRes, d *decision.Decision) {
 	r.mu.Lock()
 	r.recorded, r.onJobAt = d, time.Time{}
 	r.mu.Unlock()
@@ -156,7 +157,7 @@ func (w *writes) countUnapplied() {
 // current attempt's verdict was removed from the job, and returns its Gang
 // resource. onJob is the verdict the job carries after all (read from the
 // API server), if it does.
-func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision, err error) {
+func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision.Decision, err error) {
 	obj := k.New()
 	if err := w.api.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
@@ -164,8 +165,8 @@ func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.Nam
 	if obj.GetUID() != g.UID() {
 		return nil, nil, fmt.Errorf("job %s was replaced", g.Key())
 	}
-	if d, ok := recordedDecision(obj); ok {
-		d.applied = true
+	if d, ok := decision.FromJob(obj); ok {
+		d.Applied = true
 		return nil, d, nil
 	}
 	if a := contract.Attempt(obj.GetAnnotations()); a > r.t.attempt {

@@ -13,6 +13,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobkind"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 )
 
@@ -127,7 +128,7 @@ func (w *writes) restartStep(ctx context.Context, uid types.UID) bool {
 	}
 	// A new attempt (a new Gang) when the old one decided or heard from a
 	// rank; otherwise the restart is only recorded.
-	_, onJob := recordedDecision(obj)
+	_, onJob := decision.FromJob(obj)
 	g := w.gangs.Get(uid)
 	bump := onJob || (g != nil && (g.Verdict() != nil || len(g.Reported()) > 0))
 	again, err := w.regateFor(ctx, obj, bump, &restart)

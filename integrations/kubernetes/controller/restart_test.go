@@ -19,6 +19,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubeflow/jobset"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -81,10 +82,10 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	require.True(t, g.Open(), "answered without a verdict on the job")
 
 	// Replica b's verdict, on the job.
-	d := &decision{Report: verdict.NewReport("ml/PyTorchJob/j", []verdict.Finding{{Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail}}),
+	d := &decision.Decision{Report: verdict.NewReport("ml/PyTorchJob/j", []verdict.Finding{{Rule: verdict.RuleRankFailed, Severity: verdict.SeverityFail}}),
 		DecidedAt: t0, DecidedBy: "replica-b", Action: ActionSuspend}
 	job := l.job(t)
-	job.Annotations = decisionAnnotationsFor(d, job.Annotations)
+	job.Annotations = decision.AnnotationsFor(d, job.Annotations)
 	job.Spec.RunPolicy.Suspend = ptr.To(true) // as replica b suspended it
 	require.NoError(t, l.cl.Update(context.Background(), job))
 	_, err = l.newJobReconciler().Reconcile(context.Background(), k, req)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/ncclenv"
@@ -73,7 +74,7 @@ type writes struct {
 	api     client.Reader // uncached reads
 	gangAPI client.Client // Gang reads and writes (see Controller.gangAPI)
 	rec     events.EventRecorder
-	gangs   *gangstore.Store[decision]
+	gangs   *gangstore.Store[decision.Decision]
 	book    *gangBook
 
 	queues   atomic.Pointer[writeQueues]
@@ -110,7 +111,7 @@ func (w *writes) workloads() kueueWorkloads                  { return kueueWorkl
 
 // The asks of the reconcilers, the gate and the watchdog go to the writes.
 
-func (c *Controller) askDecide(g *gang, a ask) { c.w.askDecide(g, a) }
+func (c *Controller) askDecide(g *gang, a decision.Ask) { c.w.askDecide(g, a) }
 
 func (c *Controller) touchProgress(uid types.UID, soon bool) { c.w.touchProgress(uid, soon) }
 
@@ -289,23 +290,16 @@ func (f *decisionsInFlight) wait(ctx context.Context, clk clock.Clock, most time
 	}
 }
 
-// ask is a request to decide a gang now, and why.
-type ask struct {
-	why     trigger
-	missing map[int]preflight.MissingRank
-	pre     *verdict.Report // the Pending watchdog's verdict, instead of the gang rules'
-}
-
 // askDecide asks for gang g to be decided (why, with the missing ranks or
 // the watchdog's report) ahead of every other write. A complete gang's
 // ask replaces an earlier one (it sees every rank), except the watchdog's.
-func (w *writes) askDecide(g *gang, a ask) {
+func (w *writes) askDecide(g *gang, a decision.Ask) {
 	r := w.book.lookup(g.UID())
 	if r == nil || !g.Open() {
 		return // ensureGang made r; none: the job is no longer gated
 	}
 	r.mu.Lock()
-	if r.ask == nil || (a.why == trigComplete && r.ask.why != trigPending) {
+	if r.ask == nil || (a.Why == decision.OnComplete && r.ask.Why != decision.OnPending) {
 		r.ask = &a
 	}
 	r.mu.Unlock()
@@ -360,7 +354,7 @@ func (w *writes) decideStep(ctx context.Context, g *gang) {
 	if g.Verdict() != nil {
 		return
 	}
-	var a *ask
+	var a *decision.Ask
 	r := w.book.lookup(g.UID())
 	if r != nil {
 		r.mu.Lock()
@@ -369,7 +363,7 @@ func (w *writes) decideStep(ctx context.Context, g *gang) {
 	}
 	deadline := g.Deadline()
 	if a == nil && !deadline.IsZero() && !w.now().Before(deadline) {
-		a = &ask{why: trigDeadline}
+		a = &decision.Ask{Why: decision.OnDeadline}
 	}
 	if a == nil {
 		w.armDeadline(g.UID(), deadline)
@@ -398,7 +392,7 @@ func (w *writes) decideStep(ctx context.Context, g *gang) {
 }
 
 // applyPriority: a fail verdict's action frees GPUs; a pass only says so.
-func applyPriority(d *decision) int {
+func applyPriority(d *decision.Decision) int {
 	if d.Report.Failed() {
 		return prioFail
 	}

@@ -1,4 +1,4 @@
-package controller
+package decision
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/preflight"
@@ -47,15 +48,15 @@ func failedGang(n int) verdict.Report {
 func TestVerdictAnnotationsFitTheLimit(t *testing.T) {
 	rep := failedGang(5000)
 	require.Greater(t, len(rep.Findings), 5000)
-	d := &decision{Report: rep, DecidedAt: time.Now(), DecidedBy: "rankgate-controller-7d9f-abcde", Action: ActionSuspend}
+	d := &Decision{Report: rep, DecidedAt: time.Now(), DecidedBy: "rankgate-controller-7d9f-abcde", Action: ActionSuspend}
 	for _, own := range []int{0, 60 << 10, 200 << 10} {
 		existing := map[string]string{"kubectl.kubernetes.io/last-applied-configuration": strings.Repeat("x", own), contract.AnnotationFirstReport: "2026-11-30T12:00:00Z"}
-		ours := decisionAnnotationsFor(d, existing)
+		ours := AnnotationsFor(d, existing)
 		for k, v := range ours {
 			existing[k] = v
 		}
 		require.LessOrEqual(t, annotationsSize(existing), annotationsLimit, "job annotations of %d bytes besides ours", own)
-		require.LessOrEqual(t, len(ours[contract.AnnotationReport]), maxReportLen)
+		require.LessOrEqual(t, len(ours[contract.AnnotationReport]), MaxReportLen)
 
 		var got verdict.Report
 		require.NoError(t, json.Unmarshal([]byte(ours[contract.AnnotationReport]), &got))
@@ -77,7 +78,7 @@ func TestVerdictAnnotationsFitTheLimit(t *testing.T) {
 		require.NotEmpty(t, ours[contract.AnnotationReason])
 		require.True(t, utf8.ValidString(ours[contract.AnnotationReason]))
 		// The record round-trips through the annotations.
-		back, ok := recordedDecision(annotated(ours))
+		back, ok := FromJob(annotated(ours))
 		require.True(t, ok)
 		require.Equal(t, verdict.VerdictFail, back.Report.Verdict)
 		require.Equal(t, len(got.Findings), len(back.Report.Findings))
@@ -95,8 +96,8 @@ func TestCompactReportOneHugeFinding(t *testing.T) {
 	}
 	r := verdict.NewReport("ml/PyTorchJob/llama: 5000 of 5000 ranks reported", []verdict.Finding{{Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail,
 		Message: "ranks use different MIG profiles", Ranks: ranks, Pods: pods}})
-	for _, max := range []int{maxReportLen, 8 << 10, 2 << 10} {
-		s := compactReport(r, max)
+	for _, max := range []int{MaxReportLen, 8 << 10, 2 << 10} {
+		s := CompactReport(r, max)
 		require.LessOrEqual(t, len(s), max)
 		var got verdict.Report
 		require.NoError(t, json.Unmarshal([]byte(s), &got))
@@ -110,8 +111,8 @@ func TestCompactReportOneHugeFinding(t *testing.T) {
 // Warnings are cut on a character boundary.
 func TestSummaryUTF8(t *testing.T) {
 	r := verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGangDriverMismatch, Severity: verdict.SeverityWarn, Message: strings.Repeat("ü", 3000)}})
-	s := summary(r)
-	require.LessOrEqual(t, len(s), maxReasonLen)
+	s := Summary(r)
+	require.LessOrEqual(t, len(s), MaxReasonLen)
 	require.True(t, utf8.ValidString(s))
 }
 
@@ -128,7 +129,5 @@ func ruleSet(r verdict.Report) []string {
 }
 
 func annotated(a map[string]string) *kubeflowv1.PyTorchJob {
-	j := ptJob(false, 1)
-	j.Annotations = a
-	return j
+	return &kubeflowv1.PyTorchJob{ObjectMeta: metav1.ObjectMeta{Name: "pt", Namespace: "ml", Annotations: a}}
 }

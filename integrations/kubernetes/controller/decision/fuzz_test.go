@@ -1,4 +1,4 @@
-package controller
+package decision
 
 import (
 	"testing"
@@ -17,8 +17,8 @@ import (
 // that read back to the same verdict, action and decider; the per-job
 // overrides fall back to the defaults when they do not parse.
 func FuzzRecordedDecision(f *testing.F) {
-	d := &decision{Report: verdict.NewReport("ml/PyTorchJob/j: 2 of 2 ranks reported", nil), DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), DecidedBy: "replica-a"}
-	a := decisionAnnotations(d)
+	d := &Decision{Report: verdict.NewReport("ml/PyTorchJob/j: 2 of 2 ranks reported", nil), DecidedAt: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), DecidedBy: "replica-a"}
+	a := Annotations(d)
 	f.Add(a[contract.AnnotationVerdict], a[contract.AnnotationReport], a[contract.AnnotationDecidedAt], a[contract.AnnotationAction], "15m", "suspend")
 	f.Add("fail", `{"verdict":"fail","findings":[{"rule":"GANG_INCOMPLETE","severity":"fail"}]}`, "yesterday", "delete", "-1s", "DELETE")
 	f.Add("warn", `{"verdict":"pass"}`, "", "", "1e400h", "")
@@ -26,7 +26,7 @@ func FuzzRecordedDecision(f *testing.F) {
 	f.Fuzz(func(t *testing.T, wantVerdict, report, decidedAt, action, timeout, onFail string) {
 		l := &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{contract.AnnotationVerdict: wantVerdict, contract.AnnotationReport: report,
 			contract.AnnotationDecidedAt: decidedAt, contract.AnnotationAction: action, contract.AnnotationDecidedBy: "x", contract.AnnotationGangTimeout: timeout, contract.AnnotationOnFail: onFail}}}
-		got, ok := recordedDecision(l)
+		got, ok := FromJob(l)
 		if ok {
 			switch got.Report.Verdict {
 			case verdict.VerdictPass, verdict.VerdictWarn, verdict.VerdictFail:
@@ -36,16 +36,16 @@ func FuzzRecordedDecision(f *testing.F) {
 			if string(got.Report.Verdict) != wantVerdict {
 				t.Fatalf("verdict %q read as %q", wantVerdict, got.Report.Verdict)
 			}
-			again, ok := recordedDecision(&coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: decisionAnnotations(got)}})
+			again, ok := FromJob(&coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: Annotations(got)}})
 			if !ok || again.Report.Verdict != got.Report.Verdict || again.DecidedBy != got.DecidedBy ||
 				(got.Report.Failed() && again.Action != got.Action) {
 				t.Fatalf("round trip: %+v -> %+v", got, again)
 			}
 		}
-		if d, err := jobTimeout(l, time.Minute); d <= 0 || (err != nil && d != time.Minute) {
+		if d, err := JobTimeout(l, time.Minute); d <= 0 || (err != nil && d != time.Minute) {
 			t.Fatalf("timeout %q: %v %v", timeout, d, err)
 		}
-		if a := jobAction(l, ActionSuspend); !ValidAction(a) {
+		if a := JobAction(l, ActionSuspend); !ValidAction(a) {
 			t.Fatalf("action %q from %q", a, onFail)
 		}
 	})
