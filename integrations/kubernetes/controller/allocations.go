@@ -129,14 +129,3 @@ func joinLimited(s []string, n int) string {
 	}
 	return out
 }
-
-// fromDRA counts the ranks whose reports come from their DRA allocations.
-func fromDRA(ranks []preflight.RankReport) int {
-	n := 0
-	for _, r := range ranks {
-		if r.Source == devicesource.DRA {
-			n++
-		}
-	}
-	return n
-}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
-	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -47,7 +47,7 @@ func claimPod() *corev1.Pod {
 // DRA_DEVICES_DISAGREE and fails; one naming the allocated GPU is left
 // as it is.
 func TestOwnReportAgainstAllocation(t *testing.T) {
-	c := &Controller{dra: *draTestCaches(t), log: logr.Discard()}
+	c := &Controller{dra: *draTestCaches(t), log: logr.Discard(), w: leader.New(leader.Config{}, nil)}
 	src := c.draSource()
 	require.NotNil(t, src)
 	alloc, err := src.Rank(context.Background(), claimPod(), 0)
@@ -85,7 +85,7 @@ func TestOwnReportAgainstAllocation(t *testing.T) {
 // rules is answered fail with its findings named; a passing report, or a
 // failed verdict, is answered with the verdict.
 func TestOwnReportFailsAfterVerdict(t *testing.T) {
-	c := &Controller{log: logr.Discard()}
+	c := &Controller{log: logr.Discard(), w: leader.New(leader.Config{}, nil)}
 	r := rankOf{job: wrap(ptJob(true, 1)), rank: 1}
 	pass := &decision.Decision{Report: verdict.NewReport("ns/j: 2 of 2 ranks reported (2 known from their DRA allocations)", nil)}
 	good := preflight.RankReport{Rank: 1, Pod: "p1", Node: "n1", Report: verdict.NewReport("", nil)}
@@ -100,8 +100,6 @@ func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	require.Equal(t, verdict.VerdictPass, pass.Report.Verdict, "the recorded verdict is not changed")
 	fail := &decision.Decision{Report: verdict.NewReport("", []verdict.Finding{{Rule: verdict.RuleGangProfileMismatch, Severity: verdict.SeverityFail}})}
 	require.Nil(t, c.gateBackend().ownReportFails(r, bad, fail))
-	require.Equal(t, 0, fromDRA([]preflight.RankReport{good}))
-	require.Equal(t, 1, fromDRA([]preflight.RankReport{good, {Source: devicesource.DRA}}))
 }
 
 // The cache keeps a pod's claim names, bounded.

@@ -17,6 +17,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource/dra"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
@@ -40,7 +41,7 @@ type gateBackend struct {
 	host       gateHost
 	jobs       jobView
 	gangs      gangAsks
-	book       *gangBook
+	book       *leader.Book
 	rec        events.EventRecorder
 	clk        clock.Clock
 	log        logr.Logger
@@ -68,7 +69,7 @@ type gateHost interface {
 
 // gateBackend is c's gate backend.
 func (c *Controller) gateBackend() *gateBackend {
-	return &gateBackend{cache: c.client, api: c.api, host: c, jobs: c, gangs: c, book: c.book, rec: c.rec, clk: c.clock(), log: c.log, misfits: &c.unexpected}
+	return &gateBackend{cache: c.client, api: c.api, host: c, jobs: c, gangs: c, book: c.w.Book(), rec: c.rec, clk: c.clock(), log: c.log, misfits: &c.unexpected}
 }
 
 func (c *Controller) leading() bool { return c.leader.Load() }
@@ -81,10 +82,10 @@ func (c *Controller) gateReady() error {
 	if !c.synced.Load() {
 		return gate.Errorf(gate.CodeUnavailable, "controller starting: caches not synced")
 	}
-	if !c.recovered.Load() {
+	if !c.w.Recovered() {
 		why := "controller starting: loading recorded verdicts"
-		if e := c.sweepErr.Load(); e != nil {
-			why += ": " + *e
+		if e := c.w.SweepError(); e != "" {
+			why += ": " + e
 		}
 		return gate.Errorf(gate.CodeUnavailable, "%s", why)
 	}
@@ -204,7 +205,7 @@ func (b *gateBackend) Verdict(ctx context.Context, id gateserver.Identity, wait 
 }
 
 func (b *gateBackend) answerDecided(r rankOf, d *decision.Decision) *gate.Response {
-	resp := &gate.Response{Job: jobKey(r.job), Rank: r.rank, Expected: kubeflow.RankPods(r.job)}
+	resp := &gate.Response{Job: decision.JobKey(r.job), Rank: r.rank, Expected: kubeflow.RankPods(r.job)}
 	fillDecided(resp, d)
 	return resp
 }
@@ -220,7 +221,7 @@ func (b *gateBackend) decided(j job) (*decision.Decision, bool) {
 	if d, ok := decision.FromJob(j.Object()); ok {
 		return d, true
 	}
-	return b.book.pending(j.Object().GetUID())
+	return b.book.Pending(j.Object().GetUID())
 }
 
 // resolve finds the authenticated pod, its job and its rank, refusing what
@@ -247,7 +248,7 @@ func (b *gateBackend) resolve(ctx context.Context, id gateserver.Identity, launc
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s is not installed or not watched by this controller", kind)
 	}
 	obj := k.New()
-	if err := getFresh(ctx, b.cache, b.api, types.NamespacedName{Namespace: pod.Namespace, Name: name}, obj, uid); err != nil {
+	if err := leader.GetFresh(ctx, b.cache, b.api, types.NamespacedName{Namespace: pod.Namespace, Name: name}, obj, uid); err != nil {
 		if apierrors.IsNotFound(err) {
 			return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s %s/%s of pod %s does not exist", kind, pod.Namespace, name, pod.Name)
 		}
@@ -270,19 +271,6 @@ func (b *gateBackend) resolve(ctx context.Context, id gateserver.Identity, launc
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%v", err)
 	}
 	return rankOf{pod: pod, job: j, rank: rank}, nil
-}
-
-// getFresh reads from the cache and falls back to the API server when the
-// cache does not have the object yet or has an older one (uid differs).
-func getFresh(ctx context.Context, cache, api client.Reader, key types.NamespacedName, obj client.Object, wantUID string) error {
-	err := cache.Get(ctx, key, obj)
-	if err == nil && (wantUID == "" || string(obj.GetUID()) == wantUID) {
-		return nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return api.Get(ctx, key, obj)
 }
 
 func (c *Controller) watches(k kubeflow.Kind) bool {
@@ -326,14 +314,14 @@ func (c *Controller) ensureGang(j job) *gang {
 	if g == nil {
 		timeout, err := decision.JobTimeout(o, c.opts.GangTimeout)
 		if err != nil {
-			c.log.Info("ignoring bad annotation", "job", jobKey(j), "error", err.Error())
+			c.log.Info("ignoring bad annotation", "job", decision.JobKey(j), "error", err.Error())
 		}
 		var created bool
 		if g, created = c.gangs.Ensure(gangSpec(j, timeout)); created {
 			c.warnGateBound(j, g.Expected())
 		}
 	}
-	if r := c.book.forJob(o, j.Kind(), c.opts.GangTimeout); r.current() == nil {
+	if r := c.w.Book().ForJob(o, j.Kind(), c.opts.GangTimeout); r.Current() == nil {
 		c.touchProgress(g.UID(), true) // its Gang, before the verdict needs it
 	}
 	c.adoptFirstReport(g, o)
@@ -350,9 +338,9 @@ func (c *Controller) startClock(g *gang, at time.Time) {
 	if since := c.leaderSince.Load(); since > 0 {
 		grace = time.Unix(0, since).Add(c.opts.ResendGrace)
 	}
-	// The deadline is a requeue of the gang's writes (writes.go).
+	// The deadline is a requeue of the gang's writes (package leader).
 	if deadline := g.Start(at, grace); !deadline.IsZero() {
-		c.w.armDeadline(g.UID(), deadline)
+		c.w.ArmDeadline(g.UID(), deadline)
 	}
 }
 
@@ -506,7 +494,7 @@ func (b *gateBackend) ownReportFails(r rankOf, rr preflight.RankReport, d *decis
 	out := *d
 	out.Report = verdict.NewReport(d.Report.Subject, findings)
 	out.Report.Devices = rr.Report.Devices
-	b.log.Info("a rank reported after the verdict and fails its own rules; answered fail", "job", jobKey(r.job), "rank", rr.Rank, "pod", rr.Pod,
+	b.log.Info("a rank reported after the verdict and fails its own rules; answered fail", "job", decision.JobKey(r.job), "rank", rr.Rank, "pod", rr.Pod,
 		"rules", fmt.Sprint(gangstore.RuleIDs(rr.Report, 8)))
 	return &out
 }

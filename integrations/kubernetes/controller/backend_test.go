@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
 )
@@ -15,7 +16,7 @@ import (
 // while this replica leads; otherwise it resolves again (and a replica
 // that stopped leading between Admit and Report answers NotLeader).
 func TestReportReusesAdmittedRank(t *testing.T) {
-	c := &Controller{}
+	c := &Controller{w: leader.New(leader.Config{}, nil)}
 	c.leader.Store(true)
 	b := c.gateBackend()
 	id := gateserver.Identity{Namespace: "ml", Pod: "w-0", PodUID: "u"}

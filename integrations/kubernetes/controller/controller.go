@@ -60,6 +60,8 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/certs"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
@@ -269,7 +271,7 @@ type Controller struct {
 	// gangAPI reads and writes Gangs: uncached (no informer: finished
 	// Gangs are history), and without a client-side rate limit, like
 	// TokenReviews: verdict writes are on the ranks' path; progress
-	// writes have their own pace (progress.go).
+	// writes have their own pace (package leader, progress.go).
 	gangAPI client.Client
 	rec     events.EventRecorder
 	gate    *gateserver.Server
@@ -292,16 +294,14 @@ type Controller struct {
 
 	leader      atomic.Bool
 	synced      atomic.Bool
-	recovered   atomic.Bool            // verdicts earlier leaders recorded loaded (sweep)
-	sweepErr    atomic.Pointer[string] // why the sweep has not finished, for the gate's answer
-	leaderSince atomic.Int64           // unix nanos
+	leaderSince atomic.Int64 // unix nanos
 
 	gangs *gangstore.Store[decision.Decision] // the open gangs (reports in, answers out)
-	book  *gangBook                           // the Gangs of the jobs being gated, with their writes' state (gangres.go)
 
-	// w: the leader's writes (writes.go), the one writer of Gangs, of
-	// rankgate's writes on jobs and of Kueue Workloads.
-	w *writes
+	// w: the leader's writes (package leader), the one writer of Gangs,
+	// of rankgate's writes on jobs and of Kueue Workloads, with the Gang
+	// book of the jobs being gated.
+	w *leader.Writes
 }
 
 // managerOptions are the controller-runtime manager's options for opts.
@@ -356,8 +356,8 @@ func (c *Controller) gateCertificate(mgr manager.Manager) (func(*tls.ClientHello
 // newController is a replica's in-memory state for opts (defaulted),
 // without its clients: New adds them, unit tests add fakes.
 func newController(opts Options) *Controller {
-	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision.Decision](gangstore.Gauges{Gangs: metricGangs, Waiting: metricWaiting}),
-		book: newGangBook(), engine: schedule.New()}
+	c := &Controller{opts: opts, log: opts.Log, gangs: gangstore.New[decision.Decision](gangstore.Gauges{Gangs: metrics.Gangs, Waiting: metrics.Waiting}),
+		engine: schedule.New()}
 	c.unexpected.max = maxMisfits
 	c.wd = c.newWatchdog()
 	return c
@@ -368,7 +368,7 @@ func New(opts Options) (*Controller, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	registerMetrics()
+	metrics.Register()
 	cfg := rest.CopyConfig(opts.Config)
 	cfg.QPS, cfg.Burst = opts.QPS, opts.Burst
 	c := newController(opts)
@@ -427,13 +427,13 @@ func New(opts Options) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	qs := newWriteQueues()
+	qs := leader.NewQueues()
 	c.w = c.newWrites(&qs)
 	c.backend = c.gateBackend()
 	c.gate = gateserver.New(gateserver.Options{
 		Addr: opts.GateAddr, Listener: opts.GateListener, GetCertificate: getCert,
 		Auth:    gateserver.NewTokenReviewAuthenticator(cs.AuthenticationV1().TokenReviews(), opts.Audience, time.Minute),
-		Backend: c.backend, MaxWait: opts.MaxWait, MaxConns: opts.GateMaxConnections, Log: c.log.WithName("gate"), Observe: observeRequest,
+		Backend: c.backend, MaxWait: opts.MaxWait, MaxConns: opts.GateMaxConnections, Log: c.log.WithName("gate"), Observe: metrics.ObserveRequest,
 	})
 	if err := mgr.Add(c.gate); err != nil {
 		return nil, err
@@ -497,7 +497,7 @@ func (c *Controller) GateAddr() (net.Addr, error) { return c.gate.Listen() }
 
 // Decisions counts the verdicts this replica decided and recorded itself
 // (adopted ones not included).
-func (c *Controller) Decisions() int64 { return c.w.decisions.Load() }
+func (c *Controller) Decisions() int64 { return c.w.Decisions() }
 
 // IsLeader reports whether this replica holds the gangs.
 func (c *Controller) IsLeader() bool { return c.leader.Load() }
@@ -523,14 +523,14 @@ func (c *Controller) watchSync(ctx context.Context) error {
 
 // watchLeadership runs on the leader only (manager.RunnableFunc needs the
 // lease): it marks this replica leader, then loads the verdicts an
-// earlier leader recorded and did not apply (sweep) before the gate
-// answers ranks, and works the leader's writes (writes.go).
+// earlier leader recorded and did not apply (leader.Writes.Sweep) before the gate
+// answers ranks, and works the leader's writes (package leader).
 func (c *Controller) watchLeadership(ctx context.Context) error {
 	c.leaderSince.Store(c.now().UnixNano())
 	c.leader.Store(true)
 	c.log.Info("leading: this replica holds the gangs", "identity", c.opts.Identity)
-	c.w.runWriters(ctx, nil)
-	go c.sweep(ctx)
+	c.w.Run(ctx, nil)
+	go c.w.Sweep(ctx)
 	published := c.publishGateEndpoint(ctx) // the gate Service routes to this replica
 	<-ctx.Done()
 	c.leader.Store(false)

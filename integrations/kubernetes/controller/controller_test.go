@@ -8,7 +8,6 @@ import (
 
 	mpiv2beta1 "github.com/kubeflow/mpi-operator/pkg/apis/kubeflow/v2beta1"
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -227,31 +226,4 @@ func TestTrimPod(t *testing.T) {
 	req, err := cluster.PodRequests(&out.(*corev1.Pod).Spec)
 	require.NoError(t, err)
 	require.EqualValues(t, 8, req["nvidia.com/gpu"])
-}
-
-// The unapplied-verdicts gauge counts the verdicts recorded and not yet
-// on their jobs.
-func TestUnappliedGauge(t *testing.T) {
-	c := &Controller{book: newGangBook()}
-	c.w = c.newWrites(nil)
-	r1 := &gangRes{t: target{ns: "ml", uid: "u1"}}
-	r2 := &gangRes{t: target{ns: "ml", uid: "u2"}}
-	c.book.adopt(r1, true)
-	c.book.adopt(r2, true)
-	d := &decision.Decision{Report: verdict.NewReport("", nil)}
-	c.w.setPending(r1, d)
-	c.w.setPending(r2, d)
-	c.w.setPending(r2, d)
-	require.Equal(t, 2.0, testutil.ToFloat64(metricUnapplied))
-	got, ok := c.book.pending("u1")
-	require.True(t, ok)
-	require.Same(t, d, got)
-	r1.onJobAt = t0
-	c.w.countUnapplied()
-	require.Equal(t, 1.0, testutil.ToFloat64(metricUnapplied))
-	_, ok = c.book.pending("u1")
-	require.False(t, ok)
-	c.book.drop("ml//", nil)
-	c.w.countUnapplied()
-	require.Zero(t, testutil.ToFloat64(metricUnapplied))
 }

@@ -23,7 +23,7 @@ type gang = decision.Gang
 func gangSpec(j job, timeout time.Duration) gangstore.Spec {
 	o := j.Object()
 	return gangstore.Spec{
-		UID: o.GetUID(), Key: jobKey(j), Kind: j.Kind(), Namespace: o.GetNamespace(), Name: o.GetName(), Attempt: contract.Attempt(o.GetAnnotations()),
+		UID: o.GetUID(), Key: decision.JobKey(j), Kind: j.Kind(), Namespace: o.GetNamespace(), Name: o.GetName(), Attempt: contract.Attempt(o.GetAnnotations()),
 		Expected: kubeflow.RankPods(j), Timeout: timeout,
 		MultiNodeNVLink: enabled(strings.ToLower(o.GetAnnotations()[contract.AnnotationMultiNodeNVLink])),
 	}
@@ -40,8 +40,8 @@ func (c *Controller) adoptFirstReport(g *gang, o client.Object) {
 	started := g.Started()
 	// A Gang's first report is an earlier leader's, loaded when this one
 	// took the lead: it matters before this leader's own first report.
-	if r := c.book.lookup(g.UID()); s == "" && r != nil && !started {
-		if obj := r.current(); obj != nil && obj.Status.FirstReportAt != nil && r.t.attempt == contract.Attempt(o.GetAnnotations()) {
+	if r := c.w.Book().Lookup(g.UID()); s == "" && r != nil && !started {
+		if obj := r.Current(); obj != nil && obj.Status.FirstReportAt != nil && r.Attempt() == contract.Attempt(o.GetAnnotations()) {
 			// Stored to the second: the report came within the second
 			// after it. The end of that second never shortens the gang's
 			// time (this leader's own first report is never later).

@@ -4,6 +4,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 )
 
 // warnGateBound warns, once per gang, when the job has more rank pods than
@@ -16,7 +17,7 @@ func (c *Controller) warnGateBound(j job, ranks int) {
 	if ranks <= bound {
 		return
 	}
-	key := jobKey(j)
+	key := decision.JobKey(j)
 	c.log.Info("the job has more rank pods than the gate serves connections at once; raise --gate-max-connections",
 		"job", key, "ranks", ranks, "gateMaxConnections", bound)
 	c.rec.Eventf(j.Object(), nil, corev1.EventTypeWarning, contract.ReasonGateConnectionsTooFew, "Gate",

@@ -38,7 +38,7 @@ func (h reconcilerHost) OptedIn(ctx context.Context, o client.Object) (bool, err
 }
 
 func (h reconcilerHost) ResumedAfterFail(ctx context.Context, o client.Object) (bool, error) {
-	return h.c.resumedAfterFail(ctx, o)
+	return h.c.w.ResumedAfterFail(ctx, o)
 }
 
 // Carried is the verdict o carries, as applied (it is on the job).
@@ -53,7 +53,7 @@ func (h reconcilerHost) Carried(o client.Object) (*decision.Decision, bool) {
 func (h reconcilerHost) Unrecorded(d *decision.Decision) bool { return d.Unrecorded }
 
 func (h reconcilerHost) Applying(uid types.UID) bool {
-	_, ok := h.c.book.pending(uid)
+	_, ok := h.c.w.Book().Pending(uid)
 	return ok
 }
 
@@ -64,22 +64,22 @@ func (h reconcilerHost) FirstReported(o client.Object) bool {
 	if _, ok := o.GetAnnotations()[contract.AnnotationFirstReport]; ok {
 		return true
 	}
-	res := h.c.book.lookup(o.GetUID())
-	if res == nil || res.t.attempt != contract.Attempt(o.GetAnnotations()) {
+	res := h.c.w.Book().Lookup(o.GetUID())
+	if res == nil || res.Attempt() != contract.Attempt(o.GetAnnotations()) {
 		return false
 	}
-	obj := res.current()
+	obj := res.Current()
 	return obj != nil && obj.Status.FirstReportAt != nil
 }
 
 // Keep asks for the Gang of o when the book holds none yet.
 func (h reconcilerHost) Keep(o client.Object, kind string) {
-	if res := h.c.book.forJob(o, kind, h.c.opts.GangTimeout); res.current() == nil {
+	if res := h.c.w.Book().ForJob(o, kind, h.c.opts.GangTimeout); res.Current() == nil {
 		h.c.touchProgress(o.GetUID(), true)
 	}
 }
 
-func (h reconcilerHost) Drop(key string) { h.c.book.drop(key, nil) }
+func (h reconcilerHost) Drop(key string) { h.c.w.Book().Drop(key) }
 
 func (h reconcilerHost) EnsureJobCA(ctx context.Context, o client.Object) { h.c.ensureJobCA(ctx, o) }
 func (h reconcilerHost) AskRegate(o client.Object, kind string)           { h.c.askRegate(o, kind) }

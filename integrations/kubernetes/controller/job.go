@@ -167,7 +167,3 @@ func (c *Controller) representedBy(o client.Object) string {
 	}
 	return ctl.Kind
 }
-
-func jobKey(j job) string {
-	return j.Namespace() + "/" + j.Kind() + "/" + j.Name()
-}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -119,7 +120,7 @@ func (c *Controller) newLeaderEndpoint() (*leaderEndpoint, error) {
 // canDecide: this replica leads, its caches are synced and the verdicts an
 // earlier leader recorded are loaded (what the gate's resolve requires).
 func (c *Controller) canDecide() bool {
-	return c.leader.Load() && c.synced.Load() && c.recovered.Load()
+	return c.leader.Load() && c.synced.Load() && c.w.Recovered()
 }
 
 func (le *leaderEndpoint) run(ctx context.Context) {
@@ -130,7 +131,7 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 		return
 	}
 	if !ready {
-		// Polled: the sweep that loads recorded verdicts is record.go's.
+		// Polled: the sweep that loads recorded verdicts is the leader's writes' (leader.Writes.Sweep).
 		t := le.c.clock().NewTicker(10 * time.Millisecond)
 		for !le.c.canDecide() {
 			select {
@@ -166,7 +167,7 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 // writeUntilDone writes the slice, retrying with backoff until it succeeds
 // or ctx ends (false).
 func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, ready bool) bool {
-	backoff := retryBackoff(50*time.Millisecond, 5*time.Second)
+	backoff := leader.RetryBackoff(50*time.Millisecond, 5*time.Second)
 	for {
 		err := le.write(ctx, ready, false)
 		if err == nil {

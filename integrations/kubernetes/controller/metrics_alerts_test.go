@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 	"github.com/rankgate/rankgate/integrations/kubernetes/envtestutil"
 )
 
@@ -27,11 +28,11 @@ var metricName = regexp.MustCompile(`\b(rankgate_[a-z_]+|apiserver_[a-z_]+)\b`)
 // each is there), with the series a histogram adds.
 func exported(t *testing.T) []string {
 	t.Helper()
-	registerMetrics()
+	metrics.Register()
 	registerEndpointOnce.Do(func() { crmetrics.Registry.MustRegister(metricEndpointReady) })
 	var names []string
-	for _, c := range []prometheus.Collector{metricVerdicts, metricVerdictRules, metricDecision, metricLastReport, metricApplyLag,
-		metricUnapplied, metricWaiting, metricGangs, metricRequests, metricAPIErrors, metricEndpointReady} {
+	for _, c := range []prometheus.Collector{metrics.Verdicts, metrics.VerdictRules, metrics.DecisionSeconds, metrics.LastReportSeconds, metrics.ApplyLag,
+		metrics.Unapplied, metrics.Waiting, metrics.Gangs, metrics.Requests, metrics.APIErrors, metricEndpointReady} {
 		var are prometheus.AlreadyRegisteredError
 		require.True(t, errors.As(crmetrics.Registry.Register(c), &are), "a collector is not registered")
 		ch := make(chan *prometheus.Desc, 4)

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -44,7 +45,7 @@ func (c *Controller) unplaceablePods(ctx context.Context, j job, pods []*corev1.
 		res, w, ok, err = c.judge(ctx, j, pods, true)
 	}
 	if err != nil {
-		c.log.Info("cannot judge whether the missing ranks can ever be placed; the gang deadline still applies", "job", jobKey(j), "error", err.Error())
+		c.log.Info("cannot judge whether the missing ranks can ever be placed; the gang deadline still applies", "job", decision.JobKey(j), "error", err.Error())
 	}
 	if err != nil || !ok {
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 )
 
 // Anyone who may create pods in a namespace can create one with a job's
@@ -48,7 +49,7 @@ func (c *Controller) fittingPods(j job, pods []*corev1.Pod) []*corev1.Pod {
 			continue
 		}
 		if c.unexpected.first(p.UID) {
-			c.log.Info("ignoring a pod that carries the job's labels and owner but is not one of its pods", "job", jobKey(j), "pod", p.Name, "podUID", string(p.UID), "why", err.Error())
+			c.log.Info("ignoring a pod that carries the job's labels and owner but is not one of its pods", "job", decision.JobKey(j), "pod", p.Name, "podUID", string(p.UID), "why", err.Error())
 			c.rec.Eventf(j.Object(), p, corev1.EventTypeWarning, contract.ReasonUnexpectedPod, "Gate",
 				"pod %s carries the job's labels and controller owner reference but is not a pod its operator creates (%v): rankgate ignores it", p.Name, err)
 		}

@@ -18,7 +18,7 @@ import (
 // their own ports in their packages (jobs.Jobs, allocations.Jobs,
 // watchdog.Host, ...), served by the controller's hosts (reconcilerHost,
 // watchdogHost). None of them writes: they ask the leader's
-// writes, the one writer of Gangs, jobs and Kueue Workloads (writes.go).
+// writes, the one writer of Gangs, jobs and Kueue Workloads (package leader).
 
 // jobView reads jobs and their pods as the gate sees them.
 type jobView interface {
@@ -44,7 +44,7 @@ type gangAsks interface {
 	askDecide(g *gang, a decision.Ask)
 }
 
-func (c *Controller) verdictsLoaded() bool { return c.recovered.Load() }
+func (c *Controller) verdictsLoaded() bool { return c.w.Recovered() }
 
 func (c *Controller) cachedJob(ctx context.Context, k kubeflow.Kind, key types.NamespacedName) (client.Object, error) {
 	obj := k.New()

@@ -2,12 +2,9 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
-	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/router"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 )
@@ -71,64 +67,6 @@ func (c *Controller) setupReconcilers() error {
 		}
 	}
 	return nil
-}
-
-// regate clears a fail verdict from a job a person resumed (suspend set
-// back to false): its new pods form a new gang, the job's next attempt
-// (rankgate.io/attempt, one more, in the same patch), with a Gang of its
-// own. The old verdict is kept in rankgate.io/previous-verdict, and in the
-// earlier attempt's Gang.
-//
-// again: the job changed meanwhile (the patch's resourceVersion is
-// stale); look at it again.
-func (w *writes) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
-	again, err = w.regateFor(ctx, obj, true, nil)
-	if again || err != nil {
-		return again, err
-	}
-	w.gangs.Forget(key)
-	w.book.drop(key, nil)
-	a := obj.GetAnnotations()
-	w.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
-	return false, nil
-}
-
-// regateFor clears the verdict annotations from obj in one patch guarded
-// by its resourceVersion, keeping the old verdict in
-// rankgate.io/previous-verdict; with bump it counts one more attempt
-// (rankgate.io/attempt), with restart it records the restart the new
-// attempt judges (rankgate.io/restart-attempt, restart.go). again: the
-// job changed meanwhile; a job that is gone needs nothing.
-func (w *writes) regateFor(ctx context.Context, obj client.Object, bump bool, restart *int32) (again bool, err error) {
-	a := obj.GetAnnotations()
-	set := map[string]any{}
-	for _, k := range []string{contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt,
-		contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport} {
-		set[k] = nil
-	}
-	if v := a[contract.AnnotationVerdict]; v != "" {
-		set[contract.AnnotationPreviousVerdict] = fmt.Sprintf("%s %s %s", v, a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
-	}
-	if bump {
-		set[contract.AnnotationAttempt] = strconv.Itoa(int(contract.Attempt(obj.GetAnnotations())) + 1)
-	}
-	if restart != nil {
-		set[contract.AnnotationRestartAttempt] = strconv.Itoa(int(*restart))
-	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": set}})
-	if err != nil {
-		return false, err
-	}
-	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		switch {
-		case apierrors.IsConflict(err):
-			return true, nil
-		case apierrors.IsNotFound(err):
-			return false, nil // the job is gone
-		}
-		return false, err
-	}
-	return false, nil
 }
 
 func controllerOptions() crcontroller.Options {

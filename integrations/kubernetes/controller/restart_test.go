@@ -57,7 +57,7 @@ func TestCheckRestart(t *testing.T) {
 	require.True(t, errors.As(err, &ge))
 	require.Equal(t, gate.CodeUnavailable, ge.Code, err.Error())
 	require.True(t, ge.Retryable())
-	require.NotNil(t, l.book.lookup("js-uid"))
+	require.NotNil(t, l.w.Book().Lookup("js-uid"))
 	require.Eventually(t, func() bool { return reads.Load() > before }, eventually, tick, "the next attempt is not asked for")
 
 	pj, pods := gangJob(t, 1)
@@ -95,6 +95,6 @@ func TestOpenGangAnsweredWithAppliedVerdict(t *testing.T) {
 	require.Equal(t, verdict.VerdictFail, g.Verdict().Report.Verdict)
 	require.Equal(t, "replica-b", g.Verdict().DecidedBy)
 	require.Zero(t, l.Decisions(), "adopted, not decided")
-	_, pending := l.book.pending(pj.UID)
+	_, pending := l.w.Book().Pending(pj.UID)
 	require.False(t, pending, "nothing left to apply")
 }

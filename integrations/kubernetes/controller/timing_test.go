@@ -29,6 +29,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	gateserver "github.com/rankgate/rankgate/integrations/kubernetes/gate/server"
@@ -42,8 +43,8 @@ import (
 // t0 is when every timing test starts.
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-// leader is one replica leading on a fake clock and a fake API server.
-type leader struct {
+// replica is one replica leading on a fake clock and a fake API server.
+type replica struct {
 	*Controller
 	clk    *armingClock
 	rec    *events.FakeRecorder
@@ -73,9 +74,16 @@ func newFakeAPI(t *testing.T, objs ...client.Object) client.WithWatch {
 // newLeader makes a replica that leads from t0 on the fake API server cl
 // (wrapped by fns, when given), with opts defaulted as New does. It stops
 // leading when the test ends.
-func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor.Funcs) *leader {
+func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor.Funcs) *replica {
 	t.Helper()
-	clk := &armingClock{FakeClock: clocktesting.NewFakeClock(t0)}
+	return newLeaderAt(t, cl, opts, t0, fns)
+}
+
+// newLeaderAt makes a replica that leads from now on cl, as newLeader,
+// once it has loaded the verdicts earlier leaders recorded (Sweep).
+func newLeaderAt(t *testing.T, cl client.WithWatch, opts Options, now time.Time, fns *interceptor.Funcs) *replica {
+	t.Helper()
+	clk := &armingClock{FakeClock: clocktesting.NewFakeClock(now)}
 	opts.Config, opts.Insecure, opts.Clock, opts.Log = &rest.Config{}, true, clk, testLog(t)
 	if opts.Namespace == "" {
 		opts.Namespace = "rankgate-system"
@@ -92,23 +100,24 @@ func newLeader(t *testing.T, cl client.WithWatch, opts Options, fns *interceptor
 	c.client, c.api, c.gangAPI = api, api, api
 	rec := events.NewFakeRecorder(100)
 	c.rec = rec
-	c.backend = c.gateBackend()
 	c.kinds = kubeflow.All()
 	c.state = clusterstate.New(c.engine, clk)
 	c.state.Nodes.SetSynced(func() bool { return true })
 	c.state.Usage.AddSource(func() bool { return true })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c.w = c.newWrites(&writeQueues{decide: newClockQueue(clk), book: newClockQueue(clk)})
-	c.w.runWriters(ctx, nil)
+	c.w = c.newWrites(&leader.Queues{Decide: newClockQueue(clk), Book: newClockQueue(clk)})
+	c.backend = c.gateBackend()
+	c.w.Run(ctx, nil)
+	c.leaderSince.Store(now.UnixNano())
 	c.leader.Store(true)
 	c.synced.Store(true)
-	c.recovered.Store(true)
-	return &leader{Controller: c, clk: clk, rec: rec, cl: cl, ctx: ctx, cancel: cancel}
+	require.True(t, c.w.Sweep(ctx))
+	return &replica{Controller: c, clk: clk, rec: rec, cl: cl, ctx: ctx, cancel: cancel}
 }
 
 // stop ends l's lead.
-func (l *leader) stop() {
+func (l *replica) stop() {
 	l.leader.Store(false)
 	l.cancel()
 }
@@ -136,18 +145,26 @@ func objects(job client.Object, pods []*corev1.Pod) []client.Object {
 
 // report sends rank i's report (pod pods[i]) to l's gate without waiting,
 // and returns the answer.
-func (l *leader) report(t *testing.T, pods []*corev1.Pod, i int, v verdict.Verdict) *gate.Response {
+func (l *replica) report(t *testing.T, pods []*corev1.Pod, i int, v verdict.Verdict) *gate.Response {
 	t.Helper()
 	p := pods[i]
 	id := gateserver.Identity{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID)}
-	rr := rankReport(i, v, 1)
-	resp, err := l.backend.Report(context.Background(), id, &gate.ReportRequest{Node: p.Spec.NodeName, DriverVersion: "580.65.06", Report: rr.Report}, 0)
+	var fs []verdict.Finding
+	switch v {
+	case verdict.VerdictFail:
+		fs = []verdict.Finding{{Rule: verdict.RuleGPULost, Severity: verdict.SeverityFail}}
+	case verdict.VerdictWarn:
+		fs = []verdict.Finding{{Rule: verdict.RuleGangDriverMismatch, Severity: verdict.SeverityWarn}}
+	}
+	rep := verdict.NewReport("", fs)
+	rep.Devices = []verdict.DeviceSummary{{ID: fmt.Sprintf("GPU-%d", i)}}
+	resp, err := l.backend.Report(context.Background(), id, &gate.ReportRequest{Node: p.Spec.NodeName, DriverVersion: "580.65.06", Report: rep}, 0)
 	require.NoError(t, err)
 	return resp
 }
 
 // answer is what l's gate answers rank i now, without waiting.
-func (l *leader) answer(t *testing.T, pods []*corev1.Pod, i int) *gate.Response {
+func (l *replica) answer(t *testing.T, pods []*corev1.Pod, i int) *gate.Response {
 	t.Helper()
 	p := pods[i]
 	resp, err := l.backend.Verdict(context.Background(), gateserver.Identity{Namespace: p.Namespace, Pod: p.Name, PodUID: string(p.UID)}, 0)
@@ -155,7 +172,7 @@ func (l *leader) answer(t *testing.T, pods []*corev1.Pod, i int) *gate.Response 
 	return resp
 }
 
-func (l *leader) job(t *testing.T) *kubeflowv1.PyTorchJob {
+func (l *replica) job(t *testing.T) *kubeflowv1.PyTorchJob {
 	t.Helper()
 	j := &kubeflowv1.PyTorchJob{}
 	require.NoError(t, l.cl.Get(context.Background(), types.NamespacedName{Namespace: "ml", Name: "j"}, j))
@@ -163,7 +180,7 @@ func (l *leader) job(t *testing.T) *kubeflowv1.PyTorchJob {
 }
 
 // gangObj is the job's Gang (attempt 1), nil while there is none.
-func (l *leader) gangObj(t *testing.T) *v1alpha1.Gang {
+func (l *replica) gangObj(t *testing.T) *v1alpha1.Gang {
 	t.Helper()
 	g := &v1alpha1.Gang{}
 	err := l.cl.Get(context.Background(), types.NamespacedName{Namespace: "ml", Name: v1alpha1.GangName("PyTorchJob", "j", 1)}, g)
@@ -223,7 +240,7 @@ func (a *armingClock) take(d time.Duration) bool {
 }
 
 // armed waits until a timer of d is armed on l's clock.
-func (l *leader) armed(t *testing.T, d time.Duration) {
+func (l *replica) armed(t *testing.T, d time.Duration) {
 	t.Helper()
 	require.Eventually(t, func() bool { return l.clk.take(d) }, eventually, tick, "a timer of %s armed", d)
 }
@@ -318,7 +335,7 @@ func TestVerdictAppliedThenMarkedAfterTheDelay(t *testing.T) {
 	require.Eventually(t, func() bool { return applied(l.gangObj(t)) }, eventually, tick)
 	cond := meta.FindStatusCondition(l.gangObj(t).Status.Conditions, contract.ConditionApplied)
 	require.Equal(t, "JobSuspended", cond.Reason)
-	_, pending := l.book.pending(pj.UID)
+	_, pending := l.w.Book().Pending(pj.UID)
 	require.False(t, pending, "the verdict is no longer pending once on its job")
 }
 
@@ -366,20 +383,20 @@ func (w *statusWrites) count() int {
 
 // openGang has the reconciler note the opted-in job pj without a
 // verdict: its Gang is created at once, 0/N.
-func (l *leader) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
+func (l *replica) openGang(t *testing.T, pj *kubeflowv1.PyTorchJob) {
 	t.Helper()
 	reconcilerHost{l.Controller}.Keep(pj, "PyTorchJob")
 	// Written with its progress, and known as written: a report before
 	// then would write it again, and a verdict write would conflict.
 	require.Eventually(t, func() bool {
-		r := l.book.lookup(pj.UID)
-		return r != nil && r.current() != nil && r.current().Status.Progress != ""
+		r := l.w.Book().Lookup(pj.UID)
+		return r != nil && r.Current() != nil && r.Current().Status.Progress != ""
 	}, eventually, tick)
 	require.Equal(t, int32(0), l.gangObj(t).Status.ReportedRanks)
 }
 
 // Reports do not write the Gang each: the ranks reported within
-// progressEvery of the first are written together, once, progressEvery
+// leader.ProgressEvery of the first are written together, once, leader.ProgressEvery
 // after it, with the first report's time (a later leader's deadline).
 func TestProgressWrittenOncePerInterval(t *testing.T) {
 	pj, pods := gangJob(t, 3)
@@ -390,9 +407,9 @@ func TestProgressWrittenOncePerInterval(t *testing.T) {
 
 	l.report(t, pods, 0, verdict.VerdictPass)
 	l.report(t, pods, 1, verdict.VerdictPass)
-	l.armed(t, progressEvery)
-	require.Never(t, func() bool { return l.gangObj(t).Status.ReportedRanks > 0 }, 100*time.Millisecond, tick, "written before progressEvery")
-	l.clk.Step(progressEvery)
+	l.armed(t, leader.ProgressEvery)
+	require.Never(t, func() bool { return l.gangObj(t).Status.ReportedRanks > 0 }, 100*time.Millisecond, tick, "written before leader.ProgressEvery")
+	l.clk.Step(leader.ProgressEvery)
 	require.Eventually(t, func() bool { return l.gangObj(t).Status.ReportedRanks == 2 }, eventually, tick)
 	st := l.gangObj(t).Status
 	require.Equal(t, "2/3", st.Progress)
@@ -403,7 +420,7 @@ func TestProgressWrittenOncePerInterval(t *testing.T) {
 	require.Equal(t, before+1, w.count(), "one write for both reports")
 }
 
-// A gang decided within progressEvery of its reports costs no progress
+// A gang decided within leader.ProgressEvery of its reports costs no progress
 // write: its verdict write carries the ranks.
 func TestProgressLeftToTheVerdictWrite(t *testing.T) {
 	pj, pods := gangJob(t, 2)
@@ -416,7 +433,7 @@ func TestProgressLeftToTheVerdictWrite(t *testing.T) {
 	l.report(t, pods, 1, verdict.VerdictPass)
 	require.Eventually(t, func() bool { return l.answer(t, pods, 0).State == gate.StateDecided }, eventually, tick)
 	require.Equal(t, before+1, w.count(), "the verdict write")
-	l.clk.Step(progressEvery)
+	l.clk.Step(leader.ProgressEvery)
 	require.Never(t, func() bool { return w.count() > before+1 }, 200*time.Millisecond, tick, "a progress write after the verdict")
 	require.Equal(t, int32(2), l.gangObj(t).Status.ReportedRanks)
 }
@@ -424,7 +441,7 @@ func TestProgressLeftToTheVerdictWrite(t *testing.T) {
 // pendingSetup creates the opted-in job "j" with one worker whose pod
 // asks for res and has been unschedulable since t0, on a fleet of one
 // node with 8 full GPUs.
-func (l *leader) pendingSetup(t *testing.T, res string) {
+func (l *replica) pendingSetup(t *testing.T, res string) {
 	t.Helper()
 	p := pendingPod(res, 1)
 	p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
@@ -486,7 +503,7 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	again, failed := l.wd.Step(context.Background(), k, l.job(t))
 	require.False(t, failed)
 	require.Equal(t, watchdog.Recheck, again)
-	// The writes put it on the job (jobwrites.go).
+	// The writes put it on the job (package leader).
 	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationWaitingFor] != "" }, eventually, tick)
 	_, decided := l.backend.decided(wrap(l.job(t)))
 	require.False(t, decided)
@@ -502,16 +519,11 @@ var failingJobPatches = &interceptor.Funcs{Patch: func(ctx context.Context, c cl
 }}
 
 // takeOver makes a second replica, replica-b, lead on cl at its clock's
-// now, and loads the verdicts the first one recorded (sweep).
-func takeOver(t *testing.T, cl client.WithWatch, opts Options, now time.Time, fns *interceptor.Funcs) *leader {
+// now, and loads the verdicts the first one recorded (Sweep).
+func takeOver(t *testing.T, cl client.WithWatch, opts Options, now time.Time, fns *interceptor.Funcs) *replica {
 	t.Helper()
 	opts.Identity = "replica-b"
-	b := newLeader(t, cl, opts, fns)
-	b.clk.SetTime(now)
-	b.leaderSince.Store(now.UnixNano())
-	b.recovered.Store(false)
-	require.True(t, b.sweep(b.ctx))
-	return b
+	return newLeaderAt(t, cl, opts, now, fns)
 }
 
 // A verdict the leader recorded in the Gang and did not apply before it
@@ -576,8 +588,8 @@ func TestTakeoverWaitsForResentReports(t *testing.T) {
 	a := newLeader(t, cl, opts, nil)
 	a.openGang(t, pj)
 	a.report(t, pods, 0, verdict.VerdictPass)
-	a.armed(t, progressEvery)
-	a.clk.Step(progressEvery)
+	a.armed(t, leader.ProgressEvery)
+	a.clk.Step(leader.ProgressEvery)
 	require.Eventually(t, func() bool { return a.gangObj(t).Status.FirstReportAt != nil }, eventually, tick)
 	a.stop()
 

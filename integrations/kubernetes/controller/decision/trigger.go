@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -42,4 +43,9 @@ func ReadyTrigger(ready gangstore.Ready) (Trigger, bool) {
 		return OnEarlyFail, true
 	}
 	return 0, false
+}
+
+// JobKey names job j's gang: namespace/kind/name.
+func JobKey(j kubeflow.Job) string {
+	return j.Namespace() + "/" + j.Kind() + "/" + j.Name()
 }

@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -17,6 +17,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 )
 
 // applyStep puts r's recorded verdict on its job (apply), once per pass
@@ -26,7 +27,7 @@ import (
 // AppliedDelay later (markStep): until then it reads Decided, and a new
 // leader's sweep finds the job carrying the verdict (nothing to do) and
 // marks it.
-func (w *writes) applyStep(ctx context.Context, r *gangRes) bool {
+func (w *Writes) applyStep(ctx context.Context, r *GangRecord) bool {
 	d, t := r.unapplied()
 	if d == nil {
 		return false
@@ -35,7 +36,7 @@ func (w *writes) applyStep(ctx context.Context, r *gangRes) bool {
 		if ctx.Err() != nil {
 			return true // stopped leading: the next leader's sweep applies it
 		}
-		metricAPIErrors.WithLabelValues("verdict").Inc()
+		metrics.APIErrors.WithLabelValues("verdict").Inc()
 		w.log.Error(err, "applying the recorded verdict to the job; retrying", "job", t.key())
 		w.retryLater(t.uid, applyPriority(d))
 		return true
@@ -51,14 +52,14 @@ func (w *writes) applyStep(ctx context.Context, r *gangRes) bool {
 // markStep marks r's Gang Applied once AppliedDelay has passed since its
 // job carried the verdict (requeued for then), and forgets r. It says
 // whether r's writes are done for this pass.
-func (w *writes) markStep(ctx context.Context, r *gangRes) bool {
+func (w *Writes) markStep(ctx context.Context, r *GangRecord) bool {
 	r.mu.Lock()
 	d, t, at := r.recorded, r.t, r.onJobAt
 	r.mu.Unlock()
 	if d == nil || at.IsZero() {
 		return false
 	}
-	if left := *w.opts.AppliedDelay - w.since(at); left > 0 {
+	if left := w.cfg.AppliedDelay - w.since(at); left > 0 {
 		w.enqueue(t.uid, prioBook, left)
 		return true
 	}
@@ -73,7 +74,7 @@ func (w *writes) markStep(ctx context.Context, r *gangRes) bool {
 // a delete verdict still deletes it (the Gang is marked Applied only
 // after the delete, so a leader that dies in between leaves it to the
 // next one).
-func (w *writes) apply(ctx context.Context, t target, d *decision.Decision) error {
+func (w *Writes) apply(ctx context.Context, t target, d *decision.Decision) error {
 	k, _ := kubeflow.ByName(t.kind)
 	key := types.NamespacedName{Namespace: t.ns, Name: t.name}
 	var lastErr error
@@ -84,9 +85,9 @@ func (w *writes) apply(ctx context.Context, t target, d *decision.Decision) erro
 		switch {
 		case err == nil && done:
 			if obj != nil && !d.Adopted {
-				metricApplyLag.Observe(w.since(d.DecidedAt).Seconds())
+				metrics.ApplyLag.Observe(w.since(d.DecidedAt).Seconds())
 			}
-			if d.Report.Failed() && d.Action == ActionDelete {
+			if d.Report.Failed() && d.Action == decision.ActionDelete {
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				defer cancel()
 				err := w.deleteJob(dctx, t)
@@ -116,7 +117,7 @@ func (w *writes) apply(ctx context.Context, t target, d *decision.Decision) erro
 // applyOnce is one try of apply. done with a nil object: nothing to write
 // (job gone, replaced, or already carrying a verdict). ev is the decision
 // the Event tells (d, with how a Kueue-managed job was stopped).
-func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, fresh bool) (bool, client.Object, *decision.Decision, error) {
+func (w *Writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, fresh bool) (bool, client.Object, *decision.Decision, error) {
 	obj := k.New()
 	var err error
 	if fresh {
@@ -135,7 +136,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 	}
 	orig := obj.DeepCopyObject().(client.Object)
 	ev := d
-	if d.Report.Failed() && d.Action == ActionSuspend {
+	if d.Report.Failed() && d.Action == decision.ActionSuspend {
 		if kueueManaged(obj) {
 			// Kueue owns runPolicy.suspend: stop the job through its
 			// Workload, then annotate (a retry deactivates again, a no-op).
@@ -147,7 +148,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 			e.Kueue = how
 			ev = &e
 		} else {
-			wrap(obj).SetSuspended(true)
+			asJob(obj).SetSuspended(true)
 		}
 	}
 	ann := obj.GetAnnotations()
@@ -174,7 +175,7 @@ func (w *writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 // deleteRefused asks the API server, with a dry run, whether the
 // controller may delete job; it returns why not when the answer is
 // Forbidden, "" otherwise (other errors leave it to the real delete).
-func (w *writes) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.Object) string {
+func (w *Writes) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.Object) string {
 	err := w.client.Delete(ctx, job.DeepCopyObject().(client.Object), client.DryRunAll, client.Preconditions{UID: ptrUID(job.GetUID())})
 	if apierrors.IsForbidden(err) {
 		return w.refusedText(k, job.GetNamespace())
@@ -182,7 +183,7 @@ func (w *writes) deleteRefused(ctx context.Context, k kubeflow.Kind, job client.
 	return ""
 }
 
-func (w *writes) refusedText(k kubeflow.Kind, ns string) string {
+func (w *Writes) refusedText(k kubeflow.Kind, ns string) string {
 	return fmt.Sprintf("the controller may not delete %ss in namespace %s; the overlay configs/overlays/on-fail-delete grants it", strings.ToLower(k.GVK().Kind), ns)
 }
 
@@ -190,9 +191,9 @@ func (w *writes) refusedText(k kubeflow.Kind, ns string) string {
 // refused, and sets its action annotation to suspend. The in-memory
 // decision keeps delete (ranks were answered with it); the job, its
 // annotations and the Event say what happened.
-func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, why string) error {
+func (w *Writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, t target, d *decision.Decision, why string) error {
 	s := *d
-	s.Action, s.DeleteRefused = ActionSuspend, why
+	s.Action, s.DeleteRefused = decision.ActionSuspend, why
 	for attempt := 0; attempt < 10; attempt++ {
 		obj := k.New()
 		err := w.api.Get(ctx, key, obj)
@@ -202,9 +203,9 @@ func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 		if err != nil {
 			return err
 		}
-		j := wrap(obj)
+		j := asJob(obj)
 		kueue := kueueManaged(obj)
-		if (j.Suspended() || kueue) && obj.GetAnnotations()[contract.AnnotationAction] == ActionSuspend {
+		if (j.Suspended() || kueue) && obj.GetAnnotations()[contract.AnnotationAction] == decision.ActionSuspend {
 			return nil // done by an earlier try or leader
 		}
 		orig := obj.DeepCopyObject().(client.Object)
@@ -221,7 +222,7 @@ func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 		if ann == nil {
 			ann = map[string]string{}
 		}
-		ann[contract.AnnotationAction] = ActionSuspend
+		ann[contract.AnnotationAction] = decision.ActionSuspend
 		obj.SetAnnotations(ann)
 		err = w.client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 		switch {
@@ -243,21 +244,21 @@ func (w *writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 // verdict d (the job patch, and a delete verdict's delete, are done), and
 // forgets the Gang: it stays as the job's history. A Gang that is gone
 // (deleted with its job) needs nothing.
-func (w *writes) markApplied(ctx context.Context, t target, d *decision.Decision) {
+func (w *Writes) markApplied(ctx context.Context, t target, d *decision.Decision) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	r := w.book.lookup(t.uid)
+	r := w.book.Lookup(t.uid)
 	if r == nil || r.t.attempt != t.attempt {
-		r = &gangRes{t: t}
+		r = &GangRecord{t: t}
 	}
 	defer w.book.drop(t.key(), &t)
-	obj := r.current()
+	obj := r.Current()
 	reason, msg := "VerdictOnJob", "the job carries the verdict"
 	if d.Report.Failed() {
 		switch d.Action {
-		case ActionSuspend:
+		case decision.ActionSuspend:
 			reason, msg = "JobSuspended", "the job carries the verdict and is suspended"
-		case ActionDelete:
+		case decision.ActionDelete:
 			reason, msg = "JobDeleted", "the job was deleted"
 		}
 	}
@@ -285,7 +286,7 @@ func (w *writes) markApplied(ctx context.Context, t target, d *decision.Decision
 		case apierrors.IsConflict(err):
 			obj = nil
 		default:
-			metricAPIErrors.WithLabelValues("gang-applied").Inc()
+			metrics.APIErrors.WithLabelValues("gang-applied").Inc()
 			w.log.Info("marking the gang applied; the next leader's sweep applies it again (a no-op) and retries", "gang", r.key().String(), "error", err.Error())
 			return
 		}

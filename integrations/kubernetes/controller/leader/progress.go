@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 )
 
 // Progress writes: what an open gang's Gang shows (ranks reported, the
@@ -21,7 +22,7 @@ import (
 // the interval of a report costs no progress write: its verdict write
 // carries the ranks.
 //
-// The interval is progressEvery, longer with many open gangs: each is
+// The interval is ProgressEvery, longer with many open gangs: each is
 // written at most once per (open gangs / progressRate) seconds, so that
 // all of them together write about progressRate times a second at most.
 // The gang latency benchmark (200 jobs x 8 ranks reporting over 20 s)
@@ -30,20 +31,21 @@ import (
 // writes ranks wait for (p99 several times the budgeted run's, side by
 // side on one machine).
 const (
-	progressEvery = 2 * time.Second
+	// ProgressEvery is how often one gang's progress is written at most.
+	ProgressEvery = 2 * time.Second
 	progressRate  = 10 // progress writes a second, all gangs together
 	progressRetry = 5 * time.Second
 )
 
 // progressInterval is how often one dirty Gang is written now.
-func (w *writes) progressInterval() time.Duration {
-	return max(progressEvery, time.Duration(w.gangs.Open())*time.Second/progressRate)
+func (w *Writes) progressInterval() time.Duration {
+	return max(ProgressEvery, time.Duration(w.gangs.Open())*time.Second/progressRate)
 }
 
-// touchProgress marks job uid's Gang dirty: written within progressEvery,
+// touchProgress marks job uid's Gang dirty: written within ProgressEvery,
 // or at once with soon (a Gang that does not exist yet).
-func (w *writes) touchProgress(uid types.UID, soon bool) {
-	r := w.book.lookup(uid)
+func (w *Writes) TouchProgress(uid types.UID, soon bool) {
+	r := w.book.Lookup(uid)
 	if r == nil {
 		return
 	}
@@ -61,7 +63,7 @@ func (w *writes) touchProgress(uid types.UID, soon bool) {
 // progress, if it is dirty and not written within the progress interval
 // (then it is requeued for that time). A gang being decided is left to its
 // verdict write.
-func (w *writes) progressStep(ctx context.Context, r *gangRes, g *gang) {
+func (w *Writes) progressStep(ctx context.Context, r *GangRecord, g *gang) {
 	r.mu.Lock()
 	dirty, done, last := r.dirty, r.decidedLocked(), r.progressAt
 	r.mu.Unlock()
@@ -88,10 +90,10 @@ func (w *writes) progressStep(ctx context.Context, r *gangRes, g *gang) {
 	if err == nil || ctx.Err() != nil {
 		return
 	}
-	metricAPIErrors.WithLabelValues("gang-progress").Inc()
+	metrics.APIErrors.WithLabelValues("gang-progress").Inc()
 	msg := err.Error()
 	if apierrors.IsForbidden(err) || isNoGangKind(err) {
-		msg += " (" + w.host.gangsRBACHint("create and update") + ")"
+		msg += " (" + GangsRBACHint("create and update") + ")"
 	}
 	w.log.Info("writing the gang's progress; retrying", "job", r.t.key(), "gang", r.key().Name, "in", progressRetry.String(), "error", msg)
 	r.mu.Lock()
@@ -103,7 +105,7 @@ func (w *writes) progressStep(ctx context.Context, r *gangRes, g *gang) {
 // writeProgress writes snap into r's Gang unless it holds a verdict (then
 // an open in-memory gang g adopts it: another replica recorded it) or
 // already shows it.
-func (w *writes) writeProgress(ctx context.Context, r *gangRes, g *gang, snap gangSnapshot) error {
+func (w *Writes) writeProgress(ctx context.Context, r *GangRecord, g *gang, snap gangSnapshot) error {
 	for attempt := 0; attempt < 3; attempt++ {
 		obj, err := w.ensureObject(ctx, r)
 		if err != nil {

@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"context"
@@ -16,11 +16,11 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/preflight/ncclenv"
-	"github.com/rankgate/rankgate/verdict"
 )
 
 // The leader's writes about a gated job go through two work queues keyed
@@ -59,67 +59,101 @@ const (
 	prioDecide = 30
 )
 
-// writes are the leader's writes (above): the one writer of Gangs, of
+// Writes are the leader's writes (above): the one writer of Gangs, of
 // what rankgate puts on jobs (verdicts, the fail action, waiting-for,
 // re-gates, restarts) and of Kueue Workloads, and of the verdict Events.
-// Everyone else asks: askDecide, touchProgress, wantWaitingFor,
-// askRegate, askRestart. It holds the queues, the decisions in flight
-// and the Gang book's writes' state.
-type writes struct {
-	host    writesHost
-	opts    *Options
+// Everyone else asks: AskDecide, TouchProgress, WantWaitingFor,
+// AskRegate, AskRestart. It holds the queues, the decisions in flight,
+// the Gang book and what a new leader loaded from the Gangs (Sweep).
+type Writes struct {
+	host    Host
+	cfg     Config
 	log     logr.Logger
 	clk     clock.WithTickerAndDelayedExecution
 	client  client.Client // cached reads; job and Workload writes
 	api     client.Reader // uncached reads
-	gangAPI client.Client // Gang reads and writes (see Controller.gangAPI)
+	gangAPI client.Client // Gang reads and writes
 	rec     events.EventRecorder
 	gangs   *gangstore.Store[decision.Decision]
-	book    *gangBook
+	book    *Book
 
-	queues   atomic.Pointer[writeQueues]
+	queues   atomic.Pointer[Queues]
 	deciding decisionsInFlight // the decisions in flight, which the other writes wait for
 	// decisions counts the verdicts decided.
 	decisions atomic.Int64
+	// recovered: the Gangs an earlier leader left were loaded (Sweep);
+	// sweepErr is why they could not be, meanwhile.
+	recovered atomic.Bool
+	sweepErr  atomic.Pointer[string]
 }
 
-// writesHost is what the writes ask of the controller: judgements the
-// decision reads, and what the shipped RBAC grants.
-type writesHost interface {
-	// missingRanks are g's missing ranks, and why each is missing.
-	missingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank
-	// ncclSettings are the NCCL settings g's ranks run with.
-	ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank
-	// resumedAfterFail: a person resumed the job after a fail verdict.
-	resumedAfterFail(ctx context.Context, obj client.Object) (bool, error)
-	// gangsRBACHint says what RBAC on Gangs the controller needs for verbs.
-	gangsRBACHint(verbs string) string
+// Host is what the writes ask of the controller: the judgements a
+// decision reads, and what the controller watches and gates.
+type Host interface {
+	// MissingRanks are g's missing ranks, and why each is missing.
+	MissingRanks(ctx context.Context, g *decision.Gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank
+	// NCCLSettings are the NCCL settings g's ranks run with.
+	NCCLSettings(ctx context.Context, g *decision.Gang) map[int]ncclenv.Rank
+	// Watches: the controller gates jobs of kind k.
+	Watches(k kubeflow.Kind) bool
+	// OptedIn: the job is gated (its own setting, else its namespace's).
+	OptedIn(ctx context.Context, o client.Object) (bool, error)
 }
 
-// newWrites are c's writes, on qs.
-func (c *Controller) newWrites(qs *writeQueues) *writes {
-	w := &writes{host: c, opts: &c.opts, log: c.log, clk: c.clock(), client: c.client, api: c.api, gangAPI: c.gangAPI, rec: c.rec, gangs: c.gangs, book: c.book}
+// Config is what the writes are made of.
+type Config struct {
+	Host Host
+	// GangTimeout is the default gang timeout; OnFail the default fail
+	// policy; AppliedDelay how long after its verdict a Gang is marked
+	// Applied at the latest; Identity names this replica in verdicts.
+	GangTimeout  time.Duration
+	OnFail       string
+	AppliedDelay time.Duration
+	Identity     string
+	Clock        clock.WithTickerAndDelayedExecution
+	Log          logr.Logger
+	// Client reads from the caches and writes jobs and Workloads; API
+	// reads from the API server; GangAPI reads and writes Gangs.
+	Client   client.Client
+	API      client.Reader
+	GangAPI  client.Client
+	Recorder events.EventRecorder
+	// Gangs are the open gangs (the gate's store).
+	Gangs *gangstore.Store[decision.Decision]
+}
+
+// New are the writes of cfg, on qs until Run is given others.
+func New(cfg Config, qs *Queues) *Writes {
+	w := &Writes{host: cfg.Host, cfg: cfg, log: cfg.Log, clk: cfg.Clock, client: cfg.Client, api: cfg.API, gangAPI: cfg.GangAPI,
+		rec: cfg.Recorder, gangs: cfg.Gangs, book: newBook()}
 	w.queues.Store(qs)
 	return w
 }
 
-func (w *writes) clock() clock.WithTickerAndDelayedExecution { return w.clk }
-func (w *writes) now() time.Time                             { return w.clk.Now() }
-func (w *writes) since(t time.Time) time.Duration            { return w.clk.Since(t) }
-func (w *writes) until(t time.Time) time.Duration            { return t.Sub(w.clk.Now()) }
-func (w *writes) workloads() kueueWorkloads                  { return kueueWorkloads{api: w.api, client: w.client} }
+// Book is the Gang book (the Gang resources of the gated jobs).
+func (w *Writes) Book() *Book { return w.book }
 
-// The asks of the reconcilers, the gate and the watchdog go to the writes.
+// Decisions counts the verdicts decided.
+func (w *Writes) Decisions() int64 { return w.decisions.Load() }
 
-func (c *Controller) askDecide(g *gang, a decision.Ask) { c.w.askDecide(g, a) }
+// Recovered: the Gangs an earlier leader left are loaded (Sweep).
+func (w *Writes) Recovered() bool { return w.recovered.Load() }
 
-func (c *Controller) touchProgress(uid types.UID, soon bool) { c.w.touchProgress(uid, soon) }
-
-func (c *Controller) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	c.w.wantWaitingFor(obj, kind, cause)
+// SweepError is why the Gangs could not be loaded yet ("" when none).
+func (w *Writes) SweepError() string {
+	if p := w.sweepErr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
-func (c *Controller) askRegate(obj client.Object, kind string) { c.w.askRegate(obj, kind) }
+func (w *Writes) clock() clock.WithTickerAndDelayedExecution { return w.clk }
+func (w *Writes) now() time.Time                             { return w.clk.Now() }
+func (w *Writes) since(t time.Time) time.Duration            { return w.clk.Since(t) }
+func (w *Writes) until(t time.Time) time.Duration            { return t.Sub(w.clk.Now()) }
+func (w *Writes) workloads() kueueWorkloads                  { return kueueWorkloads{api: w.api, client: w.client} }
+
+// The asks of the reconcilers, the gate and the watchdog go to the writes.
 
 // Bookkeepers also wait while decisions are in flight (decisionsInFlight),
 // at most maxBookYield: measured side by side on a quiet 2-core machine
@@ -144,9 +178,9 @@ const (
 	bookkeepers = 2
 )
 
-// writeQueue is the part of priorityqueue.PriorityQueue the writes use
+// Queue is the part of priorityqueue.PriorityQueue the writes use
 // (unit tests run the same reconciles on queues that follow a fake clock).
-type writeQueue interface {
+type Queue interface {
 	AddWithOpts(o priorityqueue.AddOpts, items ...types.UID)
 	GetWithPriority() (item types.UID, priority int, shutdown bool)
 	Forget(item types.UID)
@@ -154,36 +188,40 @@ type writeQueue interface {
 	ShutDown()
 }
 
-// writeQueues are the leader's two queues.
-type writeQueues struct{ decide, book writeQueue }
+// Queues are the leader's two queues.
+type Queues struct {
+	// Decide holds the decisions ranks wait for; Book the writes nobody
+	// waits for.
+	Decide, Book Queue
+}
 
-// newWriteQueues are the leader's queues: a failed write is retried after
+// NewQueues are the leader's queues: a failed write is retried after
 // 200 ms, doubling up to 30 s.
-func newWriteQueues() writeQueues {
-	q := func(name string) writeQueue {
+func NewQueues() Queues {
+	q := func(name string) Queue {
 		return priorityqueue.New(name, func(o *priorityqueue.Opts[types.UID]) {
 			o.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](200*time.Millisecond, 30*time.Second)
 		})
 	}
-	return writeQueues{decide: q("rankgate-decisions"), book: q("rankgate-writes")}
+	return Queues{Decide: q("rankgate-decisions"), Book: q("rankgate-writes")}
 }
 
 // queueFor is the queue of work of priority prio (nil: no queues).
-func (w *writes) queueFor(prio int) writeQueue {
+func (w *Writes) queueFor(prio int) Queue {
 	qs := w.queues.Load()
 	if qs == nil {
 		return nil
 	}
 	if prio >= prioDecide {
-		return qs.decide
+		return qs.Decide
 	}
-	return qs.book
+	return qs.Book
 }
 
 // enqueue asks for job uid's work of priority prio to be looked at after
 // after (a queue keeps the highest priority and the earliest time asked
 // for).
-func (w *writes) enqueue(uid types.UID, prio int, after time.Duration) {
+func (w *Writes) enqueue(uid types.UID, prio int, after time.Duration) {
 	if q := w.queueFor(prio); q != nil {
 		q.AddWithOpts(priorityqueue.AddOpts{After: max(after, 0), Priority: ptr.To(prio)}, uid)
 	}
@@ -191,13 +229,13 @@ func (w *writes) enqueue(uid types.UID, prio int, after time.Duration) {
 
 // retryLater retries job uid's work of priority prio with the queue's
 // backoff; succeeded ends the backoff once the work is done.
-func (w *writes) retryLater(uid types.UID, prio int) {
+func (w *Writes) retryLater(uid types.UID, prio int) {
 	if q := w.queueFor(prio); q != nil {
 		q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true, Priority: ptr.To(prio)}, uid)
 	}
 }
 
-func (w *writes) succeeded(uid types.UID, prio int) {
+func (w *Writes) succeeded(uid types.UID, prio int) {
 	if q := w.queueFor(prio); q != nil {
 		q.Forget(uid)
 	}
@@ -208,17 +246,17 @@ func (w *writes) succeeded(uid types.UID, prio int) {
 // that started first, is worked then. A replica that stops leading shuts
 // its queues down: it exits (controller-runtime gives up a lost lease that
 // way) and the next leader starts from the Gangs and the jobs.
-func (w *writes) runWriters(ctx context.Context, qs *writeQueues) {
+func (w *Writes) Run(ctx context.Context, qs *Queues) {
 	if qs != nil {
 		w.queues.Store(qs)
 	}
 	qs = w.queues.Load()
 	go func() {
 		<-ctx.Done()
-		qs.decide.ShutDown()
-		qs.book.ShutDown()
+		qs.Decide.ShutDown()
+		qs.Book.ShutDown()
 	}()
-	work := func(q writeQueue, n int, reconcile func(context.Context, types.UID)) {
+	work := func(q Queue, n int, reconcile func(context.Context, types.UID)) {
 		for i := 0; i < n; i++ {
 			go func() {
 				for {
@@ -234,12 +272,12 @@ func (w *writes) runWriters(ctx context.Context, qs *writeQueues) {
 			}()
 		}
 	}
-	work(qs.decide, deciders, func(ctx context.Context, uid types.UID) {
+	work(qs.Decide, deciders, func(ctx context.Context, uid types.UID) {
 		w.deciding.begin()
 		defer w.deciding.end()
 		w.reconcileDecide(ctx, uid)
 	})
-	work(qs.book, bookkeepers, func(ctx context.Context, uid types.UID) {
+	work(qs.Book, bookkeepers, func(ctx context.Context, uid types.UID) {
 		w.deciding.wait(ctx, w.clock(), maxBookYield)
 		w.reconcileBook(ctx, uid)
 	})
@@ -293,8 +331,8 @@ func (f *decisionsInFlight) wait(ctx context.Context, clk clock.Clock, most time
 // askDecide asks for gang g to be decided (why, with the missing ranks or
 // the watchdog's report) ahead of every other write. A complete gang's
 // ask replaces an earlier one (it sees every rank), except the watchdog's.
-func (w *writes) askDecide(g *gang, a decision.Ask) {
-	r := w.book.lookup(g.UID())
+func (w *Writes) AskDecide(g *gang, a decision.Ask) {
+	r := w.book.Lookup(g.UID())
 	if r == nil || !g.Open() {
 		return // ensureGang made r; none: the job is no longer gated
 	}
@@ -309,7 +347,7 @@ func (w *writes) askDecide(g *gang, a decision.Ask) {
 // reconcileDecide decides job uid's gang if it was asked to or its
 // deadline has come (a restart asked for comes first: restart.go), and
 // requeues it for its deadline otherwise.
-func (w *writes) reconcileDecide(ctx context.Context, uid types.UID) {
+func (w *Writes) reconcileDecide(ctx context.Context, uid types.UID) {
 	if w.restartStep(ctx, uid) {
 		return // the job's next attempt: the old gang is gone
 	}
@@ -321,14 +359,14 @@ func (w *writes) reconcileDecide(ctx context.Context, uid types.UID) {
 // reconcileBook does the writes nobody waits for, for job uid: put its
 // verdict on the job, mark the Gang Applied, write progress; forget a
 // decided gang in time; and requeues uid for what is due later.
-func (w *writes) reconcileBook(ctx context.Context, uid types.UID) {
+func (w *Writes) reconcileBook(ctx context.Context, uid types.UID) {
 	g := w.gangs.Get(uid)
 	if g != nil {
 		// A decided gang is forgotten later (requeued for then; an
 		// earlier requeue keeps its time).
 		defer w.forgetStep(g)
 	}
-	r := w.book.lookup(uid)
+	r := w.book.Lookup(uid)
 	if r == nil {
 		return
 	}
@@ -350,12 +388,12 @@ func (w *writes) reconcileBook(ctx context.Context, uid types.UID) {
 // decideStep decides g if it was asked to, or its deadline has come, and
 // requeues g for its deadline otherwise. A verdict recorded goes to the
 // other queue to be put on its job.
-func (w *writes) decideStep(ctx context.Context, g *gang) {
+func (w *Writes) decideStep(ctx context.Context, g *gang) {
 	if g.Verdict() != nil {
 		return
 	}
 	var a *decision.Ask
-	r := w.book.lookup(g.UID())
+	r := w.book.Lookup(g.UID())
 	if r != nil {
 		r.mu.Lock()
 		a = r.ask
@@ -366,7 +404,7 @@ func (w *writes) decideStep(ctx context.Context, g *gang) {
 		a = &decision.Ask{Why: decision.OnDeadline}
 	}
 	if a == nil {
-		w.armDeadline(g.UID(), deadline)
+		w.ArmDeadline(g.UID(), deadline)
 		return
 	}
 	out := w.decideWith(ctx, g, *a)
@@ -382,7 +420,7 @@ func (w *writes) decideStep(ctx context.Context, g *gang) {
 		r.mu.Unlock()
 	}
 	if out == decideWaiting {
-		w.armDeadline(g.UID(), deadline)
+		w.ArmDeadline(g.UID(), deadline)
 		return
 	}
 	w.succeeded(g.UID(), prioDecide)
@@ -401,7 +439,7 @@ func applyPriority(d *decision.Decision) int {
 
 // armDeadline requeues job uid's decision for its gang's deadline (none
 // when zero).
-func (w *writes) armDeadline(uid types.UID, deadline time.Time) {
+func (w *Writes) ArmDeadline(uid types.UID, deadline time.Time) {
 	if !deadline.IsZero() {
 		w.enqueue(uid, prioDecide, w.until(deadline))
 	}
@@ -410,7 +448,7 @@ func (w *writes) armDeadline(uid types.UID, deadline time.Time) {
 // forgetStep drops a decided gang decidedGangTTL after its verdict (late
 // polls are answered from it until then, from the job after), and
 // requeues it for then.
-func (w *writes) forgetStep(g *gang) {
+func (w *Writes) forgetStep(g *gang) {
 	if g.Verdict() == nil {
 		return
 	}

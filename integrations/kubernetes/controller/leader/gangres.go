@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"context"
@@ -37,10 +37,10 @@ import (
 //
 // The controller keeps no informer on Gangs (finished ones are history and
 // may be many): it reads them from the API server, and remembers the ones
-// of the jobs it is gating (gangRes).
+// of the jobs it is gating (GangRecord).
 
-// gangRes is the Gang resource of one job attempt, as this replica knows it.
-type gangRes struct {
+// GangRecord is the Gang resource of one job attempt, as this replica knows it.
+type GangRecord struct {
 	t          target
 	apiVersion string
 	expected   int32
@@ -69,7 +69,7 @@ type gangRes struct {
 
 // unapplied is r's recorded verdict while its job does not carry it yet
 // (nil once it does), and r's target.
-func (r *gangRes) unapplied() (*decision.Decision, target) {
+func (r *GangRecord) unapplied() (*decision.Decision, target) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.recorded != nil && r.onJobAt.IsZero() {
@@ -78,7 +78,7 @@ func (r *gangRes) unapplied() (*decision.Decision, target) {
 	return nil, r.t
 }
 
-func (r *gangRes) set(obj *v1alpha1.Gang) {
+func (r *GangRecord) set(obj *v1alpha1.Gang) {
 	r.mu.Lock()
 	r.obj = obj.DeepCopy()
 	// Not kept, not sent back: an update without managed fields keeps the
@@ -90,11 +90,12 @@ func (r *gangRes) set(obj *v1alpha1.Gang) {
 // decidedLocked: r's verdict is recorded, as this replica knows (recorded)
 // or as the Gang last read says (another replica recorded it): no more
 // progress writes. r.mu held.
-func (r *gangRes) decidedLocked() bool {
+func (r *GangRecord) decidedLocked() bool {
 	return r.recorded != nil || (r.obj != nil && meta.IsStatusConditionTrue(r.obj.Status.Conditions, contract.ConditionDecided))
 }
 
-func (r *gangRes) current() *v1alpha1.Gang {
+// Current is r's Gang as last read or written (nil: not yet).
+func (r *GangRecord) Current() *v1alpha1.Gang {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.obj == nil {
@@ -103,23 +104,26 @@ func (r *gangRes) current() *v1alpha1.Gang {
 	return r.obj.DeepCopy()
 }
 
-func (r *gangRes) key() types.NamespacedName {
+// Attempt is the job attempt r is the Gang of.
+func (r *GangRecord) Attempt() int32 { return r.t.attempt }
+
+func (r *GangRecord) key() types.NamespacedName {
 	return types.NamespacedName{Namespace: r.t.ns, Name: v1alpha1.GangName(r.t.kind, r.t.name, r.t.attempt)}
 }
 
-// gangBook is the Gang resources of the jobs this replica gates, by job
+// Book is the Gang resources of the jobs this replica gates, by job
 // UID, each with its writes' state: the one owner of that table.
-type gangBook struct {
+type Book struct {
 	mu  sync.Mutex
-	res map[types.UID]*gangRes
+	res map[types.UID]*GangRecord
 }
 
-func newGangBook() *gangBook { return &gangBook{res: map[types.UID]*gangRes{}} }
+func newBook() *Book { return &Book{res: map[types.UID]*GangRecord{}} }
 
-// forJob returns the Gang resource of job o's current attempt (a gang
+// ForJob returns the Gang resource of job o's current attempt (a gang
 // timeout of def unless the job sets its own). A cache that still shows
 // an earlier attempt keeps the later one.
-func (b *gangBook) forJob(o client.Object, kind string, def time.Duration) *gangRes {
+func (b *Book) ForJob(o client.Object, kind string, def time.Duration) *GangRecord {
 	attempt := contract.Attempt(o.GetAnnotations())
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -128,24 +132,27 @@ func (b *gangBook) forJob(o client.Object, kind string, def time.Duration) *gang
 	}
 	timeout, _ := decision.JobTimeout(o, def)
 	k, _ := kubeflow.ByName(kind)
-	r := &gangRes{
+	r := &GangRecord{
 		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
-		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(wrap(o))), timeout: timeout,
+		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(asJob(o))), timeout: timeout,
 	}
 	b.res[o.GetUID()] = r
 	return r
 }
 
-// lookup is the Gang resource this replica knows for job uid.
-func (b *gangBook) lookup(uid types.UID) *gangRes {
+// Lookup is the Gang resource this replica knows for job uid.
+func (b *Book) Lookup(uid types.UID) *GangRecord {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.res[uid]
 }
 
-// drop forgets the Gang resource of job key (namespace/kind/name), or
-// only attempt t's when t is given.
-func (b *gangBook) drop(key string, t *target) {
+// Drop forgets the Gang resources of job key (namespace/kind/name).
+func (b *Book) Drop(key string) { b.drop(key, nil) }
+
+// drop forgets the Gang resource of job key, or only attempt t's when t
+// is given.
+func (b *Book) drop(key string, t *target) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for uid, r := range b.res {
@@ -157,7 +164,7 @@ func (b *gangBook) drop(key string, t *target) {
 
 // adopt takes in r, a Gang an earlier leader wrote: always with
 // replace, else unless a later attempt of its job is known.
-func (b *gangBook) adopt(r *gangRes, replace bool) {
+func (b *Book) adopt(r *GangRecord, replace bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.res[r.t.uid]; replace || cur == nil || cur.t.attempt < r.t.attempt {
@@ -165,9 +172,9 @@ func (b *gangBook) adopt(r *gangRes, replace bool) {
 	}
 }
 
-// pending is job uid's verdict that is recorded and not yet on the job.
-func (b *gangBook) pending(uid types.UID) (*decision.Decision, bool) {
-	r := b.lookup(uid)
+// Pending is job uid's verdict that is recorded and not yet on the job.
+func (b *Book) Pending(uid types.UID) (*decision.Decision, bool) {
+	r := b.Lookup(uid)
 	if r == nil {
 		return nil, false
 	}
@@ -176,7 +183,7 @@ func (b *gangBook) pending(uid types.UID) (*decision.Decision, bool) {
 }
 
 // unapplied counts the verdicts recorded and not yet on their jobs.
-func (b *gangBook) unapplied() int {
+func (b *Book) unapplied() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n := 0
@@ -189,7 +196,7 @@ func (b *gangBook) unapplied() int {
 }
 
 // newGangObject is the Gang r names, without status.
-func newGangObject(r *gangRes) *v1alpha1.Gang {
+func newGangObject(r *GangRecord) *v1alpha1.Gang {
 	labels := map[string]string{contract.LabelJobKind: r.t.kind, contract.LabelJobUID: string(r.t.uid)}
 	if len(validation.IsValidLabelValue(r.t.name)) == 0 {
 		labels[contract.LabelJobName] = r.t.name
@@ -225,8 +232,8 @@ func ownedBy(g *v1alpha1.Gang, t target) bool {
 // that belongs to another job (one deleted and created again before the
 // garbage collector ran, or one not written by the controller) is deleted
 // and created again.
-func (w *writes) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
-	if obj := r.current(); obj != nil {
+func (w *Writes) ensureObject(ctx context.Context, r *GangRecord) (*v1alpha1.Gang, error) {
+	if obj := r.Current(); obj != nil {
 		return obj, nil
 	}
 	for attempt := 0; attempt < 3; attempt++ {
@@ -250,7 +257,7 @@ func (w *writes) ensureObject(ctx context.Context, r *gangRes) (*v1alpha1.Gang, 
 // refresh reads r's Gang from the API server. It returns nil (and no
 // error) when there is none now: it was missing, or it belonged to another
 // job and was deleted.
-func (w *writes) refresh(ctx context.Context, r *gangRes) (*v1alpha1.Gang, error) {
+func (w *Writes) refresh(ctx context.Context, r *GangRecord) (*v1alpha1.Gang, error) {
 	cur := &v1alpha1.Gang{}
 	err := w.gangAPI.Get(ctx, r.key(), cur)
 	if apierrors.IsNotFound(err) {

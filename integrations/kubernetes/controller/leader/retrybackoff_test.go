@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestRetryBackoffDoublesToItsLimit(t *testing.T) {
-	b := retryBackoff(200*time.Millisecond, time.Second)
+	b := RetryBackoff(200*time.Millisecond, time.Second)
 	var got []time.Duration
 	for range 6 {
 		got = append(got, b.Step())

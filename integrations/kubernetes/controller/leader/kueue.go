@@ -1,10 +1,11 @@
-package controller
+package leader
 
 import (
 	"context"
 	"fmt"
 	"strings"
 
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,9 +37,6 @@ type kueueWorkloads struct {
 	api    client.Reader
 	client client.Client
 }
-
-// workloads are the controller's Kueue Workload operations.
-func (c *Controller) workloads() kueueWorkloads { return kueueWorkloads{api: c.api, client: c.client} }
 
 // kueueManaged says whether Kueue manages job (a non-empty queue-name label).
 func kueueManaged(job client.Object) bool {
@@ -114,7 +112,7 @@ func (k kueueWorkloads) deactivateOne(ctx context.Context, w *unstructured.Unstr
 		return false, nil
 	}
 	if err != nil {
-		metricAPIErrors.WithLabelValues("workload").Inc()
+		metrics.APIErrors.WithLabelValues("workload").Inc()
 		if apierrors.IsForbidden(err) {
 			err = fmt.Errorf("%w (the controller needs get, list and patch on workloads.kueue.x-k8s.io: apply configs/deploy/rbac.yaml)", err)
 		}

@@ -1,8 +1,10 @@
-package controller
+package leader
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +15,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/verdict"
 )
@@ -21,14 +24,14 @@ import (
 // (apply.go) they write what the Pending watchdog says a job waits for
 // (rankgate.io/waiting-for, with a Normal Event) and the re-gate of a job
 // a person resumed after a fail verdict. The watchdog and the job
-// reconciler only say what they want in the job's write state (gangRes)
+// reconciler only say what they want in the job's write state (GangRecord)
 // and ask for the write; waitingStep and regateStep make it.
 
 // wantWaitingFor records what job obj waits for (cause; nil: nothing any
 // more) as the Pending watchdog judged it, for its annotation and the
 // Gang's waitingFor, and asks for the write.
-func (w *writes) wantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	r := w.book.forJob(obj, kind, w.opts.GangTimeout)
+func (w *Writes) WantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
+	r := w.book.ForJob(obj, kind, w.cfg.GangTimeout)
 	v := ""
 	if cause != nil {
 		v = watchdog.WaitingFor(*cause)
@@ -38,14 +41,14 @@ func (w *writes) wantWaitingFor(obj client.Object, kind string, cause *verdict.F
 	r.mu.Lock()
 	r.waiting, r.waitingDue, r.waitingCause = v, true, cause
 	r.mu.Unlock()
-	w.touchProgress(obj.GetUID(), true) // the Gang's phase and waitingFor too
+	w.TouchProgress(obj.GetUID(), true) // the Gang's phase and waitingFor too
 }
 
 // waitingStep writes the job's rankgate.io/waiting-for as the watchdog
 // last said it (removes it for ""), and the Event for a cause. It says
 // whether r's writes are done for this pass (a failure is retried with
 // the queue's backoff).
-func (w *writes) waitingStep(ctx context.Context, r *gangRes) bool {
+func (w *Writes) waitingStep(ctx context.Context, r *GangRecord) bool {
 	r.mu.Lock()
 	due, v, cause, t, decided := r.waitingDue, r.waiting, r.waitingCause, r.t, r.decidedLocked()
 	r.waitingDue = false
@@ -65,7 +68,7 @@ func (w *writes) waitingStep(ctx context.Context, r *gangRes) bool {
 		if apierrors.IsNotFound(err) || ctx.Err() != nil {
 			return false
 		}
-		metricAPIErrors.WithLabelValues("waiting-for").Inc()
+		metrics.APIErrors.WithLabelValues("waiting-for").Inc()
 		w.log.Error(err, "writing rankgate.io/waiting-for; retrying", "job", t.key())
 		r.mu.Lock()
 		if !r.waitingDue { // nothing newer asked for meanwhile
@@ -93,8 +96,8 @@ func jobObject(t target) client.Object {
 
 // askRegate asks to re-gate job obj, which a person resumed after a fail
 // verdict (the job reconciler saw it: reconcileDecided).
-func (w *writes) askRegate(obj client.Object, kind string) {
-	r := w.book.forJob(obj, kind, w.opts.GangTimeout)
+func (w *Writes) AskRegate(obj client.Object, kind string) {
+	r := w.book.ForJob(obj, kind, w.cfg.GangTimeout)
 	r.mu.Lock()
 	r.regate = true
 	r.mu.Unlock()
@@ -104,7 +107,7 @@ func (w *writes) askRegate(obj client.Object, kind string) {
 // regateStep re-gates the job r asks for (regate), if it is still
 // resumed after its fail verdict, as the cache shows it now. It says
 // whether r's writes are done for this pass.
-func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
+func (w *Writes) regateStep(ctx context.Context, r *GangRecord) bool {
 	r.mu.Lock()
 	ask, t := r.regate, r.t
 	r.mu.Unlock()
@@ -116,7 +119,7 @@ func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
 	err := w.client.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
 	if err == nil && obj.GetUID() == t.uid {
 		var resumed bool
-		if resumed, err = w.host.resumedAfterFail(ctx, obj); err == nil && resumed {
+		if resumed, err = w.ResumedAfterFail(ctx, obj); err == nil && resumed {
 			var again bool
 			again, err = w.regate(ctx, t.key(), obj)
 			if err == nil && again {
@@ -127,7 +130,7 @@ func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
 	}
 	switch {
 	case err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil:
-		metricAPIErrors.WithLabelValues("regate").Inc()
+		metrics.APIErrors.WithLabelValues("regate").Inc()
 		w.log.Error(err, "re-gating a resumed job; retrying", "job", t.key())
 		w.retryLater(t.uid, prioApply)
 		return true
@@ -143,13 +146,71 @@ func (w *writes) regateStep(ctx context.Context, r *gangRes) bool {
 // resumedAfterFail: obj carries a fail verdict whose action suspended it,
 // and a person resumed it (a Kueue-managed job: its Workload is active
 // again).
-func (c *Controller) resumedAfterFail(ctx context.Context, obj client.Object) (bool, error) {
+func (w *Writes) ResumedAfterFail(ctx context.Context, obj client.Object) (bool, error) {
 	d, ok := decision.FromJob(obj)
-	if !ok || !d.Report.Failed() || d.Action != ActionSuspend || wrap(obj).Suspended() || obj.GetDeletionTimestamp() != nil {
+	if !ok || !d.Report.Failed() || d.Action != decision.ActionSuspend || asJob(obj).Suspended() || obj.GetDeletionTimestamp() != nil {
 		return false, nil
 	}
 	if kueueManaged(obj) {
-		return c.workloads().resumed(ctx, obj)
+		return w.workloads().resumed(ctx, obj)
 	}
 	return true, nil
+}
+
+// regate clears a fail verdict from a job a person resumed (suspend set
+// back to false): its new pods form a new gang, the job's next attempt
+// (rankgate.io/attempt, one more, in the same patch), with a Gang of its
+// own. The old verdict is kept in rankgate.io/previous-verdict, and in the
+// earlier attempt's Gang.
+//
+// again: the job changed meanwhile (the patch's resourceVersion is
+// stale); look at it again.
+func (w *Writes) regate(ctx context.Context, key string, obj client.Object) (again bool, err error) {
+	again, err = w.regateFor(ctx, obj, true, nil)
+	if again || err != nil {
+		return again, err
+	}
+	w.gangs.Forget(key)
+	w.book.Drop(key)
+	a := obj.GetAnnotations()
+	w.log.Info("job resumed after a fail verdict: gating its new pods again", "job", key, "previous", a[contract.AnnotationPreviousVerdict], "attempt", a[contract.AnnotationAttempt])
+	return false, nil
+}
+
+// regateFor clears the verdict annotations from obj in one patch guarded
+// by its resourceVersion, keeping the old verdict in
+// rankgate.io/previous-verdict; with bump it counts one more attempt
+// (rankgate.io/attempt), with restart it records the restart the new
+// attempt judges (rankgate.io/restart-attempt, restart.go). again: the
+// job changed meanwhile; a job that is gone needs nothing.
+func (w *Writes) regateFor(ctx context.Context, obj client.Object, bump bool, restart *int32) (again bool, err error) {
+	a := obj.GetAnnotations()
+	set := map[string]any{}
+	for _, k := range []string{contract.AnnotationVerdict, contract.AnnotationReason, contract.AnnotationRules, contract.AnnotationDecidedAt,
+		contract.AnnotationDecidedBy, contract.AnnotationReport, contract.AnnotationAction, contract.AnnotationFirstReport} {
+		set[k] = nil
+	}
+	if v := a[contract.AnnotationVerdict]; v != "" {
+		set[contract.AnnotationPreviousVerdict] = fmt.Sprintf("%s %s %s", v, a[contract.AnnotationDecidedAt], a[contract.AnnotationRules])
+	}
+	if bump {
+		set[contract.AnnotationAttempt] = strconv.Itoa(int(contract.Attempt(obj.GetAnnotations())) + 1)
+	}
+	if restart != nil {
+		set[contract.AnnotationRestartAttempt] = strconv.Itoa(int(*restart))
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "annotations": set}})
+	if err != nil {
+		return false, err
+	}
+	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		switch {
+		case apierrors.IsConflict(err):
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil // the job is gone
+		}
+		return false, err
+	}
+	return false, nil
 }

@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"github.com/rankgate/rankgate/integrations/kubeflow"
@@ -16,6 +16,7 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 )
 
 // A verdict is made durable in two steps:
@@ -37,7 +38,7 @@ import (
 // update, which the API server runs over the Gang's status alone, not over
 // the job with its pod templates. A leader that crashes between the steps
 // leaves a Gang that is Decided and not Applied; the next leader lists
-// those when it takes over (sweep), answers from them, and applies them.
+// those when it takes over (Sweep), answers from them, and applies them.
 //
 // Gangs are instructions (suspend or delete a job), so only the controller
 // may write them (configs/deploy/rbac.yaml). Even so a Gang is acted on
@@ -58,11 +59,11 @@ func (t target) key() string { return t.ns + "/" + t.kind + "/" + t.name }
 // that stands; wrote says this call recorded it. A job that is gone or
 // replaced gets its verdict answered, not recorded (nil error, wrote
 // false, and rec.unrecorded set).
-func (w *writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec *decision.Decision, wrote bool, err error) {
+func (w *Writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec *decision.Decision, wrote bool, err error) {
 	k, _ := kubeflow.ByName(g.Kind())
 	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
-	err = getFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
+	err = GetFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
 		d.Unrecorded = true
 		return d, false, nil
@@ -75,7 +76,7 @@ func (w *writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec
 		return old, false, nil
 	}
 	w.chooseAction(ctx, g, k, obj, d)
-	r := w.book.forJob(obj, g.Kind(), w.opts.GangTimeout)
+	r := w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout)
 	g.SetAttempt(r.t.attempt)
 	snap := g.Snapshot()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -123,23 +124,23 @@ func (w *writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec
 // chooseAction sets a fail verdict's action from the job's policy, as the
 // API server will allow it: without delete permission the job is suspended
 // instead (never left running).
-func (w *writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision.Decision) {
+func (w *Writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj client.Object, d *decision.Decision) {
 	if !d.Report.Failed() {
 		return
 	}
-	d.Action = decision.JobAction(obj, w.opts.OnFail)
-	if d.Action != ActionDelete {
+	d.Action = decision.JobAction(obj, w.cfg.OnFail)
+	if d.Action != decision.ActionDelete {
 		return
 	}
 	if why := w.deleteRefused(ctx, k, obj); why != "" {
-		d.Action, d.DeleteRefused = ActionSuspend, why
+		d.Action, d.DeleteRefused = decision.ActionSuspend, why
 		w.log.Info("the fail policy is delete but the controller may not delete the job: suspending it instead", "job", g.Key(), "why", why)
 	}
 }
 
 // setPending remembers a recorded verdict in r until it is on its job,
 // and has it applied (writes.go).
-func (w *writes) setPending(r *gangRes, d *decision.Decision) {
+func (w *Writes) setPending(r *GangRecord, d *decision.Decision) {
 	r.mu.Lock()
 	r.recorded, r.onJobAt = d, time.Time{}
 	r.mu.Unlock()
@@ -149,15 +150,15 @@ func (w *writes) setPending(r *gangRes, d *decision.Decision) {
 
 // countUnapplied sets the gauge of verdicts recorded and not yet on
 // their jobs.
-func (w *writes) countUnapplied() {
-	metricUnapplied.Set(float64(w.book.unapplied()))
+func (w *Writes) countUnapplied() {
+	metrics.Unapplied.Set(float64(w.book.unapplied()))
 }
 
 // nextAttempt counts one more attempt on job g (rankgate.io/attempt) whose
 // current attempt's verdict was removed from the job, and returns its Gang
 // resource. onJob is the verdict the job carries after all (read from the
 // API server), if it does.
-func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *gangRes) (next *gangRes, onJob *decision.Decision, err error) {
+func (w *Writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.NamespacedName, g *gang, r *GangRecord) (next *GangRecord, onJob *decision.Decision, err error) {
 	obj := k.New()
 	if err := w.api.Get(ctx, key, obj); err != nil {
 		return nil, nil, err
@@ -170,22 +171,22 @@ func (w *writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.Nam
 		return nil, d, nil
 	}
 	if a := contract.Attempt(obj.GetAnnotations()); a > r.t.attempt {
-		return w.book.forJob(obj, g.Kind(), w.opts.GangTimeout), nil, nil
+		return w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		return nil, nil, err
 	}
 	w.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", contract.Attempt(obj.GetAnnotations()))
-	w.book.drop(g.Key(), nil)
-	next = w.book.forJob(obj, g.Kind(), w.opts.GangTimeout)
+	w.book.Drop(g.Key())
+	next = w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout)
 	g.SetAttempt(next.t.attempt)
 	return next, nil, nil
 }
 
 // gangsRBACHint says what a Forbidden answer (or a missing kind) on Gangs
 // means.
-func (c *Controller) gangsRBACHint(verbs string) string {
+func GangsRBACHint(verbs string) string {
 	return fmt.Sprintf("the controller needs %s on gangs.rankgate.io (and gangs/status) in every namespace, and the Gang CRD: apply configs/deploy/crds/rankgate.io_gangs.yaml and configs/deploy/rbac.yaml", verbs)
 }
 
@@ -197,31 +198,31 @@ func isNoGangKind(err error) bool { return meta.IsNoMatchError(err) }
 // them. It retries the list until it succeeds or ctx ends; the gate
 // answers Unavailable until then. Gangs whose job is gone, replaced, not
 // their owner or no longer opted in are never acted on.
-func (c *Controller) sweep(ctx context.Context) bool {
-	backoff := retryBackoff(200*time.Millisecond, 10*time.Second)
+func (w *Writes) Sweep(ctx context.Context) bool {
+	backoff := RetryBackoff(200*time.Millisecond, 10*time.Second)
 	for {
-		left, err := c.loadGangs(ctx)
+		left, err := w.loadGangs(ctx)
 		if err == nil {
-			c.recovered.Store(true)
+			w.recovered.Store(true)
 			if len(left) > 0 {
-				c.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
+				w.log.Info("applying verdicts an earlier leader recorded", "count", len(left))
 			}
 			for _, r := range left {
-				c.w.enqueue(r.t.uid, prioFail, 0) // applied by the writes (writes.go)
+				w.enqueue(r.t.uid, prioFail, 0) // applied by the writes (writes.go)
 			}
 			return true
 		}
 		msg := err.Error()
 		if apierrors.IsForbidden(err) || isNoGangKind(err) {
-			msg += " (" + c.gangsRBACHint("list") + ")"
+			msg += " (" + GangsRBACHint("list") + ")"
 		}
-		c.sweepErr.Store(&msg)
+		w.sweepErr.Store(&msg)
 		delay := backoff.Step()
-		c.log.Error(err, "listing gangs; retrying", "in", delay.String())
+		w.log.Error(err, "listing gangs; retrying", "in", delay.String())
 		select {
 		case <-ctx.Done():
 			return false
-		case <-c.clock().After(delay):
+		case <-w.clock().After(delay):
 		}
 	}
 }
@@ -232,18 +233,18 @@ const sweepPage = 200
 // loadGangs lists every Gang, page by page. It keeps the decided and
 // unapplied ones of existing opted-in jobs (marked pending), and
 // remembers the open ones (their first report keeps the gang's deadline).
-func (c *Controller) loadGangs(ctx context.Context) ([]*gangRes, error) {
+func (w *Writes) loadGangs(ctx context.Context) ([]*GangRecord, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var left []*gangRes
+	var left []*GangRecord
 	cont := ""
 	for {
 		list := &v1alpha1.GangList{}
-		if err := c.gangAPI.List(ctx, list, client.Limit(sweepPage), client.Continue(cont)); err != nil {
+		if err := w.gangAPI.List(ctx, list, client.Limit(sweepPage), client.Continue(cont)); err != nil {
 			return nil, err
 		}
 		for i := range list.Items {
-			f, err := c.loadGang(ctx, &list.Items[i])
+			f, err := w.loadGang(ctx, &list.Items[i])
 			if err != nil {
 				return nil, err
 			}
@@ -259,47 +260,47 @@ func (c *Controller) loadGangs(ctx context.Context) ([]*gangRes, error) {
 
 // loadGang takes in one listed Gang: a verdict to apply (returned), an
 // open gang to remember, or nothing.
-func (c *Controller) loadGang(ctx context.Context, g *v1alpha1.Gang) (*gangRes, error) {
+func (w *Writes) loadGang(ctx context.Context, g *v1alpha1.Gang) (*GangRecord, error) {
 	if meta.IsStatusConditionTrue(g.Status.Conditions, contract.ConditionApplied) {
 		return nil, nil
 	}
 	j := g.Spec.Job
 	t := target{kind: j.Kind, ns: g.Namespace, name: j.Name, uid: j.UID, attempt: g.Spec.Attempt}
 	k, known := kubeflow.ByName(t.kind)
-	if !known || !c.watches(k) || !ownedBy(g, t) {
-		c.log.Info("ignoring a Gang its job does not own", "gang", g.Namespace+"/"+g.Name, "job", t.key(), "uid", t.uid)
+	if !known || !w.host.Watches(k) || !ownedBy(g, t) {
+		w.log.Info("ignoring a Gang its job does not own", "gang", g.Namespace+"/"+g.Name, "job", t.key(), "uid", t.uid)
 		return nil, nil
 	}
 	d, decided := gangDecision(g)
-	r := &gangRes{t: t, apiVersion: j.APIVersion, expected: g.Spec.ExpectedRanks}
+	r := &GangRecord{t: t, apiVersion: j.APIVersion, expected: g.Spec.ExpectedRanks}
 	if !decided {
 		if g.Status.FirstReportAt != nil {
 			r.set(g)
-			c.book.adopt(r, false)
+			w.book.adopt(r, false)
 		}
 		return nil, nil
 	}
-	why, err := c.recordStale(ctx, t)
+	why, err := w.recordStale(ctx, t)
 	if err != nil {
 		return nil, err
 	}
 	if why != "" {
-		c.log.Info("ignoring a recorded verdict: its job is not an opted-in job that owns the Gang", "gang", g.Namespace+"/"+g.Name, "job", t.key(), "uid", t.uid, "why", why)
+		w.log.Info("ignoring a recorded verdict: its job is not an opted-in job that owns the Gang", "gang", g.Namespace+"/"+g.Name, "job", t.key(), "uid", t.uid, "why", why)
 		return nil, nil
 	}
 	r.set(g)
 	r.recorded = d
-	c.book.adopt(r, true)
-	c.w.countUnapplied()
+	w.book.adopt(r, true)
+	w.countUnapplied()
 	return r, nil
 }
 
 // recordStale says why a recorded verdict's job must not be acted on (""
 // when it exists with the UID, is opted in and at the attempt of t).
-func (c *Controller) recordStale(ctx context.Context, t target) (string, error) {
+func (w *Writes) recordStale(ctx context.Context, t target) (string, error) {
 	k, _ := kubeflow.ByName(t.kind)
 	obj := k.New()
-	err := c.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
+	err := w.api.Get(ctx, types.NamespacedName{Namespace: t.ns, Name: t.name}, obj)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "the job is gone", nil
@@ -308,7 +309,7 @@ func (c *Controller) recordStale(ctx context.Context, t target) (string, error) 
 	case obj.GetUID() != t.uid:
 		return "the job was replaced (uid " + string(obj.GetUID()) + ")", nil
 	}
-	in, err := c.optedIn(ctx, obj)
+	in, err := w.host.OptedIn(ctx, obj)
 	if err != nil {
 		return "", err
 	}
@@ -319,4 +320,17 @@ func (c *Controller) recordStale(ctx context.Context, t target) (string, error) 
 		return fmt.Sprintf("the job is at attempt %d, not %d", a, t.attempt), nil
 	}
 	return "", nil
+}
+
+// GetFresh reads from the cache and falls back to the API server when the
+// cache does not have the object yet or has an older one (uid differs).
+func GetFresh(ctx context.Context, cache, api client.Reader, key types.NamespacedName, obj client.Object, wantUID string) error {
+	err := cache.Get(ctx, key, obj)
+	if err == nil && (wantUID == "" || string(obj.GetUID()) == wantUID) {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return api.Get(ctx, key, obj)
 }

@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"math"
@@ -7,9 +7,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// retryBackoff spaces the retries of a write that must eventually succeed:
+// RetryBackoff spaces the retries of a write that must eventually succeed:
 // first, doubling on each failure, at most limit. Steps only bounds the
 // doubling; the retry loops end with their context.
-func retryBackoff(first, limit time.Duration) *wait.Backoff {
+func RetryBackoff(first, limit time.Duration) *wait.Backoff {
 	return &wait.Backoff{Duration: first, Factor: 2, Steps: math.MaxInt32, Cap: limit}
 }

@@ -1,4 +1,4 @@
-package controller
+package leader
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,12 +14,14 @@ import (
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
+	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
 )
 
-func testRes(name string) *gangRes {
-	return &gangRes{t: target{kind: "PyTorchJob", ns: "ml", name: name, uid: "6f1c2b3a-1111-4222-8333-444455556666", attempt: 2},
+func testRes(name string) *GangRecord {
+	return &GangRecord{t: target{kind: "PyTorchJob", ns: "ml", name: name, uid: "6f1c2b3a-1111-4222-8333-444455556666", attempt: 2},
 		apiVersion: "kubeflow.org/v1", expected: 4, timeout: time.Minute}
 }
 
@@ -146,12 +149,12 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 		{Rule: verdict.RuleGangMIGSpansGPUs, Severity: verdict.SeverityFail, Message: strings.Repeat("long ", 100) + "\nand more"},
 		{Rule: "SOME_WARNING", Severity: verdict.SeverityWarn, Message: "w"},
 	})
-	d := &decision.Decision{Report: rep, DecidedAt: first.Add(2 * time.Minute), DecidedBy: "replica-a", Action: ActionSuspend}
+	d := &decision.Decision{Report: rep, DecidedAt: first.Add(2 * time.Minute), DecidedBy: "replica-a", Action: decision.ActionSuspend}
 	setVerdict(&st, snap, d, 1)
 	require.Equal(t, v1alpha1.PhaseFailed, st.Phase)
 	require.Equal(t, "fail", st.Verdict)
 	require.Equal(t, []string{verdict.RuleGangMIGSpansGPUs, "SOME_WARNING"}, st.Rules)
-	require.Equal(t, ActionSuspend, st.Action)
+	require.Equal(t, decision.ActionSuspend, st.Action)
 	require.Empty(t, st.WaitingFor)
 	require.LessOrEqual(t, len(st.Reason), v1alpha1.MaxReasonLength)
 	require.NotContains(t, st.Reason, "\n")
@@ -165,7 +168,7 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, rep.Verdict, got.Report.Verdict)
 	require.Equal(t, rep.RuleIDs(), got.Report.RuleIDs())
-	require.Equal(t, ActionSuspend, got.Action)
+	require.Equal(t, decision.ActionSuspend, got.Action)
 	require.Equal(t, "replica-a", got.DecidedBy)
 	require.True(t, got.Adopted)
 
@@ -190,7 +193,8 @@ func TestGangStatusProgressAndVerdict(t *testing.T) {
 // full report: verdict, the rules of fail and warn findings (each once, in
 // order), the first devices.
 func TestHeldSummaryShowsAsReport(t *testing.T) {
-	g := newTestGang(wrap(ptJob(true, 7)), time.Minute, false)
+	g, _ := gangstore.New[decision.Decision](gangstore.Gauges{}).Ensure(gangstore.Spec{UID: "u", Key: "ml/PyTorchJob/pt", Kind: "PyTorchJob",
+		Namespace: "ml", Name: "pt", Expected: 8, Timeout: time.Minute})
 	var ranks, sums []preflight.RankReport
 	for rank := 0; rank < 3; rank++ {
 		var devs []verdict.DeviceSummary
@@ -225,4 +229,30 @@ func TestDRADeviceUUIDOnlyWhenPublished(t *testing.T) {
 	d, ok = draDevice(verdict.DeviceSummary{DRA: "gpu.nvidia.com/node-a/gpu-1", ID: "GPU-8d116ece-1738-47d9-bd9c-172411e20b8f", Profile: "full"})
 	require.True(t, ok)
 	require.Equal(t, "GPU-8d116ece-1738-47d9-bd9c-172411e20b8f", d.UUID)
+}
+
+// The unapplied-verdicts gauge counts the verdicts recorded and not yet
+// on their jobs.
+func TestUnappliedGauge(t *testing.T) {
+	w := New(Config{}, nil)
+	r1 := &GangRecord{t: target{ns: "ml", uid: "u1"}}
+	r2 := &GangRecord{t: target{ns: "ml", uid: "u2"}}
+	w.book.adopt(r1, true)
+	w.book.adopt(r2, true)
+	d := &decision.Decision{Report: verdict.NewReport("", nil)}
+	w.setPending(r1, d)
+	w.setPending(r2, d)
+	w.setPending(r2, d)
+	require.Equal(t, 2.0, testutil.ToFloat64(metrics.Unapplied))
+	got, ok := w.book.Pending("u1")
+	require.True(t, ok)
+	require.Same(t, d, got)
+	r1.onJobAt = time.Now()
+	w.countUnapplied()
+	require.Equal(t, 1.0, testutil.ToFloat64(metrics.Unapplied))
+	_, ok = w.book.Pending("u1")
+	require.False(t, ok)
+	w.book.drop("ml//", nil)
+	w.countUnapplied()
+	require.Zero(t, testutil.ToFloat64(metrics.Unapplied))
 }
