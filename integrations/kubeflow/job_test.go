@@ -160,6 +160,10 @@ func TestFromUnstructured(t *testing.T) {
 	require.ErrorIs(t, err, kubeflow.ErrUnsupported)
 	_, err = kubeflow.FromObject(&corev1.Pod{})
 	require.ErrorIs(t, err, kubeflow.ErrUnsupported)
+	require.PanicsWithValue(t, "kubeflow: *v1.Pod: "+kubeflow.ErrUnsupported.Error(), func() { kubeflow.MustFromObject(&corev1.Pod{}) })
+	for _, k := range kubeflow.All() {
+		require.Equal(t, k.GVK(), kubeflow.MustFromObject(k.New()).GVK())
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -136,6 +136,17 @@ func FromObject(obj runtime.Object) (Job, error) {
 	return nil, fmt.Errorf("%T: %w", obj, ErrUnsupported)
 }
 
+// MustFromObject is FromObject for objects made by the kinds of the
+// registry (k.New(), a typed informer's): only a programming error makes
+// it fail, and it panics then.
+func MustFromObject(obj runtime.Object) Job {
+	j, err := FromObject(obj)
+	if err != nil {
+		panic(fmt.Sprintf("kubeflow: %v", err))
+	}
+	return j
+}
+
 // FromUnstructured converts an unstructured job of a supported kind (as a
 // dynamic client returns it) and wraps it.
 func FromUnstructured(u *unstructured.Unstructured) (Job, error) {

@@ -13,6 +13,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster/clustertest"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
@@ -86,7 +87,7 @@ func TestOwnReportAgainstAllocation(t *testing.T) {
 // failed verdict, is answered with the verdict.
 func TestOwnReportFailsAfterVerdict(t *testing.T) {
 	c := &Controller{log: logr.Discard(), w: leader.New(leader.Config{}, nil)}
-	r := rankOf{job: wrap(ptJob(true, 1)), rank: 1}
+	r := rankOf{job: kubeflow.MustFromObject(ptJob(true, 1)), rank: 1}
 	pass := &decision.Decision{Report: verdict.NewReport("ns/j: 2 of 2 ranks reported (2 known from their DRA allocations)", nil)}
 	good := preflight.RankReport{Rank: 1, Pod: "p1", Node: "n1", Report: verdict.NewReport("", nil)}
 	require.Nil(t, c.gateBackend().ownReportFails(r, good, pass))

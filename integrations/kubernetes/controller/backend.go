@@ -257,7 +257,7 @@ func (b *gateBackend) resolve(ctx context.Context, id gateserver.Identity, launc
 	if string(obj.GetUID()) != uid {
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "pod %s/%s belongs to an earlier %s named %s", pod.Namespace, pod.Name, kind, name)
 	}
-	j := wrap(obj)
+	j := kubeflow.MustFromObject(obj)
 	if in, err := b.jobs.optedIn(ctx, obj); err != nil {
 		return rankOf{}, gate.Errorf(gate.CodeUnavailable, "%v", err)
 	} else if !in {

@@ -61,7 +61,7 @@ func TestRanksOfCachedJobs(t *testing.T) {
 			k, ok := kubeflow.ByName(kindOf(tc.job))
 			require.True(t, ok)
 			k.Strip(tc.job)
-			j := wrap(tc.job)
+			j := kubeflow.MustFromObject(tc.job)
 			require.Equal(t, tc.expected, kubeflow.RankPods(j))
 			for pod, want := range tc.pods {
 				label, idx, _ := strings.Cut(pod, "/")
@@ -109,11 +109,11 @@ func TestOwnerJob(t *testing.T) {
 }
 
 func TestSuspend(t *testing.T) {
-	j := wrap(ptJob(true, 1))
+	j := kubeflow.MustFromObject(ptJob(true, 1))
 	require.False(t, j.Suspended())
 	j.SetSuspended(true)
 	require.True(t, j.Suspended())
-	m := wrap(mpJob(1, false))
+	m := kubeflow.MustFromObject(mpJob(1, false))
 	m.SetSuspended(true)
 	require.True(t, m.Suspended())
 }

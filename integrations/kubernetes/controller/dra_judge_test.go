@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
@@ -108,7 +109,7 @@ func TestDRAJudgedAsDiagnoseJudges(t *testing.T) {
 				m.Set(sn)
 				nodes = append(nodes, *n)
 			}
-			j := wrap(d.job)
+			j := kubeflow.MustFromObject(d.job)
 			got, _, _, ok, err := judgeOn(e, m.Cluster(), d.state(), j, nil, false)
 			require.NoError(t, err)
 			require.True(t, ok)

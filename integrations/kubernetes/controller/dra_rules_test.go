@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/cluster"
 	"github.com/rankgate/rankgate/preflight/schedule"
 	"github.com/rankgate/rankgate/verdict"
@@ -52,7 +53,7 @@ func TestDRATaintRuleJudgedAsDiagnoseJudges(t *testing.T) {
 	for _, n := range d.objects.nodes {
 		nodes = append(nodes, *n)
 	}
-	got, _, ok, err := judgeJob(e, nodes, d.state(), wrap(d.job), nil, false)
+	got, _, ok, err := judgeJob(e, nodes, d.state(), kubeflow.MustFromObject(d.job), nil, false)
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, want.Rule, got.Rule)

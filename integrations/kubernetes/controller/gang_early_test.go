@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -90,7 +91,7 @@ func TestGangEarlyFailIncremental(t *testing.T) {
 	for job := 0; job < 300; job++ {
 		n := 2 + rng.IntN(30)
 		odd := []float64{0.001, 0.005, 0.02}[job%3]
-		g := newTestGang(wrap(ptJob(true, int32(n-1))), time.Minute, job%4 == 0)
+		g := newTestGang(kubeflow.MustFromObject(ptJob(true, int32(n-1))), time.Minute, job%4 == 0)
 		ref := &quadraticGang{key: g.Key(), expected: n, multi: g.MultiNodeNVLink(), reports: map[int]preflight.RankReport{}}
 		for _, i := range rng.Perm(n) {
 			rr := gangRank(rng, i, odd)
@@ -118,7 +119,7 @@ func TestGangEarlyFailIncremental(t *testing.T) {
 // early-fail check: a rank that re-sends a report on other devices fails
 // the gang at once; once that rank's pod is gone, the others do not.
 func TestGangEarlyFailReplacedAndReleased(t *testing.T) {
-	g := newTestGang(wrap(ptJob(true, 3)), time.Minute, false)
+	g := newTestGang(kubeflow.MustFromObject(ptJob(true, 3)), time.Minute, false)
 	for i := 0; i < 2; i++ {
 		_, decide, _, _ := addRank(g, gangRank(nil, i, 0), fmt.Sprintf("uid-%d", i), time.Now())
 		require.False(t, decide)
@@ -159,7 +160,7 @@ func BenchmarkGangAdd(b *testing.B) {
 		b.Run(fmt.Sprintf("incremental/ranks=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for k := 0; k < b.N; k++ {
-				g := newTestGang(wrap(ptJob(true, int32(n-1))), time.Minute, false)
+				g := newTestGang(kubeflow.MustFromObject(ptJob(true, int32(n-1))), time.Minute, false)
 				now := time.Now()
 				for i, rr := range ranks {
 					if _, decide, why, _ := addRank(g, rr, uids[i], now); decide != (i == n-1) || (decide && why != decision.OnComplete) {

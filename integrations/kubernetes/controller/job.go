@@ -27,16 +27,6 @@ const (
 // adapter (ranks, replica counts, suspend switch).
 type job = kubeflow.Job
 
-// wrap adapts a typed job; the objects the controller reads are made by
-// the kinds of the registry, so only a programming error fails.
-func wrap(o client.Object) job {
-	j, err := kubeflow.FromObject(o)
-	if err != nil {
-		panic(fmt.Sprintf("controller: %v", err))
-	}
-	return j
-}
-
 // jobRef names the Kubeflow job a pod belongs to.
 type jobRef struct {
 	kind, name string

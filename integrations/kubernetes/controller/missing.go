@@ -22,7 +22,7 @@ func (c *Controller) missingRanks(ctx context.Context, g *gang, reported []prefl
 	if err := c.client.Get(ctx, types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}, obj); err != nil || obj.GetUID() != g.UID() {
 		return nil
 	}
-	j := wrap(obj)
+	j := kubeflow.MustFromObject(obj)
 	have := map[int]bool{}
 	for _, r := range reported {
 		have[r.Rank] = true

@@ -17,6 +17,7 @@ import (
 
 	kubeflowv1 "github.com/kubeflow/training-operator/pkg/apis/kubeflow.org/v1"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/clusterstate"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/watchdog"
 	"github.com/rankgate/rankgate/preflight/schedule"
@@ -91,7 +92,7 @@ func modelJob(name, res string, workers int, boundOn []string) (job, []*corev1.P
 		}
 		pods = append(pods, o.(*corev1.Pod))
 	}
-	return wrap(pj), pods
+	return kubeflow.MustFromObject(pj), pods
 }
 
 // mutateNode changes what the model reads of a node, at random.

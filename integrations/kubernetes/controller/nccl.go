@@ -29,7 +29,7 @@ func (c *Controller) ncclSettings(ctx context.Context, g *gang) map[int]ncclenv.
 		}
 		return nil
 	}
-	return ncclsettings.ByRank(wrap(obj))
+	return ncclsettings.ByRank(kubeflow.MustFromObject(obj))
 }
 
 // rankNet is the network a rank reported, for the gang verdict's NIC

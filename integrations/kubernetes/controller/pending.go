@@ -78,7 +78,7 @@ func (c *Controller) jobPods(ctx context.Context, obj client.Object) ([]*corev1.
 			out = append(out, p)
 		}
 	}
-	return c.fittingPods(wrap(obj), out), nil
+	return c.fittingPods(kubeflow.MustFromObject(obj), out), nil
 }
 
 // watchdogHost is what the Pending watchdog asks of c.

@@ -52,7 +52,7 @@ func rankJob(t *testing.T, pods ...*corev1.Pod) (job, []*corev1.Pod) {
 		p.Labels = map[string]string{LabelJobName: "j", LabelReplicaType: "worker", LabelReplicaIndex: fmt.Sprint(i)}
 		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "j", UID: "job-uid", Controller: ptr.To(true)}}
 	}
-	return wrap(pj), pods
+	return kubeflow.MustFromObject(pj), pods
 }
 
 // judgeTrimmed judges through the cache transforms, as the controller does.

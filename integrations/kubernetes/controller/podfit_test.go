@@ -3,6 +3,7 @@ package controller
 import (
 	"testing"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,18 +37,18 @@ func TestPodFits(t *testing.T) {
 		fits bool
 		why  string
 	}{
-		{"master", wrap(ptJob(true, 2)), pod("pt-master-0", pt("master", "0"), ""), true, ""},
-		{"worker", wrap(ptJob(true, 2)), pod("pt-worker-1", pt("worker", "1"), ""), true, ""},
-		{"worker beyond the spec", wrap(ptJob(true, 2)), pod("pt-worker-2", pt("worker", "2"), ""), false, "outside the spec's 2 Worker replica(s)"},
-		{"another name", wrap(ptJob(true, 2)), pod("pt-evil", pt("worker", "1"), ""), false, "names the pod of Worker 1 pt-worker-1, not pt-evil"},
-		{"name of another index", wrap(ptJob(true, 2)), pod("pt-worker-0", pt("worker", "1"), ""), false, "pt-worker-1"},
-		{"no replica type", wrap(ptJob(true, 2)), pod("pt-worker-0", map[string]string{LabelJobName: "pt", LabelReplicaIndex: "0"}, ""), false, "none of the job's replica types"},
-		{"mpi worker", wrap(mpJob(2, false)), pod("mpi-worker-1", mp("worker", "1"), ""), true, ""},
-		{"mpi worker, launcher is rank 0", wrap(mpJob(2, true)), pod("mpi-worker-0", mp("worker", "1"), ""), true, ""},
-		{"mpi worker named by its label, launcher is rank 0", wrap(mpJob(2, true)), pod("mpi-worker-1", mp("worker", "1"), ""), false, "mpi-worker-0"},
-		{"mpi launcher", wrap(mpJob(2, false)), pod("mpi-launcher-x7k2p", mp("launcher", ""), "mpi-launcher"), true, ""},
-		{"mpi launcher as rank 0", wrap(mpJob(2, true)), pod("mpi-launcher-x7k2p", mp("launcher", "0"), "mpi-launcher"), true, ""},
-		{"mpi launcher of another Job", wrap(mpJob(2, false)), pod("mpi-launcher-x7k2p", mp("launcher", ""), "other"), false, "controlled by the Job mpi-launcher"},
+		{"master", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-master-0", pt("master", "0"), ""), true, ""},
+		{"worker", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-worker-1", pt("worker", "1"), ""), true, ""},
+		{"worker beyond the spec", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-worker-2", pt("worker", "2"), ""), false, "outside the spec's 2 Worker replica(s)"},
+		{"another name", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-evil", pt("worker", "1"), ""), false, "names the pod of Worker 1 pt-worker-1, not pt-evil"},
+		{"name of another index", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-worker-0", pt("worker", "1"), ""), false, "pt-worker-1"},
+		{"no replica type", kubeflow.MustFromObject(ptJob(true, 2)), pod("pt-worker-0", map[string]string{LabelJobName: "pt", LabelReplicaIndex: "0"}, ""), false, "none of the job's replica types"},
+		{"mpi worker", kubeflow.MustFromObject(mpJob(2, false)), pod("mpi-worker-1", mp("worker", "1"), ""), true, ""},
+		{"mpi worker, launcher is rank 0", kubeflow.MustFromObject(mpJob(2, true)), pod("mpi-worker-0", mp("worker", "1"), ""), true, ""},
+		{"mpi worker named by its label, launcher is rank 0", kubeflow.MustFromObject(mpJob(2, true)), pod("mpi-worker-1", mp("worker", "1"), ""), false, "mpi-worker-0"},
+		{"mpi launcher", kubeflow.MustFromObject(mpJob(2, false)), pod("mpi-launcher-x7k2p", mp("launcher", ""), "mpi-launcher"), true, ""},
+		{"mpi launcher as rank 0", kubeflow.MustFromObject(mpJob(2, true)), pod("mpi-launcher-x7k2p", mp("launcher", "0"), "mpi-launcher"), true, ""},
+		{"mpi launcher of another Job", kubeflow.MustFromObject(mpJob(2, false)), pod("mpi-launcher-x7k2p", mp("launcher", ""), "other"), false, "controlled by the Job mpi-launcher"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := podFits(tc.j, tc.p)

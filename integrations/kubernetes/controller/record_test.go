@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gangstore"
 	"github.com/rankgate/rankgate/preflight"
 	"github.com/rankgate/rankgate/verdict"
@@ -15,7 +16,7 @@ import (
 // same rank is not added and names the holder; once released (the holder
 // is gone) the other pod takes the rank.
 func TestGangRankHeldByFirstPod(t *testing.T) {
-	g := newTestGang(wrap(ptJob(false, 2)), time.Minute, false)
+	g := newTestGang(kubeflow.MustFromObject(ptJob(false, 2)), time.Minute, false)
 	pass := verdict.Report{Verdict: verdict.VerdictPass}
 	fail := verdict.Report{Verdict: verdict.VerdictFail, Findings: []verdict.Finding{{Rule: "X", Severity: verdict.SeverityFail}}}
 	isNew, decide, _, h := addRank(g, preflight.RankReport{Rank: 0, Pod: "a", Report: pass}, "uid-a", time.Now())

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/gate"
 	"github.com/rankgate/rankgate/preflight"
 )
@@ -15,7 +16,7 @@ import (
 // reported of expected and the gang's deadline (none before the first
 // report starts the clock).
 func TestWaitingAnswerCarriesProgress(t *testing.T) {
-	j := wrap(ptJob(true, 7))
+	j := kubeflow.MustFromObject(ptJob(true, 7))
 	j.Object().SetName("train")
 	g := newTestGang(j, 10*time.Minute, false)
 	r := response(g, 2)

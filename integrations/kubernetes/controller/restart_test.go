@@ -62,7 +62,7 @@ func TestCheckRestart(t *testing.T) {
 
 	pj, pods := gangJob(t, 1)
 	pods[0].Labels[jobset.LabelRestartAttempt] = "7"
-	require.NoError(t, l.checkRestart(rankOf{pod: pods[0], job: wrap(pj)}))
+	require.NoError(t, l.checkRestart(rankOf{pod: pods[0], job: kubeflow.MustFromObject(pj)}))
 }
 
 // A gang still open on this replica when another replica has recorded and

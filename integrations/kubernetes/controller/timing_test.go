@@ -484,8 +484,8 @@ func TestPendingJudgedOnceItsGraceEnds(t *testing.T) {
 	l.clk.Step(time.Millisecond)
 	_, failed = l.wd.Step(ctx, k, l.job(t))
 	require.True(t, failed, "a pod that can never be placed fails its job once the grace ends")
-	require.Eventually(t, func() bool { _, ok := l.backend.decided(wrap(l.job(t))); return ok }, eventually, tick)
-	d, _ := l.backend.decided(wrap(l.job(t)))
+	require.Eventually(t, func() bool { _, ok := l.backend.decided(kubeflow.MustFromObject(l.job(t))); return ok }, eventually, tick)
+	d, _ := l.backend.decided(kubeflow.MustFromObject(l.job(t)))
 	require.Equal(t, verdict.VerdictFail, d.Report.Verdict)
 	require.Equal(t, t0.Add(grace), d.DecidedAt)
 	require.True(t, watchdog.Ours(d.Report), "a verdict of the placement rules: %v", d.Report.RuleIDs())
@@ -505,7 +505,7 @@ func TestPendingWaitingJobNotFailed(t *testing.T) {
 	require.Equal(t, watchdog.Recheck, again)
 	// The writes put it on the job (package leader).
 	require.Eventually(t, func() bool { return l.job(t).Annotations[contract.AnnotationWaitingFor] != "" }, eventually, tick)
-	_, decided := l.backend.decided(wrap(l.job(t)))
+	_, decided := l.backend.decided(kubeflow.MustFromObject(l.job(t)))
 	require.False(t, decided)
 }
 

@@ -148,7 +148,7 @@ func (w *Writes) applyOnce(ctx context.Context, k kubeflow.Kind, key types.Names
 			e.Kueue = how
 			ev = &e
 		} else {
-			asJob(obj).SetSuspended(true)
+			kubeflow.MustFromObject(obj).SetSuspended(true)
 		}
 	}
 	ann := obj.GetAnnotations()
@@ -203,7 +203,7 @@ func (w *Writes) suspendInstead(ctx context.Context, k kubeflow.Kind, key types.
 		if err != nil {
 			return err
 		}
-		j := asJob(obj)
+		j := kubeflow.MustFromObject(obj)
 		kueue := kueueManaged(obj)
 		if (j.Suspended() || kueue) && obj.GetAnnotations()[contract.AnnotationAction] == decision.ActionSuspend {
 			return nil // done by an earlier try or leader

@@ -134,7 +134,7 @@ func (b *Book) ForJob(o client.Object, kind string, def time.Duration) *GangReco
 	k, _ := kubeflow.ByName(kind)
 	r := &GangRecord{
 		t:          target{kind: kind, ns: o.GetNamespace(), name: o.GetName(), uid: o.GetUID(), attempt: attempt},
-		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(asJob(o))), timeout: timeout,
+		apiVersion: k.GVK().GroupVersion().String(), expected: int32(kubeflow.RankPods(kubeflow.MustFromObject(o))), timeout: timeout,
 	}
 	b.res[o.GetUID()] = r
 	return r

@@ -148,7 +148,7 @@ func (w *Writes) regateStep(ctx context.Context, r *GangRecord) bool {
 // again).
 func (w *Writes) ResumedAfterFail(ctx context.Context, obj client.Object) (bool, error) {
 	d, ok := decision.FromJob(obj)
-	if !ok || !d.Report.Failed() || d.Action != decision.ActionSuspend || asJob(obj).Suspended() || obj.GetDeletionTimestamp() != nil {
+	if !ok || !d.Report.Failed() || d.Action != decision.ActionSuspend || kubeflow.MustFromObject(obj).Suspended() || obj.GetDeletionTimestamp() != nil {
 		return false, nil
 	}
 	if kueueManaged(obj) {
