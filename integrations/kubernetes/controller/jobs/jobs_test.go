@@ -130,7 +130,7 @@ func TestReconcileForgetsGoneAndOptedOut(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			h := newHost()
 			r := h.reconciler()
-			h.EnsureGang(mustWrap(h.job))
+			h.EnsureGang(kubeflow.MustFromObject(h.job))
 			change(h)
 			require.Zero(t, h.reconcile(t, r).RequeueAfter)
 			require.Nil(t, h.store.Get("uid-1"))
@@ -148,7 +148,7 @@ func TestReconcileWaits(t *testing.T) {
 	r := h.reconciler()
 	old := h.job.DeepCopyObject().(client.Object)
 	old.SetUID("uid-0")
-	h.EnsureGang(mustWrap(old))
+	h.EnsureGang(kubeflow.MustFromObject(old))
 	h.loaded = false
 	require.Equal(t, time.Second, h.reconcile(t, r).RequeueAfter)
 	require.Nil(t, h.store.Get("uid-0"), "the job was deleted and created again")
@@ -184,7 +184,7 @@ func TestReconcileUndecided(t *testing.T) {
 	h.firstReport = false
 	h.reconcile(t, r)
 	require.Nil(t, h.store.Get("uid-1"))
-	g := h.EnsureGang(mustWrap(h.job))
+	g := h.EnsureGang(kubeflow.MustFromObject(h.job))
 	u := "unrecorded"
 	g.Answer(&u, t0)
 	h.reconcile(t, r)
@@ -196,7 +196,7 @@ func TestReconcileUndecided(t *testing.T) {
 func TestReconcileDecided(t *testing.T) {
 	h := newHost()
 	r := h.reconciler()
-	g := h.EnsureGang(mustWrap(h.job))
+	g := h.EnsureGang(kubeflow.MustFromObject(h.job))
 	h.annotate(contract.AnnotationVerdict, "pass", contract.AnnotationAttempt, "2")
 	h.reconcile(t, r)
 	require.True(t, g.Open(), "a verdict of another attempt does not answer the gang")
@@ -210,12 +210,4 @@ func TestReconcileDecided(t *testing.T) {
 	h.resumed = true
 	h.reconcile(t, r)
 	require.Equal(t, 1, h.regates)
-}
-
-func mustWrap(o client.Object) kubeflow.Job {
-	j, err := kubeflow.FromObject(o)
-	if err != nil {
-		panic(err)
-	}
-	return j
 }
