@@ -59,7 +59,7 @@ func (w *Writes) markStep(ctx context.Context, r *GangRecord) bool {
 	if d == nil || at.IsZero() {
 		return false
 	}
-	if left := w.cfg.AppliedDelay - w.since(at); left > 0 {
+	if left := w.appliedDelay - w.since(at); left > 0 {
 		w.enqueue(t.uid, prioBook, left)
 		return true
 	}

@@ -81,7 +81,7 @@ func (w *Writes) decideWith(ctx context.Context, g *gang, a decision.Ask) decide
 		undecided()
 		return decideWaiting
 	}
-	d := &decision.Decision{Report: report, DecidedAt: w.now(), DecidedBy: w.cfg.Identity}
+	d := &decision.Decision{Report: report, DecidedAt: w.now(), DecidedBy: w.identity}
 	recStart := w.now()
 	rec, wrote, err := w.record(rctx, g, d)
 	recTook := w.since(recStart)

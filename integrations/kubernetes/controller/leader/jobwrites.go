@@ -31,7 +31,7 @@ import (
 // more) as the Pending watchdog judged it, for its annotation and the
 // Gang's waitingFor, and asks for the write.
 func (w *Writes) WantWaitingFor(obj client.Object, kind string, cause *verdict.Finding) {
-	r := w.book.ForJob(obj, kind, w.cfg.GangTimeout)
+	r := w.book.ForJob(obj, kind, w.gangTimeout)
 	v := ""
 	if cause != nil {
 		v = watchdog.WaitingFor(*cause)
@@ -97,7 +97,7 @@ func jobObject(t target) client.Object {
 // askRegate asks to re-gate job obj, which a person resumed after a fail
 // verdict (the job reconciler saw it: reconcileDecided).
 func (w *Writes) AskRegate(obj client.Object, kind string) {
-	r := w.book.ForJob(obj, kind, w.cfg.GangTimeout)
+	r := w.book.ForJob(obj, kind, w.gangTimeout)
 	r.mu.Lock()
 	r.regate = true
 	r.mu.Unlock()

@@ -76,7 +76,7 @@ func (w *Writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec
 		return old, false, nil
 	}
 	w.chooseAction(ctx, g, k, obj, d)
-	r := w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout)
+	r := w.book.ForJob(obj, g.Kind(), w.gangTimeout)
 	g.SetAttempt(r.t.attempt)
 	snap := g.Snapshot()
 	for attempt := 0; attempt < 5; attempt++ {
@@ -128,7 +128,7 @@ func (w *Writes) chooseAction(ctx context.Context, g *gang, k kubeflow.Kind, obj
 	if !d.Report.Failed() {
 		return
 	}
-	d.Action = decision.JobAction(obj, w.cfg.OnFail)
+	d.Action = decision.JobAction(obj, w.onFail)
 	if d.Action != decision.ActionDelete {
 		return
 	}
@@ -171,7 +171,7 @@ func (w *Writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.Nam
 		return nil, d, nil
 	}
 	if a := contract.Attempt(obj.GetAnnotations()); a > r.t.attempt {
-		return w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout), nil, nil
+		return w.book.ForJob(obj, g.Kind(), w.gangTimeout), nil, nil
 	}
 	patch := fmt.Sprintf(`{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, obj.GetResourceVersion(), contract.AnnotationAttempt, strconv.Itoa(int(r.t.attempt)+1))
 	if err := w.client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
@@ -179,7 +179,7 @@ func (w *Writes) nextAttempt(ctx context.Context, k kubeflow.Kind, key types.Nam
 	}
 	w.log.Info("the job no longer carries its verdict: gating it as a new attempt", "job", g.Key(), "attempt", contract.Attempt(obj.GetAnnotations()))
 	w.book.Drop(g.Key())
-	next = w.book.ForJob(obj, g.Kind(), w.cfg.GangTimeout)
+	next = w.book.ForJob(obj, g.Kind(), w.gangTimeout)
 	g.SetAttempt(next.t.attempt)
 	return next, nil, nil
 }

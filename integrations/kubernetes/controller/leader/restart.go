@@ -39,7 +39,7 @@ func RestartAttempt(o client.Object) int32 {
 
 // askRestart asks the leader's writes to open job j's attempt for restart.
 func (w *Writes) AskRestart(j kubeflow.Job, restart int32) {
-	r := w.book.ForJob(j.Object(), j.Kind(), w.cfg.GangTimeout)
+	r := w.book.ForJob(j.Object(), j.Kind(), w.gangTimeout)
 	r.mu.Lock()
 	asked := restart > r.restart
 	if asked {

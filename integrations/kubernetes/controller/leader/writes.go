@@ -66,8 +66,11 @@ const (
 // AskRegate, AskRestart. It holds the queues, the decisions in flight,
 // the Gang book and what a new leader loaded from the Gangs (Sweep).
 type Writes struct {
-	host    Host
-	cfg     Config
+	host Host
+	// The settings of Config.
+	gangTimeout, appliedDelay time.Duration
+	onFail, identity          string
+
 	log     logr.Logger
 	clk     clock.WithTickerAndDelayedExecution
 	client  client.Client // cached reads; job and Workload writes
@@ -124,7 +127,7 @@ type Config struct {
 
 // New are the writes of cfg, on qs until Run is given others.
 func New(cfg Config, qs *Queues) *Writes {
-	w := &Writes{host: cfg.Host, cfg: cfg, log: cfg.Log, clk: cfg.Clock, client: cfg.Client, api: cfg.API, gangAPI: cfg.GangAPI,
+	w := &Writes{host: cfg.Host, gangTimeout: cfg.GangTimeout, appliedDelay: cfg.AppliedDelay, onFail: cfg.OnFail, identity: cfg.Identity, log: cfg.Log, clk: cfg.Clock, client: cfg.Client, api: cfg.API, gangAPI: cfg.GangAPI,
 		rec: cfg.Recorder, gangs: cfg.Gangs, book: newBook()}
 	w.queues.Store(qs)
 	return w
