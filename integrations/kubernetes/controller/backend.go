@@ -16,6 +16,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubeflow"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/apicalls"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
 	"github.com/rankgate/rankgate/integrations/kubernetes/devicesource"
@@ -248,7 +249,7 @@ func (b *gateBackend) resolve(ctx context.Context, id gateserver.Identity, launc
 		return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s is not installed or not watched by this controller", kind)
 	}
 	obj := k.New()
-	if err := leader.GetFresh(ctx, b.cache, b.api, types.NamespacedName{Namespace: pod.Namespace, Name: name}, obj, uid); err != nil {
+	if err := apicalls.GetFresh(ctx, b.cache, b.api, types.NamespacedName{Namespace: pod.Namespace, Name: name}, obj, uid); err != nil {
 		if apierrors.IsNotFound(err) {
 			return rankOf{}, gate.Errorf(gate.CodeNotARank, "%s %s/%s of pod %s does not exist", kind, pod.Namespace, name, pod.Name)
 		}

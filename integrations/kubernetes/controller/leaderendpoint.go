@@ -10,7 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rankgate/rankgate/integrations/kubernetes/controller/leader"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/apicalls"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -167,7 +167,7 @@ func (le *leaderEndpoint) run(ctx context.Context) {
 // writeUntilDone writes the slice, retrying with backoff until it succeeds
 // or ctx ends (false).
 func (le *leaderEndpoint) writeUntilDone(ctx context.Context, log logr.Logger, ready bool) bool {
-	backoff := leader.RetryBackoff(50*time.Millisecond, 5*time.Second)
+	backoff := apicalls.RetryBackoff(50*time.Millisecond, 5*time.Second)
 	for {
 		err := le.write(ctx, ready, false)
 		if err == nil {

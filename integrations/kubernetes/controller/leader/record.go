@@ -15,6 +15,7 @@ import (
 
 	"github.com/rankgate/rankgate/integrations/kubernetes/api/v1alpha1"
 	"github.com/rankgate/rankgate/integrations/kubernetes/contract"
+	"github.com/rankgate/rankgate/integrations/kubernetes/controller/apicalls"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/decision"
 	"github.com/rankgate/rankgate/integrations/kubernetes/controller/metrics"
 )
@@ -63,7 +64,7 @@ func (w *Writes) record(ctx context.Context, g *gang, d *decision.Decision) (rec
 	k, _ := kubeflow.ByName(g.Kind())
 	key := types.NamespacedName{Namespace: g.Namespace(), Name: g.Name()}
 	obj := k.New()
-	err = GetFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
+	err = apicalls.GetFresh(ctx, w.client, w.api, key, obj, string(g.UID()))
 	if apierrors.IsNotFound(err) || (err == nil && obj.GetUID() != g.UID()) {
 		d.Unrecorded = true
 		return d, false, nil
@@ -199,7 +200,7 @@ func isNoGangKind(err error) bool { return meta.IsNoMatchError(err) }
 // answers Unavailable until then. Gangs whose job is gone, replaced, not
 // their owner or no longer opted in are never acted on.
 func (w *Writes) Sweep(ctx context.Context) bool {
-	backoff := RetryBackoff(200*time.Millisecond, 10*time.Second)
+	backoff := apicalls.RetryBackoff(200*time.Millisecond, 10*time.Second)
 	for {
 		left, err := w.loadGangs(ctx)
 		if err == nil {
@@ -320,17 +321,4 @@ func (w *Writes) recordStale(ctx context.Context, t target) (string, error) {
 		return fmt.Sprintf("the job is at attempt %d, not %d", a, t.attempt), nil
 	}
 	return "", nil
-}
-
-// GetFresh reads from the cache and falls back to the API server when the
-// cache does not have the object yet or has an older one (uid differs).
-func GetFresh(ctx context.Context, cache, api client.Reader, key types.NamespacedName, obj client.Object, wantUID string) error {
-	err := cache.Get(ctx, key, obj)
-	if err == nil && (wantUID == "" || string(obj.GetUID()) == wantUID) {
-		return nil
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
-	}
-	return api.Get(ctx, key, obj)
 }

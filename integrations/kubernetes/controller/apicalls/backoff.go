@@ -1,4 +1,8 @@
-package leader
+// Package apicalls is how the controller's parts call the API server
+// where the caches are not enough: a read that must see an object at
+// least as new as the caller knows of, and the backoff of a write that
+// must eventually succeed.
+package apicalls
 
 import (
 	"math"
