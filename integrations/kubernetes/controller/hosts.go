@@ -22,8 +22,9 @@ func (c *Controller) newJobReconciler() *jobs.Reconciler[decision.Decision] {
 		Alloc: c.newAllocations(), Clock: c.clock(), Log: c.log}
 }
 
-// reconcilerHost is what the job reconcilers (package jobs) and the
-// allocations reconcilers (package allocations) ask of c; each package
+// reconcilerHost is what the job reconcilers (package jobs), the
+// allocations reconcilers (package allocations) and the leader's writes
+// (leader.Host, leaderwrites.go) ask of c; each package
 // sees it through its own narrow ports.
 type reconcilerHost struct{ c *Controller }
 

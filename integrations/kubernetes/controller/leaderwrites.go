@@ -15,26 +15,22 @@ import (
 
 // newWrites are c's writes (package leader), on qs.
 func (c *Controller) newWrites(qs *leader.Queues) *leader.Writes {
-	return leader.New(leader.Config{Host: writesHost{c}, GangTimeout: c.opts.GangTimeout, OnFail: c.opts.OnFail, AppliedDelay: *c.opts.AppliedDelay,
+	return leader.New(leader.Config{Host: reconcilerHost{c}, GangTimeout: c.opts.GangTimeout, OnFail: c.opts.OnFail, AppliedDelay: *c.opts.AppliedDelay,
 		Identity: c.opts.Identity, Clock: c.clock(), Log: c.log, Client: c.client, API: c.api, GangAPI: c.gangAPI, Recorder: c.rec, Gangs: c.gangs}, qs)
 }
 
-// writesHost is what the leader's writes ask of c (leader.Host).
-type writesHost struct{ c *Controller }
+// reconcilerHost (hosts.go) is also what the leader's writes ask of c
+// (leader.Host).
 
-func (h writesHost) MissingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank {
+func (h reconcilerHost) MissingRanks(ctx context.Context, g *gang, reported []preflight.RankReport, onlyUnplaceable bool) map[int]preflight.MissingRank {
 	return h.c.missingRanks(ctx, g, reported, onlyUnplaceable)
 }
 
-func (h writesHost) NCCLSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank {
+func (h reconcilerHost) NCCLSettings(ctx context.Context, g *gang) map[int]ncclenv.Rank {
 	return h.c.ncclSettings(ctx, g)
 }
 
-func (h writesHost) Watches(k kubeflow.Kind) bool { return h.c.watches(k) }
-
-func (h writesHost) OptedIn(ctx context.Context, o client.Object) (bool, error) {
-	return h.c.optedIn(ctx, o)
-}
+func (h reconcilerHost) Watches(k kubeflow.Kind) bool { return h.c.watches(k) }
 
 func (c *Controller) askDecide(g *gang, a decision.Ask) { c.w.AskDecide(g, a) }
 
